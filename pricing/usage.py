@@ -1,0 +1,70 @@
+"""Token usage by priced type.
+
+The categories are disjoint so each can be priced on its own:
+``input`` is uncached input only, ``cached_input`` is input read from a
+provider prompt cache, ``cache_write`` is input written to one, ``output`` is
+visible output and ``reasoning`` is hidden reasoning output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+UsageSource = Literal["provider", "estimated"]
+
+TOKEN_TYPES = ("input", "cached_input", "cache_write", "output", "reasoning")
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    input: int = 0
+    cached_input: int = 0
+    cache_write: int = 0
+    output: int = 0
+    reasoning: int = 0
+    source: UsageSource = "provider"
+
+    @property
+    def prompt_tokens(self) -> int:
+        """All input tokens, as OpenAI's ``prompt_tokens`` counts them."""
+        return self.input + self.cached_input + self.cache_write
+
+    @property
+    def completion_tokens(self) -> int:
+        """All output tokens, as OpenAI's ``completion_tokens`` counts them."""
+        return self.output + self.reasoning
+
+    def to_dict(self) -> dict[str, int | str]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TokenUsage":
+        return cls(**{k: data[k] for k in (*TOKEN_TYPES, "source") if k in data})
+
+    def to_openai(self) -> dict:
+        """The OpenAI ``usage`` object for these counts."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_input},
+            "completion_tokens_details": {"reasoning_tokens": self.reasoning},
+        }
+
+    @classmethod
+    def from_openai(cls, usage: dict, source: UsageSource = "provider") -> "TokenUsage":
+        """Split an OpenAI ``usage`` object into disjoint priced types."""
+        prompt = int(usage.get("prompt_tokens") or 0)
+        completion = int(usage.get("completion_tokens") or 0)
+        pdet = usage.get("prompt_tokens_details") or {}
+        cdet = usage.get("completion_tokens_details") or {}
+        cached = int(pdet.get("cached_tokens") or 0)
+        reasoning = int(cdet.get("reasoning_tokens") or 0)
+        return cls(
+            input=max(prompt - cached, 0),
+            cached_input=cached,
+            output=max(completion - reasoning, 0),
+            reasoning=reasoning,
+            source=source,
+        )

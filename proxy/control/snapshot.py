@@ -1,0 +1,127 @@
+"""The immutable config snapshot the hot path reads.
+
+A snapshot holds everything a request needs (keys by hash, aliases,
+deployments, prices) and nothing secret: provider keys live in a separate
+in-memory ``Secrets`` map, looked up by the deployment's ``secret_ref``.
+Pods swap the whole snapshot with one reference change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Mapping
+
+CAPABILITIES = frozenset({"tools", "json_schema", "json_object", "vision", "streaming", "embeddings"})
+DATA_CLASSES = ("public", "internal", "confidential", "restricted")
+DIALECTS = frozenset({"openai", "anthropic"})
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentPrice:
+    """USD (or internal currency) per 1M tokens by token type; Decimal, never float."""
+
+    input: Decimal
+    output: Decimal
+    cached_input: Decimal | None = None
+    cache_write: Decimal | None = None
+    reasoning: Decimal | None = None
+    currency: str = "USD"
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderLimits:
+    rpm: int | None = None
+    input_tpm: int | None = None
+    output_tpm: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    id: str
+    dialect: str  # "openai" | "anthropic"
+    base_url: str  # e.g. http://127.0.0.1:9090/v1 (openai) or http://127.0.0.1:9090 (anthropic)
+    provider: str
+    account: str
+    region: str
+    model: str  # pinned provider model id
+    context_window: int
+    capabilities: frozenset[str]
+    data_classes: tuple[str, ...]
+    price: DeploymentPrice
+    limits: ProviderLimits = ProviderLimits()
+    weight: int = 1
+    secret_ref: str | None = None  # name of the provider key in Secrets, never the key
+
+
+@dataclass(frozen=True, slots=True)
+class Alias:
+    name: str
+    kind: str  # "chat" | "embeddings"
+    deployments: tuple[str, ...]  # deployment ids, in config order
+    needs: frozenset[str] = frozenset()
+    default_max_output_tokens: int = 1024
+    max_output_tokens_cap: int = 16384
+    connect_timeout_s: float = 5.0
+    first_token_timeout_s: float = 30.0
+    total_timeout_s: float = 600.0
+    fallback_alias: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    key_id: str  # display prefix, e.g. "fb-dev-1a2b" (not secret)
+    key_hash: str  # sha256 hex of the full key
+    team: str
+    app: str
+    business_unit: str | None
+    aliases: frozenset[str]
+    data_class_ceiling: str = "internal"
+    default_data_class: str = "internal"
+    expires_at: float | None = None  # unix seconds UTC
+    revoked: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    name: str
+    business_unit: str | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    version: int
+    content_hash: str
+    keys: Mapping[str, KeyRecord]  # by key_hash
+    aliases: Mapping[str, Alias]
+    deployments: Mapping[str, Deployment]
+    teams: Mapping[str, Team]
+    business_units: frozenset[str] = field(default_factory=frozenset)
+    currency: str = "INR"
+
+    def key_by_secret(self, presented: str) -> KeyRecord | None:
+        return self.keys.get(hash_key(presented))
+
+
+def hash_key(presented: str) -> str:
+    return hashlib.sha256(presented.encode("utf-8")).hexdigest()
+
+
+class Secrets:
+    """Provider keys by name, in memory only. ``repr`` never shows values."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Mapping[str, str] | None = None) -> None:
+        self._values = dict(values or {})
+
+    def get(self, name: str | None) -> str | None:
+        return self._values.get(name) if name else None
+
+    def values(self) -> list[str]:
+        """For redaction filters only."""
+        return [v for v in self._values.values() if v]
+
+    def __repr__(self) -> str:
+        return f"Secrets({sorted(self._values)})"

@@ -1,0 +1,150 @@
+"""Errors of the data plane, each knowing its HTTP meaning.
+
+Hierarchy::
+
+    GatewayError                      base: status, OpenAI type/code, param
+      InvalidRequest (400)            malformed body, wrong field types
+        UnsupportedParameter (400)    a parameter the deployment cannot honour
+      AuthenticationFailed (401)      bad, unknown, expired or revoked key
+      PermissionDenied (403)          alias not allowed, data class too high
+      NotFound (404)                  unknown alias, unknown route
+      PayloadTooLarge (413)
+      RateLimited (429)               our own limits and budgets
+      UpstreamError                   what a provider answered, classified
+        UpstreamRateLimited (429)     retryable, carries retry_after
+        UpstreamUnavailable (502/503) 5xx, timeouts, connection errors
+        UpstreamRejected (400)        bad request / context length / policy
+        UpstreamAuth (502)            the provider refused *our* credentials
+
+Adapters turn provider and aiohttp exceptions into these at the boundary;
+``to_body()`` is the OpenAI error shape every caller sees. Messages never
+carry provider keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GatewayError(Exception):
+    status = 500
+    type = "server_error"
+    code: str | None = "internal_error"
+    retryable = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        status: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        self.param = param
+        self.headers = dict(headers or {})
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "type": self.type,
+                "code": self.code,
+                "message": self.message,
+                "param": self.param,
+            }
+        }
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class UnsupportedParameter(InvalidRequest):
+    code = "unsupported_parameter"
+
+    def __init__(self, param: str, deployment: str, reason: str = "") -> None:
+        detail = f": {reason}" if reason else ""
+        super().__init__(
+            f"Parameter '{param}' is not supported by deployment '{deployment}'{detail}.",
+            param=param,
+        )
+
+
+class AuthenticationFailed(GatewayError):
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class PermissionDenied(GatewayError):
+    status = 403
+    type = "invalid_request_error"
+    code = "permission_denied"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class PayloadTooLarge(GatewayError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class RateLimited(GatewayError):
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limited"
+
+
+class UpstreamError(GatewayError):
+    """A provider's answer or failure, classified for routing."""
+
+    status = 502
+    type = "api_error"
+    code = "upstream_error"
+
+    def __init__(self, message: str, *, upstream_status: int | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.upstream_status = upstream_status
+
+
+class UpstreamRateLimited(UpstreamError):
+    status = 429
+    type = "rate_limit_error"
+    code = "provider_capacity"
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.retry_after = retry_after
+
+
+class UpstreamUnavailable(UpstreamError):
+    status = 503
+    code = "provider_unavailable"
+    retryable = True
+
+
+class UpstreamRejected(UpstreamError):
+    """The provider refused the request itself; retrying elsewhere won't help."""
+
+    status = 400
+    type = "invalid_request_error"
+    code = "provider_rejected"
+
+
+class UpstreamAuth(UpstreamError):
+    status = 502
+    code = "provider_auth_failed"

@@ -1,0 +1,120 @@
+"""The port every provider dialect implements.
+
+A dialect is pure translation: OpenAI-shaped request in, provider HTTP
+request out; provider response (or SSE events) in, OpenAI-shaped completion
+or ``chat.completion.chunk`` dicts out. It does no I/O: the relay
+(``proxy/upstream/relay.py``) sends the request and feeds it bytes, so the
+same dialect is tested against recorded wire fixtures.
+
+Chunks and completions a dialect returns omit ``id``, ``object``,
+``created`` and ``model``: the relay stamps the gateway's own (request id,
+alias). The dialect never emits a usage chunk; it records usage on its
+translator and the relay decides whether the caller gets one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Protocol
+
+from pricing.usage import TokenUsage
+from proxy.control.snapshot import Deployment
+from proxy.errors import UpstreamError
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRequest:
+    url: str
+    headers: Mapping[str, str]
+    body: bytes  # JSON
+    method: str = "POST"
+
+    def __repr__(self) -> str:  # headers may carry a provider key: never print them
+        return f"UpstreamRequest({self.method} {self.url}, {len(self.body)} bytes)"
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    event: str | None  # the ``event:`` field, None when absent
+    data: str  # ``data:`` lines joined with "\n"
+
+
+@dataclass
+class ChatResult:
+    """A non-streaming answer: the OpenAI completion body without id/model."""
+
+    body: dict
+    usage: TokenUsage
+    finish_reason: str | None = None
+
+
+class StreamTranslator(Protocol):
+    """Turns one upstream stream's SSE events into OpenAI chunks, in order."""
+
+    usage: TokenUsage | None  # provider-reported usage, once known
+    finish_reason: str | None
+    done: bool  # the upstream said the stream is complete
+
+    def feed(self, event: SSEEvent) -> list[dict]:
+        """Chunks to relay for this event (often one, sometimes none).
+
+        Raises ``UpstreamError`` for an in-stream error event.
+        """
+        ...
+
+    def text_so_far(self) -> str:
+        """All content and tool-argument text emitted so far (for estimating usage)."""
+        ...
+
+
+class Dialect(Protocol):
+    name: str
+
+    def validate(self, body: dict, deployment: Deployment) -> None:
+        """Raise ``UnsupportedParameter`` naming any parameter this deployment cannot honour."""
+        ...
+
+    def chat_request(
+        self,
+        body: dict,
+        deployment: Deployment,
+        secret: str | None,
+        *,
+        max_output_tokens: int,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> UpstreamRequest:
+        """Build the provider request. Streams always ask the provider for usage."""
+        ...
+
+    def parse_chat(self, data: dict) -> ChatResult: ...
+
+    def stream_translator(self) -> StreamTranslator: ...
+
+    def parse_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamError:
+        """Classify a non-2xx answer (429 / 5xx / 400 / context length / policy / auth)."""
+        ...
+
+    def embeddings_request(
+        self,
+        body: dict,
+        deployment: Deployment,
+        secret: str | None,
+        *,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> UpstreamRequest: ...
+
+    def parse_embeddings(self, data: dict) -> ChatResult: ...
+
+
+@dataclass
+class StreamState:
+    """Shared bookkeeping for translators (tool-call indices, emitted text)."""
+
+    text: list[str] = field(default_factory=list)
+
+    def emitted(self, piece: str) -> None:
+        if piece:
+            self.text.append(piece)
+
+    def joined(self) -> str:
+        return "".join(self.text)
