@@ -1,7 +1,8 @@
 """The immutable config snapshot the hot path reads.
 
 A snapshot holds everything a request needs (keys by hash, aliases,
-deployments, prices) and nothing secret: provider keys live in a separate
+deployments, the versioned price book: a deployment's price is
+looked up in the version in force, never stored on the deployment) and nothing secret: provider keys live in a separate
 in-memory ``Secrets`` map, looked up by the deployment's ``secret_ref``.
 Pods swap the whole snapshot with one reference change.
 """
@@ -10,24 +11,13 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Mapping
+
+from pricing.book import FxTable, PriceBook
 
 CAPABILITIES = frozenset({"tools", "json_schema", "json_object", "vision", "streaming", "embeddings"})
 DATA_CLASSES = ("public", "internal", "confidential", "restricted")
 DIALECTS = frozenset({"openai", "anthropic"})
-
-
-@dataclass(frozen=True, slots=True)
-class DeploymentPrice:
-    """USD (or internal currency) per 1M tokens by token type; Decimal, never float."""
-
-    input: Decimal
-    output: Decimal
-    cached_input: Decimal | None = None
-    cache_write: Decimal | None = None
-    reasoning: Decimal | None = None
-    currency: str = "USD"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +39,10 @@ class Deployment:
     context_window: int
     capabilities: frozenset[str]
     data_classes: tuple[str, ...]
-    price: DeploymentPrice
     limits: ProviderLimits = ProviderLimits()
     weight: int = 1
     secret_ref: str | None = None  # name of the provider key in Secrets, never the key
+    forward_headers: tuple[str, ...] = ()  # request header prefixes passed upstream (e.g. "x-sim-")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +87,8 @@ class Snapshot:
     aliases: Mapping[str, Alias]
     deployments: Mapping[str, Deployment]
     teams: Mapping[str, Team]
+    price_book: PriceBook
+    fx: FxTable
     business_units: frozenset[str] = field(default_factory=frozenset)
     currency: str = "INR"
 

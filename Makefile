@@ -1,0 +1,35 @@
+# farebox — the two commands a newcomer needs: `make run` and `make test`.
+SHELL := /bin/bash
+PY ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test test-fast bench bench-sim clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Run the simulator and the gateway on http://127.0.0.1:8080 (foreground; Ctrl-C stops both).
+run: install
+	infra/run-dev.sh
+
+## Everything the CI runs: installs what is missing, starts what the tests need.
+test: install
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+## Added latency and TTFT against a direct-to-simulator run, at several concurrencies and rates.
+bench: install
+	$(BIN)/python -m tests.bench.gateway
+
+## The simulator's own ceiling.
+bench-sim: install
+	$(BIN)/python -m infra.simulator.bench
+
+clean:
+	rm -rf var .pytest_cache

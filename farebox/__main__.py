@@ -1,0 +1,3 @@
+from farebox.cli import main
+import sys
+sys.exit(main())

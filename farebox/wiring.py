@@ -1,0 +1,69 @@
+"""Wiring the embedded mode: one process, SQLite event log, in-process everything.
+
+Shutdown order (tested by killing and by SIGTERM): stop accepting, let
+in-flight requests finish (aiohttp's shutdown timeout), close the upstream
+session, then close the event log, which flushes every accepted event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import AsyncIterator
+
+from aiohttp import web
+
+from farebox.settings import Settings
+from proxy.api.app import create_app
+from proxy.control.snapshot import Secrets
+from proxy.runtime import ProxyOptions, Runtime
+from streams.sqlite_log import SqliteEventLog
+
+log = logging.getLogger("farebox")
+
+
+def build_runtime(settings: Settings, secrets: Secrets, events) -> Runtime:
+    options = ProxyOptions(
+        pod_id=settings.pod_id, max_body_bytes=settings.max_body_bytes, hold_ttl_s=settings.hold_ttl_s
+    )
+    return Runtime(snapshot=settings.snapshot, secrets=secrets, events=events, options=options, rng=random.Random())
+
+
+async def gateway_app(settings: Settings, secrets: Secrets) -> web.Application:
+    """The embedded gateway: the SQLite log opens first and closes last."""
+    events = SqliteEventLog.open(settings.event_log_path)
+    app = create_app(build_runtime(settings, secrets, events))
+
+    async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
+        yield
+        await events.close()
+
+    # cleanup_ctx unwinds in reverse: registered first, closed after the upstream session.
+    app.cleanup_ctx.insert(0, event_log_ctx)
+    return app
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency; stay runnable without it
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def serve(settings: Settings, secrets: Secrets) -> None:
+    loop = new_loop()
+    ready = (
+        f"farebox serving on http://{settings.host}:{settings.port} "
+        f"(pod {settings.pod_id}, snapshot {settings.snapshot.version}, events {settings.event_log_path})"
+    )
+    web.run_app(
+        gateway_app(settings, secrets),
+        host=settings.host,
+        port=settings.port,
+        loop=loop,
+        print=lambda _: print(ready, flush=True),
+        access_log=None,
+        shutdown_timeout=30.0,
+    )

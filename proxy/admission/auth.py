@@ -1,0 +1,84 @@
+"""Who is calling and what they may use: key, alias, data class.
+
+All answers come from the in-memory snapshot; no database on the hot path.
+"""
+
+from __future__ import annotations
+
+from proxy.control.snapshot import DATA_CLASSES, Alias, KeyRecord, Snapshot
+from proxy.errors import AuthenticationFailed, InvalidRequest, NotFound, PermissionDenied
+
+_RANK = {name: i for i, name in enumerate(DATA_CLASSES)}
+
+
+def bearer_token(header: str | None) -> str:
+    if not header:
+        raise AuthenticationFailed(
+            "You didn't provide an API key. Send your farebox virtual key as 'Authorization: Bearer <key>'.",
+            code="missing_api_key",
+        )
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise AuthenticationFailed("The Authorization header must be 'Bearer <key>'.")
+    return token
+
+
+def authenticate(snapshot: Snapshot, header: str | None, now: float) -> KeyRecord:
+    """The key record for the presented key; 401 for unknown, revoked or expired keys."""
+    token = bearer_token(header)
+    key = snapshot.key_by_secret(token)
+    # One message for every failure: a caller learns nothing about which keys exist.
+    if key is None:
+        raise AuthenticationFailed("Incorrect API key provided.")
+    if key.revoked:
+        raise AuthenticationFailed(f"The key {key.key_id} has been revoked.", code="revoked_api_key")
+    if key.expires_at is not None and now >= key.expires_at:
+        raise AuthenticationFailed(f"The key {key.key_id} has expired.", code="expired_api_key")
+    return key
+
+
+def allowed_alias(snapshot: Snapshot, key: KeyRecord, name: str, kind: str) -> Alias:
+    alias = snapshot.aliases.get(name)
+    if alias is None:
+        raise NotFound(
+            f"The model '{name}' does not exist. Use one of the aliases GET /v1/models lists.",
+            param="model",
+            code="model_not_found",
+        )
+    if name not in key.aliases:
+        raise PermissionDenied(
+            f"The key {key.key_id} may not use the model '{name}'.", param="model", code="model_not_allowed"
+        )
+    if alias.kind != kind:
+        raise InvalidRequest(
+            f"The model '{name}' is a {alias.kind} alias and cannot serve this endpoint.",
+            param="model",
+            code="wrong_model_kind",
+        )
+    return alias
+
+
+def data_class(key: KeyRecord, header: str | None) -> str:
+    """max(key default, caller's tag); above the key's ceiling is refused."""
+    cls = key.default_data_class
+    if header:
+        tag = header.strip().lower()
+        if tag not in _RANK:
+            raise InvalidRequest(
+                f"x-fb-data-class must be one of {list(DATA_CLASSES)}, got {header!r}.",
+                param="x-fb-data-class",
+                code="invalid_data_class",
+            )
+        if _RANK[tag] > _RANK[cls]:
+            cls = tag
+    if _RANK[cls] > _RANK[key.data_class_ceiling]:
+        raise PermissionDenied(
+            f"Data class '{cls}' is above the ceiling '{key.data_class_ceiling}' of key {key.key_id}.",
+            code="data_class_not_allowed",
+        )
+    return cls
+
+
+def class_allows(deployment_classes: tuple[str, ...], cls: str) -> bool:
+    return cls in deployment_classes

@@ -1,0 +1,69 @@
+"""What a request may cost before it is sent: estimates, output cap, the hold.
+
+Pure. The hold prices the estimate at the most expensive candidate (none is
+chosen yet), so settlement only ever releases money, except when the input
+estimate was low (recorded as overrun at settlement).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Sequence
+
+from pricing.book import Price, PriceVersion
+from pricing.rating import worst_case
+from pricing.tokens import estimate_chat_input, estimate_tokens
+from proxy.control.snapshot import Alias, Deployment, Snapshot
+from proxy.errors import InvalidRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    est_input_tokens: int
+    max_output_tokens: int
+    hold_micro: int
+    price_version: int
+
+
+def output_cap(alias: Alias, requested: int | None, param: str = "max_completion_tokens") -> int:
+    """The caller's cap, else the alias default; never the model's maximum."""
+    if requested is None:
+        return alias.default_max_output_tokens
+    if requested > alias.max_output_tokens_cap:
+        raise InvalidRequest(
+            f"'{param}' is {requested}, above this alias's limit of {alias.max_output_tokens_cap}.",
+            param=param,
+            code="invalid_value",
+        )
+    return requested
+
+
+def chat_input_estimate(body: dict) -> int:
+    return estimate_chat_input(body)
+
+
+def embeddings_input_estimate(texts: Sequence[str]) -> int:
+    return sum(estimate_tokens(len(t)) for t in texts)
+
+
+def price_for(snapshot: Snapshot, version: PriceVersion, dep: Deployment) -> Price:
+    return version.prices[dep.id]
+
+
+def hold(
+    snapshot: Snapshot,
+    candidates: Sequence[Deployment],
+    est_input: int,
+    max_output: int,
+    at: datetime,
+) -> Plan:
+    version = snapshot.price_book.in_force(at)
+    prices = [version.prices[d.id] for d in candidates]
+    amount = worst_case(
+        est_input,
+        max_output,
+        prices,
+        lambda p: snapshot.fx.rate(p.currency, snapshot.currency, at),
+    )
+    return Plan(est_input, max_output, amount, version.version)

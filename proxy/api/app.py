@@ -1,0 +1,107 @@
+"""The aiohttp application: routes, the one gateway middleware, lifecycle.
+
+Auth is on by default: every route needs a virtual key except the explicit
+``OPEN_ROUTES`` allow-list. Every failure leaves as an OpenAI-shaped error.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets as _secrets
+from typing import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from proxy.admission.auth import authenticate
+from proxy.api import chat, embeddings, models
+from proxy.errors import GatewayError, NotFound, PayloadTooLarge
+from proxy.runtime import RUNTIME, Runtime
+from proxy.upstream.relay import UpstreamClient
+
+log = logging.getLogger("farebox.proxy")
+
+OPEN_ROUTES = frozenset({"/health"})
+_CLIENT_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_response(exc: GatewayError, request_id: str | None = None) -> web.Response:
+    headers = dict(exc.headers)
+    if request_id:
+        headers["x-request-id"] = request_id
+    return web.Response(
+        status=exc.status, body=orjson.dumps(exc.to_body()), content_type="application/json", headers=headers
+    )
+
+
+def new_request_id() -> str:
+    return "req_" + _secrets.token_hex(12)
+
+
+@web.middleware
+async def gateway_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Request id, authentication, and the OpenAI error shape for every failure.
+
+    The internal request id is always generated (event ids derive from it and
+    must never collide); a caller's own ``x-request-id`` is echoed back and
+    recorded beside it.
+    """
+    rid = new_request_id()
+    client_id = request.headers.get("x-request-id")
+    if client_id is not None and not _CLIENT_ID.match(client_id):
+        client_id = None
+    request["request_id"] = rid
+    request["client_request_id"] = client_id
+    echo = client_id or rid
+    try:
+        if request.path not in OPEN_ROUTES:
+            rt = request.app[RUNTIME]
+            request["key"] = authenticate(rt.snapshot, request.headers.get("Authorization"), rt.clock())
+        resp = await handler(request)
+    except GatewayError as exc:
+        return error_response(exc, echo)
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[RUNTIME].options.max_body_bytes
+        return error_response(PayloadTooLarge(f"The request body is larger than the limit of {limit} bytes."), echo)
+    except web.HTTPNotFound:
+        return error_response(NotFound(f"Unknown route {request.method} {request.path}.", code="unknown_url"), echo)
+    except web.HTTPMethodNotAllowed:
+        return error_response(GatewayError(f"Method {request.method} is not allowed on {request.path}.", status=405, code="method_not_allowed"), echo)
+    if not resp.prepared:
+        resp.headers["x-request-id"] = echo
+        resp.headers["x-fb-request-id"] = rid
+    return resp
+
+
+async def health(request: web.Request) -> web.Response:
+    rt = request.app[RUNTIME]
+    return web.json_response({"status": "ok", "pod": rt.options.pod_id, "snapshot": rt.snapshot.version})
+
+
+def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSession] | None = None) -> web.Application:
+    app = web.Application(middlewares=[gateway_middleware], client_max_size=runtime.options.max_body_bytes)
+    app[RUNTIME] = runtime
+    app.router.add_get("/health", health)
+    app.router.add_post("/v1/chat/completions", chat.chat_completions)
+    app.router.add_post("/v1/embeddings", embeddings.create_embeddings)
+    app.router.add_get("/v1/models", models.list_models)
+    app.router.add_get("/v1/models/{model}", models.get_model)
+
+    async def upstream_ctx(app: web.Application) -> AsyncIterator[None]:
+        session = session_factory() if session_factory else default_session()
+        runtime.upstream = UpstreamClient(session, runtime.secrets)
+        yield
+        await session.close()
+
+    app.cleanup_ctx.append(upstream_ctx)
+    return app
+
+
+def default_session() -> aiohttp.ClientSession:
+    # No pool limit per host: provider concurrency is governed by admission, not by the pool.
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30, ttl_dns_cache=300)
+    return aiohttp.ClientSession(connector=connector, auto_decompress=True, raise_for_status=False)

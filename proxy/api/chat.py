@@ -1,0 +1,101 @@
+"""POST /v1/chat/completions: admit, route, relay, settle.
+
+The handler reads top to bottom as the request path in ARCHITECTURE.md:
+authenticate (middleware), classify, estimate, admit, route, attempt,
+settle. Streaming relay lives in ``proxy/api/streaming.py``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import orjson
+from aiohttp import web
+
+from proxy.admission.auth import allowed_alias, data_class
+from proxy.admission.plan import chat_input_estimate, hold, output_cap
+from proxy.api import streaming
+from proxy.api.validate import ChatCall, parse_json_object, validate_chat
+from proxy.control.snapshot import Alias, Deployment, Snapshot
+from proxy.errors import UnsupportedParameter
+from proxy.metering import Meter
+from proxy.routing.failover import settled_answer
+from proxy.routing.router import candidates, chat_needs
+from proxy.runtime import RUNTIME, Runtime
+from proxy.upstream.dialects import get_dialect
+from proxy.upstream.relay import Timeouts, forwarded_headers
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    rt = request.app[RUNTIME]
+    snap = rt.snapshot  # one snapshot for the whole request, even if a swap happens meanwhile
+    key = request["key"]
+    call = validate_chat(parse_json_object(await request.read()))
+    alias = allowed_alias(snap, key, call.alias, "chat")
+    cls = data_class(key, request.headers.get("x-fb-data-class"))
+    param = "max_completion_tokens" if call.body.get("max_completion_tokens") is not None else "max_tokens"
+    max_out = output_cap(alias, call.requested_max_output, param)
+    est_in = chat_input_estimate(call.body)
+    cands = honouring(candidates(snap, alias, chat_needs(call.body, cls, est_in + max_out), rt.rng), call.body)
+    meter = Meter(
+        rt, snap, request["request_id"], key, alias,
+        run_id=request.headers.get("x-fb-run-id"), data_class=cls, stream=call.stream,
+    )
+    meter.admitted(hold(snap, cands, est_in, max_out, _utc(rt)))
+    if call.stream:
+        return await streaming.relay(request, rt, call, alias, cands, meter)
+    return await _complete(request, rt, snap, call, alias, cands, meter)
+
+
+def honouring(cands: list[Deployment], body: dict) -> list[Deployment]:
+    """Candidates whose dialect can honour every parameter; else a 400 naming one."""
+    kept: list[Deployment] = []
+    first_error: UnsupportedParameter | None = None
+    for dep in cands:
+        try:
+            get_dialect(dep.dialect).validate(body, dep)
+        except UnsupportedParameter as exc:
+            first_error = first_error or exc
+            continue
+        kept.append(dep)
+    if not kept:
+        assert first_error is not None
+        raise first_error
+    return kept
+
+
+async def _complete(
+    request: web.Request, rt: Runtime, snap: Snapshot, call: ChatCall, alias: Alias,
+    cands: list[Deployment], meter: Meter,
+) -> web.Response:
+    assert rt.upstream is not None and meter.plan is not None
+    upstream, timeouts, max_out = rt.upstream, Timeouts.of(alias), meter.plan.max_output_tokens
+
+    async def attempt(dep: Deployment):
+        dialect = get_dialect(dep.dialect)
+        req = dialect.chat_request(
+            call.body, dep, upstream.secret_for(dep), max_output_tokens=max_out,
+            extra_headers=forwarded_headers(dep, request.headers),
+        )
+        return dialect.parse_chat(await upstream.complete(dialect, req, timeouts))
+
+    dep, result = await settled_answer(cands, meter, attempt)
+    body = {
+        "id": f"chatcmpl-{meter.request_id}",
+        "object": "chat.completion",
+        "created": int(rt.clock()),
+        "model": alias.name,
+        **result.body,
+        "usage": result.usage.to_openai(),
+        "x_farebox": meter.x_farebox(dep),
+    }
+    return web.Response(body=orjson.dumps(body), content_type="application/json", headers=route_headers(meter, dep))
+
+
+def route_headers(meter: Meter, dep: Deployment) -> dict[str, str]:
+    return {"x-fb-deployment": dep.id, "x-fb-attempts": str(meter.attempts)}
+
+
+def _utc(rt: Runtime) -> datetime:
+    return datetime.fromtimestamp(rt.clock(), timezone.utc)
+

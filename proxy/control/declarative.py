@@ -1,0 +1,277 @@
+"""Compile the declarative control-plane config (farebox.yaml) into a Snapshot.
+
+Pure: takes parsed YAML (dicts and lists) plus stored key records, returns a
+``Snapshot`` or raises ``ConfigError`` listing every problem with its path.
+Sections read here: ``currency``, ``fx``, ``prices``, ``business_units``,
+``teams``, ``apps``, ``deployments``, ``aliases``, ``keys``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping
+
+import orjson
+
+from pricing.book import FxTable, Price, PriceBook, PriceVersion
+from proxy.control.problems import Problems, Reader
+from proxy.control.snapshot import (
+    CAPABILITIES,
+    DATA_CLASSES,
+    DIALECTS,
+    Alias,
+    Deployment,
+    KeyRecord,
+    ProviderLimits,
+    Snapshot,
+    Team,
+)
+
+CONTROL_SECTIONS = ("currency", "fx", "prices", "business_units", "teams", "apps", "deployments", "aliases", "keys")
+EPOCH = datetime(2020, 1, 1, tzinfo=timezone.utc)
+
+
+def compile_snapshot(
+    tree: Mapping[str, Any],
+    stored_keys: Iterable[Mapping[str, Any]] = (),
+    *,
+    version: int = 1,
+    problems: Problems | None = None,
+) -> Snapshot | None:
+    """Build a snapshot; returns None when problems were recorded."""
+    problems = problems if problems is not None else Problems()
+    root = Reader(dict(tree), "", problems)
+    currency = root.str("currency", "INR")
+    fx = _fx(root, currency)
+    bus = set(root.str_list("business_units", []))
+    teams = _teams(root, bus)
+    apps = _apps(root, teams)
+    deployments, prices = _deployments(root)
+    book = _price_book(root, prices)
+    aliases = _aliases(root, deployments)
+    keys: dict[str, KeyRecord] = {}
+    for r in root.items("keys"):
+        _add_key(keys, r, teams, apps, aliases)
+    for i, entry in enumerate(stored_keys):
+        _add_key(keys, Reader(entry, f"keys_file[{i}]", problems), teams, apps, aliases)
+    if problems.items:
+        return None
+    content = {
+        "currency": currency,
+        "teams": sorted(teams),
+        "deployments": sorted(deployments),
+        "aliases": sorted(aliases),
+        "keys": sorted(keys),
+        "tree": {k: tree.get(k) for k in CONTROL_SECTIONS if k != "keys"},
+    }
+    digest = hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()
+    return Snapshot(
+        version=version,
+        content_hash=digest,
+        keys=keys,
+        aliases=aliases,
+        deployments=deployments,
+        teams=teams,
+        price_book=book,
+        fx=fx,
+        business_units=frozenset(bus),
+        currency=currency,
+    )
+
+
+def _fx(root: Reader, currency: str) -> FxTable:
+    rates = {}
+    for r in root.items("fx"):
+        src, month, rate = r.str("from"), r.str("month"), r.decimal("rate")
+        dst = r.str("to", currency)
+        if month and not _is_month(month):
+            r.problems.add(r.at("month"), f"must be YYYY-MM, got {month!r}")
+        if rate is not None and rate <= 0:
+            r.problems.add(r.at("rate"), "must be > 0")
+        r.reject_unknown()
+        if src and dst and month and rate:
+            rates[(src, dst, month)] = rate
+    return FxTable(rates)
+
+
+def _is_month(value: str) -> bool:
+    try:
+        datetime.strptime(value, "%Y-%m")
+    except ValueError:
+        return False
+    return True
+
+
+def _teams(root: Reader, bus: set[str]) -> dict[str, Team]:
+    teams: dict[str, Team] = {}
+    for r in root.items("teams", required=True):
+        name, bu = r.str("name"), r.str("business_unit", None)
+        if bu is not None and bu not in bus:
+            r.problems.add(r.at("business_unit"), f"unknown business unit {bu!r}")
+        if name in teams:
+            r.problems.add(r.at("name"), f"duplicate team {name!r}")
+        r.reject_unknown()
+        if name:
+            teams[name] = Team(name=name, business_unit=bu)
+    return teams
+
+
+def _apps(root: Reader, teams: Mapping[str, Team]) -> dict[str, str]:
+    apps: dict[str, str] = {}
+    for r in root.items("apps"):
+        name, team = r.str("name"), r.str("team")
+        if team and team not in teams:
+            r.problems.add(r.at("team"), f"unknown team {team!r}")
+        r.reject_unknown()
+        if name and team:
+            apps[f"{team}/{name}"] = team
+    return apps
+
+
+def _deployments(root: Reader) -> tuple[dict[str, Deployment], dict[str, Price]]:
+    deployments: dict[str, Deployment] = {}
+    prices: dict[str, Price] = {}
+    for r in root.items("deployments", required=True):
+        dep_id = r.str("id")
+        if dep_id in deployments:
+            r.problems.add(r.at("id"), f"duplicate deployment {dep_id!r}")
+        caps = r.str_list("capabilities", [], choices=CAPABILITIES)
+        classes = r.str_list("data_classes", ["public", "internal"], choices=DATA_CLASSES)
+        lim = r.child("limits")
+        limits = ProviderLimits(
+            rpm=lim.int("rpm", None, 1), input_tpm=lim.int("input_tpm", None, 1), output_tpm=lim.int("output_tpm", None, 1)
+        )
+        lim.reject_unknown()
+        price = _price(r.child("price_per_1m", required=True))
+        dep = Deployment(
+            id=dep_id or "?",
+            dialect=r.str("dialect", choices=DIALECTS) or "openai",
+            base_url=(r.str("base_url") or "").rstrip("/"),
+            provider=r.str("provider") or "?",
+            account=r.str("account") or "?",
+            region=r.str("region") or "?",
+            model=r.str("model") or "?",
+            context_window=r.int("context_window", 128_000, 1),
+            capabilities=frozenset(caps),
+            data_classes=tuple(classes),
+            limits=limits,
+            weight=r.int("weight", 1, 1),
+            secret_ref=r.str("api_key_env", None),
+            forward_headers=tuple(h.lower() for h in r.str_list("forward_headers", [])),
+        )
+        if dep.base_url and not dep.base_url.startswith(("http://", "https://")):
+            r.problems.add(r.at("base_url"), "must start with http:// or https://")
+        r.reject_unknown()
+        if dep_id:
+            deployments[dep_id] = dep
+            if price is not None:
+                prices[dep_id] = price
+    return deployments, prices
+
+
+def _price(r: Reader) -> Price | None:
+    fields = {n: r.decimal(n, None) for n in ("cached_input", "cache_write", "reasoning")}
+    inp, out = r.decimal("input"), r.decimal("output")
+    ccy = r.str("currency", "USD")
+    r.reject_unknown()
+    if inp is None or out is None:
+        return None
+    return Price(input=inp, output=out, currency=ccy, **fields)
+
+
+def _price_book(root: Reader, prices: dict[str, Price]) -> PriceBook:
+    r = root.child("prices")
+    version = r.int("version", 1, 1)
+    raw_from = r.str("valid_from", None)
+    valid_from = EPOCH
+    if raw_from:
+        try:
+            valid_from = datetime.fromisoformat(raw_from.replace("Z", "+00:00"))
+            if valid_from.tzinfo is None:
+                raise ValueError
+        except ValueError:
+            r.problems.add(r.at("valid_from"), f"must be an ISO-8601 time with a zone, got {raw_from!r}")
+            valid_from = EPOCH
+    r.reject_unknown()
+    return PriceBook().add(PriceVersion(version=version, valid_from=valid_from, prices=dict(prices)))
+
+
+def _aliases(root: Reader, deployments: Mapping[str, Deployment]) -> dict[str, Alias]:
+    aliases: dict[str, Alias] = {}
+    for r in root.items("aliases", required=True):
+        name = r.str("name")
+        kind = r.str("kind", "chat", choices=("chat", "embeddings"))
+        deps = r.str_list("deployments")
+        if not deps:
+            r.problems.add(r.at("deployments"), "must list at least one deployment")
+        for i, d in enumerate(deps):
+            if d not in deployments:
+                r.problems.add(f"{r.at('deployments')}[{i}]", f"unknown deployment {d!r}")
+        needs = frozenset(r.str_list("needs", [], choices=CAPABILITIES))
+        for d in deps:
+            dep = deployments.get(d)
+            if dep is not None and not needs <= dep.capabilities:
+                r.problems.add(r.at("needs"), f"deployment {d!r} lacks {sorted(needs - dep.capabilities)}")
+        t = r.child("timeouts")
+        alias = Alias(
+            name=name or "?",
+            kind=kind,
+            deployments=tuple(deps),
+            needs=needs,
+            default_max_output_tokens=r.int("max_output_tokens", 1024, 1),
+            max_output_tokens_cap=r.int("max_output_tokens_cap", 16384, 1),
+            connect_timeout_s=t.number("connect_s", 5.0),
+            first_token_timeout_s=t.number("first_token_s", 30.0),
+            total_timeout_s=t.number("total_s", 600.0),
+            fallback_alias=r.str("fallback_alias", None),
+        )
+        t.reject_unknown()
+        if name in aliases:
+            r.problems.add(r.at("name"), f"duplicate alias {name!r}")
+        r.reject_unknown()
+        if name:
+            aliases[name] = alias
+    for alias in aliases.values():
+        if alias.fallback_alias and alias.fallback_alias not in aliases:
+            root.problems.add(f"aliases.{alias.name}.fallback_alias", f"unknown alias {alias.fallback_alias!r}")
+    return aliases
+
+
+def _add_key(
+    keys: dict[str, KeyRecord],
+    r: Reader,
+    teams: Mapping[str, Team],
+    apps: Mapping[str, str],
+    aliases: Mapping[str, Alias],
+) -> None:
+    key_hash = r.str("hash")
+    team, app = r.str("team"), r.str("app")
+    allowed = r.str_list("aliases")
+    if key_hash and (len(key_hash) != 64 or any(c not in "0123456789abcdef" for c in key_hash)):
+        r.problems.add(r.at("hash"), "must be a lowercase SHA-256 hex digest")
+    if team and team not in teams:
+        r.problems.add(r.at("team"), f"unknown team {team!r}")
+    if team and app and apps and f"{team}/{app}" not in apps:
+        r.problems.add(r.at("app"), f"unknown app {app!r} for team {team!r}")
+    for i, a in enumerate(allowed):
+        if a not in aliases:
+            r.problems.add(f"{r.at('aliases')}[{i}]", f"unknown alias {a!r}")
+    ceiling = r.str("data_class_ceiling", "internal", choices=DATA_CLASSES)
+    default_class = r.str("default_data_class", "internal", choices=DATA_CLASSES)
+    rec = KeyRecord(
+        key_id=r.str("id") or "?",
+        key_hash=key_hash or "",
+        team=team or "?",
+        app=app or "?",
+        business_unit=teams[team].business_unit if team in teams else None,
+        aliases=frozenset(allowed),
+        data_class_ceiling=ceiling,
+        default_data_class=default_class,
+        expires_at=r.number("expires_at", None),
+        revoked=r.bool("revoked", False),
+    )
+    r.str("created_at", None)  # informational
+    r.reject_unknown()
+    if key_hash:
+        keys[key_hash] = rec

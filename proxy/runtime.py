@@ -1,0 +1,71 @@
+"""What a gateway pod holds while it runs, handed to the aiohttp app.
+
+The composition root (``farebox/``) builds it; handlers read it through the
+typed ``RUNTIME`` app key. The snapshot is swapped whole (one reference
+change); nothing here reads the environment or the config database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from aiohttp import web
+
+from proxy.control.snapshot import Secrets, Snapshot
+from proxy.upstream.relay import UpstreamClient
+
+log = logging.getLogger("farebox.proxy")
+
+
+class EventSink(Protocol):
+    """The part of the event log the data plane needs: append, never wait."""
+
+    def append(self, event: Any) -> "asyncio.Future[int]": ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyOptions:
+    pod_id: str
+    max_body_bytes: int = 4 * 1024 * 1024
+    hold_ttl_s: int = 900
+
+
+@dataclass
+class Runtime:
+    snapshot: Snapshot
+    secrets: Secrets
+    events: EventSink
+    options: ProxyOptions
+    upstream: UpstreamClient | None = None  # opened in the app's cleanup context
+    rng: random.Random = field(default_factory=random.Random)
+    clock: Callable[[], float] = time.time
+    append_failures: int = 0
+
+    def swap(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+
+    def emit(self, event: Any) -> None:
+        """Append without waiting; a failed append is logged and counted, never silent."""
+        try:
+            fut = self.events.append(event)
+        except Exception as exc:  # a closed or failed log: count it loudly, keep serving what is in flight
+            self.append_failures += 1
+            log.error("event append refused (%s): %s %s", type(exc).__name__, event.type, event.id)
+            return
+        fut.add_done_callback(self._appended)
+
+    def _appended(self, fut: "asyncio.Future[int]") -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            self.append_failures += 1
+            log.error("event append failed: %s", exc)
+
+
+RUNTIME = web.AppKey("runtime", Runtime)

@@ -1,0 +1,174 @@
+"""Sending one attempt to a provider and reading its answer.
+
+The only place that talks HTTP to providers. aiohttp exceptions become our
+``UpstreamError`` classes here; a dialect classifies non-2xx answers. A stream
+is opened and read until its first chunk *before* the caller's response is
+committed, so failover can still happen; after that, ``UpstreamStream`` is
+iterated by the API layer and relayed as it arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Mapping
+
+import aiohttp
+import orjson
+
+from proxy.control.snapshot import Alias, Deployment, Secrets
+from proxy.errors import GatewayError, UpstreamError, UpstreamUnavailable
+from proxy.upstream.base import ChatResult, Dialect, StreamTranslator, UpstreamRequest
+from proxy.upstream.sse import SSEParser
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    connect_s: float
+    first_token_s: float
+    total_s: float
+
+    @classmethod
+    def of(cls, alias: Alias) -> "Timeouts":
+        return cls(alias.connect_timeout_s, alias.first_token_timeout_s, alias.total_timeout_s)
+
+
+def forwarded_headers(dep: Deployment, incoming: Mapping[str, str]) -> dict[str, str]:
+    """Caller headers a deployment is configured to pass on (e.g. simulator controls)."""
+    if not dep.forward_headers:
+        return {}
+    return {k: v for k, v in incoming.items() if k.lower().startswith(dep.forward_headers)}
+
+
+class UpstreamClient:
+    """One pooled HTTP client for all providers; secrets are added per request."""
+
+    def __init__(self, session: aiohttp.ClientSession, secrets: Secrets) -> None:
+        self.session = session
+        self.secrets = secrets
+
+    def secret_for(self, dep: Deployment) -> str | None:
+        return self.secrets.get(dep.secret_ref)
+
+    async def _send(self, dialect: Dialect, req: UpstreamRequest, t: Timeouts) -> aiohttp.ClientResponse:
+        timeout = aiohttp.ClientTimeout(total=None, connect=t.connect_s, sock_connect=t.connect_s)
+        try:
+            resp = await self.session.request(req.method, req.url, data=req.body, headers=req.headers, timeout=timeout)
+        except asyncio.TimeoutError:
+            raise UpstreamUnavailable("Timed out connecting to the provider.", code="upstream_timeout") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(f"Could not reach the provider ({type(exc).__name__}).") from None
+        if resp.status >= 300:
+            try:
+                body = await resp.read()
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                body = b""
+            finally:
+                resp.release()
+            raise dialect.parse_error(resp.status, body, resp.headers)
+        return resp
+
+    async def complete(self, dialect: Dialect, req: UpstreamRequest, t: Timeouts) -> ChatResult:
+        """A non-streaming call within the first-token deadline (nothing arrives earlier)."""
+        try:
+            async with asyncio.timeout(min(t.first_token_s, t.total_s)):
+                resp = await self._send(dialect, req, t)
+                try:
+                    raw = await resp.read()
+                finally:
+                    resp.release()
+        except TimeoutError:
+            raise UpstreamUnavailable("The provider did not answer in time.", code="upstream_timeout") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(f"The provider connection failed ({type(exc).__name__}).") from None
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise UpstreamUnavailable("The provider sent a response that is not JSON.") from None
+        return data
+
+    async def open_stream(self, dialect: Dialect, req: UpstreamRequest, t: Timeouts) -> "UpstreamStream":
+        """Open a stream and read until it yields its first chunk (or ends)."""
+        stream = UpstreamStream(dialect.stream_translator(), time.monotonic() + t.total_s)
+        try:
+            async with asyncio.timeout(min(t.first_token_s, t.total_s)):
+                stream.response = await self._send(dialect, req, t)
+                await stream.read_first()
+        except TimeoutError:
+            stream.close()
+            raise UpstreamUnavailable("No first token from the provider in time.", code="first_token_timeout") from None
+        except GatewayError:
+            stream.close()
+            raise
+        except (aiohttp.ClientError, ConnectionError) as exc:
+            stream.close()
+            raise UpstreamUnavailable(f"The provider stream failed ({type(exc).__name__}).") from None
+        return stream
+
+
+@dataclass
+class UpstreamStream:
+    translator: StreamTranslator
+    deadline: float
+    response: aiohttp.ClientResponse | None = None
+    parser: SSEParser = field(default_factory=SSEParser)
+    first: list[dict] = field(default_factory=list)
+    ended: bool = False
+
+    async def _next_chunks(self) -> list[dict] | None:
+        """Chunks from the next read; None once the upstream body ends."""
+        assert self.response is not None
+        data = await self.response.content.readany()
+        if not data:
+            events = self.parser.close()
+            self.ended = True
+        else:
+            events = self.parser.feed(data)
+        out: list[dict] = []
+        for ev in events:
+            out.extend(self.translator.feed(ev))
+        if not out and self.ended:
+            return None
+        return out
+
+    async def read_first(self) -> None:
+        while not self.first and not self.ended and not self.translator.done:
+            chunks = await self._next_chunks()
+            if chunks is None:
+                break
+            self.first = chunks
+
+    async def chunks(self) -> AsyncIterator[list[dict]]:
+        """The rest of the stream, one list per upstream read; raises UpstreamError mid-stream."""
+        try:
+            while not self.ended and not self.translator.done:
+                remaining = self.deadline - time.monotonic()
+                if remaining <= 0:
+                    raise UpstreamUnavailable("The provider stream exceeded the total timeout.", code="upstream_timeout")
+                try:
+                    async with asyncio.timeout(remaining):
+                        chunks = await self._next_chunks()
+                except TimeoutError:
+                    raise UpstreamUnavailable("The provider stream exceeded the total timeout.", code="upstream_timeout") from None
+                except (aiohttp.ClientError, ConnectionError) as exc:
+                    raise UpstreamUnavailable(f"The provider stream broke off ({type(exc).__name__}).") from None
+                if chunks is None:
+                    break
+                if chunks:
+                    yield chunks
+            if not self.translator.done:
+                raise UpstreamUnavailable("The provider stream ended without completing.", code="stream_interrupted")
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Release the upstream connection at once (also on client disconnect)."""
+        if self.response is not None and not self.response.closed:
+            if self.translator.done:
+                self.response.release()
+            else:
+                self.response.close()
+
+
+__all__ = ["Timeouts", "UpstreamClient", "UpstreamStream", "UpstreamError", "forwarded_headers"]

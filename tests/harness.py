@@ -1,0 +1,141 @@
+"""Real processes for end-to-end tests and benchmarks: simulator + gateway.
+
+Each stack gets free ports, its own config, event log and key file in a
+temporary folder, and is stopped (SIGTERM, then SIGKILL) when done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: process exited {proc.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{url} not ready in {timeout}s:\n{log.read_text()[-4000:]}")
+
+
+def stop(proc: subprocess.Popen, timeout: float = 10.0) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def spawn(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    out = open(log, "ab")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", *args], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+    finally:
+        out.close()
+
+
+def test_config(folder: Path, sim_port: int, gw_port: int) -> Path:
+    """examples/farebox.yaml pointed at this stack, plus one alias per dialect."""
+    tree = yaml.safe_load((EXAMPLES / "farebox.yaml").read_text())
+    tree["server"]["port"] = gw_port
+    tree["server"]["pod_id"] = f"test-pod-{gw_port}"
+    tree["event_log"]["path"] = str(folder / "events.sqlite")
+    tree["keys_file"] = str(folder / "keys.jsonl")
+    tree["secrets_file"] = str(EXAMPLES / "secrets.env")
+    for dep in tree["deployments"]:
+        dep["base_url"] = dep["base_url"].replace("9090", str(sim_port))
+    tree["aliases"] += [
+        {"name": "chat-openai", "kind": "chat", "deployments": ["sim-openai-mumbai"]},
+        {"name": "chat-anthropic", "kind": "chat", "deployments": ["sim-anthropic-mumbai"]},
+    ]
+    path = folder / "farebox.yaml"
+    path.write_text(yaml.safe_dump(tree, sort_keys=False))
+    return path
+
+
+def sim_config(folder: Path, **defaults) -> Path:
+    tree = yaml.safe_load((EXAMPLES / "simulator.yaml").read_text())
+    tree["defaults"] = {"ttft_ms": 0, "tokens_per_s": 0, "output_tokens": 32, **defaults}
+    tree["models"] = {}
+    path = folder / "simulator.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    return path
+
+
+def mint(config: Path, team: str, app: str, aliases: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "farebox", "keys", "create", "--config", str(config), "--team", team,
+         "--app", app, "--aliases", aliases, "--json"],
+        cwd=ROOT, check=True, capture_output=True, text=True,
+    )
+    return json.loads(out.stdout)["key"]
+
+
+@dataclass
+class Stack:
+    folder: Path
+    config: Path
+    sim_url: str
+    gateway_url: str
+    key: str
+    gateway: subprocess.Popen
+    simulator: subprocess.Popen
+
+    @property
+    def events_path(self) -> Path:
+        return self.folder / "events.sqlite"
+
+
+@contextmanager
+def running_stack(folder: Path, *, aliases: str = "chat-default,chat-openai,chat-anthropic,embed-default",
+                  sim_defaults: dict | None = None) -> Iterator[Stack]:
+    folder.mkdir(parents=True, exist_ok=True)
+    sim_port, gw_port = free_port(), free_port()
+    config = test_config(folder, sim_port, gw_port)
+    sim = spawn(["farebox", "simulator", "--config", str(sim_config(folder, **(sim_defaults or {}))),
+                 "--port", str(sim_port)], folder / "simulator.log")
+    gw = None
+    try:
+        wait_http(f"http://127.0.0.1:{sim_port}/_sim/health", sim, folder / "simulator.log")
+        key = mint(config, "platform", "playground", aliases)
+        gw = spawn(["farebox", "serve", "--config", str(config)], folder / "gateway.log")
+        wait_http(f"http://127.0.0.1:{gw_port}/health", gw, folder / "gateway.log")
+        yield Stack(folder, config, f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gw_port}", key, gw, sim)
+    finally:
+        if gw is not None:
+            stop(gw)
+        stop(sim)
