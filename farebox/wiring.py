@@ -14,6 +14,7 @@ from typing import AsyncIterator
 
 from aiohttp import web
 
+from farebox.reload import watch
 from farebox.settings import Settings
 from proxy.api.app import create_app
 from proxy.control.snapshot import Secrets
@@ -33,14 +34,22 @@ def build_runtime(settings: Settings, secrets: Secrets, events) -> Runtime:
 async def gateway_app(settings: Settings, secrets: Secrets) -> web.Application:
     """The embedded gateway: the SQLite log opens first and closes last."""
     events = SqliteEventLog.open(settings.event_log_path)
-    app = create_app(build_runtime(settings, secrets, events))
+    runtime = build_runtime(settings, secrets, events)
+    app = create_app(runtime)
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         yield
         await events.close()
 
-    # cleanup_ctx unwinds in reverse: registered first, closed after the upstream session.
+    async def reload_ctx(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(watch(settings, runtime.swap))
+        yield
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    # cleanup_ctx unwinds in reverse: the log is registered first so it closes last.
     app.cleanup_ctx.insert(0, event_log_ctx)
+    app.cleanup_ctx.append(reload_ctx)
     return app
 
 

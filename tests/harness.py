@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -139,3 +140,18 @@ def running_stack(folder: Path, *, aliases: str = "chat-default,chat-openai,chat
         if gw is not None:
             stop(gw)
         stop(sim)
+
+
+def wait_key_live(gateway_url: str, key: str, timeout: float = 5.0) -> None:
+    """Keys minted while serving go live with the next snapshot reload (~1 s)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        req = urllib.request.Request(gateway_url + "/v1/models", headers={"Authorization": f"Bearer {key}"})
+        try:
+            with urllib.request.urlopen(req, timeout=1):
+                return
+        except urllib.error.HTTPError as exc:
+            if exc.code != 401:
+                raise
+        time.sleep(0.1)
+    raise AssertionError(f"key not live on {gateway_url} within {timeout}s")

@@ -29,10 +29,12 @@ _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def error_response(exc: GatewayError, request_id: str | None = None) -> web.Response:
+def error_response(exc: GatewayError, echo_id: str | None = None, request_id: str | None = None) -> web.Response:
     headers = dict(exc.headers)
+    if echo_id:
+        headers["x-request-id"] = echo_id
     if request_id:
-        headers["x-request-id"] = request_id
+        headers["x-fb-request-id"] = request_id
     return web.Response(
         status=exc.status, body=orjson.dumps(exc.to_body()), content_type="application/json", headers=headers
     )
@@ -63,14 +65,14 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
             request["key"] = authenticate(rt.snapshot, request.headers.get("Authorization"), rt.clock())
         resp = await handler(request)
     except GatewayError as exc:
-        return error_response(exc, echo)
+        return error_response(exc, echo, rid)
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[RUNTIME].options.max_body_bytes
-        return error_response(PayloadTooLarge(f"The request body is larger than the limit of {limit} bytes."), echo)
+        return error_response(PayloadTooLarge(f"The request body is larger than the limit of {limit} bytes."), echo, rid)
     except web.HTTPNotFound:
-        return error_response(NotFound(f"Unknown route {request.method} {request.path}.", code="unknown_url"), echo)
+        return error_response(NotFound(f"Unknown route {request.method} {request.path}.", code="unknown_url"), echo, rid)
     except web.HTTPMethodNotAllowed:
-        return error_response(GatewayError(f"Method {request.method} is not allowed on {request.path}.", status=405, code="method_not_allowed"), echo)
+        return error_response(GatewayError(f"Method {request.method} is not allowed on {request.path}.", status=405, code="method_not_allowed"), echo, rid)
     if not resp.prepared:
         resp.headers["x-request-id"] = echo
         resp.headers["x-fb-request-id"] = rid

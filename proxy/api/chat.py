@@ -12,6 +12,8 @@ from datetime import datetime, timezone
 import orjson
 from aiohttp import web
 
+from pricing.tokens import estimate_tokens
+from pricing.usage import TokenUsage
 from proxy.admission.auth import allowed_alias, data_class
 from proxy.admission.plan import chat_input_estimate, hold, output_cap
 from proxy.api import streaming
@@ -22,6 +24,7 @@ from proxy.metering import Meter
 from proxy.routing.failover import settled_answer
 from proxy.routing.router import candidates, chat_needs
 from proxy.runtime import RUNTIME, Runtime
+from proxy.upstream.base import UNREPORTED
 from proxy.upstream.dialects import get_dialect
 from proxy.upstream.relay import Timeouts, forwarded_headers
 
@@ -77,7 +80,10 @@ async def _complete(
             call.body, dep, upstream.secret_for(dep), max_output_tokens=max_out,
             extra_headers=forwarded_headers(dep, request.headers),
         )
-        return dialect.parse_chat(await upstream.complete(dialect, req, timeouts))
+        result = dialect.parse_chat(await upstream.complete(dialect, req, timeouts))
+        if result.usage is UNREPORTED:
+            result.usage = _estimated(result.body, meter.plan.est_input_tokens)
+        return result
 
     dep, result = await settled_answer(cands, meter, attempt)
     body = {
@@ -90,6 +96,17 @@ async def _complete(
         "x_farebox": meter.x_farebox(dep),
     }
     return web.Response(body=orjson.dumps(body), content_type="application/json", headers=route_headers(meter, dep))
+
+
+def _estimated(body: dict, est_input: int) -> TokenUsage:
+    """The provider sent no usage: bill our estimate, marked as such."""
+    chars = 0
+    for choice in body.get("choices") or ():
+        msg = choice.get("message") or {}
+        chars += len(msg.get("content") or "")
+        for call in msg.get("tool_calls") or ():
+            chars += len((call.get("function") or {}).get("arguments") or "")
+    return TokenUsage(input=est_input, output=estimate_tokens(chars), source="estimated")
 
 
 def route_headers(meter: Meter, dep: Deployment) -> dict[str, str]:

@@ -39,6 +39,12 @@ class SSEEvent:
     data: str  # ``data:`` lines joined with "\n"
 
 
+# A non-streaming answer whose provider reported no usage (some OpenAI-compatible
+# servers omit it): zero counts marked "estimated", so the caller of
+# ``parse_chat`` can tell it apart from a real zero and estimate instead.
+UNREPORTED = TokenUsage(source="estimated")
+
+
 @dataclass
 class ChatResult:
     """A non-streaming answer: the OpenAI completion body without id/model."""

@@ -1,0 +1,117 @@
+"""The Anthropic Messages dialect.
+
+Request translation lives in ``anthropic_request``, response and stream
+translation in ``anthropic_response``; this module holds the policy of which
+OpenAI parameters an Anthropic deployment can honour, and wires the three
+together behind the ``Dialect`` port.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import orjson
+
+from proxy.control.snapshot import Deployment
+from proxy.errors import InvalidRequest, UnsupportedParameter, UpstreamError
+from proxy.upstream.anthropic_request import build_body
+from proxy.upstream.anthropic_response import AnthropicStreamTranslator, error_from, parse_message
+from proxy.upstream.base import ChatResult, UpstreamRequest
+from proxy.upstream.capabilities import reject_unknown, require_capabilities
+from proxy.upstream.classify import load_json
+
+API_VERSION = "2023-06-01"
+
+# Parameters translated into the Messages request (or consumed by the gateway:
+# max_tokens / max_completion_tokens become the relay's output cap).
+TRANSLATED = frozenset({
+    "messages", "model", "max_tokens", "max_completion_tokens", "stream", "stream_options",
+    "temperature", "top_p", "stop", "tools", "tool_choice", "parallel_tool_calls",
+    "response_format", "user", "safety_identifier",
+})  # fmt: skip
+
+# Parameters Anthropic has no counterpart for: accepted only at their no-op values.
+NOOP_VALUES: dict[str, tuple] = {
+    "n": (1,),
+    "logprobs": (False,),
+    "top_logprobs": (0,),
+    "logit_bias": ({},),
+    "presence_penalty": (0,),
+    "frequency_penalty": (0,),
+    "store": (False,),
+    "metadata": ({},),
+    "modalities": (["text"],),
+    "service_tier": ("auto", "default"),
+}
+
+# Parameters Anthropic cannot honour at any value other than null.
+NEVER = frozenset({
+    "seed", "audio", "prediction", "reasoning_effort", "verbosity", "web_search_options",
+    "prompt_cache_key", "prompt_cache_retention", "functions", "function_call",
+})  # fmt: skip
+
+KNOWN_PARAMS = TRANSLATED | frozenset(NOOP_VALUES) | NEVER
+
+
+class AnthropicDialect:
+    name = "anthropic"
+
+    def validate(self, body: dict, deployment: Deployment) -> None:
+        reject_unknown(body, KNOWN_PARAMS, deployment, "Chat Completions")
+        require_capabilities(body, deployment)
+        for param in sorted(NEVER):
+            if body.get(param) is not None:
+                raise UnsupportedParameter(param, deployment.id, "Anthropic has no equivalent")
+        for param, allowed in NOOP_VALUES.items():
+            value = body.get(param)
+            if value is not None and value not in allowed:
+                raise UnsupportedParameter(param, deployment.id, "Anthropic has no equivalent")
+        temperature = body.get("temperature")
+        if isinstance(temperature, (int, float)) and temperature > 1:
+            raise UnsupportedParameter("temperature", deployment.id, "Anthropic accepts 0 to 1")
+        # Message-level checks (roles, parts, tool calls) are the translation itself:
+        # a dry run raises exactly what chat_request would.
+        build_body(body, deployment, max_output_tokens=1)
+
+    def chat_request(
+        self,
+        body: dict,
+        deployment: Deployment,
+        secret: str | None,
+        *,
+        max_output_tokens: int,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> UpstreamRequest:
+        headers = dict(extra_headers or {})  # ours win over extras
+        headers["content-type"] = "application/json"
+        headers["anthropic-version"] = API_VERSION
+        headers["accept"] = "text/event-stream" if body.get("stream") else "application/json"
+        if secret:
+            headers["x-api-key"] = secret
+        return UpstreamRequest(
+            url=deployment.base_url.rstrip("/") + "/v1/messages",
+            headers=headers,
+            body=orjson.dumps(build_body(body, deployment, max_output_tokens)),
+        )
+
+    def parse_chat(self, data: dict) -> ChatResult:
+        return parse_message(data)
+
+    def stream_translator(self) -> AnthropicStreamTranslator:
+        return AnthropicStreamTranslator()
+
+    def parse_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamError:
+        return error_from(load_json(body), status, headers)
+
+    def embeddings_request(
+        self,
+        body: dict,
+        deployment: Deployment,
+        secret: str | None,
+        *,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> UpstreamRequest:
+        raise UnsupportedParameter("model", deployment.id, "the Anthropic Messages API has no embeddings")
+
+    def parse_embeddings(self, data: dict) -> ChatResult:
+        raise InvalidRequest("The Anthropic Messages API has no embeddings.", param="model")

@@ -1,0 +1,220 @@
+"""Anthropic Messages responses -> OpenAI completions and chunks.
+
+The stream translator is a state machine over the Messages SSE events::
+
+    message_start -> (content_block_start -> content_block_delta* -> content_block_stop)*
+                  -> message_delta+ -> message_stop        (ping anywhere, error anywhere)
+
+Each event yields its chunks as it arrives; nothing is buffered to the end.
+Tool blocks are numbered among tool blocks only (OpenAI's ``tool_calls``
+index); the reserved JSON-mode tool's input becomes plain content instead.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import orjson
+
+from pricing.usage import TokenUsage
+from proxy.errors import UpstreamError, UpstreamUnavailable
+from proxy.upstream.anthropic_request import JSON_TOOL
+from proxy.upstream.base import UNREPORTED, ChatResult, SSEEvent, StreamState
+from proxy.upstream.classify import classify, short_reason
+
+PROVIDER = "anthropic"
+
+STOP_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+
+# The HTTP status Anthropic documents for each error type (used for in-stream errors).
+ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
+# "prompt is too long: N tokens > M maximum"; "input length and `max_tokens` exceed context limit: ..."
+_CONTEXT_SIGNALS = ("prompt is too long", "exceed context limit", "context window")
+_POLICY_SIGNALS = ("content filtering policy", "usage policy", "content policy", "acceptable use")
+
+
+def finish_reason(stop_reason: str | None, *, json_mode: bool) -> str | None:
+    if stop_reason is None:
+        return None
+    if json_mode and stop_reason == "tool_use":
+        return "stop"  # the forced JSON tool is the answer, not a call for the caller
+    return STOP_REASONS.get(stop_reason, "stop")
+
+
+def usage_from(raw: Mapping, base: TokenUsage | None = None) -> TokenUsage:
+    """Anthropic usage (disjoint already) as ours; fields absent from ``raw`` keep ``base``."""
+    base = base or TokenUsage()
+
+    def pick(key: str, current: int) -> int:
+        value = raw.get(key)
+        return int(value) if isinstance(value, (int, float)) else current
+
+    return TokenUsage(
+        input=pick("input_tokens", base.input),
+        cached_input=pick("cache_read_input_tokens", base.cached_input),
+        cache_write=pick("cache_creation_input_tokens", base.cache_write),
+        output=pick("output_tokens", base.output),
+    )
+
+
+def error_from(payload: Mapping, status: int | None, headers: Mapping[str, str]) -> UpstreamError:
+    """Classify an Anthropic error body or ``error`` event (``{"type":"error","error":{...}}``)."""
+    err = payload.get("error") if isinstance(payload.get("error"), dict) else {}
+    etype = short_reason(err.get("type"))
+    message = err.get("message") if isinstance(err.get("message"), str) else ""
+    lowered = message.lower()
+    if status is None:
+        status = ERROR_STATUS.get(etype or "", 500)
+    return classify(
+        PROVIDER,
+        status,
+        reason=etype,
+        message=message,
+        headers=headers,
+        context_length=any(signal in lowered for signal in _CONTEXT_SIGNALS),
+        policy=any(signal in lowered for signal in _POLICY_SIGNALS),
+    )
+
+
+def parse_message(data: dict) -> ChatResult:
+    """A non-streaming Messages response as an OpenAI completion body."""
+    texts: list[str] = []
+    calls: list[dict] = []
+    json_mode = False
+    for block in data.get("content") or ():
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(block.get("text") or "")
+        elif kind == "tool_use" and block.get("name") == JSON_TOOL:
+            json_mode = True
+            texts.append(orjson.dumps(block.get("input") or {}).decode())
+        elif kind == "tool_use":
+            arguments = orjson.dumps(block.get("input") or {}).decode()
+            calls.append({"id": block.get("id"), "type": "function", "function": {"name": block.get("name"), "arguments": arguments}})
+        # thinking / redacted_thinking / server tool blocks are not requested; skip them.
+    message: dict = {"role": "assistant", "content": "".join(texts) if texts or not calls else None, "refusal": None}
+    if calls:
+        message["tool_calls"] = calls
+    finish = finish_reason(data.get("stop_reason"), json_mode=json_mode and not calls)
+    usage = usage_from(data["usage"]) if isinstance(data.get("usage"), dict) else UNREPORTED
+    body: dict = {"choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}]}
+    body["usage"] = usage.to_openai()
+    return ChatResult(body=body, usage=usage, finish_reason=finish)
+
+
+def _chunk(delta: dict, finish: str | None = None) -> dict:
+    return {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+
+class AnthropicStreamTranslator:
+    """One Messages stream, translated event by event."""
+
+    def __init__(self) -> None:
+        self.usage: TokenUsage | None = None
+        self.finish_reason: str | None = None
+        self.done = False
+        self._state = StreamState()
+        self._tools: dict[int, int] = {}  # content block index -> tool_calls index
+        self._json_blocks: set[int] = set()
+
+    def feed(self, event: SSEEvent) -> list[dict]:
+        try:
+            data = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            raise UpstreamUnavailable(
+                f"Upstream ({PROVIDER}) sent a stream event that is not JSON.", upstream_status=200
+            ) from None
+        if not isinstance(data, dict):
+            return []
+        kind = data.get("type") or event.event
+        handler = self._HANDLERS.get(kind or "")
+        return handler(self, data) if handler else []  # ping and future event types: nothing
+
+    def text_so_far(self) -> str:
+        return self._state.joined()
+
+    def _message_start(self, data: dict) -> list[dict]:
+        usage = (data.get("message") or {}).get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage_from(usage)
+        return [_chunk({"role": "assistant", "content": ""})]
+
+    def _block_start(self, data: dict) -> list[dict]:
+        index, block = data.get("index", 0), data.get("content_block") or {}
+        if block.get("type") == "text":
+            return self._content(block.get("text") or "")
+        if block.get("type") != "tool_use":
+            return []
+        if block.get("name") == JSON_TOOL:
+            self._json_blocks.add(index)
+            return []
+        ordinal = self._tools[index] = len(self._tools)
+        call = {"index": ordinal, "id": block.get("id"), "type": "function", "function": {"name": block.get("name"), "arguments": ""}}
+        return [_chunk({"tool_calls": [call]})]
+
+    def _block_delta(self, data: dict) -> list[dict]:
+        index, delta = data.get("index", 0), data.get("delta") or {}
+        kind = delta.get("type")
+        if kind == "text_delta":
+            return self._content(delta.get("text") or "")
+        if kind != "input_json_delta":
+            return []  # thinking, signature and citation deltas are not relayed
+        fragment = delta.get("partial_json") or ""
+        if index in self._json_blocks:
+            return self._content(fragment)
+        if index not in self._tools or not fragment:
+            return []
+        self._state.emitted(fragment)
+        return [_chunk({"tool_calls": [{"index": self._tools[index], "function": {"arguments": fragment}}]})]
+
+    def _content(self, text: str) -> list[dict]:
+        if not text:
+            return []
+        self._state.emitted(text)
+        return [_chunk({"content": text})]
+
+    def _message_delta(self, data: dict) -> list[dict]:
+        usage = data.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage_from(usage, self.usage)  # output_tokens is cumulative
+        stop = (data.get("delta") or {}).get("stop_reason")
+        if stop is None:
+            return []
+        self.finish_reason = finish_reason(stop, json_mode=bool(self._json_blocks) and not self._tools)
+        return [_chunk({}, self.finish_reason)]
+
+    def _message_stop(self, data: dict) -> list[dict]:
+        self.done = True
+        return []
+
+    def _error(self, data: dict) -> list[dict]:
+        raise error_from(data, None, {})
+
+    _HANDLERS = {
+        "message_start": _message_start,
+        "content_block_start": _block_start,
+        "content_block_delta": _block_delta,
+        "message_delta": _message_delta,
+        "message_stop": _message_stop,
+        "error": _error,
+    }

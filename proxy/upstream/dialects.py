@@ -1,0 +1,22 @@
+"""The dialect registry: deployment ``dialect`` name -> stateless singleton."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from proxy.upstream.anthropic import AnthropicDialect
+from proxy.upstream.base import Dialect
+from proxy.upstream.openai_chat import OpenAIChatDialect
+
+DIALECTS: MappingProxyType[str, Dialect] = MappingProxyType({
+    "openai": OpenAIChatDialect(),
+    "anthropic": AnthropicDialect(),
+})  # fmt: skip
+
+
+def get_dialect(name: str) -> Dialect:
+    """The dialect for ``name``; ``KeyError`` naming it when unknown."""
+    try:
+        return DIALECTS[name]
+    except KeyError:
+        raise KeyError(f"unknown provider dialect {name!r}; known: {sorted(DIALECTS)}") from None
