@@ -87,12 +87,17 @@ def _fx(root: Reader, currency: str) -> FxTable:
         dst = r.str("to", currency)
         if month and not _is_month(month):
             r.problems.add(r.at("month"), f"must be YYYY-MM, got {month!r}")
+            month = None
         if rate is not None and rate <= 0:
             r.problems.add(r.at("rate"), "must be > 0")
         r.reject_unknown()
         if src and dst and month and rate:
             rates[(src, dst, month)] = rate
-    return FxTable(rates)
+    try:
+        return FxTable(rates)
+    except ValueError as exc:
+        root.problems.add("fx", str(exc))
+        return FxTable({})
 
 
 def _is_month(value: str) -> bool:
@@ -177,7 +182,11 @@ def _price(r: Reader) -> Price | None:
     r.reject_unknown()
     if inp is None or out is None:
         return None
-    return Price(input=inp, output=out, currency=ccy, **fields)
+    try:
+        return Price(input=inp, output=out, currency=ccy, **fields)
+    except ValueError as exc:
+        r.problems.add(r.path, str(exc))
+        return None
 
 
 def _price_book(root: Reader, prices: dict[str, Price]) -> PriceBook:

@@ -123,3 +123,21 @@ def test_rejected_before_admission_leaves_no_events(stack: Stack, client: openai
     time.sleep(0.3)
     admitted = [e for e in read_all(stack)[before:] if isinstance(e, RequestAdmitted)]
     assert admitted == []
+
+
+def test_provider_keys_never_written(client: openai.OpenAI, stack: Stack) -> None:
+    """After successes and failures, no provider key is in the event log, the logs or an error body."""
+    secrets = [b"sk-sim-openai-retail-0001", b"sk-sim-anthropic-retail-0001"]
+    bodies = []
+    for fault in ("429", "500", "content_policy", "context_length"):
+        try:
+            client.chat.completions.create(model="chat-default", messages=[{"role": "user", "content": "x"}],
+                                           extra_headers={"x-sim-fault": fault})
+        except openai.APIStatusError as exc:
+            bodies.append(exc.response.content)
+    time.sleep(0.3)
+    blobs = [stack.events_path.read_bytes(), (stack.folder / "gateway.log").read_bytes(), *bodies]
+    for wal in stack.folder.glob("events.sqlite*"):
+        blobs.append(wal.read_bytes())
+    for secret in secrets:
+        assert not any(secret in blob for blob in blobs)
