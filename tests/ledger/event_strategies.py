@@ -1,0 +1,63 @@
+"""Hypothesis strategies for every event type, derived from the dataclass type hints.
+
+A new field on an event is covered automatically; a field of a new *kind*
+fails loudly here until a strategy is added.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from types import NoneType, UnionType
+
+from hypothesis import strategies as st
+
+from ledger.events import ATTEMPT_OUTCOMES, EVENT_TYPES, Event
+from pricing.usage import TokenUsage
+
+text = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=20)
+ints = st.integers(0, 2**63 - 1)
+times = st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(timezone.utc)
+)
+usages = st.builds(
+    TokenUsage,
+    input=ints,
+    cached_input=ints,
+    cache_write=ints,
+    output=ints,
+    reasoning=ints,
+    source=st.sampled_from(["provider", "estimated"]),
+)
+scopes = st.builds(
+    lambda kind, name: f"{kind}:{name}", st.sampled_from(["key", "team", "bu", "run"]), text
+)
+micro_maps = st.dictionaries(scopes, ints, max_size=4)
+
+_SPECIAL = {"attempt": st.integers(1, 1000), "outcome": st.sampled_from(sorted(ATTEMPT_OUTCOMES))}
+
+
+def _for_hint(hint: object) -> st.SearchStrategy:
+    if isinstance(hint, UnionType) and NoneType in typing.get_args(hint):
+        (inner,) = [a for a in typing.get_args(hint) if a is not NoneType]
+        return st.none() | _for_hint(inner)
+    if typing.get_origin(hint) is Mapping:
+        return micro_maps
+    table = {str: text, int: ints, bool: st.booleans(), datetime: times, TokenUsage: usages}
+    return table[hint]  # type: ignore[index]
+
+
+def events_of(cls: type[Event]) -> st.SearchStrategy[Event]:
+    hints = typing.get_type_hints(cls)
+    kwargs = {
+        f.name: _SPECIAL[f.name] if f.name in _SPECIAL else _for_hint(hints[f.name])
+        for f in dataclasses.fields(cls)
+    }
+    if cls.type == "lease.granted":
+        kwargs["expires_at"] = times
+    return st.builds(cls, **kwargs)
+
+
+any_event = st.one_of([events_of(cls) for cls in EVENT_TYPES])

@@ -1,0 +1,175 @@
+from datetime import datetime, timedelta, timezone
+
+import orjson
+import pytest
+from hypothesis import given
+
+from ledger.codec import decode, encode, format_time, parse_time, to_dict
+from ledger.errors import CodecError, InvalidEvent, UnknownEventType
+from ledger.events import (
+    EVENT_TYPES,
+    ConfigPublished,
+    HoldExpired,
+    LeaseGranted,
+    LeaseRequested,
+    LeaseReturned,
+    RequestAdmitted,
+    RequestAttempted,
+    RequestSettled,
+)
+from pricing.usage import TokenUsage
+from event_strategies import any_event
+
+T = datetime(2026, 10, 3, 10, 15, 2, 123456, tzinfo=timezone.utc)
+USAGE = TokenUsage(input=338, cached_input=1536, output=212)
+
+
+def admitted(**overrides) -> RequestAdmitted:
+    fields = dict(
+        time=T, request_id="req-1", team="payments", key_id="fb-dev-1a2b", business_unit="retail",
+        app="support-bot", run_id=None, alias="chat-default", data_class="internal",
+        est_input_tokens=1900, max_output_tokens=1024,
+        holds={"key:fb-dev-1a2b": 1_234_567, "team:payments": 1_234_567}, currency="INR",
+        price_version=17, pod="pod-a", hold_ttl_s=600, stream=True,
+    )
+    return RequestAdmitted(**{**fields, **overrides})
+
+
+def attempted(**overrides) -> RequestAttempted:
+    fields = dict(
+        time=T, request_id="req-1", team="payments", attempt=1, deployment="b-mid-mumbai",
+        provider="openai", account="acct-retail", model="gpt-x-2026-10-01", region="ap-south-1",
+        outcome="ok", status=200, ttft_ms=412, latency_ms=3100, usage=USAGE, cost_micro=273_082,
+        currency="INR", price_version=17, error_code=None,
+    )
+    return RequestAttempted(**{**fields, **overrides})
+
+
+def test_ids_and_keys_are_deterministic():
+    assert admitted().id == "req-1/admitted"
+    assert admitted().key == "payments"
+    assert attempted(attempt=2).id == "req-1/attempt/2"
+    settled = RequestSettled(
+        time=T, request_id="req-1", team="payments", final_status=200, attempts=1,
+        deployment="b-mid-mumbai", usage=USAGE, cost_micro=273_082, currency="INR",
+        cost_by_scope={"team:payments": 273_082}, hold_released={"team:payments": 961_485},
+        overrun_micro=0, cache_hit=False, latency_ms=3100,
+    )
+    assert settled.id == "req-1/settled"
+    assert HoldExpired(time=T, request_id="req-1", team="payments", charged={}, currency="INR").id == "req-1/expired"
+    lease = dict(time=T, lease_id="L9", scope="team:payments", pod="pod-a", amount_micro=200_000_000, expires_at=T)
+    assert LeaseRequested(**lease).id == "L9/requested"
+    assert LeaseGranted(**lease).id == "L9/granted"
+    assert LeaseReturned(**lease).id == "L9/returned"
+    assert LeaseGranted(**lease).key == "team:payments"
+    assert LeaseGranted(**lease).request_id is None
+    config = ConfigPublished(time=T, version=42, content_hash="sha256:ab")
+    assert (config.id, config.key, config.request_id) == ("config/42", None, None)
+
+
+def test_usage_must_be_token_usage():
+    with pytest.raises(InvalidEvent, match="TokenUsage"):
+        attempted(usage={"input": 1})
+    with pytest.raises(InvalidEvent, match="usage.input"):
+        attempted(usage=TokenUsage(input=-1))
+    assert attempted().usage.cached_input == 1536
+
+
+def test_wire_shape():
+    wire = orjson.loads(encode(attempted()))
+    assert wire["type"] == "request.attempted"
+    assert wire["schema"] == 1
+    assert wire["id"] == "req-1/attempt/1"
+    assert wire["key"] == "payments"
+    assert wire["request_id"] == "req-1"
+    assert wire["time"] == "2026-10-03T10:15:02.123456Z"
+    assert wire["usage"] == {"input": 338, "cached_input": 1536, "cache_write": 0, "output": 212, "reasoning": 0, "source": "provider"}
+    assert wire["cost_micro"] == 273_082
+
+
+def test_times_are_normalised_to_utc_with_microseconds():
+    ist = timezone(timedelta(hours=5, minutes=30))
+    event = admitted(time=datetime(2026, 10, 3, 15, 45, 2, tzinfo=ist))
+    assert event.time.tzinfo is timezone.utc
+    assert to_dict(event)["time"] == "2026-10-03T10:15:02.000000Z"
+    assert parse_time(format_time(T)) == T
+
+
+@given(any_event)
+def test_round_trip(event):
+    assert decode(encode(event)) == event
+    assert encode(decode(encode(event))) == encode(event)
+
+
+def test_every_type_is_registered():
+    assert len({cls.type for cls in EVENT_TYPES}) == len(EVENT_TYPES) == 8
+
+
+def test_events_are_immutable():
+    event = admitted()
+    with pytest.raises(AttributeError):
+        event.team = "x"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        event.holds["team:x"] = 1  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(time=datetime(2026, 1, 1)),
+        dict(request_id=""),
+        dict(holds={"team:payments": -1}),
+        dict(holds={"team:payments": 1.5}),
+        dict(est_input_tokens=True),
+    ],
+)
+def test_invalid_admitted_is_refused(bad):
+    with pytest.raises(InvalidEvent):
+        admitted(**bad)
+
+
+def test_invalid_attempts_are_refused():
+    with pytest.raises(InvalidEvent, match="from 1"):
+        attempted(attempt=0)
+    with pytest.raises(InvalidEvent, match="outcome"):
+        attempted(outcome="fine")
+    with pytest.raises(InvalidEvent):
+        LeaseGranted(time=T, lease_id="L", scope="team:x", pod="p", amount_micro=1, expires_at=None)
+
+
+def _wire(**changes) -> bytes:
+    data = to_dict(attempted())
+    data.update(changes)
+    return orjson.dumps({k: v for k, v in data.items() if v is not _DROP})
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "match"),
+    [
+        (b"not json", CodecError, "not valid JSON"),
+        (b"[1, 2]", CodecError, "JSON object"),
+        (_wire(type="request.teleported"), UnknownEventType, "request.teleported"),
+        (_wire(schema=99), UnknownEventType, "schema 99"),
+        (_wire(schema=True), UnknownEventType, "schema True"),
+        (_wire(cost_micro=0.27), CodecError, "cost_micro must be an integer"),
+        (_wire(cost_micro="273082"), CodecError, "integer"),
+        (_wire(time="2026-10-03T10:15:02Z"), CodecError, "time must look like"),
+        (_wire(model=_DROP), CodecError, r"missing fields \['model'\]"),
+        (_wire(surprise=1), CodecError, r"unexpected \['surprise'\]"),
+        (_wire(id="req-2/attempt/1"), CodecError, "envelope does not match"),
+        (_wire(key="other-team"), CodecError, "envelope does not match"),
+        (_wire(attempt=0), CodecError, "from 1"),
+        (_wire(usage={"input": 1, "tokens": 3}), CodecError, "usage"),
+        (_wire(usage={**USAGE.to_dict(), "output": 2.5}), CodecError, "usage.output"),
+        (_wire(ttft_ms=None), None, None),
+    ],
+)
+def test_decode_errors_are_clear(data, error, match):
+    if error is None:
+        assert decode(data).ttft_ms is None  # type: ignore[attr-defined]
+        return
+    with pytest.raises(error, match=match):
+        decode(data)
