@@ -14,7 +14,6 @@ import asyncio
 import json
 import sys
 from datetime import datetime, timezone
-from pathlib import Path
 
 from proxy.control.problems import ConfigError
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping
 
 import yaml
 
+from pricing.errors import PricingError
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.keys import read_key_file
 from proxy.control.problems import ConfigError, Problems, Reader
@@ -86,6 +88,8 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     except ValueError as exc:
         problems.add("keys_file", str(exc))
     snapshot = compile_snapshot({k: tree[k] for k in CONTROL_SECTIONS if k in tree}, stored, problems=problems)
+    if snapshot is not None:
+        _check_pricing_now(snapshot, problems)
     secrets_file = base / secrets_name if secrets_name else None
     if secrets_file is not None and not secrets_file.exists():
         problems.add("secrets_file", f"{secrets_file} does not exist")
@@ -138,3 +142,19 @@ def _read_env_file(path: Path) -> dict[str, str]:
         name, _, value = line.partition("=")
         out[name.strip()] = value.strip().strip('"').strip("'")
     return out
+
+
+def _check_pricing_now(snapshot: Snapshot, problems: Problems) -> None:
+    """Every deployment must be priceable today, or its requests would be refused."""
+    now = datetime.now(timezone.utc)
+    try:
+        version = snapshot.price_book.in_force(now)
+    except PricingError as exc:
+        problems.add("prices", str(exc))
+        return
+    for dep_id in snapshot.deployments:
+        try:
+            price = version.price(dep_id)
+            snapshot.fx.rate(price.currency, snapshot.currency, now)
+        except PricingError as exc:
+            problems.add(f"deployments.{dep_id}", f"cannot be priced now: {exc}")

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Sequence
 
-from pricing.book import Price, PriceVersion
+from pricing.errors import PricingError
 from pricing.rating import worst_case
 from pricing.tokens import estimate_chat_input, estimate_tokens
 from proxy.control.snapshot import Alias, Deployment, Snapshot
-from proxy.errors import InvalidRequest
+from proxy.errors import GatewayError, InvalidRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +47,6 @@ def embeddings_input_estimate(texts: Sequence[str]) -> int:
     return sum(estimate_tokens(len(t)) for t in texts)
 
 
-def price_for(snapshot: Snapshot, version: PriceVersion, dep: Deployment) -> Price:
-    return version.prices[dep.id]
-
-
 def hold(
     snapshot: Snapshot,
     candidates: Sequence[Deployment],
@@ -58,12 +54,16 @@ def hold(
     max_output: int,
     at: datetime,
 ) -> Plan:
-    version = snapshot.price_book.in_force(at)
-    prices = [version.prices[d.id] for d in candidates]
-    amount = worst_case(
-        est_input,
-        max_output,
-        prices,
-        lambda p: snapshot.fx.rate(p.currency, snapshot.currency, at),
-    )
+    try:
+        version = snapshot.price_book.in_force(at)
+        prices = [version.price(d.id) for d in candidates]
+        amount = worst_case(
+            est_input,
+            max_output,
+            prices,
+            lambda p: snapshot.fx.rate(p.currency, snapshot.currency, at),
+        )
+    except PricingError as exc:
+        # Never serve what cannot be priced: refuse before any upstream byte.
+        raise GatewayError(f"This request cannot be priced: {exc}.", status=503, code="pricing_unavailable") from None
     return Plan(est_input, max_output, amount, version.version)

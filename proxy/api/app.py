@@ -73,6 +73,9 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
         return error_response(NotFound(f"Unknown route {request.method} {request.path}.", code="unknown_url"), echo, rid)
     except web.HTTPMethodNotAllowed:
         return error_response(GatewayError(f"Method {request.method} is not allowed on {request.path}.", status=405, code="method_not_allowed"), echo, rid)
+    except Exception:  # a bug: log it with the request id, answer in the OpenAI shape
+        log.exception("unhandled error in %s %s (request %s)", request.method, request.path, rid)
+        return error_response(GatewayError(f"Internal error; quote request id {rid}."), echo, rid)
     if not resp.prepared:
         resp.headers["x-request-id"] = echo
         resp.headers["x-fb-request-id"] = rid

@@ -19,7 +19,7 @@ import orjson
 
 from proxy.control.snapshot import Alias, Deployment, Secrets
 from proxy.errors import GatewayError, UpstreamError, UpstreamUnavailable
-from proxy.upstream.base import ChatResult, Dialect, StreamTranslator, UpstreamRequest
+from proxy.upstream.base import Dialect, StreamTranslator, UpstreamRequest
 from proxy.upstream.sse import SSEParser
 
 
@@ -69,10 +69,10 @@ class UpstreamClient:
             raise dialect.parse_error(resp.status, body, resp.headers)
         return resp
 
-    async def complete(self, dialect: Dialect, req: UpstreamRequest, t: Timeouts) -> ChatResult:
-        """A non-streaming call within the first-token deadline (nothing arrives earlier)."""
+    async def complete(self, dialect: Dialect, req: UpstreamRequest, t: Timeouts) -> dict:
+        """A non-streaming call: the provider's JSON answer within the total timeout."""
         try:
-            async with asyncio.timeout(min(t.first_token_s, t.total_s)):
+            async with asyncio.timeout(t.total_s):
                 resp = await self._send(dialect, req, t)
                 try:
                     raw = await resp.read()

@@ -1,0 +1,106 @@
+"""SSEParser against the spec's framing rules and every recorded fixture split at random."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from upstream_wire import FIXTURES, events, translate, wire
+
+from proxy.errors import UpstreamError, UpstreamUnavailable
+from proxy.upstream.base import SSEEvent
+from proxy.upstream.sse import DONE, SSEParser, encode_chunk, encode_comment
+
+STREAMS = sorted(p.name for p in FIXTURES.glob("*.sse"))
+
+
+def test_fixtures_exist():
+    assert len(STREAMS) >= 8
+
+
+def test_multi_line_data_event_field_and_comments():
+    raw = b": ping\n\nevent: message_stop\ndata: line one\ndata:line two\ndata\n\nid: 7\nretry: 10\n\n"
+    assert events(raw) == [SSEEvent("message_stop", "line one\nline two\n")]
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"])
+def test_all_line_endings_frame_the_same(newline):
+    raw = newline.join([b"event: a", b"data: x", b"", b"data: y", b"", b""])
+    assert events(raw) == [SSEEvent("a", "x"), SSEEvent(None, "y")]
+
+
+def test_crlf_split_between_cr_and_lf_is_one_line_end():
+    parser = SSEParser()
+    assert parser.feed(b"data: x\r") == []
+    assert parser.feed(b"\n\r") == [SSEEvent(None, "x")]
+    assert parser.feed(b"\ndata: y\r\n\r\n") == [SSEEvent(None, "y")]
+
+
+def test_utf8_sequence_split_across_feeds():
+    raw = "data: 世界 🌍\n\n".encode()
+    parser = SSEParser()
+    out = [e for i in range(len(raw)) for e in parser.feed(raw[i : i + 1])]
+    assert out == [SSEEvent(None, "世界 🌍")]
+
+
+def test_leading_bom_is_stripped_once():
+    assert events("\ufeffdata: a\n\n".encode()) == [SSEEvent(None, "a")]
+
+
+def test_event_without_data_is_not_dispatched_and_resets_type():
+    assert events(b"event: lonely\n\ndata: x\n\n") == [SSEEvent(None, "x")]
+
+
+def test_close_flushes_an_unterminated_event_and_drops_nothing_else():
+    parser = SSEParser()
+    assert parser.feed(b"data: [DONE]") == []
+    assert parser.close() == [SSEEvent(None, "[DONE]")]
+    assert SSEParser().close() == []
+
+
+def test_endless_line_is_refused():
+    parser = SSEParser(max_line_bytes=8)
+    parser.feed(b"data: 12")
+    with pytest.raises(UpstreamUnavailable):
+        parser.feed(b"345")
+
+
+def test_encoders():
+    chunk = {"choices": [{"delta": {"content": "é"}}]}
+    raw = encode_chunk(chunk)
+    assert raw.startswith(b"data: ") and raw.endswith(b"\n\n")
+    assert orjson.loads(events(raw)[0].data) == chunk
+    assert DONE == b"data: [DONE]\n\n"
+    assert events(DONE) == [SSEEvent(None, "[DONE]")]
+    assert encode_comment("keep\nalive") == b": keep alive\n\n"
+    assert events(encode_comment("hb")) == []
+
+
+def _dialect(name: str) -> str:
+    return name.split("_", 1)[0]
+
+
+def _run(name: str, cuts=()):
+    """Translated chunks, or the error class, for a fixture fed at ``cuts``."""
+    try:
+        return translate(_dialect(name), wire(name), cuts)[0]
+    except UpstreamError as exc:
+        return type(exc)
+
+
+@pytest.mark.parametrize("name", STREAMS)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_chunk_splits_give_the_same_events_and_chunks(name, data):
+    raw = wire(name)
+    cuts = data.draw(st.lists(st.integers(0, len(raw)), max_size=40))
+    assert events(raw, cuts) == events(raw)
+    assert _run(name, cuts) == _run(name)
+
+
+@pytest.mark.parametrize("name", STREAMS)
+def test_crlf_transcripts_translate_identically(name):
+    raw = wire(name)
+    crlf = raw.replace(b"\n", b"\r\n")
+    assert events(crlf, range(0, len(crlf), 7)) == events(raw)
