@@ -1,0 +1,286 @@
+"""aiohttp handlers for the model endpoints: one engine, two wire dialects.
+
+A chat request goes: authenticate -> dialect headers -> parse -> overrides ->
+fault draw -> context check -> plan (all before any byte; refusals are not
+billed) -> TTFT -> answer (JSON or paced SSE). Once generation starts the
+request is billed exactly once in a ``finally``, for the output tokens
+actually written. A client that goes away is noticed either by handler
+cancellation (the runner's ``handler_cancellation=True``) or by polling the
+transport every :data:`POLL_S` while waiting, so hangs never leak.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+from types import ModuleType
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from infra.simulator import anthropic_wire, embeddings, openai_wire
+from infra.simulator.faults import OUTCOME, PRE_GENERATION
+from infra.simulator.generation import Overrides, Plan, RequestError, plan_chat
+from infra.simulator.state import STATE, SimState
+
+POLL_S = 0.01
+_KIND_OUTCOME = {"invalid_request": "bad_request", "authentication": "unauthorized", "not_found": "bad_request",
+                 "rate_limit": "rate_limited", "server_error": "server_error", "unavailable": "unavailable",
+                 "overloaded": "overloaded", "content_policy": "content_policy",
+                 "context_length": "context_length"}
+_SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+
+
+class ClientGone(Exception):
+    """The caller closed the connection while the simulator was still working."""
+
+
+def _gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+async def sleep_watch(request: web.Request, seconds: float) -> None:
+    """Sleep, but raise :class:`ClientGone` as soon as the client disconnects."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while True:
+        if _gone(request):
+            raise ClientGone
+        remaining = end - loop.time()
+        if remaining <= 0:
+            return
+        await asyncio.sleep(min(remaining, POLL_S))
+
+
+def _error_response(wire: ModuleType, err: RequestError, rid: str) -> web.Response:
+    headers = {"x-request-id": rid, **err.headers}
+    if wire is anthropic_wire:
+        headers["request-id"] = rid
+    return web.Response(status=err.status, body=wire.error_body(err), content_type="application/json",
+                        headers=headers)
+
+
+async def _read_body(request: web.Request) -> Any:
+    raw = await request.read()
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _authenticate(state: SimState, wire: ModuleType, request: web.Request) -> str:
+    key = wire.api_key(request.headers)
+    account = state.account_for(key)
+    if account is None:
+        raise wire.auth_error(missing=not key)
+    return account
+
+
+def _new_id(wire: ModuleType) -> str:
+    return ("msg_sim" if wire is anthropic_wire else "chatcmpl-sim") + uuid.uuid4().hex[:22]
+
+
+@dataclasses.dataclass(slots=True)
+class _Progress:
+    sent: int = 0
+    outcome: str = "ok"
+
+
+async def chat(request: web.Request, wire: ModuleType) -> web.StreamResponse:
+    """``POST /v1/chat/completions`` or ``POST /v1/messages`` depending on ``wire``."""
+    state = request.app[STATE]
+    started = time.time()
+    rid = _new_id(wire)
+    model = "unknown"
+    try:
+        body = await _read_body(request)
+        if isinstance(body, dict) and isinstance(body.get("model"), str):
+            model = body["model"]
+        account = _authenticate(state, wire, request)
+        wire.check_headers(request.headers)
+        if not isinstance(body, dict):
+            raise RequestError(400, "invalid_request", "The request body is not valid JSON.")
+        req = wire.parse_chat(body, state.config.strict_params)
+        ov = Overrides.from_headers(request.headers)
+        if not wire.REPORTS_CACHE_WRITE and ov.cache_write_tokens:
+            ov = dataclasses.replace(ov, cache_write_tokens=0)
+        profile = state.profile(model)
+        fault = state.faults.draw(profile.faults, ov.fault)
+        retry_after = ov.retry_after if ov.retry_after is not None else profile.faults.retry_after_s
+        input_tokens = req.input_tokens()
+        if fault in PRE_GENERATION and fault != "context_length":
+            raise wire.fault_error(fault, model, retry_after)
+        if fault == "context_length" or input_tokens + (req.max_tokens or 0) > profile.context_window:
+            raise wire.context_error(input_tokens, req.max_tokens, profile.context_window)
+        plan = plan_chat(req, profile, ov, input_tokens)
+    except RequestError as err:
+        state.stats.outcome(model, _KIND_OUTCOME.get(err.kind, "bad_request"))
+        return _error_response(wire, err, rid)
+
+    if fault == "hang":
+        return await _hang(request, state, model, started)
+    ttft = (ov.ttft_ms if ov.ttft_ms is not None else profile.ttft_ms) / 1000
+    rate = ov.tokens_per_s if ov.tokens_per_s is not None else profile.tokens_per_s
+    cut = ov.disconnect_after if ov.disconnect_after is not None else profile.faults.disconnect_after_tokens
+    progress = _Progress(outcome=OUTCOME.get(fault or "", "ok"))
+    try:
+        if ttft > 0:
+            await sleep_watch(request, ttft)
+        if req.stream:
+            return await _stream(request, state, wire, plan, rid, model, req.include_usage, rate,
+                                 cut if fault in ("disconnect", "stream_error") else None, fault, progress)
+        return await _non_stream(request, wire, plan, rid, model, rate, fault, progress)
+    except (ClientGone, ConnectionResetError, asyncio.CancelledError) as exc:
+        progress.outcome = "client_closed"
+        state.stats.client_closed(model, started)
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+        return web.Response(status=499)  # never reaches the departed client
+    finally:
+        state.stats.outcome(model, progress.outcome)
+        state.billing.record(account, model, wire.billable(plan, progress.sent), started, rid)
+
+
+async def _hang(request: web.Request, state: SimState, model: str, started: float) -> web.StreamResponse:
+    """Accept and answer nothing until the client gives up (hangs are not billed)."""
+    try:
+        while not _gone(request):
+            await asyncio.sleep(POLL_S)
+    finally:
+        state.stats.outcome(model, "hang")
+        state.stats.client_closed(model, started)
+    return web.Response(status=499)
+
+
+async def _abort(request: web.Request) -> None:
+    """Flush what was written, then drop the TCP connection without a terminal event."""
+    transport = request.transport
+    if transport is None:
+        return
+    for _ in range(200):
+        if transport.is_closing() or transport.get_write_buffer_size() == 0:
+            break
+        await asyncio.sleep(0.005)
+    transport.abort()
+
+
+async def _non_stream(request: web.Request, wire: ModuleType, plan: Plan, rid: str, model: str,
+                      rate: float, fault: str | None, progress: _Progress) -> web.StreamResponse:
+    if rate > 0 and plan.output_tokens:
+        await sleep_watch(request, plan.output_tokens / rate)
+    if fault == "disconnect":
+        await _abort(request)
+        return web.Response(status=499)  # the connection is gone; nothing is sent
+    if fault == "stream_error":
+        return _error_response(wire, wire.fault_error("500", model, 0), rid)
+    progress.sent = plan.output_tokens
+    headers = {"x-request-id": rid}
+    if wire is anthropic_wire:
+        headers["request-id"] = rid
+    return web.Response(body=wire.completion(plan, rid, int(time.time()), model),
+                        content_type="application/json", headers=headers)
+
+
+async def _stream(request: web.Request, state: SimState, wire: ModuleType, plan: Plan, rid: str, model: str,
+                  include_usage: bool, rate: float, cut: int | None, fault: str | None,
+                  progress: _Progress) -> web.StreamResponse:
+    enc = wire.StreamEncoder(plan, rid, int(time.time()), model, include_usage)
+    headers = dict(_SSE_HEADERS, **{"x-request-id": rid})
+    if wire is anthropic_wire:
+        headers["request-id"] = rid
+    resp = web.StreamResponse(headers=headers)
+    await resp.prepare(request)
+    st = state.stats.model(model)
+    st.open_streams += 1
+    try:
+        pieces = plan.pieces
+        n = len(pieces) if cut is None else min(cut, len(pieces))
+        complete = cut is None
+        if rate <= 0:
+            buf = enc.head() + b"".join([enc.piece(p) for p in pieces[:n]])
+            if complete:
+                buf += enc.tail(n)
+            await resp.write(buf)
+            progress.sent = n
+        else:
+            await resp.write(enc.head())
+            loop = asyncio.get_running_loop()
+            t0, i = loop.time(), 0
+            while i < n:
+                due = min(n, int((loop.time() - t0) * rate) + 1)
+                if due > i:
+                    await resp.write(b"".join([enc.piece(p) for p in pieces[i:due]]))
+                    progress.sent = i = due
+                else:
+                    await sleep_watch(request, t0 + i / rate - loop.time())
+            if complete:
+                await resp.write(enc.tail(n))
+        if fault == "disconnect":
+            await _abort(request)
+            return resp
+        if fault == "stream_error":
+            err = wire.fault_error("529" if wire is anthropic_wire else "500", model, 0)
+            await resp.write(enc.error(err))
+        await resp.write_eof()
+        return resp
+    finally:
+        st.open_streams -= 1
+
+
+async def handle_openai_chat(request: web.Request) -> web.StreamResponse:
+    return await chat(request, openai_wire)
+
+
+async def handle_anthropic_messages(request: web.Request) -> web.StreamResponse:
+    return await chat(request, anthropic_wire)
+
+
+async def handle_embeddings(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/embeddings``: deterministic unit vectors; honours 429/5xx/hang faults."""
+    state = request.app[STATE]
+    started = time.time()
+    rid = _new_id(openai_wire)
+    model = "unknown"
+    try:
+        body = await _read_body(request)
+        if isinstance(body, dict) and isinstance(body.get("model"), str):
+            model = body["model"]
+        account = _authenticate(state, openai_wire, request)
+        if not isinstance(body, dict):
+            raise RequestError(400, "invalid_request", "The request body is not valid JSON.")
+        model, inputs, dims, fmt = openai_wire.parse_embeddings(body)
+        ov = Overrides.from_headers(request.headers)
+        profile = state.profile(model)
+        fault = state.faults.draw(profile.faults, ov.fault)
+        if fault in ("429", "500", "503", "529"):
+            retry = ov.retry_after if ov.retry_after is not None else profile.faults.retry_after_s
+            raise openai_wire.fault_error(fault, model, retry)
+    except RequestError as err:
+        state.stats.outcome(model, _KIND_OUTCOME.get(err.kind, "bad_request"))
+        return _error_response(openai_wire, err, rid)
+    if fault == "hang":
+        return await _hang(request, state, model, started)
+    ttft = (ov.ttft_ms if ov.ttft_ms is not None else profile.ttft_ms) / 1000
+    if ttft > 0:
+        try:
+            await sleep_watch(request, ttft)
+        except ClientGone:
+            state.stats.outcome(model, "client_closed")
+            state.stats.client_closed(model, started)
+            return web.Response(status=499)
+    dims = dims or profile.embedding_dims
+    tokens = sum(embeddings.input_tokens(x) for x in inputs)
+    vectors = [embeddings.embedding_vector(embeddings.input_key(x), dims) for x in inputs]
+    data = [embeddings.encode_base64(v) for v in vectors] if fmt == "base64" else vectors
+    state.stats.outcome(model, "ok")
+    state.billing.record(account, model, openai_wire.billable(_embedding_plan(tokens), 0), started, rid)
+    return web.Response(body=openai_wire.embeddings_body(model, data, tokens), content_type="application/json",
+                        headers={"x-request-id": rid})
+
+
+def _embedding_plan(tokens: int) -> Plan:
+    return Plan(kind="text", pieces=[], finish="stop", input_tokens=tokens)

@@ -1,0 +1,54 @@
+"""Mutable simulator state shared by the handlers: profiles, accounts, RNG, billing, stats."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from infra.simulator.billing import BillingLedger
+from infra.simulator.config import ModelProfile, SimulatorConfig, parse_profile_update
+from infra.simulator.faults import FaultDecider
+from infra.simulator.stats import Stats
+
+DEFAULT_ACCOUNT = "default"
+
+
+class SimState:
+    """Everything a request reads or updates; ``reset()`` returns it to the config's state."""
+
+    def __init__(self, config: SimulatorConfig) -> None:
+        self.config = config
+        self.overrides: dict[str, ModelProfile] = {}
+        self._accounts = {a.api_key: a.name for a in config.accounts}
+        self.faults = FaultDecider(config.seed)
+        self.billing = BillingLedger(config.billing_file)
+        self.stats = Stats()
+
+    def profile(self, model: str) -> ModelProfile:
+        prof = self.overrides.get(model)
+        return prof if prof is not None else self.config.profile(model)
+
+    def set_profile(self, model: str, data: Any) -> ModelProfile:
+        """Overlay ``data`` on the model's current profile (raises ConfigError)."""
+        prof = parse_profile_update(data, self.profile(model))
+        self.overrides[model] = prof
+        return prof
+
+    def account_for(self, key: str | None) -> str | None:
+        """The account a presented key belongs to, or None (the key is never logged)."""
+        if not key:
+            return None
+        if not self._accounts:
+            return DEFAULT_ACCOUNT
+        return self._accounts.get(key)
+
+    def reset(self) -> None:
+        """Clear runtime profile changes, stats and billing; restart the fault RNG."""
+        self.overrides.clear()
+        self.faults.reset()
+        self.billing.reset()
+        self.stats.reset()
+
+
+STATE = web.AppKey("farebox_simulator_state", SimState)
