@@ -37,7 +37,8 @@ def _simulator(args: argparse.Namespace) -> int:
 
 def _keys_create(args: argparse.Namespace) -> int:
     from farebox.settings import load_settings
-    from proxy.control.keys import append_key_record, mint_key
+    from proxy.control.keys import mint_key
+    from proxy.control.statefile import append_jsonl
 
     settings = load_settings(args.config)
     snap = settings.snapshot
@@ -58,7 +59,7 @@ def _keys_create(args: argparse.Namespace) -> int:
         data_class_ceiling=args.data_class_ceiling,
         now_iso=datetime.now(timezone.utc).isoformat(),
     )
-    append_key_record(settings.keys_file, minted.record)
+    append_jsonl(settings.keys_file, minted.record)
     if args.json:
         print(json.dumps({"key": minted.plaintext, "id": minted.record["id"], "team": args.team,
                           "app": args.app, "aliases": aliases}))

@@ -23,7 +23,7 @@ log = logging.getLogger("farebox.reload")
 
 
 def _stamp(*paths: Path) -> tuple:
-    out = []
+    out: list[tuple[int, int] | None] = []
     for p in paths:
         try:
             st = p.stat()
@@ -35,7 +35,7 @@ def _stamp(*paths: Path) -> tuple:
 
 async def watch(settings: Settings, swap: Callable[[Snapshot], None], interval_s: float = 1.0) -> None:
     """Runs until cancelled."""
-    paths = (settings.config_path, settings.keys_file)
+    paths = settings.watched_files
     seen = _stamp(*paths)
     version = settings.snapshot.version
     last_hash = settings.snapshot.content_hash

@@ -1,7 +1,7 @@
 """Settings: parsed once at start-up, frozen, every problem reported together.
 
 One YAML file (``farebox.yaml``) holds the pod's own settings (``server``,
-``event_log``, ``keys_file``, ``secrets_file``) and the declarative control
+``event_log``, ``state_dir``, ``secrets_file``) and the declarative control
 plane (teams, deployments, aliases, prices: see
 ``proxy/control/declarative.py``). Relative paths are relative to the file.
 This is the only module that reads the environment.
@@ -20,11 +20,11 @@ import yaml
 
 from pricing.errors import PricingError
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
-from proxy.control.keys import read_key_file
+from proxy.control import statefile
 from proxy.control.problems import ConfigError, Problems, Reader
 from proxy.control.snapshot import Secrets, Snapshot
 
-SETTINGS_SECTIONS = ("server", "event_log", "keys_file", "secrets_file")
+SETTINGS_SECTIONS = ("server", "event_log", "state_dir", "secrets_file")
 
 
 @dataclass(frozen=True)
@@ -36,9 +36,26 @@ class Settings:
     pod_id: str
     hold_ttl_s: int
     event_log_path: Path
-    keys_file: Path
+    state_dir: Path
     secrets_file: Path | None
     snapshot: Snapshot
+
+    @property
+    def keys_file(self) -> Path:
+        return self.state_dir / statefile.KEYS
+
+    @property
+    def budgets_file(self) -> Path:
+        return self.state_dir / statefile.BUDGETS
+
+    @property
+    def admin_tokens_file(self) -> Path:
+        return self.state_dir / statefile.ADMIN_TOKENS
+
+    @property
+    def watched_files(self) -> tuple[Path, ...]:
+        """What the config watcher re-reads on change."""
+        return (self.config_path, self.keys_file, self.budgets_file, self.admin_tokens_file)
 
     def with_listen(self, host: str | None, port: int | None) -> "Settings":
         return replace(self, host=host or self.host, port=port if port is not None else self.port)
@@ -78,16 +95,17 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     elog = root.child("event_log")
     log_path = base / elog.str("path", "var/events.sqlite")
     elog.reject_unknown()
-    keys_file = base / root.str("keys_file", "var/keys.jsonl")
+    state_dir = base / root.str("state_dir", "var")
     secrets_name = root.str("secrets_file", None)
     root.skip(*CONTROL_SECTIONS)
     root.reject_unknown()
-    stored: list[dict] = []
-    try:
-        stored = read_key_file(keys_file)
-    except ValueError as exc:
-        problems.add("keys_file", str(exc))
-    snapshot = compile_snapshot({k: tree[k] for k in CONTROL_SECTIONS if k in tree}, stored, problems=problems)
+    stored = {name: _read_state(state_dir / name, problems) for name in (statefile.KEYS, statefile.BUDGETS)}
+    snapshot = compile_snapshot(
+        {k: tree[k] for k in CONTROL_SECTIONS if k in tree},
+        stored[statefile.KEYS],
+        stored[statefile.BUDGETS],
+        problems=problems,
+    )
     if snapshot is not None:
         _check_pricing_now(snapshot, problems)
     secrets_file = base / secrets_name if secrets_name else None
@@ -103,7 +121,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         pod_id=pod_id,
         hold_ttl_s=hold_ttl,
         event_log_path=log_path,
-        keys_file=keys_file,
+        state_dir=state_dir,
         secrets_file=secrets_file,
         snapshot=snapshot,
     )
@@ -158,3 +176,11 @@ def _check_pricing_now(snapshot: Snapshot, problems: Problems) -> None:
             snapshot.fx.rate(price.currency, snapshot.currency, now)
         except PricingError as exc:
             problems.add(f"deployments.{dep_id}", f"cannot be priced now: {exc}")
+
+
+def _read_state(path: Path, problems: Problems) -> list[dict]:
+    try:
+        return statefile.read_jsonl(path)
+    except ValueError as exc:
+        problems.add(path.name, str(exc))
+        return []

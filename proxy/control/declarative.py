@@ -9,6 +9,7 @@ Sections read here: ``currency``, ``fx``, ``prices``, ``business_units``,
 from __future__ import annotations
 
 import hashlib
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
@@ -18,6 +19,10 @@ from pricing.book import FxTable, Price, PriceBook, PriceVersion
 from proxy.control.problems import Problems, Reader
 from proxy.control.snapshot import (
     CAPABILITIES,
+    BudgetLimit,
+    BudgetPolicy,
+    KeyLimits,
+    RatePolicy,
     DATA_CLASSES,
     DIALECTS,
     Alias,
@@ -28,13 +33,17 @@ from proxy.control.snapshot import (
     Team,
 )
 
-CONTROL_SECTIONS = ("currency", "fx", "prices", "business_units", "teams", "apps", "deployments", "aliases", "keys")
+CONTROL_SECTIONS = (
+    "currency", "fx", "prices", "business_units", "teams", "apps", "deployments", "aliases", "keys",
+    "budgets", "rate_limits",
+)
 EPOCH = datetime(2020, 1, 1, tzinfo=timezone.utc)
 
 
 def compile_snapshot(
     tree: Mapping[str, Any],
     stored_keys: Iterable[Mapping[str, Any]] = (),
+    stored_budgets: Iterable[Mapping[str, Any]] = (),
     *,
     version: int = 1,
     problems: Problems | None = None,
@@ -50,11 +59,13 @@ def compile_snapshot(
     deployments, prices = _deployments(root)
     book = _price_book(root, prices)
     aliases = _aliases(root, deployments)
+    budgets = _budgets(root.child("budgets"), stored_budgets, teams, bus, aliases)
+    rate_limits = _rate_limits(root.child("rate_limits"), teams)
     keys: dict[str, KeyRecord] = {}
     for r in root.items("keys"):
         _add_key(keys, r, teams, apps, aliases)
     for i, entry in enumerate(stored_keys):
-        _add_key(keys, Reader(entry, f"keys_file[{i}]", problems), teams, apps, aliases)
+        _add_key(keys, Reader(entry, f"keys.jsonl[{i}]", problems), teams, apps, aliases)
     if problems.items:
         return None
     content = {
@@ -64,6 +75,7 @@ def compile_snapshot(
         "aliases": sorted(aliases),
         "keys": sorted(keys),
         "tree": {k: tree.get(k) for k in CONTROL_SECTIONS if k != "keys"},
+        "budgets": sorted((k, repr(v)) for k, v in budgets.scopes.items()),
     }
     digest = hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()
     return Snapshot(
@@ -77,6 +89,8 @@ def compile_snapshot(
         fx=fx,
         business_units=frozenset(bus),
         currency=currency,
+        budgets=budgets,
+        rate_limits=rate_limits,
     )
 
 
@@ -279,8 +293,103 @@ def _add_key(
         default_data_class=default_class,
         expires_at=r.number("expires_at", None),
         revoked=r.bool("revoked", False),
+        limits=_key_limits(r),
     )
     r.str("created_at", None)  # informational
     r.reject_unknown()
     if key_hash:
         keys[key_hash] = rec
+
+
+def _key_limits(r: Reader) -> KeyLimits:
+    return KeyLimits(rpm=r.int("rpm", None, 1), input_tpm=r.int("input_tpm", None, 1), output_tpm=r.int("output_tpm", None, 1))
+
+
+def _micro(r: Reader, name: str) -> int | None:
+    """A money amount in currency units -> exact integer micro-units (at most 6 decimals)."""
+    value = r.decimal(name, None)
+    if value is None:
+        return None
+    micro = value * 1_000_000
+    if micro != micro.to_integral_value():
+        r.problems.add(r.at(name), "has more than 6 decimal places")
+        return None
+    return int(micro)
+
+
+def _budget_limit(r: Reader, aliases: Mapping[str, Alias] | None = None) -> BudgetLimit:
+    limit = BudgetLimit(
+        limit_micro=_micro(r, "monthly_limit") if "monthly_limit" in r.data else _micro(r, "limit"),
+        soft_pct=r.int("soft_pct", 80, 1),
+        downgrade_alias=r.str("downgrade_alias", None),
+        max_calls=r.int("max_calls", None, 1),
+    )
+    r.skip("limit", "monthly_limit")
+    if limit.soft_pct > 100:
+        r.problems.add(r.at("soft_pct"), "must be <= 100")
+    if aliases is not None and limit.downgrade_alias and limit.downgrade_alias not in aliases:
+        r.problems.add(r.at("downgrade_alias"), f"unknown alias {limit.downgrade_alias!r}")
+    return limit
+
+
+def check_scope(scope: str, teams: Mapping[str, Team], bus: set[str]) -> str | None:
+    """Why a budget scope id is not valid, or None."""
+    kind, _, name = scope.partition(":")
+    if not name or kind not in ("key", "team", "bu"):
+        return "must look like key:<key id>, team:<team> or bu:<business unit>"
+    if kind == "team" and name not in teams:
+        return f"unknown team {name!r}"
+    if kind == "bu" and name not in bus:
+        return f"unknown business unit {name!r}"
+    return None
+
+
+def _budgets(
+    r: Reader,
+    stored: Iterable[Mapping[str, Any]],
+    teams: Mapping[str, Team],
+    bus: set[str],
+    aliases: Mapping[str, Alias],
+) -> BudgetPolicy:
+    tz = r.str("timezone", "Asia/Kolkata")
+    try:
+        ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        r.problems.add(r.at("timezone"), f"unknown time zone {tz!r}")
+    cap = _micro(r, "per_request_cap")
+    runs = r.child("runs")
+    run_default = _budget_limit(runs, aliases)
+    runs.reject_unknown()
+    scopes: dict[str, BudgetLimit] = {}
+    entries = [(e, e.str("scope")) for e in r.items("scopes")]
+    entries += [(e, e.str("scope")) for e in (Reader(d, f"budgets.jsonl[{i}]", r.problems) for i, d in enumerate(stored))]
+    for e, scope in entries:
+        limit = _budget_limit(e, aliases)
+        e.skip("set_at", "set_by")
+        e.reject_unknown()
+        if scope:
+            why = check_scope(scope, teams, bus)
+            if why:
+                e.problems.add(e.at("scope"), why)
+            scopes[scope] = limit  # later entries (admin changes) win
+    r.reject_unknown()
+    return BudgetPolicy(timezone=tz, per_request_cap_micro=cap, run_default=run_default, scopes=scopes)
+
+
+def _rate_limits(r: Reader, teams: Mapping[str, Team]) -> RatePolicy:
+    kd = r.child("key_defaults")
+    key_default = _key_limits(kd)
+    kd.reject_unknown()
+    team_tpm: dict[str, int] = {}
+    tt = r.child("team_tpm")
+    for name, value in tt.data.items():
+        if name not in teams:
+            tt.problems.add(tt.at(name), f"unknown team {name!r}")
+        tpm = tt.int(name, None, 1)
+        if tpm:
+            team_tpm[name] = tpm
+    mirror = r.int("deployment_mirror_pct", 90, 1)
+    if mirror > 100:
+        r.problems.add(r.at("deployment_mirror_pct"), "must be <= 100")
+    r.reject_unknown()
+    return RatePolicy(key_default=key_default, team_tpm=team_tpm, mirror_pct=mirror)

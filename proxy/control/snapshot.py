@@ -60,6 +60,55 @@ class Alias:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyLimits:
+    """Per-key request and token rates per minute; None = not limited at this level."""
+
+    rpm: int | None = None
+    input_tpm: int | None = None
+    output_tpm: int | None = None
+
+    def over(self, default: "KeyLimits") -> "KeyLimits":
+        """These limits, falling back to ``default`` field by field."""
+        return KeyLimits(
+            rpm=self.rpm if self.rpm is not None else default.rpm,
+            input_tpm=self.input_tpm if self.input_tpm is not None else default.input_tpm,
+            output_tpm=self.output_tpm if self.output_tpm is not None else default.output_tpm,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetLimit:
+    """A scope's monthly money limit (micro-units) and what happens near it."""
+
+    limit_micro: int | None  # None: not limited
+    soft_pct: int = 80
+    downgrade_alias: str | None = None  # past the soft threshold, serve this alias instead
+    max_calls: int | None = None  # agent runs: calls per run
+
+
+@dataclass(frozen=True)
+class BudgetPolicy:
+    timezone: str = "Asia/Kolkata"
+    per_request_cap_micro: int | None = None  # denial-of-wallet guard on the worst case
+    run_default: BudgetLimit = BudgetLimit(None)
+    scopes: Mapping[str, BudgetLimit] = field(default_factory=dict)
+
+    def limit_for(self, scope: str) -> BudgetLimit | None:
+        if scope in self.scopes:
+            return self.scopes[scope]
+        if scope.startswith("run:"):
+            return self.run_default
+        return None
+
+
+@dataclass(frozen=True)
+class RatePolicy:
+    key_default: KeyLimits = KeyLimits()
+    team_tpm: Mapping[str, int] = field(default_factory=dict)  # input + output tokens per minute
+    mirror_pct: int = 90  # deployment buckets at this share of the provider's limits
+
+
+@dataclass(frozen=True, slots=True)
 class KeyRecord:
     key_id: str  # display prefix, e.g. "fb-dev-1a2b" (not secret)
     key_hash: str  # sha256 hex of the full key
@@ -71,6 +120,7 @@ class KeyRecord:
     default_data_class: str = "internal"
     expires_at: float | None = None  # unix seconds UTC
     revoked: bool = False
+    limits: KeyLimits = KeyLimits()
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +141,8 @@ class Snapshot:
     fx: FxTable
     business_units: frozenset[str] = field(default_factory=frozenset)
     currency: str = "INR"
+    budgets: BudgetPolicy = BudgetPolicy()
+    rate_limits: RatePolicy = RatePolicy()
 
     def key_by_secret(self, presented: str) -> KeyRecord | None:
         return self.keys.get(hash_key(presented))

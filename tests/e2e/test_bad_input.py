@@ -106,12 +106,13 @@ def test_bad_key_is_401(stack: Stack, header: str | None, code: str) -> None:
 
 
 def test_expired_key_is_401(stack: Stack) -> None:
-    from proxy.control.keys import append_key_record, mint_key
+    from proxy.control.keys import mint_key
+    from proxy.control.statefile import append_jsonl
 
     minted = mint_key(team="platform", app="playground", aliases=["chat-default"], now_iso="2026-01-01T00:00:00Z",
                       expires_at=time.time() + 1.5)
     keys_file = stack.folder / "keys.jsonl"
-    append_key_record(keys_file, minted.record)
+    append_jsonl(keys_file, minted.record)
     wait_key_live(stack.gateway_url, minted.plaintext)
     time.sleep(1.6)
     resp = httpx.post(stack.gateway_url + CHAT, json=OK_BODY, headers={"Authorization": f"Bearer {minted.plaintext}"})

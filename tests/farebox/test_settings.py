@@ -19,7 +19,7 @@ EXAMPLE = ROOT / "examples" / "farebox.yaml"
 def write(tmp_path: Path, mutate=lambda t: None) -> Path:
     tree = yaml.safe_load(EXAMPLE.read_text())
     tree["secrets_file"] = str(ROOT / "examples" / "secrets.env")
-    tree["keys_file"] = str(tmp_path / "keys.jsonl")
+    tree["state_dir"] = str(tmp_path)
     mutate(tree)
     path = tmp_path / "farebox.yaml"
     path.write_text(yaml.safe_dump(tree))
