@@ -3,6 +3,7 @@
     farebox serve --config PATH [--host H] [--port N]
     farebox simulator [--port N] [--host H] [--config PATH]
     farebox keys create --config PATH --team T --app A --aliases a,b [--json]
+    farebox admin token create --config PATH --name N --role admin|finance|auditor [--json]
     farebox config check PATH
     farebox events tail --config PATH [-n N] [--follow]
 """
@@ -65,6 +66,22 @@ def _keys_create(args: argparse.Namespace) -> int:
                           "app": args.app, "aliases": aliases}))
     else:
         print(f"key {minted.record['id']} for {args.team}/{args.app} ({', '.join(aliases)}); shown once:")
+        print(minted.plaintext)
+    return 0
+
+
+def _admin_token_create(args: argparse.Namespace) -> int:
+    from farebox.settings import load_settings
+    from proxy.control.keys import mint_admin_token
+    from proxy.control.statefile import append_jsonl
+
+    settings = load_settings(args.config)
+    minted = mint_admin_token(name=args.name, role=args.role, now_iso=datetime.now(timezone.utc).isoformat())
+    append_jsonl(settings.admin_tokens_file, minted.record)
+    if args.json:
+        print(json.dumps({"token": minted.plaintext, "name": args.name, "role": args.role}))
+    else:
+        print(f"admin token '{args.name}' ({args.role}); shown once:")
         print(minted.plaintext)
     return 0
 
@@ -135,6 +152,15 @@ def parser() -> argparse.ArgumentParser:
                    choices=["public", "internal", "confidential", "restricted"])
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_keys_create)
+
+    admin = sub.add_parser("admin", help="admin API access").add_subparsers(dest="admin_command", required=True)
+    tokens = admin.add_parser("token", help="admin tokens").add_subparsers(dest="token_command", required=True)
+    s = tokens.add_parser("create", help="mint an admin token; printed once, only its hash is stored")
+    s.add_argument("--config", required=True)
+    s.add_argument("--name", required=True)
+    s.add_argument("--role", required=True, choices=["admin", "finance", "auditor"])
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_admin_token_create)
 
     config = sub.add_parser("config", help="configuration").add_subparsers(dest="config_command", required=True)
     s = config.add_parser("check", help="validate a config file without starting anything")

@@ -1,10 +1,12 @@
-"""Embedded mode: pick up config and key-file changes while serving.
+"""Embedded mode: the control plane is the config file plus the state files.
 
-Every ``interval_s`` the watcher compares the config file's and key file's
-(mtime, size); on a change it re-parses everything and, if valid, swaps in a
-new snapshot numbered one higher. An invalid edit is logged with every
-problem and the last good snapshot keeps serving. So a key minted with
-``farebox keys create`` is usable within about a second, with no restart.
+``Reloader`` re-parses everything and, if valid, swaps in a new snapshot
+numbered one higher; an invalid edit is logged with every problem and the
+last good snapshot keeps serving. It runs when a watched file changes (polled
+every second, so a key minted with ``farebox keys create`` is live within
+about a second, no restart) and right after an admin API write.
+``EmbeddedControl`` is the admin API's store: it appends to a state file and
+reloads before answering, so the change is live when the caller hears back.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ import asyncio
 import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from farebox.settings import Settings, load_settings
 from proxy.control.problems import ConfigError
 from proxy.control.snapshot import Snapshot
+from proxy.control.statefile import append_jsonl
 
 log = logging.getLogger("farebox.reload")
 
@@ -33,30 +36,53 @@ def _stamp(*paths: Path) -> tuple:
     return tuple(out)
 
 
-async def watch(settings: Settings, swap: Callable[[Snapshot], None], interval_s: float = 1.0) -> None:
-    """Runs until cancelled."""
-    paths = settings.watched_files
-    seen = _stamp(*paths)
-    version = settings.snapshot.version
-    last_hash = settings.snapshot.content_hash
-    while True:
-        await asyncio.sleep(interval_s)
-        now = _stamp(*paths)
-        if now == seen:
-            continue
-        seen = now
+class Reloader:
+    def __init__(self, settings: Settings, swap: Callable[[Snapshot], None]) -> None:
+        self.settings = settings
+        self.swap = swap
+        self.version = settings.snapshot.version
+        self.last_hash = settings.snapshot.content_hash
+        self._seen = _stamp(*settings.watched_files)
+        self._lock = asyncio.Lock()
+
+    async def reload_now(self) -> Snapshot | None:
+        """Re-read config and state; the new snapshot if anything changed. Raises ConfigError."""
+        async with self._lock:
+            self._seen = _stamp(*self.settings.watched_files)
+            fresh = await asyncio.to_thread(load_settings, self.settings.config_path)
+            if fresh.snapshot.content_hash == self.last_hash:
+                return None
+            self.version += 1
+            self.last_hash = fresh.snapshot.content_hash
+            snapshot = replace(fresh.snapshot, version=self.version)
+            self.swap(snapshot)
+            log.info("snapshot %d live (%s)", self.version, self.last_hash[:12])
+            return snapshot
+
+    async def watch(self, interval_s: float = 1.0) -> None:
+        """Runs until cancelled."""
+        while True:
+            await asyncio.sleep(interval_s)
+            if _stamp(*self.settings.watched_files) == self._seen:
+                continue
+            try:
+                await self.reload_now()
+            except ConfigError as exc:
+                log.error("config change rejected, still serving snapshot %d:\n%s", self.version, exc)
+
+
+class EmbeddedControl:
+    """The admin API's writes in embedded mode: a state-file line, then a reload."""
+
+    def __init__(self, settings: Settings, reloader: Reloader) -> None:
+        self.settings = settings
+        self.reloader = reloader
+
+    async def set_budget(self, record: dict[str, Any]) -> None:
+        # The admin handler validated the record against the live snapshot, so the file stays loadable.
+        await asyncio.to_thread(append_jsonl, self.settings.budgets_file, record)
         try:
-            fresh = await asyncio.to_thread(load_settings, settings.config_path)
-        except ConfigError as exc:
-            log.error("config change rejected, still serving snapshot %d:\n%s", version, exc)
-            continue
-        if fresh.snapshot.content_hash == last_hash:
-            continue
-        version += 1
-        last_hash = fresh.snapshot.content_hash
-        swap(_renumbered(fresh.snapshot, version))
-        log.info("snapshot %d live (%s)", version, last_hash[:12])
-
-
-def _renumbered(snapshot: Snapshot, version: int) -> Snapshot:
-    return replace(snapshot, version=version)
+            await self.reloader.reload_now()
+        except ConfigError:
+            log.exception("a budget change made the config invalid")
+            raise

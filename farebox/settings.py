@@ -99,11 +99,12 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     secrets_name = root.str("secrets_file", None)
     root.skip(*CONTROL_SECTIONS)
     root.reject_unknown()
-    stored = {name: _read_state(state_dir / name, problems) for name in (statefile.KEYS, statefile.BUDGETS)}
+    stored = {n: _read_state(state_dir / n, problems) for n in (statefile.KEYS, statefile.BUDGETS, statefile.ADMIN_TOKENS)}
     snapshot = compile_snapshot(
         {k: tree[k] for k in CONTROL_SECTIONS if k in tree},
         stored[statefile.KEYS],
         stored[statefile.BUDGETS],
+        stored[statefile.ADMIN_TOKENS],
         problems=problems,
     )
     if snapshot is not None:

@@ -14,7 +14,7 @@ from typing import AsyncIterator
 
 from aiohttp import web
 
-from farebox.reload import watch
+from farebox.reload import Reloader
 from farebox.settings import Settings
 from proxy.api.app import create_app
 from proxy.control.snapshot import Secrets
@@ -41,8 +41,10 @@ async def gateway_app(settings: Settings, secrets: Secrets) -> web.Application:
         yield
         await events.close()
 
+    reloader = Reloader(settings, runtime.swap)
+
     async def reload_ctx(app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(watch(settings, runtime.swap))
+        task = asyncio.create_task(reloader.watch())
         yield
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -5,7 +5,7 @@ All answers come from the in-memory snapshot; no database on the hot path.
 
 from __future__ import annotations
 
-from proxy.control.snapshot import DATA_CLASSES, Alias, KeyRecord, Snapshot
+from proxy.control.snapshot import DATA_CLASSES, AdminToken, Alias, KeyRecord, Snapshot, hash_key
 from proxy.errors import AuthenticationFailed, InvalidRequest, NotFound, PermissionDenied
 
 _RANK = {name: i for i, name in enumerate(DATA_CLASSES)}
@@ -36,6 +36,23 @@ def authenticate(snapshot: Snapshot, header: str | None, now: float) -> KeyRecor
     if key.expires_at is not None and now >= key.expires_at:
         raise AuthenticationFailed(f"The key {key.key_id} has expired.", code="expired_api_key")
     return key
+
+
+def authenticate_admin(snapshot: Snapshot, header: str | None) -> AdminToken:
+    """The admin token for an /admin/ call; 401 otherwise (virtual keys are not admin tokens)."""
+    token = snapshot.admin_tokens.get(hash_key(bearer_token(header)))
+    if token is None:
+        raise AuthenticationFailed("Incorrect admin token provided.", code="invalid_admin_token")
+    return token
+
+
+def require_role(token: AdminToken, *roles: str) -> None:
+    """403 unless the token's role is one of ``roles`` (admin may do everything)."""
+    if token.role != "admin" and token.role not in roles:
+        raise PermissionDenied(
+            f"Admin token '{token.name}' has role '{token.role}'; this call needs {' or '.join(('admin', *roles))}.",
+            code="insufficient_role",
+        )
 
 
 def allowed_alias(snapshot: Snapshot, key: KeyRecord, name: str, kind: str) -> Alias:

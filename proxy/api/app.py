@@ -15,7 +15,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from proxy.admission.auth import authenticate
+from proxy.admission.auth import authenticate, authenticate_admin
 from proxy.api import chat, embeddings, models
 from proxy.errors import GatewayError, NotFound, PayloadTooLarge
 from proxy.runtime import RUNTIME, Runtime
@@ -24,6 +24,7 @@ from proxy.upstream.relay import UpstreamClient
 log = logging.getLogger("farebox.proxy")
 
 OPEN_ROUTES = frozenset({"/health"})
+ADMIN_PREFIX = "/admin/"  # admin tokens, never virtual keys
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -60,7 +61,9 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
     request["client_request_id"] = client_id
     echo = client_id or rid
     try:
-        if request.path not in OPEN_ROUTES:
+        if request.path.startswith(ADMIN_PREFIX):
+            request["admin"] = authenticate_admin(request.app[RUNTIME].snapshot, request.headers.get("Authorization"))
+        elif request.path not in OPEN_ROUTES:
             rt = request.app[RUNTIME]
             request["key"] = authenticate(rt.snapshot, request.headers.get("Authorization"), rt.clock())
         resp = await handler(request)

@@ -18,7 +18,9 @@ import orjson
 from pricing.book import FxTable, Price, PriceBook, PriceVersion
 from proxy.control.problems import Problems, Reader
 from proxy.control.snapshot import (
+    ADMIN_ROLES,
     CAPABILITIES,
+    AdminToken,
     BudgetLimit,
     BudgetPolicy,
     KeyLimits,
@@ -44,6 +46,7 @@ def compile_snapshot(
     tree: Mapping[str, Any],
     stored_keys: Iterable[Mapping[str, Any]] = (),
     stored_budgets: Iterable[Mapping[str, Any]] = (),
+    stored_admin_tokens: Iterable[Mapping[str, Any]] = (),
     *,
     version: int = 1,
     problems: Problems | None = None,
@@ -66,6 +69,7 @@ def compile_snapshot(
         _add_key(keys, r, teams, apps, aliases)
     for i, entry in enumerate(stored_keys):
         _add_key(keys, Reader(entry, f"keys.jsonl[{i}]", problems), teams, apps, aliases)
+    admin_tokens = _admin_tokens(stored_admin_tokens, problems)
     if problems.items:
         return None
     content = {
@@ -74,6 +78,7 @@ def compile_snapshot(
         "deployments": sorted(deployments),
         "aliases": sorted(aliases),
         "keys": sorted(keys),
+        "admin_tokens": sorted((h, t.role) for h, t in admin_tokens.items()),
         "tree": {k: tree.get(k) for k in CONTROL_SECTIONS if k != "keys"},
         "budgets": sorted((k, repr(v)) for k, v in budgets.scopes.items()),
     }
@@ -91,6 +96,7 @@ def compile_snapshot(
         currency=currency,
         budgets=budgets,
         rate_limits=rate_limits,
+        admin_tokens=admin_tokens,
     )
 
 
@@ -393,3 +399,19 @@ def _rate_limits(r: Reader, teams: Mapping[str, Team]) -> RatePolicy:
         r.problems.add(r.at("deployment_mirror_pct"), "must be <= 100")
     r.reject_unknown()
     return RatePolicy(key_default=key_default, team_tpm=team_tpm, mirror_pct=mirror)
+
+
+def _admin_tokens(stored: Iterable[Mapping[str, Any]], problems: Problems) -> dict[str, AdminToken]:
+    tokens: dict[str, AdminToken] = {}
+    for i, entry in enumerate(stored):
+        r = Reader(entry, f"admin-tokens.jsonl[{i}]", problems)
+        name, role, token_hash = r.str("name"), r.str("role", choices=ADMIN_ROLES), r.str("hash")
+        revoked = r.bool("revoked", False)
+        r.skip("created_at")
+        r.reject_unknown()
+        if name and role and token_hash:
+            if revoked:
+                tokens.pop(token_hash, None)
+            else:
+                tokens[token_hash] = AdminToken(name=name, role=role, token_hash=token_hash)
+    return tokens

@@ -45,3 +45,12 @@ def mint_key(
     if expires_at is not None:
         record["expires_at"] = expires_at
     return MintedKey(plaintext, record)
+
+
+def mint_admin_token(
+    *, name: str, role: str, now_iso: str, token_bytes: Callable[[int], bytes] = secrets.token_bytes
+) -> MintedKey:
+    """An admin API token (``fbadm-…``); only its hash and role are stored."""
+    raw = base64.urlsafe_b64encode(token_bytes(32)).rstrip(b"=").decode()
+    plaintext = f"fbadm-{raw}"
+    return MintedKey(plaintext, {"name": name, "role": role, "hash": hash_key(plaintext), "created_at": now_iso})

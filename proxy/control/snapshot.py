@@ -123,6 +123,16 @@ class KeyRecord:
     limits: KeyLimits = KeyLimits()
 
 
+ADMIN_ROLES = ("admin", "finance", "auditor")
+
+
+@dataclass(frozen=True, slots=True)
+class AdminToken:
+    name: str
+    role: str  # admin: everything; finance: budgets and usage; auditor: read-only
+    token_hash: str
+
+
 @dataclass(frozen=True, slots=True)
 class Team:
     name: str
@@ -143,6 +153,7 @@ class Snapshot:
     currency: str = "INR"
     budgets: BudgetPolicy = BudgetPolicy()
     rate_limits: RatePolicy = RatePolicy()
+    admin_tokens: Mapping[str, AdminToken] = field(default_factory=dict)  # by token hash
 
     def key_by_secret(self, presented: str) -> KeyRecord | None:
         return self.keys.get(hash_key(presented))
