@@ -26,6 +26,24 @@ def estimate_tokens(text_chars: int) -> int:
 
 def estimate_chat_input(body: dict) -> int:
     """Estimated prompt tokens of a chat completions body (messages, tool calls, tools)."""
+    chars, extra = chat_input_chars(body)
+    return estimate_tokens(chars) + extra
+
+
+def raw_tokens(text_chars: int) -> int:
+    """ceil(chars / 4): the unpadded chars-per-token count (the fallback's floor)."""
+    if text_chars <= 0:
+        return 0
+    return -(-text_chars // 4)
+
+
+def chat_input_chars(body: dict) -> tuple[int, int]:
+    """(text characters, fixed tokens) of a chat completions body.
+
+    The characters are what the chars/4 rule applies to; the fixed tokens are
+    the message framing, the reply priming and the image parts, which are not
+    text and are not padded.
+    """
     chars = 0
     extra = REPLY_PRIMING_TOKENS
     messages = body.get("messages") or []
@@ -45,7 +63,8 @@ def estimate_chat_input(body: dict) -> int:
                     chars += _text_len(part.get("text")) + _text_len(part.get("refusal"))
                 else:
                     chars += _text_len(part)
-        for call in message.get("tool_calls") or []:
+        tool_calls = message.get("tool_calls")
+        for call in tool_calls if isinstance(tool_calls, list) else []:
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict):
                 chars += _text_len(function.get("name")) + _text_len(function.get("arguments"))
@@ -58,7 +77,7 @@ def estimate_chat_input(body: dict) -> int:
     response_format = body.get("response_format")
     if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
         chars += _json_len(response_format.get("json_schema"))
-    return estimate_tokens(chars) + extra
+    return chars, extra
 
 
 def _text_len(value: Any) -> int:
