@@ -8,9 +8,9 @@ Every event is a frozen dataclass with a common envelope:
   for any change to a type's fields (the codec keeps readers for old schemas);
 * ``time``: a timezone-aware instant, normalised to UTC;
 * ``request_id``: the request the event belongs to (None for lease and config
-  events);
+  events; for a budget notice, the request that crossed the threshold);
 * ``key``: the Kafka partition key: the team for request events, the scope
-  for lease events, None for config events.
+  for lease events and budget notices, None for config events.
 
 Money is integer micro-units of the named currency, never a float. Usage is
 a ``pricing.usage.TokenUsage`` (the shared, pure value type; on the wire its
@@ -298,6 +298,62 @@ class LeaseReturned(LeaseEvent):
     verb: ClassVar[str] = "returned"
 
 
+# --- budget notices (fb.scope-entries, keyed by scope) ------------------------------
+
+
+def _check_period(event: Event, name: str, value: object) -> None:
+    """A calendar month "YYYY-MM" (the budget period, in the configured zone)."""
+    ok = (
+        isinstance(value, str)
+        and len(value) == 7
+        and value[4] == "-"
+        and value[:4].isdigit()
+        and value[5:].isdigit()
+        and 1 <= int(value[5:]) <= 12
+    )
+    if not ok:
+        raise InvalidEvent(f"{event.type}.{name} must be a month like 2026-10, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetThresholdCrossed(Event):
+    """A scope's settled + held passed its soft threshold in ``period``: emitted once per scope and period.
+
+    ``spent_micro`` is settled + held at the crossing, including the hold of
+    ``request_id``, the request whose admission crossed it. Traffic is not
+    affected; refusals at the hard limit are 429s, not events.
+    """
+
+    type: ClassVar[str] = "budget.threshold_crossed"
+
+    request_id: str  # type: ignore[assignment]  # a field here, a property on Event
+    scope: str
+    period: str
+    limit_micro: int
+    spent_micro: int
+    threshold_pct: int
+    currency: str
+
+    def __post_init__(self) -> None:
+        Event.__post_init__(self)
+        _non_empty(self, "request_id", self.request_id)
+        _non_empty(self, "scope", self.scope)
+        _check_period(self, "period", self.period)
+        _non_negative(self, "limit_micro", self.limit_micro)
+        _non_negative(self, "spent_micro", self.spent_micro)
+        pct = self.threshold_pct
+        if isinstance(pct, bool) or not isinstance(pct, int) or not 1 <= pct <= 100:
+            raise InvalidEvent(f"{self.type}.threshold_pct must be an int in 1..100, got {pct!r}")
+
+    @property
+    def id(self) -> str:
+        return f"{self.scope}/{self.period}/soft"
+
+    @property
+    def key(self) -> str:
+        return self.scope
+
+
 # --- config audit (fb.config) -------------------------------------------------------
 
 
@@ -329,4 +385,5 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     LeaseGranted,
     LeaseReturned,
     ConfigPublished,
+    BudgetThresholdCrossed,
 )

@@ -36,7 +36,12 @@ scopes = st.builds(
 )
 micro_maps = st.dictionaries(scopes, ints, max_size=4)
 
-_SPECIAL = {"attempt": st.integers(1, 1000), "outcome": st.sampled_from(sorted(ATTEMPT_OUTCOMES))}
+_SPECIAL = {
+    "attempt": st.integers(1, 1000),
+    "outcome": st.sampled_from(sorted(ATTEMPT_OUTCOMES)),
+    "period": st.builds(lambda y, m: f"{y:04d}-{m:02d}", st.integers(2000, 2199), st.integers(1, 12)),
+    "threshold_pct": st.integers(1, 100),
+}
 
 
 def _for_hint(hint: object) -> st.SearchStrategy:

@@ -8,6 +8,7 @@ from ledger.codec import decode, encode, format_time, parse_time, to_dict
 from ledger.errors import CodecError, InvalidEvent, UnknownEventType
 from ledger.events import (
     EVENT_TYPES,
+    BudgetThresholdCrossed,
     ConfigPublished,
     HoldExpired,
     LeaseGranted,
@@ -102,7 +103,7 @@ def test_round_trip(event):
 
 
 def test_every_type_is_registered():
-    assert len({cls.type for cls in EVENT_TYPES}) == len(EVENT_TYPES) == 8
+    assert len({cls.type for cls in EVENT_TYPES}) == len(EVENT_TYPES) == 9
 
 
 def test_events_are_immutable():
@@ -173,3 +174,42 @@ def test_decode_errors_are_clear(data, error, match):
         return
     with pytest.raises(error, match=match):
         decode(data)
+
+
+def crossed(**overrides) -> BudgetThresholdCrossed:
+    fields = dict(
+        time=T, request_id="req-9", scope="team:payments", period="2026-10", limit_micro=100_000_000,
+        spent_micro=80_000_123, threshold_pct=80, currency="INR",
+    )
+    return BudgetThresholdCrossed(**{**fields, **overrides})
+
+
+def test_threshold_crossed_envelope_and_wire():
+    event = crossed()
+    assert (event.id, event.key, event.request_id) == ("team:payments/2026-10/soft", "team:payments", "req-9")
+    wire = orjson.loads(encode(event))
+    assert wire == {
+        "type": "budget.threshold_crossed", "schema": 1, "id": "team:payments/2026-10/soft",
+        "time": "2026-10-03T10:15:02.123456Z", "request_id": "req-9", "key": "team:payments",
+        "scope": "team:payments", "period": "2026-10", "limit_micro": 100_000_000,
+        "spent_micro": 80_000_123, "threshold_pct": 80, "currency": "INR",
+    }
+    assert decode(encode(event)) == event
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [dict(period="2026-13"), dict(period="2026-1"), dict(period="26-10-01"), dict(threshold_pct=0),
+     dict(threshold_pct=101), dict(spent_micro=-1), dict(scope=""), dict(request_id="")],
+)
+def test_invalid_threshold_crossed_is_refused(bad):
+    with pytest.raises(InvalidEvent):
+        crossed(**bad)
+
+
+def test_threshold_crossed_envelope_is_checked_on_decode():
+    data = to_dict(crossed())
+    with pytest.raises(CodecError, match="envelope does not match"):
+        decode(orjson.dumps({**data, "id": "team:payments/2026-11/soft"}))
+    with pytest.raises(CodecError, match="envelope does not match"):
+        decode(orjson.dumps({**data, "key": "team:other"}))
