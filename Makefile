@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast bench bench-sim clean
+.PHONY: install services run test test-fast bench bench-sim bench-limits clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -15,12 +15,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+## Debian packages the integration tests run as plain processes (redis-server).
+services:
+	infra/install-services.sh
+
 ## Run the simulator and the gateway on http://127.0.0.1:8080 (foreground; Ctrl-C stops both).
 run: install
 	infra/run-dev.sh
 
 ## Everything the CI runs: installs what is missing, starts what the tests need.
-test: install
+test: install services
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 ## Added latency and TTFT against a direct-to-simulator run, at several concurrencies and rates.
@@ -30,6 +34,11 @@ bench: install
 ## The simulator's own ceiling.
 bench-sim: install
 	$(BIN)/python -m infra.simulator.bench
+
+## Rate-limit bucket latency (memory / Redis) and accuracy against a real Redis.
+bench-limits: install services
+	$(BIN)/python -m tests.proxy.admission.bench_latency
+	$(BIN)/python -m tests.proxy.admission.bench_accuracy
 
 clean:
 	rm -rf var .pytest_cache

@@ -1,3 +1,5 @@
-from farebox.cli import main
 import sys
+
+from farebox.cli import main
+
 sys.exit(main())

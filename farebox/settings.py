@@ -19,8 +19,8 @@ from typing import Mapping
 import yaml
 
 from pricing.errors import PricingError
-from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control import statefile
+from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.problems import ConfigError, Problems, Reader
 from proxy.control.snapshot import Secrets, Snapshot
 
@@ -35,6 +35,7 @@ class Settings:
     max_body_bytes: int
     pod_id: str
     hold_ttl_s: int
+    sweep_interval_s: float
     event_log_path: Path
     state_dir: Path
     secrets_file: Path | None
@@ -91,6 +92,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     max_body = server.int("max_body_bytes", 4 * 1024 * 1024, 1024)
     pod_id = server.str("pod_id", None) or env.get("FAREBOX_POD_ID") or f"{socket.gethostname()}-{os.getpid()}"
     hold_ttl = server.int("hold_ttl_s", 900, 1)
+    sweep_interval = server.number("sweep_interval_s", 5.0, 0.05)
     server.reject_unknown()
     elog = root.child("event_log")
     log_path = base / elog.str("path", "var/events.sqlite")
@@ -121,6 +123,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         max_body_bytes=max_body,
         pod_id=pod_id,
         hold_ttl_s=hold_ttl,
+        sweep_interval_s=sweep_interval,
         event_log_path=log_path,
         state_dir=state_dir,
         secrets_file=secrets_file,

@@ -11,14 +11,19 @@ import asyncio
 import logging
 import random
 from typing import AsyncIterator
+from zoneinfo import ZoneInfo
 
 from aiohttp import web
 
-from farebox.reload import Reloader
+from farebox.reload import EmbeddedControl, Reloader
 from farebox.settings import Settings
+from proxy.admission.budgets import BudgetGate
+from proxy.admission.sweeper import sweep_forever
 from proxy.api.app import create_app
 from proxy.control.snapshot import Secrets
 from proxy.runtime import ProxyOptions, Runtime
+from streams.checkpoints import CheckpointStore
+from streams.runner import EmbeddedLedgerRunner
 from streams.sqlite_log import SqliteEventLog
 
 log = logging.getLogger("farebox")
@@ -32,16 +37,35 @@ def build_runtime(settings: Settings, secrets: Secrets, events) -> Runtime:
 
 
 async def gateway_app(settings: Settings, secrets: Secrets) -> web.Application:
-    """The embedded gateway: the SQLite log opens first and closes last."""
+    """The embedded gateway: the SQLite log opens first and closes last.
+
+    Start-up: open the log, rebuild the ledger from the latest checkpoint,
+    then serve. Shutdown (reverse): stop the watcher and sweeper, let requests
+    finish, close the upstream session, fold and checkpoint, close the log.
+    """
     events = SqliteEventLog.open(settings.event_log_path)
+    store = CheckpointStore(f"{settings.event_log_path}.checkpoints")
+    runner = EmbeddedLedgerRunner(events, store, ZoneInfo(settings.snapshot.budgets.timezone))
+    ledger = await runner.start()
     runtime = build_runtime(settings, secrets, events)
+    runtime.budgets = BudgetGate(ledger)
     app = create_app(runtime)
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
+        follower = asyncio.create_task(runner.follow())
+        sweeper = asyncio.create_task(sweep_forever(runtime, settings.sweep_interval_s))
         yield
-        await events.close()
+        for task in (follower, sweeper):
+            task.cancel()
+        await asyncio.gather(follower, sweeper, return_exceptions=True)
+        try:
+            await runner.final_checkpoint()
+        finally:
+            await events.close()
+            store.close()
 
     reloader = Reloader(settings, runtime.swap)
+    runtime.control = EmbeddedControl(settings, reloader)
 
     async def reload_ctx(app: web.Application) -> AsyncIterator[None]:
         task = asyncio.create_task(reloader.watch())

@@ -68,6 +68,7 @@ class Meter:
         self.started = time.monotonic()
         self.attempts = 0
         self.plan: Plan | None = None
+        self.scopes = scopes_of(key, run_id)
         self.holds: dict[str, int] = {}
         self.total_usage = TokenUsage()
         self.total_cost = 0
@@ -78,7 +79,7 @@ class Meter:
 
     def admitted(self, plan: Plan) -> None:
         self.plan = plan
-        self.holds = {s: plan.hold_micro for s in scopes_of(self.key, self.run_id)}
+        self.holds = {s: plan.hold_micro for s in self.scopes}
         self.rt.emit(
             RequestAdmitted(
                 time=self._now(),

@@ -16,6 +16,7 @@ from typing import Any, Callable, Protocol
 
 from aiohttp import web
 
+from proxy.admission.budgets import BudgetGate
 from proxy.control.snapshot import Secrets, Snapshot
 from proxy.upstream.relay import UpstreamClient
 
@@ -26,6 +27,12 @@ class EventSink(Protocol):
     """The part of the event log the data plane needs: append, never wait."""
 
     def append(self, event: Any) -> "asyncio.Future[int]": ...
+
+
+class ControlStore(Protocol):
+    """Where admin writes go; the new snapshot is live when the call returns."""
+
+    async def set_budget(self, record: dict[str, Any]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +49,8 @@ class Runtime:
     events: EventSink
     options: ProxyOptions
     upstream: UpstreamClient | None = None  # opened in the app's cleanup context
+    budgets: BudgetGate | None = None  # embedded: exact holds on the in-process ledger
+    control: ControlStore | None = None
     rng: random.Random = field(default_factory=random.Random)
     clock: Callable[[], float] = time.time
     append_failures: int = 0
@@ -50,7 +59,12 @@ class Runtime:
         self.snapshot = snapshot
 
     def emit(self, event: Any) -> None:
-        """Append without waiting; a failed append is logged and counted, never silent."""
+        """Apply to the in-process ledger (at once, so admission stays exact), then append without waiting.
+
+        A failed append is logged and counted, never silent.
+        """
+        if self.budgets is not None:
+            self.budgets.ledger.apply(event)
         try:
             fut = self.events.append(event)
         except Exception as exc:  # a closed or failed log: count it loudly, keep serving what is in flight

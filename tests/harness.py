@@ -18,7 +18,7 @@ import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import yaml
 
@@ -69,13 +69,13 @@ def spawn(args: list[str], log: Path, env: dict[str, str] | None = None) -> subp
         out.close()
 
 
-def test_config(folder: Path, sim_port: int, gw_port: int) -> Path:
+def test_config(folder: Path, sim_port: int, gw_port: int, mutate: Callable[[dict], None] | None = None) -> Path:
     """examples/farebox.yaml pointed at this stack, plus one alias per dialect."""
     tree = yaml.safe_load((EXAMPLES / "farebox.yaml").read_text())
     tree["server"]["port"] = gw_port
     tree["server"]["pod_id"] = f"test-pod-{gw_port}"
     tree["event_log"]["path"] = str(folder / "events.sqlite")
-    tree["keys_file"] = str(folder / "keys.jsonl")
+    tree["state_dir"] = str(folder)
     tree["secrets_file"] = str(EXAMPLES / "secrets.env")
     for dep in tree["deployments"]:
         dep["base_url"] = dep["base_url"].replace("9090", str(sim_port))
@@ -83,6 +83,8 @@ def test_config(folder: Path, sim_port: int, gw_port: int) -> Path:
         {"name": "chat-openai", "kind": "chat", "deployments": ["sim-openai-mumbai"]},
         {"name": "chat-anthropic", "kind": "chat", "deployments": ["sim-anthropic-mumbai"]},
     ]
+    if mutate is not None:
+        mutate(tree)
     path = folder / "farebox.yaml"
     path.write_text(yaml.safe_dump(tree, sort_keys=False))
     return path
@@ -108,6 +110,8 @@ def mint(config: Path, team: str, app: str, aliases: str) -> str:
 
 @dataclass
 class Stack:
+    """A running simulator + gateway; ``restart_gateway`` stops (or kills) and starts it again."""
+
     folder: Path
     config: Path
     sim_url: str
@@ -120,23 +124,38 @@ class Stack:
     def events_path(self) -> Path:
         return self.folder / "events.sqlite"
 
+    def restart_gateway(self, *, kill: bool = False) -> None:
+        if kill:
+            self.gateway.kill()
+            self.gateway.wait()
+        else:
+            stop(self.gateway)
+        self.gateway = spawn(["farebox", "serve", "--config", str(self.config)], self.folder / "gateway.log")
+        wait_http(self.gateway_url + "/health", self.gateway, self.folder / "gateway.log")
+
 
 @contextmanager
 def running_stack(folder: Path, *, aliases: str = "chat-default,chat-openai,chat-anthropic,embed-default",
-                  sim_defaults: dict | None = None) -> Iterator[Stack]:
+                  sim_defaults: dict | None = None, gateway_wrap: tuple[str, ...] = (),
+                  mutate: Callable[[dict], None] | None = None) -> Iterator[Stack]:
+    """``gateway_wrap`` prefixes the gateway's ``-m`` arguments, e.g. ``("cProfile", "-o", path, "-m")``."""
     folder.mkdir(parents=True, exist_ok=True)
     sim_port, gw_port = free_port(), free_port()
-    config = test_config(folder, sim_port, gw_port)
+    config = test_config(folder, sim_port, gw_port, mutate)
     sim = spawn(["farebox", "simulator", "--config", str(sim_config(folder, **(sim_defaults or {}))),
                  "--port", str(sim_port)], folder / "simulator.log")
     gw = None
+    stack: Stack | None = None
     try:
         wait_http(f"http://127.0.0.1:{sim_port}/_sim/health", sim, folder / "simulator.log")
         key = mint(config, "platform", "playground", aliases)
-        gw = spawn(["farebox", "serve", "--config", str(config)], folder / "gateway.log")
+        gw = spawn([*gateway_wrap, "farebox", "serve", "--config", str(config)], folder / "gateway.log")
         wait_http(f"http://127.0.0.1:{gw_port}/health", gw, folder / "gateway.log")
-        yield Stack(folder, config, f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gw_port}", key, gw, sim)
+        stack = Stack(folder, config, f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gw_port}", key, gw, sim)
+        yield stack
     finally:
+        if stack is not None:
+            gw = stack.gateway
         if gw is not None:
             stop(gw)
         stop(sim)

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from proxy.admission.auth import authenticate, authenticate_admin
 from proxy.api import chat, embeddings, models
+from proxy.control import admin
 from proxy.errors import GatewayError, NotFound, PayloadTooLarge
 from proxy.runtime import RUNTIME, Runtime
 from proxy.upstream.relay import UpstreamClient
@@ -98,6 +99,7 @@ def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSes
     app.router.add_post("/v1/embeddings", embeddings.create_embeddings)
     app.router.add_get("/v1/models", models.list_models)
     app.router.add_get("/v1/models/{model}", models.get_model)
+    admin.add_routes(app)
 
     async def upstream_ctx(app: web.Application) -> AsyncIterator[None]:
         session = session_factory() if session_factory else default_session()

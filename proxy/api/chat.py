@@ -7,18 +7,17 @@ settle. Streaming relay lives in ``proxy/api/streaming.py``.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import orjson
 from aiohttp import web
 
 from pricing.tokens import estimate_tokens
 from pricing.usage import TokenUsage
 from proxy.admission.auth import allowed_alias, data_class
-from proxy.admission.plan import chat_input_estimate, hold, output_cap
+from proxy.admission.gate import admit
+from proxy.admission.plan import chat_input_estimate, output_cap
 from proxy.api import streaming
 from proxy.api.validate import ChatCall, parse_json_object, validate_chat
-from proxy.control.snapshot import Alias, Deployment, Snapshot
+from proxy.control.snapshot import Alias, Deployment
 from proxy.errors import UnsupportedParameter
 from proxy.metering import Meter
 from proxy.routing.failover import settled_answer
@@ -44,10 +43,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         rt, snap, request["request_id"], key, alias,
         run_id=request.headers.get("x-fb-run-id"), data_class=cls, stream=call.stream,
     )
-    meter.admitted(hold(snap, cands, est_in, max_out, _utc(rt)))
+    admitted = admit(rt, snap, meter, cands, est_in, max_out)
     if call.stream:
-        return await streaming.relay(request, rt, call, alias, cands, meter)
-    return await _complete(request, rt, snap, call, alias, cands, meter)
+        return await streaming.relay(request, rt, call, alias, cands, meter, admitted.headers)
+    return await _complete(request, rt, call, alias, cands, meter, admitted.headers)
 
 
 def honouring(cands: list[Deployment], body: dict) -> list[Deployment]:
@@ -68,8 +67,8 @@ def honouring(cands: list[Deployment], body: dict) -> list[Deployment]:
 
 
 async def _complete(
-    request: web.Request, rt: Runtime, snap: Snapshot, call: ChatCall, alias: Alias,
-    cands: list[Deployment], meter: Meter,
+    request: web.Request, rt: Runtime, call: ChatCall, alias: Alias,
+    cands: list[Deployment], meter: Meter, headers: dict[str, str],
 ) -> web.Response:
     assert rt.upstream is not None and meter.plan is not None
     upstream, timeouts, max_out = rt.upstream, Timeouts.of(alias), meter.plan.max_output_tokens
@@ -95,7 +94,9 @@ async def _complete(
         "usage": result.usage.to_openai(),
         "x_farebox": meter.x_farebox(dep),
     }
-    return web.Response(body=orjson.dumps(body), content_type="application/json", headers=route_headers(meter, dep))
+    return web.Response(
+        body=orjson.dumps(body), content_type="application/json", headers={**headers, **route_headers(meter, dep)}
+    )
 
 
 def _estimated(body: dict, est_input: int) -> TokenUsage:
@@ -111,8 +112,4 @@ def _estimated(body: dict, est_input: int) -> TokenUsage:
 
 def route_headers(meter: Meter, dep: Deployment) -> dict[str, str]:
     return {"x-fb-deployment": dep.id, "x-fb-attempts": str(meter.attempts)}
-
-
-def _utc(rt: Runtime) -> datetime:
-    return datetime.fromtimestamp(rt.clock(), timezone.utc)
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import orjson
 from aiohttp import web
 
 from proxy.admission.auth import allowed_alias, data_class
-from proxy.admission.plan import embeddings_input_estimate, hold
+from proxy.admission.gate import admit
+from proxy.admission.plan import embeddings_input_estimate
 from proxy.api.validate import parse_json_object, validate_embeddings
 from proxy.control.snapshot import Deployment
 from proxy.metering import Meter
@@ -30,7 +29,7 @@ async def create_embeddings(request: web.Request) -> web.Response:
     cands = candidates(snap, alias, Needs((("embeddings", "model"),), cls, est_in), rt.rng)
     meter = Meter(rt, snap, request["request_id"], key, alias,
                   run_id=request.headers.get("x-fb-run-id"), data_class=cls, stream=False)
-    meter.admitted(hold(snap, cands, est_in, 0, datetime.fromtimestamp(rt.clock(), timezone.utc)))
+    admitted = admit(rt, snap, meter, cands, est_in, 0)
     assert rt.upstream is not None
     upstream, timeouts = rt.upstream, Timeouts.of(alias)
 
@@ -45,5 +44,5 @@ async def create_embeddings(request: web.Request) -> web.Response:
     body = {**result.body, "model": alias.name, "usage": {
         "prompt_tokens": result.usage.prompt_tokens, "total_tokens": result.usage.prompt_tokens,
     }}
-    headers = {"x-fb-deployment": dep.id, "x-fb-attempts": str(meter.attempts)}
+    headers = {**admitted.headers, "x-fb-deployment": dep.id, "x-fb-attempts": str(meter.attempts)}
     return web.Response(body=orjson.dumps(body), content_type="application/json", headers=headers)

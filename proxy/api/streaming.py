@@ -67,7 +67,7 @@ def _usage(stream: UpstreamStream, est_input: int) -> TokenUsage:
 
 async def relay(
     request: web.Request, rt: Runtime, call: ChatCall, alias: Alias,
-    cands: list[Deployment], meter: Meter,
+    cands: list[Deployment], meter: Meter, headers: dict[str, str],
 ) -> web.StreamResponse:
     assert rt.upstream is not None and meter.plan is not None
     upstream, timeouts, plan = rt.upstream, Timeouts.of(alias), meter.plan
@@ -88,7 +88,7 @@ async def relay(
         meter.settle(exc.status, None)
         raise
     try:
-        status = await _pipe(request, rt, call, alias, meter, dep, stream, started)
+        status = await _pipe(request, rt, call, alias, meter, dep, stream, started, headers)
     finally:
         stream.close()
         meter.settle(status, dep)
@@ -97,7 +97,7 @@ async def relay(
 
 async def _pipe(
     request: web.Request, rt: Runtime, call: ChatCall, alias: Alias, meter: Meter,
-    dep: Deployment, stream: UpstreamStream, started: float,
+    dep: Deployment, stream: UpstreamStream, started: float, headers: dict[str, str],
 ) -> int:
     """Relay the opened stream; returns the status to settle with."""
     assert meter.plan is not None
@@ -105,6 +105,7 @@ async def _pipe(
     resp = web.StreamResponse(
         status=200,
         headers={
+            **headers,
             "Content-Type": "text/event-stream",
             "Cache-Control": "no-cache",
             "x-request-id": request["client_request_id"] or meter.request_id,

@@ -9,9 +9,9 @@ Sections read here: ``currency``, ``fx``, ``prices``, ``business_units``,
 from __future__ import annotations
 
 import hashlib
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
 
@@ -20,17 +20,17 @@ from proxy.control.problems import Problems, Reader
 from proxy.control.snapshot import (
     ADMIN_ROLES,
     CAPABILITIES,
-    AdminToken,
-    BudgetLimit,
-    BudgetPolicy,
-    KeyLimits,
-    RatePolicy,
     DATA_CLASSES,
     DIALECTS,
+    AdminToken,
     Alias,
+    BudgetLimit,
+    BudgetPolicy,
     Deployment,
+    KeyLimits,
     KeyRecord,
     ProviderLimits,
+    RatePolicy,
     Snapshot,
     Team,
 )
@@ -323,7 +323,8 @@ def _micro(r: Reader, name: str) -> int | None:
     return int(micro)
 
 
-def _budget_limit(r: Reader, aliases: Mapping[str, Alias] | None = None) -> BudgetLimit:
+def budget_limit_from(r: Reader, aliases: Mapping[str, Alias] | None = None) -> BudgetLimit:
+    """One budget limit (config entry or admin API body); problems go to the reader."""
     limit = BudgetLimit(
         limit_micro=_micro(r, "monthly_limit") if "monthly_limit" in r.data else _micro(r, "limit"),
         soft_pct=r.int("soft_pct", 80, 1),
@@ -364,13 +365,13 @@ def _budgets(
         r.problems.add(r.at("timezone"), f"unknown time zone {tz!r}")
     cap = _micro(r, "per_request_cap")
     runs = r.child("runs")
-    run_default = _budget_limit(runs, aliases)
+    run_default = budget_limit_from(runs, aliases)
     runs.reject_unknown()
     scopes: dict[str, BudgetLimit] = {}
     entries = [(e, e.str("scope")) for e in r.items("scopes")]
     entries += [(e, e.str("scope")) for e in (Reader(d, f"budgets.jsonl[{i}]", r.problems) for i, d in enumerate(stored))]
     for e, scope in entries:
-        limit = _budget_limit(e, aliases)
+        limit = budget_limit_from(e, aliases)
         e.skip("set_at", "set_by")
         e.reject_unknown()
         if scope:

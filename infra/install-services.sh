@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Install the services the integration tests start as plain processes (Debian packages).
+# Idempotent: does nothing when they are already there. Tests start and stop their own
+# throwaway instances (e.g. infra/redis/server.py); nothing here starts a daemon.
+set -euo pipefail
+need=()
+command -v redis-server > /dev/null 2>&1 || need+=(redis-server)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get install -y --no-install-recommends "${need[@]}" > /dev/null 2>&1 \
+    || { $SUDO apt-get update > /dev/null && $SUDO apt-get install -y --no-install-recommends "${need[@]}" > /dev/null; }
+  # Debian's package starts a system redis on :6379; the tests use their own ports and don't need it.
+fi

@@ -1,0 +1,1 @@
+"""Local Redis for development and tests: Debian's ``redis-server``, throwaway instances."""

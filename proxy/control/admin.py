@@ -1,0 +1,104 @@
+"""Admin API, budgets: ``GET/PUT /admin/v1/budgets/{scope}``.
+
+Reads come from the live ledger and snapshot; a PUT is validated against the
+live snapshot with the same rules as the config file, then handed to the
+control store, which persists it and swaps in the new snapshot before we
+answer. Money in and out is a decimal string in the budget currency (plus
+``*_micro`` integers); never a float.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from aiohttp import web
+
+from ledger.periods import period_of
+from pricing.money import to_decimal
+from proxy.admission.auth import require_role
+from proxy.api.validate import parse_json_object
+from proxy.control.declarative import budget_limit_from, check_scope
+from proxy.control.problems import Problems, Reader
+from proxy.errors import GatewayError, InvalidRequest
+from proxy.runtime import RUNTIME, Runtime
+
+
+def _money(micro: int | None) -> str | None:
+    return None if micro is None else str(to_decimal(micro))
+
+
+def budget_view(rt: Runtime, scope: str, period: str | None = None) -> dict[str, Any]:
+    if rt.budgets is None:
+        raise GatewayError("Budgets are not kept by this pod.", status=501, code="budgets_unavailable")
+    snap = rt.snapshot
+    now = datetime.fromtimestamp(rt.clock(), timezone.utc)
+    period = period or period_of(now, rt.budgets.zone(snap.budgets.timezone))
+    limit = snap.budgets.limit_for(scope)
+    bal = rt.budgets.ledger.balance(scope, period)
+    limit_micro = limit.limit_micro if limit else None
+    remaining = None if limit_micro is None else limit_micro - bal.settled - bal.held
+    if limit_micro is None:
+        state = "unlimited"
+    elif remaining is not None and remaining <= 0:
+        state = "exhausted"
+    elif rt.budgets.ledger.threshold_crossed(scope, period):
+        state = "soft"
+    else:
+        state = "ok"
+    return {
+        "scope": scope,
+        "period": period,
+        "currency": snap.currency,
+        "limit": _money(limit_micro),
+        "limit_micro": limit_micro,
+        "soft_pct": limit.soft_pct if limit else None,
+        "downgrade_alias": limit.downgrade_alias if limit else None,
+        "max_calls": limit.max_calls if limit else None,
+        "settled": _money(bal.settled),
+        "settled_micro": bal.settled,
+        "held": _money(bal.held),
+        "held_micro": bal.held,
+        "overrun_micro": bal.overrun,
+        "requests": bal.requests,
+        "remaining": _money(remaining),
+        "remaining_micro": remaining,
+        "state": state,
+    }
+
+
+async def get_budget(request: web.Request) -> web.Response:
+    require_role(request["admin"], "finance", "auditor")
+    rt = request.app[RUNTIME]
+    period = request.query.get("period")
+    if period is not None and (len(period) != 7 or period[4] != "-"):
+        raise InvalidRequest("period must look like YYYY-MM.", param="period")
+    return web.json_response(budget_view(rt, request.match_info["scope"], period))
+
+
+async def put_budget(request: web.Request) -> web.Response:
+    token = request["admin"]
+    require_role(token, "finance")
+    rt = request.app[RUNTIME]
+    if rt.control is None:
+        raise GatewayError("This pod has no control store for admin writes.", status=501, code="control_unavailable")
+    scope = request.match_info["scope"]
+    body = parse_json_object(await request.read())
+    snap = rt.snapshot
+    problems = Problems()
+    if why := check_scope(scope, snap.teams, set(snap.business_units)):
+        problems.add("scope", why)
+    reader = Reader(body, "", problems)
+    budget_limit_from(reader, snap.aliases)
+    reader.reject_unknown()
+    if problems.items:
+        raise InvalidRequest("Invalid budget: " + "; ".join(problems.items), code="invalid_budget")
+    record = {"scope": scope, **body, "set_by": token.name,
+              "set_at": datetime.fromtimestamp(rt.clock(), timezone.utc).isoformat()}
+    await rt.control.set_budget(record)
+    return web.json_response(budget_view(rt, scope))
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/admin/v1/budgets/{scope}", get_budget)
+    app.router.add_put("/admin/v1/budgets/{scope}", put_budget)

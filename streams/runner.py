@@ -1,0 +1,91 @@
+"""The embedded processor runner: the ledger fold over the SQLite log, in-process.
+
+Two ledgers, one fold:
+
+* the **follower** folds only what it reads back from the log (so it holds
+  exactly the durable events up to ``offset``) and is what gets checkpointed;
+* the **live** ledger, handed to admission, starts as a copy of the follower
+  after rebuild and then applies events as the gateway records them (before
+  their append is acknowledged), which keeps admission exact and fast.
+
+Both are the same pure fold over the same events, so they agree once the
+follower has caught up; ``caught_up_equal()`` checks that in tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from zoneinfo import ZoneInfo
+
+from ledger.balances import Ledger
+from streams.checkpoints import Checkpointer, CheckpointStore, rebuild
+from streams.eventlog import EventLog
+
+log = logging.getLogger("farebox.streams")
+
+
+class EmbeddedLedgerRunner:
+    def __init__(
+        self,
+        events: EventLog,
+        store: CheckpointStore,
+        tz: ZoneInfo,
+        *,
+        every_events: int = 100_000,
+        every_seconds: float = 300.0,
+        follow_interval_s: float = 2.0,
+        page: int = 10_000,
+    ) -> None:
+        self.events = events
+        self.store = store
+        self.tz = tz
+        self.every_events = every_events
+        self.every_seconds = every_seconds
+        self.follow_interval_s = follow_interval_s
+        self.page = page
+        self.follower: Ledger | None = None
+        self.offset = 0
+        self.checkpointer: Checkpointer | None = None
+
+    async def start(self) -> Ledger:
+        """Rebuild from the latest checkpoint; returns the live ledger for admission."""
+        self.follower, self.offset = await rebuild(self.events, self.store, self.tz, page=self.page)
+        self.checkpointer = Checkpointer(
+            self.store, every_events=self.every_events, every_seconds=self.every_seconds, start_offset=self.offset
+        )
+        log.info("ledger rebuilt to offset %d (%d open holds)", self.offset, len(self.follower.open_holds()))
+        return Ledger.from_bytes(self.follower.to_bytes())
+
+    async def catch_up(self) -> int:
+        """Fold what the log acknowledged since the last call; returns events folded."""
+        assert self.follower is not None and self.checkpointer is not None
+        folded = 0
+        while batch := await self.events.read(after=self.offset, limit=self.page):
+            for offset, event in batch:
+                self.follower.apply(event)
+                self.offset = offset
+            folded += len(batch)
+            await self.checkpointer.observe(self.offset, self.follower)
+        return folded
+
+    async def follow(self) -> None:
+        """Runs until cancelled: catch up every ``follow_interval_s``."""
+        while True:
+            await asyncio.sleep(self.follow_interval_s)
+            try:
+                await self.catch_up()
+            except Exception:  # keep following; the next round retries from the same offset
+                log.exception("ledger follower failed at offset %d", self.offset)
+
+    async def final_checkpoint(self) -> None:
+        """At clean shutdown, after the log flushed: fold the rest and checkpoint."""
+        await self.events.flush()
+        await self.catch_up()
+        assert self.follower is not None and self.checkpointer is not None
+        if self.offset > self.checkpointer.saved_offset:
+            await self.checkpointer.save(self.offset, self.follower)
+
+    def caught_up_equal(self, live: Ledger) -> bool:
+        assert self.follower is not None
+        return self.follower.to_bytes() == live.to_bytes()

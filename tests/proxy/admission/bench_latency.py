@@ -1,0 +1,85 @@
+"""Reserve latency, p50/p99, for MemoryBuckets and RedisBuckets (not part of the test suite).
+
+    .venv/bin/python -m tests.proxy.admission.bench_latency
+
+Each reserve takes three buckets (key RPM, key input TPM, team TPM), as admission will.
+Redis runs on a throwaway local redis-server; "concurrent" keeps 50 reserves in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+
+from infra.redis.server import RedisServer
+from proxy.admission.limits import BucketSpec, MemoryBuckets
+from proxy.admission.limits.redis_buckets import RedisBuckets
+
+ITEMS = [
+    (BucketSpec("k1:rpm", 10**6), 1),
+    (BucketSpec("k1:itpm", 10**8), 1500),
+    (BucketSpec("team1:tpm", 10**8), 2500),
+]
+
+
+def pct(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1e6
+
+
+def show(name: str, samples: list[float]) -> None:
+    print(f"{name:44s} n={len(samples):6d}  p50 {pct(samples, 0.5):7.1f} us  "
+          f"p99 {pct(samples, 0.99):7.1f} us  mean {statistics.fmean(samples) * 1e6:7.1f} us")
+
+
+async def sequential(buckets, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        await buckets.reserve(ITEMS, time.time_ns() // 1000)
+        out.append(time.perf_counter() - start)
+    return out
+
+
+async def concurrent(buckets, n: int, in_flight: int) -> list[float]:
+    out: list[float] = []
+
+    async def worker(count: int) -> None:
+        for _ in range(count):
+            start = time.perf_counter()
+            await buckets.reserve(ITEMS, time.time_ns() // 1000)
+            out.append(time.perf_counter() - start)
+
+    await asyncio.gather(*(worker(n // in_flight) for _ in range(in_flight)))
+    return out
+
+
+async def main() -> None:
+    memory = MemoryBuckets()
+    await sequential(memory, 2000)
+    show("memory, sequential", await sequential(memory, 50_000))
+    with RedisServer() as server:
+        shared = RedisBuckets.from_url(server.url, pods=3, timeout_s=0.005)
+        await shared.start()
+        await sequential(shared, 500)
+        show("redis (5 ms timeout), sequential", await sequential(shared, 10_000))
+        show("redis (5 ms timeout), 50 in flight", await concurrent(shared, 20_000, 50))
+        print(f"  metrics after: {shared.metrics}")
+        await shared.close()
+        patient = RedisBuckets.from_url(server.url, pods=3, timeout_s=1.0)
+        await patient.start()
+        show("redis (1 s timeout), 50 in flight", await concurrent(patient, 20_000, 50))
+        show("redis (1 s timeout), 200 in flight", await concurrent(patient, 20_000, 200))
+        await patient.close()
+        down = RedisBuckets.from_url(server.url, pods=3, timeout_s=0.005, backoff_s=0.05)
+        await down.start()
+        server.pause()
+        show("redis paused: local fallback, sequential", await sequential(down, 5_000))
+        print(f"  metrics after: {down.metrics}")
+        server.resume()
+        await down.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
