@@ -2,7 +2,7 @@
 
     farebox serve --config PATH [--host H] [--port N]
     farebox simulator [--port N] [--host H] [--config PATH]
-    farebox keys create --config PATH --team T --app A --aliases a,b [--json]
+    farebox keys create --config PATH --team T --app A --aliases a,b [--rpm N] [--input-tpm N] [--output-tpm N] [--json]
     farebox admin token create --config PATH --name N --role admin|finance|auditor [--json]
     farebox config check PATH
     farebox events tail --config PATH [-n N] [--follow]
@@ -59,6 +59,7 @@ def _keys_create(args: argparse.Namespace) -> int:
         env=args.env,
         data_class_ceiling=args.data_class_ceiling,
         now_iso=datetime.now(timezone.utc).isoformat(),
+        limits={"rpm": args.rpm, "input_tpm": args.input_tpm, "output_tpm": args.output_tpm},
     )
     append_jsonl(settings.keys_file, minted.record)
     if args.json:
@@ -150,6 +151,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--env", default="dev", choices=["dev", "prod"])
     s.add_argument("--data-class-ceiling", default="internal",
                    choices=["public", "internal", "confidential", "restricted"])
+    s.add_argument("--rpm", type=int, help="requests per minute (default: rate_limits.key_defaults)")
+    s.add_argument("--input-tpm", type=int, help="input tokens per minute")
+    s.add_argument("--output-tpm", type=int, help="output tokens per minute")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_keys_create)
 

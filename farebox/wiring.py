@@ -18,6 +18,7 @@ from aiohttp import web
 from farebox.reload import EmbeddedControl, Reloader
 from farebox.settings import Settings
 from proxy.admission.budgets import BudgetGate
+from proxy.admission.limits import MemoryBuckets
 from proxy.admission.sweeper import sweep_forever
 from proxy.api.app import create_app
 from proxy.control.snapshot import Secrets
@@ -49,6 +50,7 @@ async def gateway_app(settings: Settings, secrets: Secrets) -> web.Application:
     ledger = await runner.start()
     runtime = build_runtime(settings, secrets, events)
     runtime.budgets = BudgetGate(ledger)
+    runtime.limits = MemoryBuckets()  # one process: exact in-process buckets
     app = create_app(runtime)
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -101,4 +103,5 @@ def serve(settings: Settings, secrets: Secrets) -> None:
         print=lambda _: print(ready, flush=True),
         access_log=None,
         shutdown_timeout=30.0,
+        backlog=1024,  # aiohttp's default 128 overflows under bursts; a full queue costs 1-3 s client retries
     )

@@ -15,6 +15,7 @@ from pricing.money import to_decimal
 from pricing.rating import rate
 from pricing.usage import TokenUsage
 from proxy.admission.plan import Plan
+from proxy.admission.ratelimit import Draw, settlement
 from proxy.control.snapshot import Alias, Deployment, KeyRecord, Snapshot
 from proxy.errors import GatewayError, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
 from proxy.runtime import Runtime
@@ -73,6 +74,8 @@ class Meter:
         self.total_usage = TokenUsage()
         self.total_cost = 0
         self.settled = False
+        self.draws: list[Draw] = []  # rate-limit reservations of the request (key, team)
+        self.dep_draws: dict[str, list[Draw]] = {}  # ... and of each deployment tried
 
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self.rt.clock(), timezone.utc)
@@ -123,6 +126,7 @@ class Meter:
         assert self.plan is not None
         self.attempts += 1
         usage = usage or TokenUsage(source="provider")
+        self.rt.adjust_limits(settlement(self.dep_draws.pop(dep.id, []), usage))
         cost = self.cost(dep, usage) if (usage.prompt_tokens or usage.completion_tokens) else 0
         self.total_usage = _add(self.total_usage, usage)
         self.total_cost += cost
@@ -170,6 +174,7 @@ class Meter:
         if self.settled or self.plan is None:
             return
         self.settled = True
+        self.rt.adjust_limits(settlement(self.draws, self.total_usage))
         cost = self.total_cost
         overrun = max(cost - self.plan.hold_micro, 0)
         self.rt.emit(

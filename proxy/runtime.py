@@ -17,6 +17,7 @@ from typing import Any, Callable, Protocol
 from aiohttp import web
 
 from proxy.admission.budgets import BudgetGate
+from proxy.admission.limits import Buckets
 from proxy.control.snapshot import Secrets, Snapshot
 from proxy.upstream.relay import UpstreamClient
 
@@ -50,10 +51,28 @@ class Runtime:
     options: ProxyOptions
     upstream: UpstreamClient | None = None  # opened in the app's cleanup context
     budgets: BudgetGate | None = None  # embedded: exact holds on the in-process ledger
+    limits: Buckets | None = None  # token buckets: in-process, or Redis shared by pods
     control: ControlStore | None = None
     rng: random.Random = field(default_factory=random.Random)
     clock: Callable[[], float] = time.time
     append_failures: int = 0
+    _background: set = field(default_factory=set)
+
+    def now_us(self) -> int:
+        return int(self.clock() * 1_000_000)
+
+    def adjust_limits(self, deltas: list) -> None:
+        """Settle rate-limit reservations (actual − reserved) in the background; never blocks settlement."""
+        if not deltas or self.limits is None:
+            return
+        task = asyncio.get_running_loop().create_task(self.limits.adjust(deltas, self.now_us()))
+        self._background.add(task)
+        task.add_done_callback(self._adjusted)
+
+    def _adjusted(self, task: "asyncio.Task[None]") -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("rate-limit settlement failed: %s", task.exception())
 
     def swap(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot

@@ -99,10 +99,10 @@ def sim_config(folder: Path, **defaults) -> Path:
     return path
 
 
-def mint(config: Path, team: str, app: str, aliases: str) -> str:
+def mint(config: Path, team: str, app: str, aliases: str, *extra: str) -> str:
     out = subprocess.run(
         [sys.executable, "-m", "farebox", "keys", "create", "--config", str(config), "--team", team,
-         "--app", app, "--aliases", aliases, "--json"],
+         "--app", app, "--aliases", aliases, "--json", *extra],
         cwd=ROOT, check=True, capture_output=True, text=True,
     )
     return json.loads(out.stdout)["key"]

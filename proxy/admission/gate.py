@@ -2,20 +2,32 @@
 scope the request touches, and recorded — or the request is refused with a
 429 before any byte goes upstream.
 
-Order matters: anything that awaits (shared rate-limit buckets) happens
-before the budget decision, because the decision and the recording of
-``request.admitted`` must happen in one event-loop turn.
+Order matters: anything that awaits (rate-limit buckets, possibly shared
+through Redis) happens before the budget decision, because the decision and
+the recording of ``request.admitted`` must happen in one event-loop turn. A
+budget refusal refunds the buckets it had reserved.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Sequence
 
 from pricing.money import to_decimal
 from proxy.admission.plan import Plan, hold
+from proxy.admission.ratelimit import (
+    Draw,
+    deployment_draws,
+    items,
+    limit_headers,
+    refund,
+    refusal,
+    request_draws,
+)
 from proxy.control.snapshot import Deployment, Snapshot
+from proxy.errors import GatewayError
 from proxy.metering import Meter
 from proxy.runtime import Runtime
 
@@ -26,18 +38,48 @@ class Admitted:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def admit(
+async def admit(
+    rt: Runtime, snap: Snapshot, meter: Meter, cands: Sequence[Deployment], est_input: int, max_output: int
+) -> Admitted:
+    """Admit or raise; either way the answer carries ``server-timing: admit;dur=<ms>``."""
+    started = time.perf_counter()
+    try:
+        admitted = await _admit(rt, snap, meter, cands, est_input, max_output)
+    except GatewayError as exc:
+        exc.headers["server-timing"] = _timing(started)
+        raise
+    admitted.headers["server-timing"] = _timing(started)
+    return admitted
+
+
+def _timing(started: float) -> str:
+    return f"admit;dur={(time.perf_counter() - started) * 1000:.3f}"
+
+
+async def _admit(
     rt: Runtime, snap: Snapshot, meter: Meter, cands: Sequence[Deployment], est_input: int, max_output: int
 ) -> Admitted:
     now = datetime.fromtimestamp(rt.clock(), timezone.utc)
     plan = hold(snap, cands, est_input, max_output, now)
     headers: dict[str, str] = {}
     notices: list = []
+    draws: list[Draw] = []
+    if rt.limits is not None:
+        draws = request_draws(snap, meter.key, est_input, max_output)
+        res = await rt.limits.reserve(items(draws), rt.now_us())
+        if not res.ok:
+            raise refusal(draws, res, est_input, max_output)
+        headers.update(limit_headers(draws, res))
     if rt.budgets is not None:
-        verdict = rt.budgets.admit(
-            snap, request_id=meter.request_id, scopes=meter.scopes, amount_micro=plan.hold_micro, now=now,
-            est_input=est_input, max_output=max_output,
-        )
+        # From here to meter.admitted: no await, so the check and the hold are one step.
+        try:
+            verdict = rt.budgets.admit(
+                snap, request_id=meter.request_id, scopes=meter.scopes, amount_micro=plan.hold_micro,
+                now=datetime.fromtimestamp(rt.clock(), timezone.utc), est_input=est_input, max_output=max_output,
+            )
+        except GatewayError:
+            rt.adjust_limits(refund(draws))
+            raise
         notices = verdict.notices
         left = verdict.remaining_micro()
         if left is not None:
@@ -45,10 +87,25 @@ def admit(
             headers["x-fb-budget-currency"] = snap.currency
         if notices or _past_soft(rt, snap, meter, verdict.period):
             headers["x-fb-budget-state"] = "soft"
+    meter.draws = draws
     meter.admitted(plan)
     for notice in notices:
         rt.emit(notice)
     return Admitted(plan, headers)
+
+
+async def reserve_deployment(rt: Runtime, meter: Meter, dep: Deployment) -> GatewayError | None:
+    """Take the deployment's share of the provider's limits before calling it; the refusal if short."""
+    if rt.limits is None or meter.plan is None:
+        return None
+    draws = deployment_draws(meter.snapshot, dep, meter.plan.est_input_tokens, meter.plan.max_output_tokens)
+    if not draws:
+        return None
+    res = await rt.limits.reserve(items(draws), rt.now_us())
+    if not res.ok:
+        return refusal(draws, res, meter.plan.est_input_tokens, meter.plan.max_output_tokens)
+    meter.dep_draws[dep.id] = draws
+    return None
 
 
 def _past_soft(rt: Runtime, snap: Snapshot, meter: Meter, period: str) -> bool:

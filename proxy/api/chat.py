@@ -43,7 +43,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         rt, snap, request["request_id"], key, alias,
         run_id=request.headers.get("x-fb-run-id"), data_class=cls, stream=call.stream,
     )
-    admitted = admit(rt, snap, meter, cands, est_in, max_out)
+    admitted = await admit(rt, snap, meter, cands, est_in, max_out)
     if call.stream:
         return await streaming.relay(request, rt, call, alias, cands, meter, admitted.headers)
     return await _complete(request, rt, call, alias, cands, meter, admitted.headers)

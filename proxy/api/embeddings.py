@@ -29,7 +29,7 @@ async def create_embeddings(request: web.Request) -> web.Response:
     cands = candidates(snap, alias, Needs((("embeddings", "model"),), cls, est_in), rt.rng)
     meter = Meter(rt, snap, request["request_id"], key, alias,
                   run_id=request.headers.get("x-fb-run-id"), data_class=cls, stream=False)
-    admitted = admit(rt, snap, meter, cands, est_in, 0)
+    admitted = await admit(rt, snap, meter, cands, est_in, 0)
     assert rt.upstream is not None
     upstream, timeouts = rt.upstream, Timeouts.of(alias)
 

@@ -29,8 +29,10 @@ def mint_key(
     env: str = "dev",
     data_class_ceiling: str = "internal",
     expires_at: float | None = None,
+    limits: dict[str, int] | None = None,
     token_bytes: Callable[[int], bytes] = secrets.token_bytes,
 ) -> MintedKey:
+    """``limits``: any of rpm, input_tpm, output_tpm (else the config's key defaults)."""
     raw = base64.urlsafe_b64encode(token_bytes(32)).rstrip(b"=").decode()
     plaintext = f"fb-{env}-{raw}"
     record: dict[str, Any] = {
@@ -44,6 +46,7 @@ def mint_key(
     }
     if expires_at is not None:
         record["expires_at"] = expires_at
+    record.update({k: v for k, v in (limits or {}).items() if v is not None})
     return MintedKey(plaintext, record)
 
 

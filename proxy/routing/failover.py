@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Awaitable, Callable, Sequence, TypeVar
 
+from proxy.admission.gate import reserve_deployment
 from proxy.control.snapshot import Deployment
 from proxy.errors import GatewayError, UpstreamError
 from proxy.metering import Meter
@@ -27,8 +28,17 @@ async def first_answer(
     attempt: Callable[[Deployment], Awaitable[T]],
 ) -> tuple[Deployment, T, float]:
     """(deployment, its answer, attempt start) of the first candidate that answers."""
-    last: UpstreamError | None = None
-    for dep in candidates[:MAX_ATTEMPTS]:
+    last: GatewayError | None = None
+    tried = 0
+    for dep in candidates:
+        if tried >= MAX_ATTEMPTS:
+            break
+        # A deployment whose provider-limit mirror is spent is skipped without a call.
+        short = await reserve_deployment(meter.rt, meter, dep)
+        if short is not None:
+            last = last if isinstance(last, UpstreamError) else short
+            continue
+        tried += 1
         started = time.monotonic()
         try:
             return dep, await attempt(dep), started

@@ -1,0 +1,126 @@
+"""Which buckets a request draws on, and what a refusal says.
+
+Per request: the key's requests, input tokens and output tokens per minute,
+and the team's tokens per minute; per attempt, the chosen deployment's mirror
+of the provider's limits (at ``mirror_pct``). Admission reserves the
+estimate; settlement adjusts by actual − reserved (buckets may go briefly
+negative). Pure: builds specs and messages; the ``Buckets`` adapter does the
+counting.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pricing.usage import TokenUsage
+from proxy.admission.limits import BucketSpec, Reservation
+from proxy.control.snapshot import Deployment, KeyRecord, Snapshot
+from proxy.errors import RateLimited
+
+
+@dataclass(frozen=True, slots=True)
+class Draw:
+    """One bucket, how much the request takes from it, and what it counts."""
+
+    spec: BucketSpec
+    amount: int
+    kind: str  # "requests" | "input" | "output" | "tokens"
+    code: str
+    who: str  # "This key", "Team platform", "Deployment x"
+
+
+def request_draws(snap: Snapshot, key: KeyRecord, est_input: int, max_output: int) -> list[Draw]:
+    limits = key.limits.over(snap.rate_limits.key_default)
+    kid = key.key_id
+    draws = []
+    if limits.rpm:
+        draws.append(Draw(BucketSpec(f"key:{kid}:rpm", limits.rpm), 1, "requests", "key_requests_per_minute", "This key"))
+    if limits.input_tpm:
+        draws.append(Draw(BucketSpec(f"key:{kid}:itpm", limits.input_tpm), est_input, "input", "key_tokens_per_minute", "This key"))
+    if limits.output_tpm:
+        draws.append(Draw(BucketSpec(f"key:{kid}:otpm", limits.output_tpm), max_output, "output", "key_tokens_per_minute", "This key"))
+    team_tpm = snap.rate_limits.team_tpm.get(key.team)
+    if team_tpm:
+        draws.append(Draw(BucketSpec(f"team:{key.team}:tpm", team_tpm), est_input + max_output, "tokens",
+                          "team_tokens_per_minute", f"Team {key.team}"))
+    return draws
+
+
+def deployment_draws(snap: Snapshot, dep: Deployment, est_input: int, max_output: int) -> list[Draw]:
+    pct = snap.rate_limits.mirror_pct
+    lim = dep.limits
+    draws = []
+    who = f"Deployment {dep.id}"
+    if lim.rpm:
+        draws.append(Draw(BucketSpec(f"dep:{dep.id}:rpm", max(lim.rpm * pct // 100, 1)), 1, "requests", "provider_capacity", who))
+    if lim.input_tpm:
+        draws.append(Draw(BucketSpec(f"dep:{dep.id}:itpm", max(lim.input_tpm * pct // 100, 1)), est_input, "input",
+                          "provider_capacity", who))
+    if lim.output_tpm:
+        draws.append(Draw(BucketSpec(f"dep:{dep.id}:otpm", max(lim.output_tpm * pct // 100, 1)), max_output, "output",
+                          "provider_capacity", who))
+    return draws
+
+
+def items(draws: list[Draw]) -> list[tuple[BucketSpec, int]]:
+    return [(d.spec, d.amount) for d in draws]
+
+
+def settlement(draws: list[Draw], usage: TokenUsage) -> list[tuple[BucketSpec, int]]:
+    """actual − reserved per token bucket (requests are not refunded)."""
+    deltas = []
+    for d in draws:
+        actual = {"input": usage.prompt_tokens, "output": usage.completion_tokens,
+                  "tokens": usage.prompt_tokens + usage.completion_tokens}.get(d.kind)
+        if actual is not None and actual != d.amount:
+            deltas.append((d.spec, actual - d.amount))
+    return deltas
+
+
+def refund(draws: list[Draw]) -> list[tuple[BucketSpec, int]]:
+    return [(d.spec, -d.amount) for d in draws if d.amount]
+
+
+_UNITS = {"requests": "requests", "input": "input tokens", "output": "output tokens", "tokens": "tokens"}
+
+
+def refusal(draws: list[Draw], res: Reservation, est_input: int, max_output: int) -> RateLimited:
+    draw = next(d for d in draws if d.spec.key == res.failed_key)
+    left = max(res.remaining.get(draw.spec.key, 0), 0)
+    unit = _UNITS[draw.kind]
+    needs = f"{res.needed:,}"
+    if draw.kind == "tokens":
+        needs += f" ({est_input:,} input + {max_output:,} max output)"
+    elif draw.kind == "output":
+        needs += " (max output)"
+    message = f"{draw.who} has {left:,} {unit}/min left; the request needs {needs}."
+    headers = limit_headers(draws, res)
+    if res.exceeds_capacity:
+        message += f" That is more than the limit of {draw.spec.capacity:,} per minute: lower the request, waiting will not help."
+    else:
+        headers["Retry-After"] = str(res.retry_after_s)
+    return RateLimited(message, code=draw.code, headers=headers)
+
+
+def limit_headers(draws: list[Draw], res: Reservation) -> dict[str, str]:
+    """OpenAI's x-ratelimit-* names for the key's request and input-token buckets."""
+    headers: dict[str, str] = {}
+    for d in draws:
+        if not d.spec.key.startswith("key:"):
+            continue
+        name = {"requests": "requests", "input": "tokens", "output": "output-tokens"}.get(d.kind)
+        if name is None:
+            continue
+        headers[f"x-ratelimit-limit-{name}"] = str(d.spec.capacity)
+        headers[f"x-ratelimit-remaining-{name}"] = str(max(res.remaining.get(d.spec.key, 0), 0))
+        headers[f"x-ratelimit-reset-{name}"] = _duration(res.reset_s.get(d.spec.key, 0.0))
+    return headers
+
+
+def _duration(seconds: float) -> str:
+    """OpenAI's style: 20ms, 4s, 1m30s."""
+    if seconds < 1:
+        return f"{math.ceil(seconds * 1000)}ms"
+    s = math.ceil(seconds)
+    return f"{s // 60}m{s % 60}s" if s >= 60 else f"{s}s"
