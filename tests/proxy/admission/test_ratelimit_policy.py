@@ -1,0 +1,73 @@
+"""Which buckets a request draws on, settlement deltas, and what a refusal says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from pricing.usage import TokenUsage
+from proxy.admission.limits import MemoryBuckets
+from proxy.admission.ratelimit import (
+    _duration,
+    deployment_draws,
+    items,
+    refusal,
+    request_draws,
+    settlement,
+)
+from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
+from proxy.control.keys import mint_key
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "farebox.yaml"
+
+
+def snapshot_and_key(**limits):
+    tree = {k: v for k, v in yaml.safe_load(EXAMPLE.read_text()).items() if k in CONTROL_SECTIONS}
+    minted = mint_key(team="platform", app="playground", aliases=["chat-default"], now_iso="t", limits=limits)
+    snap = compile_snapshot(tree, [minted.record])
+    return snap, snap.keys[minted.record["hash"]]
+
+
+def test_key_limits_fall_back_to_defaults_and_team_bucket_counts_both_sides() -> None:
+    snap, key = snapshot_and_key(rpm=7)
+    draws = {d.spec.key.split(":")[-1]: d for d in request_draws(snap, key, est_input=1874, max_output=600)}
+    assert draws["rpm"].spec.capacity == 7 and draws["rpm"].amount == 1
+    assert draws["itpm"].spec.capacity == 400_000 and draws["itpm"].amount == 1874  # key_defaults
+    assert draws["otpm"].amount == 600
+    assert draws["tpm"].spec.key == "team:platform:tpm" and draws["tpm"].amount == 2474
+
+
+def test_deployment_mirror_is_90_percent_of_provider_limits() -> None:
+    snap, _ = snapshot_and_key()
+    dep = snap.deployments["sim-openai-mumbai"]
+    caps = {d.spec.key: d.spec.capacity for d in deployment_draws(snap, dep, 100, 10)}
+    assert caps == {"dep:sim-openai-mumbai:rpm": 9000, "dep:sim-openai-mumbai:itpm": 9_000_000,
+                    "dep:sim-openai-mumbai:otpm": 1_800_000}
+
+
+def test_settlement_charges_or_refunds_the_difference() -> None:
+    snap, key = snapshot_and_key()
+    draws = request_draws(snap, key, est_input=100, max_output=50)
+    deltas = dict((spec.key, d) for spec, d in settlement(draws, TokenUsage(input=80, cached_input=40, output=10)))
+    assert deltas[f"key:{key.key_id}:itpm"] == 20  # 120 actual input vs 100 reserved: charge the overrun
+    assert deltas[f"key:{key.key_id}:otpm"] == -40
+    assert deltas["team:platform:tpm"] == -20
+    assert f"key:{key.key_id}:rpm" not in deltas  # a request is a request
+
+
+async def test_refusal_message_matches_the_documented_shape() -> None:
+    snap, key = snapshot_and_key(input_tpm=3000)
+    draws = [d for d in request_draws(snap, key, 1874, 600) if d.kind == "input"]
+    buckets = MemoryBuckets()
+    assert (await buckets.reserve(items(draws), 0)).ok
+    res = await buckets.reserve(items(draws), 1_000_000)  # 3000 - 1874 + 1 s of refill (50/s)
+    err = refusal(draws, res, 1874, 600)
+    assert err.status == 429 and err.code == "key_tokens_per_minute"
+    assert err.message.startswith("This key has 1,176 input tokens/min left; the request needs 1,874.")
+    assert int(err.headers["Retry-After"]) >= 1
+    assert err.headers["x-ratelimit-limit-tokens"] == "3000"
+
+
+def test_reset_durations_read_like_openai() -> None:
+    assert [_duration(x) for x in (0.02, 0.5, 4, 59.2, 60, 90)] == ["20ms", "500ms", "4s", "1m0s", "1m0s", "1m30s"]
