@@ -17,6 +17,7 @@ from aiohttp import web
 
 from farebox.reload import EmbeddedControl, Reloader
 from farebox.settings import Settings
+from pricing.tokenizer import encoding_for_model, preload
 from proxy.admission.budgets import BudgetGate
 from proxy.admission.limits import MemoryBuckets
 from proxy.admission.sweeper import sweep_forever
@@ -51,6 +52,8 @@ async def gateway_app(settings: Settings, secrets: Secrets) -> web.Application:
     runtime = build_runtime(settings, secrets, events)
     runtime.budgets = BudgetGate(ledger)
     runtime.limits = MemoryBuckets()  # one process: exact in-process buckets
+    # Load exact tokenizers now, not on the first request (tens of ms each).
+    preload(*{e for d in settings.snapshot.deployments.values() if (e := encoding_for_model(d.model, d.tokenizer))})
     app = create_app(runtime)
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:

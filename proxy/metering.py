@@ -11,6 +11,7 @@ import time
 from datetime import datetime, timezone
 
 from ledger.events import RequestAdmitted, RequestAttempted, RequestSettled
+from pricing.calibration import Estimate
 from pricing.money import to_decimal
 from pricing.rating import rate
 from pricing.usage import TokenUsage
@@ -76,6 +77,7 @@ class Meter:
         self.settled = False
         self.draws: list[Draw] = []  # rate-limit reservations of the request (key, team)
         self.dep_draws: dict[str, list[Draw]] = {}  # ... and of each deployment tried
+        self.estimates: dict[str, Estimate] = {}  # input-token estimate per candidate, for calibration
 
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self.rt.clock(), timezone.utc)
@@ -126,6 +128,8 @@ class Meter:
         assert self.plan is not None
         self.attempts += 1
         usage = usage or TokenUsage(source="provider")
+        if error is None and dep.id in self.estimates:
+            self.rt.estimator.observe(self.estimates[dep.id], usage, key_id=self.key.key_id, model_family=dep.provider)
         self.rt.adjust_limits(settlement(self.dep_draws.pop(dep.id, []), usage))
         cost = self.cost(dep, usage) if (usage.prompt_tokens or usage.completion_tokens) else 0
         self.total_usage = _add(self.total_usage, usage)

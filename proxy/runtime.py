@@ -16,6 +16,7 @@ from typing import Any, Callable, Protocol
 
 from aiohttp import web
 
+from pricing.calibration import Estimator
 from proxy.admission.budgets import BudgetGate
 from proxy.admission.limits import Buckets
 from proxy.control.snapshot import Secrets, Snapshot
@@ -52,6 +53,7 @@ class Runtime:
     upstream: UpstreamClient | None = None  # opened in the app's cleanup context
     budgets: BudgetGate | None = None  # embedded: exact holds on the in-process ledger
     limits: Buckets | None = None  # token buckets: in-process, or Redis shared by pods
+    estimator: Estimator = field(default_factory=Estimator)  # input tokens; calibrated per key
     control: ControlStore | None = None
     rng: random.Random = field(default_factory=random.Random)
     clock: Callable[[], float] = time.time

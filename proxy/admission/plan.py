@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Sequence
 
+from pricing.calibration import Estimate, Estimator
 from pricing.errors import PricingError
 from pricing.rating import worst_case
-from pricing.tokens import estimate_chat_input, estimate_tokens
+from pricing.tokenizer import encoding_for_model
+from pricing.tokens import estimate_tokens
 from proxy.control.snapshot import Alias, Deployment, Snapshot
 from proxy.errors import GatewayError, InvalidRequest
 
@@ -39,8 +41,21 @@ def output_cap(alias: Alias, requested: int | None, param: str = "max_completion
     return requested
 
 
-def chat_input_estimate(body: dict) -> int:
-    return estimate_chat_input(body)
+def chat_input_estimates(estimator: Estimator, body: dict, key_id: str, cands: Sequence[Deployment]) -> dict[str, Estimate]:
+    """Input tokens per candidate: exact where the model's tokenizer is known, else calibrated chars.
+
+    Candidates sharing a tokenizer (or, for the chars path, a provider) share one count.
+    """
+    out: dict[str, Estimate] = {}
+    seen: dict[tuple[str | None, str | None], Estimate] = {}
+    for dep in cands:
+        encoding = encoding_for_model(dep.model, dep.tokenizer)
+        family = None if encoding else dep.provider
+        kind = (encoding, family)
+        if kind not in seen:
+            seen[kind] = estimator.estimate(body, key_id=key_id, model_family=family, encoding=encoding)
+        out[dep.id] = seen[kind]
+    return out
 
 
 def embeddings_input_estimate(texts: Sequence[str]) -> int:

@@ -14,7 +14,7 @@ from pricing.tokens import estimate_tokens
 from pricing.usage import TokenUsage
 from proxy.admission.auth import allowed_alias, data_class
 from proxy.admission.gate import admit
-from proxy.admission.plan import chat_input_estimate, output_cap
+from proxy.admission.plan import chat_input_estimates, output_cap
 from proxy.api import streaming
 from proxy.api.validate import ChatCall, parse_json_object, validate_chat
 from proxy.control.snapshot import Alias, Deployment
@@ -37,12 +37,15 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     cls = data_class(key, request.headers.get("x-fb-data-class"))
     param = "max_completion_tokens" if call.body.get("max_completion_tokens") is not None else "max_tokens"
     max_out = output_cap(alias, call.requested_max_output, param)
-    est_in = chat_input_estimate(call.body)
+    alias_deps = [snap.deployments[d] for d in alias.deployments]
+    estimates = chat_input_estimates(rt.estimator, call.body, key.key_id, alias_deps)
+    est_in = max(e.tokens for e in estimates.values())
     cands = honouring(candidates(snap, alias, chat_needs(call.body, cls, est_in + max_out), rt.rng), call.body)
     meter = Meter(
         rt, snap, request["request_id"], key, alias,
         run_id=request.headers.get("x-fb-run-id"), data_class=cls, stream=call.stream,
     )
+    meter.estimates = estimates
     admitted = await admit(rt, snap, meter, cands, est_in, max_out)
     if call.stream:
         return await streaming.relay(request, rt, call, alias, cands, meter, admitted.headers)

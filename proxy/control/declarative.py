@@ -184,6 +184,7 @@ def _deployments(root: Reader) -> tuple[dict[str, Deployment], dict[str, Price]]
             weight=r.int("weight", 1, 1),
             secret_ref=r.str("api_key_env", None),
             forward_headers=tuple(h.lower() for h in r.str_list("forward_headers", [])),
+            tokenizer=r.str("tokenizer", None, choices=("o200k_base", "cl100k_base")),
         )
         if dep.base_url and not dep.base_url.startswith(("http://", "https://")):
             r.problems.add(r.at("base_url"), "must start with http:// or https://")

@@ -43,6 +43,7 @@ class Deployment:
     weight: int = 1
     secret_ref: str | None = None  # name of the provider key in Secrets, never the key
     forward_headers: tuple[str, ...] = ()  # request header prefixes passed upstream (e.g. "x-sim-")
+    tokenizer: str | None = None  # exact encoding (o200k_base, cl100k_base); else guessed from the model id
 
 
 @dataclass(frozen=True, slots=True)
