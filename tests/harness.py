@@ -174,3 +174,23 @@ def wait_key_live(gateway_url: str, key: str, timeout: float = 5.0) -> None:
                 raise
         time.sleep(0.1)
     raise AssertionError(f"key not live on {gateway_url} within {timeout}s")
+
+
+def read_events(path: Path) -> list:
+    """Every event in a SQLite event log, in order (read-only: the gateway may still be writing)."""
+    import asyncio
+
+    from streams.sqlite_log import SqliteEventLog
+
+    async def main() -> list:
+        log = SqliteEventLog.open(path, readonly=True)
+        try:
+            out, after = [], 0
+            while batch := await log.read(after=after, limit=5000):
+                out += [e for _, e in batch]
+                after = batch[-1][0]
+            return out
+        finally:
+            await log.close()
+
+    return asyncio.run(main())

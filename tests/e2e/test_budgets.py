@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
-from pathlib import Path
 from typing import Iterator
 
 import httpx
@@ -12,8 +10,7 @@ import openai
 import pytest
 
 from ledger.events import BudgetThresholdCrossed, HoldExpired, RequestSettled
-from streams.sqlite_log import SqliteEventLog
-from tests.harness import Stack, running_stack
+from tests.harness import Stack, read_events, running_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -30,21 +27,6 @@ def small_budgets(tree: dict) -> None:
         # chat-openai: hold for 20 output tokens ~ small; each request costs about ₹0.03
         "scopes": [{"scope": "team:platform", "monthly_limit": "0.60", "soft_pct": 50}],
     }
-
-
-def read_all(path: Path) -> list:
-    async def main() -> list:
-        log = SqliteEventLog.open(path, readonly=True)
-        try:
-            out, after = [], 0
-            while batch := await log.read(after=after, limit=5000):
-                out += [e for _, e in batch]
-                after = batch[-1][0]
-            return out
-        finally:
-            await log.close()
-
-    return asyncio.run(main())
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +70,7 @@ def test_budget_exhausted_is_429_without_retry_after(bstack: Stack) -> None:
     values = [float(v) for v in remaining]  # only to compare order in the test
     assert values == sorted(values, reverse=True) and values[-1] >= 0
     time.sleep(0.3)
-    events = read_all(bstack.events_path)
+    events = read_events(bstack.events_path)
     settled = [e for e in events if isinstance(e, RequestSettled)]
     spent = sum(e.cost_by_scope.get("team:platform", 0) for e in settled)
     overrun = sum(e.overrun_micro for e in settled)
@@ -158,10 +140,10 @@ def test_killed_pod_hold_expires_and_is_charged_in_full(bstack: Stack, admin_tok
     expired = []
     while time.monotonic() < deadline and not expired:
         time.sleep(0.3)
-        expired = [e for e in read_all(bstack.events_path) if isinstance(e, HoldExpired) and e.request_id == rid]
-    mine = [e for e in read_all(bstack.events_path) if e.request_id == rid]
+        expired = [e for e in read_events(bstack.events_path) if isinstance(e, HoldExpired) and e.request_id == rid]
+    mine = [e for e in read_events(bstack.events_path) if e.request_id == rid]
     assert len(expired) == 1, f"the orphaned hold did not expire: {mine}"
     assert expired[0].charged["team:platform"] > 0
-    assert not any(isinstance(e, RequestSettled) and e.request_id == rid for e in read_all(bstack.events_path))
+    assert not any(isinstance(e, RequestSettled) and e.request_id == rid for e in read_events(bstack.events_path))
     view = httpx.get(bstack.gateway_url + "/admin/v1/budgets/team:platform", headers=h).json()
     assert view["held_micro"] == 0

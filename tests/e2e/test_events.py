@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter, defaultdict
 
@@ -10,31 +9,15 @@ import openai
 import pytest
 
 from ledger.events import RequestAdmitted, RequestAttempted, RequestSettled
-from streams.sqlite_log import SqliteEventLog
-from tests.harness import Stack
+from tests.harness import Stack, read_events
 
 pytestmark = pytest.mark.e2e
-
-
-def read_all(stack: Stack) -> list:
-    async def main() -> list:
-        log = SqliteEventLog.open(stack.events_path, readonly=True)
-        try:
-            out, after = [], 0
-            while batch := await log.read(after=after, limit=5000):
-                out += [e for _, e in batch]
-                after = batch[-1][0]
-            return out
-        finally:
-            await log.close()
-
-    return asyncio.run(main())
 
 
 def events_of(stack: Stack, request_id: str, settle_wait: float = 5.0) -> list:
     deadline = time.monotonic() + settle_wait
     while True:
-        mine = [e for e in read_all(stack) if e.request_id == request_id]
+        mine = [e for e in read_events(stack.events_path) if e.request_id == request_id]
         if any(isinstance(e, RequestSettled) for e in mine) or time.monotonic() > deadline:
             return mine
         time.sleep(0.05)
@@ -97,7 +80,7 @@ def test_every_request_admitted_attempted_settled_once(client: openai.OpenAI, st
     deadline = time.monotonic() + 5
     while True:
         by_id: dict[str, Counter] = defaultdict(Counter)
-        for e in read_all(stack):
+        for e in read_events(stack.events_path):
             if e.request_id in ids:
                 by_id[e.request_id][e.type] += 1
         if all(by_id[i]["request.settled"] for i in ids) or time.monotonic() > deadline:
@@ -108,20 +91,20 @@ def test_every_request_admitted_attempted_settled_once(client: openai.OpenAI, st
         assert counts["request.admitted"] == 1, (i, counts)
         assert counts["request.attempted"] >= 1, (i, counts)
         assert counts["request.settled"] == 1, (i, counts)
-    events = [e for e in read_all(stack) if e.request_id in ids]
+    events = [e for e in read_events(stack.events_path) if e.request_id in ids]
     failed = [e for e in events if isinstance(e, RequestSettled) and e.final_status != 200]
     assert sorted(e.final_status for e in failed) == [400, 503, 503]
     assert len({e.id for e in events}) == len(events)
 
 
 def test_rejected_before_admission_leaves_no_events(stack: Stack, client: openai.OpenAI) -> None:
-    before = len(read_all(stack))
+    before = len(read_events(stack.events_path))
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="chat-default", messages=[])
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
     time.sleep(0.3)
-    admitted = [e for e in read_all(stack)[before:] if isinstance(e, RequestAdmitted)]
+    admitted = [e for e in read_events(stack.events_path)[before:] if isinstance(e, RequestAdmitted)]
     assert admitted == []
 
 
