@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install services run test test-fast bench bench-sim bench-limits clean
+.PHONY: install services run test test-fast bench bench-budget bench-sim bench-limits clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -30,6 +30,10 @@ test: install services
 ## Added latency and TTFT against a direct-to-simulator run, at several concurrencies and rates.
 bench: install
 	$(BIN)/python -m tests.bench.gateway
+
+## Budgets under a burst: 2,000 concurrent streams, 50 keys, a team budget for ~60% of them.
+bench-budget: install
+	$(BIN)/python -m tests.bench.budget
 
 ## The simulator's own ceiling.
 bench-sim: install

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import orjson
 
 from pricing.book import FxTable, Price, PriceBook, PriceVersion
+from proxy.admission.limits.bucket import max_capacity
 from proxy.control.problems import Problems, Reader
 from proxy.control.snapshot import (
     ADMIN_ROLES,
@@ -34,6 +35,8 @@ from proxy.control.snapshot import (
     Snapshot,
     Team,
 )
+
+MAX_PER_MINUTE = max_capacity(60)  # ~150M: token buckets stay exact integers (also in Redis Lua)
 
 CONTROL_SECTIONS = (
     "currency", "fx", "prices", "business_units", "teams", "apps", "deployments", "aliases", "keys",
@@ -165,7 +168,7 @@ def _deployments(root: Reader) -> tuple[dict[str, Deployment], dict[str, Price]]
         classes = r.str_list("data_classes", ["public", "internal"], choices=DATA_CLASSES)
         lim = r.child("limits")
         limits = ProviderLimits(
-            rpm=lim.int("rpm", None, 1), input_tpm=lim.int("input_tpm", None, 1), output_tpm=lim.int("output_tpm", None, 1)
+            rpm=_per_minute(lim, "rpm"), input_tpm=_per_minute(lim, "input_tpm"), output_tpm=_per_minute(lim, "output_tpm")
         )
         lim.reject_unknown()
         price = _price(r.child("price_per_1m", required=True))
@@ -308,8 +311,17 @@ def _add_key(
         keys[key_hash] = rec
 
 
+def _per_minute(r: Reader, name: str) -> int | None:
+    """A requests- or tokens-per-minute limit, within what a token bucket counts exactly."""
+    value = r.int(name, None, 1)
+    if value is not None and value > MAX_PER_MINUTE:
+        r.problems.add(r.at(name), f"must be <= {MAX_PER_MINUTE:,} per minute, got {value:,}")
+        return None
+    return value
+
+
 def _key_limits(r: Reader) -> KeyLimits:
-    return KeyLimits(rpm=r.int("rpm", None, 1), input_tpm=r.int("input_tpm", None, 1), output_tpm=r.int("output_tpm", None, 1))
+    return KeyLimits(rpm=_per_minute(r, "rpm"), input_tpm=_per_minute(r, "input_tpm"), output_tpm=_per_minute(r, "output_tpm"))
 
 
 def _micro(r: Reader, name: str) -> int | None:
@@ -393,7 +405,7 @@ def _rate_limits(r: Reader, teams: Mapping[str, Team]) -> RatePolicy:
     for name, value in tt.data.items():
         if name not in teams:
             tt.problems.add(tt.at(name), f"unknown team {name!r}")
-        tpm = tt.int(name, None, 1)
+        tpm = _per_minute(tt, name)
         if tpm:
             team_tpm[name] = tpm
     mirror = r.int("deployment_mirror_pct", 90, 1)

@@ -36,6 +36,11 @@ US_PER_S = 1_000_000
 EXACT_LIMIT = 2**53  # largest integer range where Lua doubles are exact
 
 
+def max_capacity(window_s: int = 60) -> int:
+    """The largest per-window capacity a bucket can have (config validation uses it)."""
+    return (EXACT_LIMIT - window_s * MILLI - 1) // (window_s * US_PER_S)
+
+
 @dataclass(frozen=True, slots=True)
 class BucketSpec:
     """A named bucket: ``capacity`` units per ``window_s`` seconds (refill continuous)."""

@@ -96,3 +96,10 @@ def test_stored_keys_are_checked(tree: dict) -> None:
 def test_config_error_lists_all() -> None:
     err = ConfigError(["a: x", "b: y"], "f.yaml")
     assert "2 problem(s)" in str(err) and "a: x" in str(err) and "b: y" in str(err)
+
+
+def test_rate_limits_beyond_exact_bucket_range_are_config_errors(tree: dict) -> None:
+    bad = copy.deepcopy(tree)
+    bad["rate_limits"]["key_defaults"]["input_tpm"] = 1_000_000_000
+    _, problems = compile_or_problems(bad)
+    assert any(p.startswith("rate_limits.key_defaults.input_tpm: must be <=") for p in problems)
