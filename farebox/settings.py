@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from decimal import Decimal
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Iterable, Mapping
 
 import yaml
+from sqlalchemy.engine import make_url
 
 from pricing.errors import PricingError
 from proxy.control import statefile
@@ -24,7 +26,7 @@ from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.problems import ConfigError, Problems, Reader
 from proxy.control.snapshot import Secrets, Snapshot
 
-SETTINGS_SECTIONS = ("server", "event_log", "state_dir", "secrets_file")
+SETTINGS_SECTIONS = ("server", "event_log", "state_dir", "secrets_file", "control_db")
 
 
 @dataclass(frozen=True)
@@ -36,10 +38,16 @@ class Settings:
     pod_id: str
     hold_ttl_s: int
     sweep_interval_s: float
+    max_in_flight: int  # model requests in flight; above it a fast 503 (0: no cap)
+    drain_timeout_s: float  # SIGTERM: how long open streams may finish
     event_log_path: Path
     state_dir: Path
     secrets_file: Path | None
-    snapshot: Snapshot
+    snapshot: Snapshot  # the file's declared control config, compiled: validation and first-start seed
+    control_tree: Mapping[str, Any] = field(default_factory=dict)  # the file's control sections, for config apply
+    control_db_url: str = "sqlite://"
+    poll_interval_s: float = 0.2
+    price_change_factor: Decimal = Decimal(2)
 
     @property
     def keys_file(self) -> Path:
@@ -54,9 +62,12 @@ class Settings:
         return self.state_dir / statefile.ADMIN_TOKENS
 
     @property
-    def watched_files(self) -> tuple[Path, ...]:
-        """What the config watcher re-reads on change."""
-        return (self.config_path, self.keys_file, self.budgets_file, self.admin_tokens_file)
+    def safe_db_url(self) -> str:
+        """The database URL with any password masked, for logs and messages."""
+        try:
+            return make_url(self.control_db_url).render_as_string(hide_password=True)
+        except Exception:  # noqa: BLE001 - never let a bad URL leak through an error
+            return "<config database>"
 
     def with_listen(self, host: str | None, port: int | None) -> "Settings":
         return replace(self, host=host or self.host, port=port if port is not None else self.port)
@@ -93,22 +104,30 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     pod_id = server.str("pod_id", None) or env.get("FAREBOX_POD_ID") or f"{socket.gethostname()}-{os.getpid()}"
     hold_ttl = server.int("hold_ttl_s", 900, 1)
     sweep_interval = server.number("sweep_interval_s", 5.0, 0.05)
+    max_in_flight = server.int("max_in_flight", 2000, 0)
+    drain_timeout = server.number("drain_timeout_s", 25.0, 0)
     server.reject_unknown()
     elog = root.child("event_log")
     log_path = base / elog.str("path", "var/events.sqlite")
     elog.reject_unknown()
     state_dir = base / root.str("state_dir", "var")
     secrets_name = root.str("secrets_file", None)
+    cdb = root.child("control_db")
+    db_url = env.get("FAREBOX_CONTROL_DB") or cdb.str("url", None) or f"sqlite:///{(state_dir / 'control.sqlite').resolve()}"
+    poll_s = cdb.number("poll_interval_s", 0.2, 0.01)
+    factor = cdb.decimal("price_change_factor", Decimal(2))
+    if factor is not None and factor <= 1:
+        problems.add("control_db.price_change_factor", "must be > 1")
+    cdb.reject_unknown()
+    try:
+        make_url(db_url)
+    except Exception:  # noqa: BLE001 - the URL is not echoed: it may hold a password
+        problems.add("control_db.url", "is not a valid database URL")
     root.skip(*CONTROL_SECTIONS)
     root.reject_unknown()
-    stored = {n: _read_state(state_dir / n, problems) for n in (statefile.KEYS, statefile.BUDGETS, statefile.ADMIN_TOKENS)}
-    snapshot = compile_snapshot(
-        {k: tree[k] for k in CONTROL_SECTIONS if k in tree},
-        stored[statefile.KEYS],
-        stored[statefile.BUDGETS],
-        stored[statefile.ADMIN_TOKENS],
-        problems=problems,
-    )
+    control_tree = {k: tree[k] for k in CONTROL_SECTIONS if k in tree}
+    # keys.jsonl & co. are not read here: the config database imports them (proxy/control/legacy.py).
+    snapshot = compile_snapshot(control_tree, problems=problems)
     if snapshot is not None:
         _check_pricing_now(snapshot, problems)
     secrets_file = base / secrets_name if secrets_name else None
@@ -124,14 +143,35 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         pod_id=pod_id,
         hold_ttl_s=hold_ttl,
         sweep_interval_s=sweep_interval,
+        max_in_flight=max_in_flight,
+        drain_timeout_s=drain_timeout,
         event_log_path=log_path,
         state_dir=state_dir,
         secrets_file=secrets_file,
         snapshot=snapshot,
+        control_tree=control_tree,
+        control_db_url=db_url,
+        poll_interval_s=poll_s,
+        price_change_factor=factor or Decimal(2),
     )
 
 
-def load_secrets(settings: Settings, env: Mapping[str, str] | None = None) -> Secrets:
+def resolve_secrets(settings: Settings, names: Iterable[str], env: Mapping[str, str] | None = None
+                    ) -> tuple[dict[str, str], list[str]]:
+    """(values found, names missing) for provider-key names, from the environment or the secrets file."""
+    env = os.environ if env is None else env
+    from_file = _read_env_file(settings.secrets_file) if settings.secrets_file else {}
+    found, missing = {}, []
+    for name in names:
+        value = env.get(name) or from_file.get(name)
+        if value:
+            found[name] = value
+        else:
+            missing.append(name)
+    return found, missing
+
+
+def load_secrets(settings: Settings, env: Mapping[str, str] | None = None, snapshot: Snapshot | None = None) -> Secrets:
     """Provider keys named by deployments, from the environment or the secrets file.
 
     The environment wins. A missing secret is a start-up error naming the
@@ -141,7 +181,7 @@ def load_secrets(settings: Settings, env: Mapping[str, str] | None = None) -> Se
     from_file = _read_env_file(settings.secrets_file) if settings.secrets_file else {}
     values: dict[str, str] = {}
     missing = []
-    for dep in settings.snapshot.deployments.values():
+    for dep in (snapshot or settings.snapshot).deployments.values():
         ref = dep.secret_ref
         if ref is None:
             continue
@@ -182,9 +222,3 @@ def _check_pricing_now(snapshot: Snapshot, problems: Problems) -> None:
             problems.add(f"deployments.{dep_id}", f"cannot be priced now: {exc}")
 
 
-def _read_state(path: Path, problems: Problems) -> list[dict]:
-    try:
-        return statefile.read_jsonl(path)
-    except ValueError as exc:
-        problems.add(path.name, str(exc))
-        return []

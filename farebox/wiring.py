@@ -10,19 +10,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from datetime import datetime, timezone
 from typing import AsyncIterator
 from zoneinfo import ZoneInfo
 
 from aiohttp import web
 
-from farebox.reload import EmbeddedControl, Reloader
-from farebox.settings import Settings
+from farebox.control import open_config_db
+from farebox.reload import SnapshotFollower
+from farebox.settings import Settings, load_secrets
+from ledger.events import ConfigPublished
 from pricing.tokenizer import encoding_for_model, preload
 from proxy.admission.budgets import BudgetGate
 from proxy.admission.limits import MemoryBuckets
 from proxy.admission.sweeper import sweep_forever
 from proxy.api.app import create_app
-from proxy.control.snapshot import Secrets
+from proxy.control.document import load_last_good
+from proxy.control.errors import ControlUnavailable
+from proxy.control.problems import ConfigError
+from proxy.control.service import ControlService
+from proxy.control.snapshot import Secrets, Snapshot
 from proxy.runtime import ProxyOptions, Runtime
 from streams.checkpoints import CheckpointStore
 from streams.runner import EmbeddedLedgerRunner
@@ -31,29 +38,63 @@ from streams.sqlite_log import SqliteEventLog
 log = logging.getLogger("farebox")
 
 
-def build_runtime(settings: Settings, secrets: Secrets, events) -> Runtime:
+def build_runtime(settings: Settings, secrets: Secrets, events, snapshot: Snapshot | None = None) -> Runtime:
     options = ProxyOptions(
-        pod_id=settings.pod_id, max_body_bytes=settings.max_body_bytes, hold_ttl_s=settings.hold_ttl_s
+        pod_id=settings.pod_id, max_body_bytes=settings.max_body_bytes, hold_ttl_s=settings.hold_ttl_s,
+        max_in_flight=settings.max_in_flight, drain_timeout_s=settings.drain_timeout_s,
     )
-    return Runtime(snapshot=settings.snapshot, secrets=secrets, events=events, options=options, rng=random.Random())
+    return Runtime(snapshot=snapshot or settings.snapshot, secrets=secrets, events=events, options=options,
+                   rng=random.Random())
 
 
-async def gateway_app(settings: Settings, secrets: Secrets) -> web.Application:
+def first_snapshot(settings: Settings, follower: SnapshotFollower) -> Snapshot:
+    """From the config database; if it is unreachable, from the last good snapshot on local disk."""
+    if follower.db is not None:
+        try:
+            head = follower.db.head()
+            if head is not None:
+                return follower.adopt_sync(head[0], follower.db.document(head[0]), "database")
+        except ControlUnavailable:
+            follower.db_ok = False
+    saved = load_last_good(settings.state_dir)
+    if saved is None:
+        raise ConfigError([f"the config database ({settings.safe_db_url}) is unreachable and there is no last good "
+                           f"snapshot in {settings.state_dir}"], str(settings.config_path))
+    log.warning("config database unreachable: serving the last good snapshot %d from disk", saved[0])
+    return follower.adopt_sync(saved[0], saved[1], "disk")
+
+
+async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web.Application:
     """The embedded gateway: the SQLite log opens first and closes last.
 
-    Start-up: open the log, rebuild the ledger from the latest checkpoint,
-    then serve. Shutdown (reverse): stop the watcher and sweeper, let requests
-    finish, close the upstream session, fold and checkpoint, close the log.
+    Start-up: open the config database (migrate; seed from the YAML on first
+    start) and take its snapshot — or the last good one from disk when the
+    database is down; open the log, rebuild the ledger from the latest
+    checkpoint, then serve. Shutdown (reverse): stop the follower and sweeper,
+    let requests finish, close the upstream session, fold and checkpoint,
+    close the log, dispose of the database pool.
     """
+    try:
+        db = await asyncio.to_thread(open_config_db, settings)
+    except ControlUnavailable:
+        db = None
+        log.warning("config database %s unreachable at start-up", settings.safe_db_url)
+    holder: list[Snapshot] = []
+    follower = SnapshotFollower(settings, db, holder.append, secrets or Secrets())
+    snapshot = await asyncio.to_thread(first_snapshot, settings, follower)
+    if secrets is None:
+        secrets = load_secrets(settings, snapshot=snapshot)
+        follower.secrets = secrets
     events = SqliteEventLog.open(settings.event_log_path)
     store = CheckpointStore(f"{settings.event_log_path}.checkpoints")
-    runner = EmbeddedLedgerRunner(events, store, ZoneInfo(settings.snapshot.budgets.timezone))
+    runner = EmbeddedLedgerRunner(events, store, ZoneInfo(snapshot.budgets.timezone))
     ledger = await runner.start()
-    runtime = build_runtime(settings, secrets, events)
+    runtime = build_runtime(settings, secrets, events, snapshot)
     runtime.budgets = BudgetGate(ledger)
     runtime.limits = MemoryBuckets()  # one process: exact in-process buckets
+    follower.swap, follower.emit = runtime.swap, runtime.emit
     # Load exact tokenizers now, not on the first request (tens of ms each).
-    preload(*{e for d in settings.snapshot.deployments.values() if (e := encoding_for_model(d.model, d.tokenizer))})
+    preload(*{e for d in snapshot.deployments.values() if (e := encoding_for_model(d.model, d.tokenizer))})
     app = create_app(runtime)
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -69,14 +110,22 @@ async def gateway_app(settings: Settings, secrets: Secrets) -> web.Application:
             await events.close()
             store.close()
 
-    reloader = Reloader(settings, runtime.swap)
-    runtime.control = EmbeddedControl(settings, reloader)
+    if db is None:  # started from disk: admin writes answer 503 until a restart finds the database
+        from proxy.control.db.store import ConfigDB
+
+        db = ConfigDB(settings.control_db_url)
+        follower.db = db
+    runtime.control = ControlService(db, price_change_factor=settings.price_change_factor, adopt=follower.adopt)
+    runtime.control.follower = follower  # type: ignore[attr-defined]  # GET /admin/v1/snapshot reads its status
 
     async def reload_ctx(app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(reloader.watch())
+        runtime.emit(ConfigPublished(version=follower.version, content_hash=follower.content_hash,
+                                     time=datetime.now(timezone.utc)))
+        task = asyncio.create_task(follower.follow())
         yield
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        await asyncio.to_thread(db.close)
 
     # cleanup_ctx unwinds in reverse: the log is registered first so it closes last.
     app.cleanup_ctx.insert(0, event_log_ctx)
@@ -92,11 +141,11 @@ def new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def serve(settings: Settings, secrets: Secrets) -> None:
+def serve(settings: Settings, secrets: Secrets | None = None) -> None:
     loop = new_loop()
     ready = (
         f"farebox serving on http://{settings.host}:{settings.port} "
-        f"(pod {settings.pod_id}, snapshot {settings.snapshot.version}, events {settings.event_log_path})"
+        f"(pod {settings.pod_id}, config {settings.safe_db_url}, events {settings.event_log_path})"
     )
     web.run_app(
         gateway_app(settings, secrets),
@@ -105,6 +154,6 @@ def serve(settings: Settings, secrets: Secrets) -> None:
         loop=loop,
         print=lambda _: print(ready, flush=True),
         access_log=None,
-        shutdown_timeout=30.0,
+        shutdown_timeout=settings.drain_timeout_s + 10.0,  # longer than the drain, which ends streams itself
         backlog=1024,  # aiohttp's default 128 overflows under bursts; a full queue costs 1-3 s client retries
     )

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Install the services the integration tests start as plain processes (Debian packages).
+# Install the services the integration tests start as plain processes (Debian packages: redis-server, postgresql).
 # Idempotent: does nothing when they are already there. Tests start and stop their own
 # throwaway instances (e.g. infra/redis/server.py); nothing here starts a daemon.
 set -euo pipefail
 need=()
 command -v redis-server > /dev/null 2>&1 || need+=(redis-server)
+# PostgreSQL: the config database's second backend; tests run a throwaway cluster (infra/postgres/server.py).
+ls /usr/lib/postgresql/*/bin/initdb > /dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get install -y --no-install-recommends "${need[@]}" > /dev/null 2>&1 \
     || { $SUDO apt-get update > /dev/null && $SUDO apt-get install -y --no-install-recommends "${need[@]}" > /dev/null; }
-  # Debian's package starts a system redis on :6379; the tests use their own ports and don't need it.
+  # Debian's packages start a system redis on :6379 (and a postgres cluster on :5432 where systemd runs);
+  # the tests use their own ports and don't need them.
 fi

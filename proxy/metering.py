@@ -18,7 +18,7 @@ from pricing.usage import TokenUsage
 from proxy.admission.plan import Plan
 from proxy.admission.ratelimit import Draw, settlement
 from proxy.control.snapshot import Alias, Deployment, KeyRecord, Snapshot
-from proxy.errors import GatewayError, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
+from proxy.errors import UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
 from proxy.runtime import Runtime
 
 
@@ -35,10 +35,12 @@ def scopes_of(key: KeyRecord, run_id: str | None) -> list[str]:
 def outcome_of(exc: BaseException | None) -> str:
     if exc is None:
         return "ok"
+    if isinstance(exc, (ClientGone, HedgeLost, Drained)):
+        return "client_closed"  # we closed it: the event's error_code says why (client_gone, hedge_lost, drained)
     if isinstance(exc, UpstreamRateLimited):
         return "rate_limited"
     if isinstance(exc, UpstreamUnavailable):
-        return "timeout" if exc.code in ("upstream_timeout", "first_token_timeout") else (
+        return "timeout" if exc.code in ("upstream_timeout", "first_token_timeout", "upstream_idle_timeout") else (
             "interrupted" if exc.code == "stream_interrupted" else "unavailable"
         )
     if isinstance(exc, UpstreamRejected):
@@ -78,6 +80,7 @@ class Meter:
         self.draws: list[Draw] = []  # rate-limit reservations of the request (key, team)
         self.dep_draws: dict[str, list[Draw]] = {}  # ... and of each deployment tried
         self.estimates: dict[str, Estimate] = {}  # input-token estimate per candidate, for calibration
+        self.path: list[dict] = []  # the attempt path: deployment and outcome of each attempt, in order
 
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self.rt.clock(), timezone.utc)
@@ -134,8 +137,10 @@ class Meter:
         cost = self.cost(dep, usage) if (usage.prompt_tokens or usage.completion_tokens) else 0
         self.total_usage = _add(self.total_usage, usage)
         self.total_cost += cost
-        code = error.code if isinstance(error, GatewayError) else (type(error).__name__ if error else None)
+        code = getattr(error, "code", None) or (type(error).__name__ if error else None)
         upstream_status = getattr(error, "upstream_status", None)
+        outcome = outcome_of(error)
+        self.path.append({"deployment": dep.id, "outcome": outcome, "code": code})
         self.rt.emit(
             RequestAttempted(
                 time=self._now(),
@@ -147,7 +152,7 @@ class Meter:
                 account=dep.account,
                 model=dep.model,
                 region=dep.region,
-                outcome=outcome_of(error) if not isinstance(error, ClientGone) else "client_closed",
+                outcome=outcome,
                 status=status if status is not None else (upstream_status or (200 if error is None else 0)),
                 ttft_ms=None if ttft_s is None else int(ttft_s * 1000),
                 latency_ms=int((time.monotonic() - started) * 1000),
@@ -171,6 +176,7 @@ class Meter:
             "currency": self.snapshot.currency,
             "price_version": self.plan.price_version if self.plan else None,
             "usage_source": self.total_usage.source,
+            "path": list(self.path),
         }
 
     def settle(self, final_status: int, dep: Deployment | None) -> None:
@@ -203,6 +209,20 @@ class Meter:
 
 class ClientGone(Exception):
     """The caller disconnected mid-stream."""
+
+    code = "client_gone"
+
+
+class HedgeLost(Exception):
+    """A hedged attempt cancelled because another deployment answered first."""
+
+    code = "hedge_lost"
+
+
+class Drained(Exception):
+    """A stream ended by the pod's graceful drain deadline."""
+
+    code = "drained"
 
 
 def _add(a: TokenUsage, b: TokenUsage) -> TokenUsage:

@@ -20,6 +20,7 @@ from pricing.calibration import Estimator
 from proxy.admission.budgets import BudgetGate
 from proxy.admission.limits import Buckets
 from proxy.control.snapshot import Secrets, Snapshot
+from proxy.routing.state import RoutingState
 from proxy.upstream.relay import UpstreamClient
 
 log = logging.getLogger("farebox.proxy")
@@ -42,6 +43,8 @@ class ProxyOptions:
     pod_id: str
     max_body_bytes: int = 4 * 1024 * 1024
     hold_ttl_s: int = 900
+    max_in_flight: int = 2000  # model requests in flight per pod; above: fast 503 + Retry-After (0 = no cap)
+    drain_timeout_s: float = 25.0  # SIGTERM: how long streams may finish (below aiohttp's shutdown timeout)
 
 
 @dataclass
@@ -58,6 +61,10 @@ class Runtime:
     rng: random.Random = field(default_factory=random.Random)
     clock: Callable[[], float] = time.time
     append_failures: int = 0
+    routing: RoutingState = field(default_factory=RoutingState)  # breakers, health, 429 pauses, retry budgets
+    in_flight: int = 0  # model requests being served now
+    draining: bool = False  # SIGTERM seen: refuse new requests
+    drain_expired: bool = False  # drain deadline passed: end the streams still open
     _background: set = field(default_factory=set)
 
     def now_us(self) -> int:

@@ -35,6 +35,12 @@ def authenticate(snapshot: Snapshot, header: str | None, now: float) -> KeyRecor
         raise AuthenticationFailed(f"The key {key.key_id} has been revoked.", code="revoked_api_key")
     if key.expires_at is not None and now >= key.expires_at:
         raise AuthenticationFailed(f"The key {key.key_id} has expired.", code="expired_api_key")
+    if key.env_conflict is not None:  # precomputed at publish: no budget lookup here
+        raise PermissionDenied(
+            f"The key {key.key_id} is a {key.env} key and may not spend the budget {key.env_conflict}, "
+            "which belongs to another environment.",
+            code="environment_mismatch",
+        )
     return key
 
 

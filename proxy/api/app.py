@@ -6,6 +6,7 @@ Auth is on by default: every route needs a virtual key except the explicit
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import re
@@ -26,6 +27,7 @@ from proxy.upstream.relay import UpstreamClient
 log = logging.getLogger("farebox.proxy")
 
 OPEN_ROUTES = frozenset({"/health"})
+MODEL_PREFIX = "/v1/"  # what the in-flight cap and the drain count
 ADMIN_PREFIX = "/admin/"  # admin tokens, never virtual keys
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
@@ -92,14 +94,76 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
     return resp
 
 
+@web.middleware
+async def protection_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Pod protection: a fast 503 + Retry-After when the in-flight cap is reached or the pod is draining.
+
+    Runs before authentication and body parsing, so a full pod sheds load for
+    almost nothing. Counts model requests only (``/v1/``); admin and health pass.
+    """
+    if not request.path.startswith(MODEL_PREFIX):
+        return await handler(request)
+    rt = request.app[RUNTIME]
+    cap = rt.options.max_in_flight
+    if rt.draining:
+        return error_response(GatewayError("This gateway pod is shutting down; retry on another.", status=503,
+                                           code="server_shutting_down", headers={"Retry-After": "1", "Connection": "close"}))
+    if cap and rt.in_flight >= cap:
+        return error_response(GatewayError(f"This gateway pod is at its limit of {cap} requests in flight; retry shortly.",
+                                           status=503, code="server_overloaded", headers={"Retry-After": "1"}))
+    rt.in_flight += 1
+    try:
+        return await handler(request)
+    finally:
+        rt.in_flight -= 1
+        if rt.in_flight == 0 and rt.draining:
+            request.app[DRAINED].set()
+
+
+DRAINED = web.AppKey("drained", asyncio.Event)
+
+
+async def drain(app: web.Application) -> None:
+    """On shutdown (SIGTERM): stop taking requests, let streams finish up to the drain deadline, then end them.
+
+    aiohttp has stopped accepting connections before this runs; requests on
+    kept-alive connections get a 503 from ``protection_middleware``. Streams
+    still open at the deadline end with an error event and are settled
+    (``ClientWatch`` fires ``drain``); aiohttp's own shutdown timeout, which
+    must be longer, only waits for that.
+    """
+    rt = app[RUNTIME]
+    rt.draining = True
+    if rt.in_flight == 0:
+        return
+    log.info("draining: %d requests in flight, up to %.0fs", rt.in_flight, rt.options.drain_timeout_s)
+    try:
+        await asyncio.wait_for(app[DRAINED].wait(), rt.options.drain_timeout_s)
+        return
+    except TimeoutError:
+        pass
+    log.warning("drain deadline passed: ending %d requests", rt.in_flight)
+    rt.drain_expired = True
+    try:
+        await asyncio.wait_for(app[DRAINED].wait(), 5.0)
+    except TimeoutError:
+        log.error("%d requests still in flight after the drain deadline", rt.in_flight)
+
+
 async def health(request: web.Request) -> web.Response:
     rt = request.app[RUNTIME]
-    return web.json_response({"status": "ok", "pod": rt.options.pod_id, "snapshot": rt.snapshot.version})
+    return web.json_response({
+        "status": "draining" if rt.draining else "ok", "pod": rt.options.pod_id, "snapshot": rt.snapshot.version,
+        "in_flight": rt.in_flight, "routing": rt.routing.summary(rt.routing.clock()),
+    })
 
 
 def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSession] | None = None) -> web.Application:
-    app = web.Application(middlewares=[gateway_middleware], client_max_size=runtime.options.max_body_bytes)
+    app = web.Application(middlewares=[protection_middleware, gateway_middleware],
+                          client_max_size=runtime.options.max_body_bytes)
     app[RUNTIME] = runtime
+    app[DRAINED] = asyncio.Event()
+    app.on_shutdown.append(drain)
     app.router.add_get("/health", health)
     app.router.add_post("/v1/chat/completions", chat.chat_completions)
     app.router.add_post("/v1/embeddings", embeddings.create_embeddings)

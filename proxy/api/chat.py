@@ -1,8 +1,9 @@
 """POST /v1/chat/completions: admit, route, relay, settle.
 
 The handler reads top to bottom as the request path in ARCHITECTURE.md:
-authenticate (middleware), classify, estimate, admit, route, attempt,
-settle. Streaming relay lives in ``proxy/api/streaming.py``.
+authenticate (middleware), classify, estimate, route, admit, attempt,
+settle. Streaming relay lives in ``proxy/api/streaming.py``; the order of
+candidates in ``proxy/routing/``.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from proxy.admission.auth import allowed_alias, data_class
 from proxy.admission.gate import admit
 from proxy.admission.plan import chat_input_estimates, output_cap
 from proxy.api import streaming
+from proxy.api.streaming import ClientWatch
 from proxy.api.validate import ChatCall, parse_json_object, validate_chat
 from proxy.control.snapshot import Alias, Deployment
-from proxy.errors import UnsupportedParameter
+from proxy.errors import GatewayError, UnsupportedParameter
 from proxy.metering import Meter
+from proxy.routing.chain import allows_fallback, chain_for, key_deployments, key_regions
 from proxy.routing.failover import settled_answer
-from proxy.routing.router import candidates, chat_needs
+from proxy.routing.router import chat_needs, sticky_key
 from proxy.runtime import RUNTIME, Runtime
 from proxy.upstream.base import UNREPORTED
 from proxy.upstream.dialects import get_dialect
@@ -40,16 +43,25 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     alias_deps = [snap.deployments[d] for d in alias.deployments]
     estimates = chat_input_estimates(rt.estimator, call.body, key.key_id, alias_deps)
     est_in = max(e.tokens for e in estimates.values())
-    cands = honouring(candidates(snap, alias, chat_needs(call.body, cls, est_in + max_out), rt.rng), call.body)
+    needs = chat_needs(call.body, cls, est_in + max_out, key_regions(key), key_deployments(key))
+    chain = await chain_for(rt, snap, alias, needs, sticky_key(request.headers.get("x-fb-session"), call.body),
+                            allows_fallback(request.headers))
+    cands = honouring(chain.deployments, call.body)
     meter = Meter(
         rt, snap, request["request_id"], key, alias,
         run_id=request.headers.get("x-fb-run-id"), data_class=cls, stream=call.stream,
     )
     meter.estimates = estimates
     admitted = await admit(rt, snap, meter, cands, est_in, max_out)
-    if call.stream:
-        return await streaming.relay(request, rt, call, alias, cands, meter, admitted.headers)
-    return await _complete(request, rt, call, alias, cands, meter, admitted.headers)
+    with ClientWatch(request, rt) as watch:
+        try:
+            if call.stream:
+                return await watch.run(streaming.relay(
+                    request, rt, call, alias, cands, meter, admitted.headers, watch, chain.max_attempts))
+            return await watch.run(_complete(request, rt, call, alias, cands, meter, admitted.headers, chain.max_attempts))
+        except GatewayError as exc:
+            exc.headers["x-fb-attempts"] = str(meter.attempts)
+            raise
 
 
 def honouring(cands: list[Deployment], body: dict) -> list[Deployment]:
@@ -71,7 +83,7 @@ def honouring(cands: list[Deployment], body: dict) -> list[Deployment]:
 
 async def _complete(
     request: web.Request, rt: Runtime, call: ChatCall, alias: Alias,
-    cands: list[Deployment], meter: Meter, headers: dict[str, str],
+    cands: list[Deployment], meter: Meter, headers: dict[str, str], max_attempts: int,
 ) -> web.Response:
     assert rt.upstream is not None and meter.plan is not None
     upstream, timeouts, max_out = rt.upstream, Timeouts.of(alias), meter.plan.max_output_tokens
@@ -87,7 +99,7 @@ async def _complete(
             result.usage = _estimated(result.body, meter.plan.est_input_tokens)
         return result
 
-    dep, result = await settled_answer(cands, meter, attempt)
+    dep, result = await settled_answer(cands, meter, attempt, max_attempts=max_attempts)
     body = {
         "id": f"chatcmpl-{meter.request_id}",
         "object": "chat.completion",
@@ -115,4 +127,3 @@ def _estimated(body: dict, est_input: int) -> TokenUsage:
 
 def route_headers(meter: Meter, dep: Deployment) -> dict[str, str]:
     return {"x-fb-deployment": dep.id, "x-fb-attempts": str(meter.attempts)}
-

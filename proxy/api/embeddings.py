@@ -1,4 +1,4 @@
-"""POST /v1/embeddings: the same admit / route / attempt / settle path, no stream."""
+"""POST /v1/embeddings: the same route / admit / attempt / settle path, no stream."""
 
 from __future__ import annotations
 
@@ -8,17 +8,20 @@ from aiohttp import web
 from proxy.admission.auth import allowed_alias, data_class
 from proxy.admission.gate import admit
 from proxy.admission.plan import embeddings_input_estimate
+from proxy.api.streaming import ClientWatch
 from proxy.api.validate import parse_json_object, validate_embeddings
 from proxy.control.snapshot import Deployment
+from proxy.errors import GatewayError
 from proxy.metering import Meter
+from proxy.routing.chain import allows_fallback, chain_for, key_deployments, key_regions
 from proxy.routing.failover import settled_answer
-from proxy.routing.router import Needs, candidates
+from proxy.routing.router import Needs
 from proxy.runtime import RUNTIME
 from proxy.upstream.dialects import get_dialect
 from proxy.upstream.relay import Timeouts, forwarded_headers
 
 
-async def create_embeddings(request: web.Request) -> web.Response:
+async def create_embeddings(request: web.Request) -> web.StreamResponse:
     rt = request.app[RUNTIME]
     snap = rt.snapshot
     key = request["key"]
@@ -26,10 +29,11 @@ async def create_embeddings(request: web.Request) -> web.Response:
     alias = allowed_alias(snap, key, call.alias, "embeddings")
     cls = data_class(key, request.headers.get("x-fb-data-class"))
     est_in = embeddings_input_estimate(call.texts)
-    cands = candidates(snap, alias, Needs((("embeddings", "model"),), cls, est_in), rt.rng)
+    needs = Needs((("embeddings", "model"),), cls, est_in, key_regions(key), key_deployments(key))
+    chain = await chain_for(rt, snap, alias, needs, None, allows_fallback(request.headers))
     meter = Meter(rt, snap, request["request_id"], key, alias,
                   run_id=request.headers.get("x-fb-run-id"), data_class=cls, stream=False)
-    admitted = await admit(rt, snap, meter, cands, est_in, 0)
+    admitted = await admit(rt, snap, meter, chain.deployments, est_in, 0)
     assert rt.upstream is not None
     upstream, timeouts = rt.upstream, Timeouts.of(alias)
 
@@ -40,9 +44,17 @@ async def create_embeddings(request: web.Request) -> web.Response:
         )
         return dialect.parse_embeddings(await upstream.complete(dialect, req, timeouts))
 
-    dep, result = await settled_answer(cands, meter, attempt)
-    body = {**result.body, "model": alias.name, "usage": {
-        "prompt_tokens": result.usage.prompt_tokens, "total_tokens": result.usage.prompt_tokens,
-    }}
-    headers = {**admitted.headers, "x-fb-deployment": dep.id, "x-fb-attempts": str(meter.attempts)}
-    return web.Response(body=orjson.dumps(body), content_type="application/json", headers=headers)
+    async def answer() -> web.Response:
+        dep, result = await settled_answer(chain.deployments, meter, attempt, max_attempts=chain.max_attempts)
+        body = {**result.body, "model": alias.name, "usage": {
+            "prompt_tokens": result.usage.prompt_tokens, "total_tokens": result.usage.prompt_tokens,
+        }}
+        headers = {**admitted.headers, "x-fb-deployment": dep.id, "x-fb-attempts": str(meter.attempts)}
+        return web.Response(body=orjson.dumps(body), content_type="application/json", headers=headers)
+
+    with ClientWatch(request, rt) as watch:
+        try:
+            return await watch.run(answer())
+        except GatewayError as exc:
+            exc.headers["x-fb-attempts"] = str(meter.attempts)
+            raise

@@ -6,18 +6,27 @@ Order of events (the caller sees bytes only after step 2):
    (failover happens here, before any byte reaches the caller);
 2. send headers and the first chunks, then everything each upstream read
    brings, in one write per read (no buffering beyond what arrived together);
+   an SSE comment after ``heartbeat_s`` of upstream silence;
 3. at the end, the usage chunk (only if the caller asked) and ``[DONE]``.
 
 After step 2 the deployment never changes: an upstream failure ends the
-stream with exactly one OpenAI-shaped error event; a caller that goes away
-closes the upstream at once. Either way usage is settled, estimated from the
-relayed text when the provider never reported it.
+stream with exactly one OpenAI-shaped error event. A caller that goes away
+is noticed by ``ClientWatch`` even while we wait on the provider, and the
+upstream is closed at once; the pod's drain deadline ends a stream the same
+way, with an error event. Whatever happens, usage is settled, estimated from
+the relayed text when the provider never reported it.
+
+Backpressure: one upstream read is relayed before the next is taken, and a
+write waits while the caller's socket holds more than ``STREAM_BUFFER_BYTES``;
+a slow caller therefore stops the upstream reads and TCP pushes back on the
+provider (aiohttp's client buffer is bounded too).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import Iterable
+from typing import Any, Awaitable, Iterable
 
 import aiohttp
 import orjson
@@ -28,14 +37,76 @@ from pricing.usage import TokenUsage
 from proxy.api.validate import ChatCall
 from proxy.control.snapshot import Alias, Deployment
 from proxy.errors import GatewayError, UpstreamError
-from proxy.metering import ClientGone, Meter
-from proxy.routing.failover import first_answer
+from proxy.metering import ClientGone, Drained, Meter
+from proxy.routing.failover import CLIENT_CLOSED, DRAIN, first_answer
+from proxy.routing.state import FAILED, NEUTRAL, OK
 from proxy.runtime import Runtime
 from proxy.upstream.dialects import get_dialect
-from proxy.upstream.relay import Timeouts, UpstreamStream, forwarded_headers
+from proxy.upstream.relay import HEARTBEAT, Timeouts, UpstreamStream, forwarded_headers
 from proxy.upstream.sse import DONE
 
 _CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError, ConnectionError)
+POLL_S = 0.02  # how often a waiting request checks that its caller is still there
+STREAM_BUFFER_BYTES = 64 * 1024
+HEARTBEAT_BYTES = b": keep-alive\n\n"
+
+
+class ClientWatch:
+    """Cancels the request's task when its caller disconnects or the pod's drain deadline passes.
+
+    aiohttp only notices a departed caller on the next write; a request waiting
+    on a slow provider would keep the upstream open. The task is cancelled with
+    the reason as message (``client_closed`` / ``drain``), which the attempt
+    and relay code read to meter the cut attempt.
+    """
+
+    def __init__(self, request: web.Request, rt: Runtime) -> None:
+        self.request, self.rt = request, rt
+        self.task = asyncio.current_task()
+        self.fired: str | None = None
+        self._poller: asyncio.Task | None = None
+
+    def __enter__(self) -> "ClientWatch":
+        self._poller = asyncio.get_running_loop().create_task(self._poll())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+
+    def gone(self) -> bool:
+        transport = self.request.transport
+        return transport is None or transport.is_closing()
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(POLL_S)
+            reason = CLIENT_CLOSED if self.gone() else DRAIN if self.rt.drain_expired else None
+            if reason is not None and self.task is not None:
+                self.fired = reason
+                self.task.cancel(reason)
+                return
+
+    def absorb(self) -> str:
+        """Inside ``except CancelledError``: our own cancellation is handled, not propagated."""
+        if self.fired is None or self.task is None:
+            raise asyncio.CancelledError
+        self.task.uncancel()
+        return self.fired
+
+    async def run(self, work: Awaitable[web.StreamResponse]) -> web.StreamResponse:
+        """Await the handler's work; if the watch fired, the (already settled) response or a 499."""
+        try:
+            return await work
+        except asyncio.CancelledError:
+            reason = self.absorb()
+            resp = self.request.get("stream_response")
+            if resp is not None:
+                return resp
+            if reason == DRAIN:
+                raise GatewayError("The gateway pod is shutting down; retry.", status=503, code="server_shutting_down",
+                                   headers={"Retry-After": "1"}) from None
+            return web.Response(status=499)  # never reaches the departed caller
 
 
 class Stamp:
@@ -67,7 +138,8 @@ def _usage(stream: UpstreamStream, est_input: int) -> TokenUsage:
 
 async def relay(
     request: web.Request, rt: Runtime, call: ChatCall, alias: Alias,
-    cands: list[Deployment], meter: Meter, headers: dict[str, str],
+    cands: list[Deployment], meter: Meter, headers: dict[str, str], watch: ClientWatch,
+    max_attempts: int | None = None,
 ) -> web.StreamResponse:
     assert rt.upstream is not None and meter.plan is not None
     upstream, timeouts, plan = rt.upstream, Timeouts.of(alias), meter.plan
@@ -83,12 +155,15 @@ async def relay(
     dep: Deployment | None = None
     status = 500
     try:
-        dep, stream, started = await first_answer(cands, meter, attempt)
+        dep, stream, started = await first_answer(cands, meter, attempt, streaming=True, max_attempts=max_attempts)
     except GatewayError as exc:
         meter.settle(exc.status, None)
         raise
+    except asyncio.CancelledError:
+        meter.settle(499 if watch.fired != DRAIN else 503, None)
+        raise
     try:
-        status = await _pipe(request, rt, call, alias, meter, dep, stream, started, headers)
+        status = await _pipe(request, rt, call, alias, meter, dep, stream, started, headers, watch)
     finally:
         stream.close()
         meter.settle(status, dep)
@@ -97,10 +172,11 @@ async def relay(
 
 async def _pipe(
     request: web.Request, rt: Runtime, call: ChatCall, alias: Alias, meter: Meter,
-    dep: Deployment, stream: UpstreamStream, started: float, headers: dict[str, str],
+    dep: Deployment, stream: UpstreamStream, started: float, headers: dict[str, str], watch: ClientWatch,
 ) -> int:
-    """Relay the opened stream; returns the status to settle with."""
+    """Relay the opened stream; returns the status to settle with. Reports the attempt's outcome once."""
     assert meter.plan is not None
+    state, est_in = rt.routing, meter.plan.est_input_tokens
     ttft = time.monotonic() - started
     resp = web.StreamResponse(
         status=200,
@@ -116,34 +192,54 @@ async def _pipe(
     )
     request["stream_response"] = resp
     stamp = Stamp(meter.request_id, int(rt.clock()), alias.name)
+
+    def end(outcome: str, **attempt: Any) -> None:
+        meter.attempted(dep, started=started, usage=_usage(stream, est_in), ttft_s=ttft, **attempt)
+        state.finish(dep, outcome, state.clock())
+
     try:
         await resp.prepare(request)
+        if request.transport is not None:
+            request.transport.set_write_buffer_limits(high=STREAM_BUFFER_BYTES)
         await resp.write(stamp.encode(stream.first))
         async for chunks in stream.chunks():
-            await resp.write(stamp.encode(chunks))
+            await resp.write(HEARTBEAT_BYTES if chunks is HEARTBEAT else stamp.encode(chunks))
     except UpstreamError as exc:
         # Mid-stream: never a second answer. One error event, then the end.
-        meter.attempted(dep, started=started, usage=_usage(stream, meter.plan.est_input_tokens), error=exc, ttft_s=ttft)
-        try:
-            await resp.write(b"data: " + orjson.dumps(exc.to_body()) + b"\n\n")
-        except _CLIENT_GONE:
-            pass
+        end(FAILED, error=exc)
+        await _last_write(resp, b"data: " + orjson.dumps(exc.to_body()) + b"\n\n", watch)
         return exc.status
     except _CLIENT_GONE:
         stream.close()
-        meter.attempted(
-            dep, started=started, usage=_usage(stream, meter.plan.est_input_tokens),
-            error=ClientGone("client closed the stream"), ttft_s=ttft, status=499,
-        )
+        end(NEUTRAL, error=ClientGone("client closed the stream"), status=499)
         return 499
-    usage = _usage(stream, meter.plan.est_input_tokens)
+    except asyncio.CancelledError:
+        reason = watch.absorb()
+        stream.close()  # the provider stops generating now
+        if reason != DRAIN:
+            end(NEUTRAL, error=ClientGone("client closed the stream"), status=499)
+            return 499
+        err = GatewayError("The gateway pod shut down before the answer finished.", status=503, code="server_shutting_down")
+        end(NEUTRAL, error=Drained("drain deadline"), status=503)
+        await _last_write(resp, b"data: " + orjson.dumps(err.to_body()) + b"\n\n", watch)
+        return 503
+    usage = _usage(stream, est_in)
     meter.attempted(dep, started=started, usage=usage, ttft_s=ttft)
+    state.finish(dep, OK, state.clock())
     tail = b""
     if call.include_usage:
         tail = stamp.encode([{"choices": [], "usage": usage.to_openai(), "x_farebox": meter.x_farebox(dep)}])
+    await _last_write(resp, tail + DONE, watch, eof=True)
+    return 200
+
+
+async def _last_write(resp: web.StreamResponse, data: bytes, watch: ClientWatch, eof: bool = False) -> None:
+    """The stream's last bytes: the outcome is already metered, so a caller leaving now changes nothing."""
     try:
-        await resp.write(tail + DONE)
-        await resp.write_eof()
+        await resp.write(data)
+        if eof:
+            await resp.write_eof()
     except _CLIENT_GONE:
         pass
-    return 200
+    except asyncio.CancelledError:
+        watch.absorb()

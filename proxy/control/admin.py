@@ -19,8 +19,10 @@ from pricing.money import to_decimal
 from proxy.admission.auth import require_role
 from proxy.api.validate import parse_json_object
 from proxy.control.declarative import budget_limit_from, check_scope
+from proxy.control.errors import ConfigRejected
 from proxy.control.problems import Problems, Reader
-from proxy.errors import GatewayError, InvalidRequest
+from proxy.control.snapshot import AdminToken
+from proxy.errors import GatewayError, InvalidRequest, PermissionDenied
 from proxy.runtime import RUNTIME, Runtime
 
 
@@ -68,7 +70,7 @@ def budget_view(rt: Runtime, scope: str, period: str | None = None) -> dict[str,
 
 
 async def get_budget(request: web.Request) -> web.Response:
-    require_role(request["admin"], "finance", "auditor")
+    await allowed(request, "", "", "finance", "auditor")
     rt = request.app[RUNTIME]
     period = request.query.get("period")
     if period is not None and (len(period) != 7 or period[4] != "-"):
@@ -77,12 +79,9 @@ async def get_budget(request: web.Request) -> web.Response:
 
 
 async def put_budget(request: web.Request) -> web.Response:
-    token = request["admin"]
-    require_role(token, "finance")
-    rt = request.app[RUNTIME]
-    if rt.control is None:
-        raise GatewayError("This pod has no control store for admin writes.", status=501, code="control_unavailable")
     scope = request.match_info["scope"]
+    token = await allowed(request, "budgets.set", f"budget:{scope}", "finance")
+    rt = request.app[RUNTIME]
     body = parse_json_object(await request.read())
     snap = rt.snapshot
     problems = Problems()
@@ -92,13 +91,37 @@ async def put_budget(request: web.Request) -> web.Response:
     budget_limit_from(reader, snap.aliases)
     reader.reject_unknown()
     if problems.items:
-        raise InvalidRequest("Invalid budget: " + "; ".join(problems.items), code="invalid_budget")
-    record = {"scope": scope, **body, "set_by": token.name,
-              "set_at": datetime.fromtimestamp(rt.clock(), timezone.utc).isoformat()}
-    await rt.control.set_budget(record)
+        await control(request).rejected(token.name, "budgets.set", f"budget:{scope}", problems.items)
+        raise ConfigRejected(problems.items, "budget")
+    await control(request).set_budget(token.name, scope, body)
     return web.json_response(budget_view(rt, scope))
 
 
+def control(request: web.Request) -> Any:
+    """The pod's control service (admin writes); 501 on a pod built without one."""
+    svc = request.app[RUNTIME].control
+    if svc is None:
+        raise GatewayError("This pod has no control store for admin writes.", status=501, code="control_unavailable")
+    return svc
+
+
+async def allowed(request: web.Request, action: str, obj: str, *roles: str) -> AdminToken:
+    """The caller's token if its role may do this; a refusal is audited (outcome ``denied``) and is a 403."""
+    token: AdminToken = request["admin"]
+    try:
+        require_role(token, *roles)
+    except PermissionDenied:
+        svc = request.app[RUNTIME].control
+        if svc is not None and action:
+            await svc.denied(token.name, action, obj)
+        raise
+    return token
+
+
 def add_routes(app: web.Application) -> None:
+    from proxy.control import admin_config, admin_keys
+
     app.router.add_get("/admin/v1/budgets/{scope}", get_budget)
     app.router.add_put("/admin/v1/budgets/{scope}", put_budget)
+    admin_keys.add_routes(app)
+    admin_config.add_routes(app)

@@ -9,6 +9,7 @@ Sections read here: ``currency``, ``fx``, ``prices``, ``business_units``,
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -16,6 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import orjson
 
 from pricing.book import FxTable, Price, PriceBook, PriceVersion
+from pricing.errors import PricingError
 from proxy.admission.limits.bucket import max_capacity
 from proxy.control.problems import Problems, Reader
 from proxy.control.snapshot import (
@@ -25,6 +27,7 @@ from proxy.control.snapshot import (
     DIALECTS,
     AdminToken,
     Alias,
+    BreakerPolicy,
     BudgetLimit,
     BudgetPolicy,
     Deployment,
@@ -43,6 +46,8 @@ CONTROL_SECTIONS = (
     "budgets", "rate_limits",
 )
 EPOCH = datetime(2020, 1, 1, tzinfo=timezone.utc)
+KEY_ENVS = ("dev", "prod")
+BUDGET_ENVS = ("any", "prod", "dev")
 
 
 def compile_snapshot(
@@ -53,8 +58,14 @@ def compile_snapshot(
     *,
     version: int = 1,
     problems: Problems | None = None,
+    price_versions: Iterable[Mapping[str, Any]] | None = None,
 ) -> Snapshot | None:
-    """Build a snapshot; returns None when problems were recorded."""
+    """Build a snapshot; returns None when problems were recorded.
+
+    ``price_versions`` (the config database's versioned rows:
+    ``{version, valid_from, prices: {deployment: price}}``) replace the
+    file's ``prices`` section and the deployments' ``price_per_1m``.
+    """
     problems = problems if problems is not None else Problems()
     root = Reader(dict(tree), "", problems)
     currency = root.str("currency", "INR")
@@ -62,8 +73,12 @@ def compile_snapshot(
     bus = set(root.str_list("business_units", []))
     teams = _teams(root, bus)
     apps = _apps(root, teams)
-    deployments, prices = _deployments(root)
-    book = _price_book(root, prices)
+    deployments, prices = _deployments(root, priced_here=price_versions is None)
+    if price_versions is None:
+        book = _price_book(root, prices)
+    else:
+        root.skip("prices")
+        book = _versioned_book(price_versions, problems)
     aliases = _aliases(root, deployments)
     budgets = _budgets(root.child("budgets"), stored_budgets, teams, bus, aliases)
     rate_limits = _rate_limits(root.child("rate_limits"), teams)
@@ -75,6 +90,7 @@ def compile_snapshot(
     admin_tokens = _admin_tokens(stored_admin_tokens, problems)
     if problems.items:
         return None
+    keys = {h: _with_env_conflict(k, budgets) for h, k in keys.items()}
     content = {
         "currency": currency,
         "teams": sorted(teams),
@@ -84,6 +100,8 @@ def compile_snapshot(
         "admin_tokens": sorted((h, t.role) for h, t in admin_tokens.items()),
         "tree": {k: tree.get(k) for k in CONTROL_SECTIONS if k != "keys"},
         "budgets": sorted((k, repr(v)) for k, v in budgets.scopes.items()),
+        "prices": sorted((v.version, v.valid_from.isoformat(), repr(sorted(v.prices.items())))
+                         for v in book.versions),
     }
     digest = hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()
     return Snapshot(
@@ -157,7 +175,7 @@ def _apps(root: Reader, teams: Mapping[str, Team]) -> dict[str, str]:
     return apps
 
 
-def _deployments(root: Reader) -> tuple[dict[str, Deployment], dict[str, Price]]:
+def _deployments(root: Reader, priced_here: bool = True) -> tuple[dict[str, Deployment], dict[str, Price]]:
     deployments: dict[str, Deployment] = {}
     prices: dict[str, Price] = {}
     for r in root.items("deployments", required=True):
@@ -171,7 +189,7 @@ def _deployments(root: Reader) -> tuple[dict[str, Deployment], dict[str, Price]]
             rpm=_per_minute(lim, "rpm"), input_tpm=_per_minute(lim, "input_tpm"), output_tpm=_per_minute(lim, "output_tpm")
         )
         lim.reject_unknown()
-        price = _price(r.child("price_per_1m", required=True))
+        price = _price(r.child("price_per_1m", required=True)) if priced_here else None
         dep = Deployment(
             id=dep_id or "?",
             dialect=r.str("dialect", choices=DIALECTS) or "openai",
@@ -188,6 +206,8 @@ def _deployments(root: Reader) -> tuple[dict[str, Deployment], dict[str, Price]]
             secret_ref=r.str("api_key_env", None),
             forward_headers=tuple(h.lower() for h in r.str_list("forward_headers", [])),
             tokenizer=r.str("tokenizer", None, choices=("o200k_base", "cl100k_base")),
+            self_hosted=r.bool("self_hosted", False),
+            breaker=_breaker(r.child("breaker")),
         )
         if dep.base_url and not dep.base_url.startswith(("http://", "https://")):
             r.problems.add(r.at("base_url"), "must start with http:// or https://")
@@ -197,6 +217,25 @@ def _deployments(root: Reader) -> tuple[dict[str, Deployment], dict[str, Price]]
             if price is not None:
                 prices[dep_id] = price
     return deployments, prices
+
+
+def _breaker(r: Reader) -> BreakerPolicy:
+    d = BreakerPolicy()
+    policy = BreakerPolicy(
+        error_pct=r.int("error_pct", d.error_pct, 1),
+        min_requests=r.int("min_requests", d.min_requests, 1),
+        window_s=r.number("window_s", d.window_s),
+        cooldown_s=r.number("cooldown_s", d.cooldown_s),
+        max_cooldown_s=r.number("max_cooldown_s", d.max_cooldown_s),
+        probes=r.int("probes", d.probes, 1),
+        close_after=r.int("close_after", d.close_after, 1),
+    )
+    if policy.error_pct > 100:
+        r.problems.add(r.at("error_pct"), "must be <= 100")
+    if policy.max_cooldown_s < policy.cooldown_s:
+        r.problems.add(r.at("max_cooldown_s"), "must be >= cooldown_s")
+    r.reject_unknown()
+    return policy
 
 
 def _price(r: Reader) -> Price | None:
@@ -230,6 +269,53 @@ def _price_book(root: Reader, prices: dict[str, Price]) -> PriceBook:
     return PriceBook().add(PriceVersion(version=version, valid_from=valid_from, prices=dict(prices)))
 
 
+def _versioned_book(versions: Iterable[Mapping[str, Any]], problems: Problems) -> PriceBook:
+    """The config database's price versions, oldest first; each is immutable once published."""
+    out = []
+    for entry in sorted(versions, key=lambda v: v.get("version", 0)):
+        r = Reader(entry, f"prices.v{entry.get('version')}", problems)
+        number = r.int("version", None, 1)
+        valid_from = _when(r, "valid_from")
+        prices: dict[str, Price] = {}
+        table = r.child("prices")
+        for dep_id in list(table.data):
+            price = _price(table.child(dep_id))
+            if price is not None:
+                prices[dep_id] = price
+        r.reject_unknown()
+        if number is not None and valid_from is not None:
+            out.append(PriceVersion(version=number, valid_from=valid_from, prices=prices))
+    try:
+        return PriceBook.of(out)
+    except (ValueError, PricingError) as exc:
+        problems.add("prices", str(exc))
+        return PriceBook()
+
+
+def _when(r: Reader, name: str) -> datetime | None:
+    raw = r.str(name)
+    if not raw:
+        return None
+    try:
+        at = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+        if at.tzinfo is None:
+            raise ValueError
+    except ValueError:
+        r.problems.add(r.at(name), f"must be an ISO-8601 time with a zone, got {raw!r}")
+        return None
+    return at.astimezone(timezone.utc)
+
+
+def _with_env_conflict(key: KeyRecord, budgets: BudgetPolicy) -> KeyRecord:
+    """Precompute the first budget of the other environment this key would charge (checked at auth)."""
+    scopes = [f"key:{key.key_id}", f"team:{key.team}"] + ([f"bu:{key.business_unit}"] if key.business_unit else [])
+    for scope in scopes:
+        limit = budgets.scopes.get(scope)
+        if limit is not None and limit.env not in ("any", key.env):
+            return replace(key, env_conflict=scope)
+    return key
+
+
 def _aliases(root: Reader, deployments: Mapping[str, Deployment]) -> dict[str, Alias]:
     aliases: dict[str, Alias] = {}
     for r in root.items("aliases", required=True):
@@ -246,7 +332,7 @@ def _aliases(root: Reader, deployments: Mapping[str, Deployment]) -> dict[str, A
             dep = deployments.get(d)
             if dep is not None and not needs <= dep.capabilities:
                 r.problems.add(r.at("needs"), f"deployment {d!r} lacks {sorted(needs - dep.capabilities)}")
-        t = r.child("timeouts")
+        t, rb, hedge = r.child("timeouts"), r.child("retry_budget"), r.child("hedge")
         alias = Alias(
             name=name or "?",
             kind=kind,
@@ -258,8 +344,20 @@ def _aliases(root: Reader, deployments: Mapping[str, Deployment]) -> dict[str, A
             first_token_timeout_s=t.number("first_token_s", 30.0),
             total_timeout_s=t.number("total_s", 600.0),
             fallback_alias=r.str("fallback_alias", None),
+            idle_timeout_s=t.number("idle_s", 20.0),
+            heartbeat_s=t.number("heartbeat_s", 15.0),
+            max_attempts=r.int("max_attempts", 3, 1),
+            retry_budget_pct=rb.int("pct", 10, 0),
+            retry_budget_min=rb.int("min", 10, 0),
+            retry_window_s=rb.number("window_s", 10.0),
+            backoff_s=r.number("backoff_s", 0.05),
+            sticky=r.bool("sticky", True),
+            hedge=hedge.bool("enabled", False),
+            hedge_after_s=hedge.number("after_s", None),
         )
         t.reject_unknown()
+        rb.reject_unknown()
+        hedge.reject_unknown()
         if name in aliases:
             r.problems.add(r.at("name"), f"duplicate alias {name!r}")
         r.reject_unknown()
@@ -290,10 +388,12 @@ def _add_key(
     for i, a in enumerate(allowed):
         if a not in aliases:
             r.problems.add(f"{r.at('aliases')}[{i}]", f"unknown alias {a!r}")
+    key_id = r.str("id") or "?"
+    env = r.str("env", "prod" if key_id.startswith("fb-prod-") else "dev", choices=KEY_ENVS)
     ceiling = r.str("data_class_ceiling", "internal", choices=DATA_CLASSES)
     default_class = r.str("default_data_class", "internal", choices=DATA_CLASSES)
     rec = KeyRecord(
-        key_id=r.str("id") or "?",
+        key_id=key_id,
         key_hash=key_hash or "",
         team=team or "?",
         app=app or "?",
@@ -304,6 +404,7 @@ def _add_key(
         expires_at=r.number("expires_at", None),
         revoked=r.bool("revoked", False),
         limits=_key_limits(r),
+        env=env,
     )
     r.str("created_at", None)  # informational
     r.reject_unknown()
@@ -343,6 +444,7 @@ def budget_limit_from(r: Reader, aliases: Mapping[str, Alias] | None = None) -> 
         soft_pct=r.int("soft_pct", 80, 1),
         downgrade_alias=r.str("downgrade_alias", None),
         max_calls=r.int("max_calls", None, 1),
+        env=r.str("env", "any", choices=BUDGET_ENVS),
     )
     r.skip("limit", "monthly_limit")
     if limit.soft_pct > 100:

@@ -28,6 +28,19 @@ class ProviderLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class BreakerPolicy:
+    """When a deployment's circuit opens: > error_pct retryable errors over >= min_requests in window_s."""
+
+    error_pct: int = 20
+    min_requests: int = 50
+    window_s: float = 30.0
+    cooldown_s: float = 5.0  # first open; doubles on each failed probe up to max_cooldown_s
+    max_cooldown_s: float = 120.0
+    probes: int = 1  # half-open: concurrent probe requests let through
+    close_after: int = 2  # consecutive probe successes that close the circuit
+
+
+@dataclass(frozen=True, slots=True)
 class Deployment:
     id: str
     dialect: str  # "openai" | "anthropic"
@@ -44,6 +57,8 @@ class Deployment:
     secret_ref: str | None = None  # name of the provider key in Secrets, never the key
     forward_headers: tuple[str, ...] = ()  # request header prefixes passed upstream (e.g. "x-sim-")
     tokenizer: str | None = None  # exact encoding (o200k_base, cl100k_base); else guessed from the model id
+    self_hosted: bool = False  # restricted data may only go to self-hosted deployments
+    breaker: BreakerPolicy = BreakerPolicy()
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +72,17 @@ class Alias:
     connect_timeout_s: float = 5.0
     first_token_timeout_s: float = 30.0
     total_timeout_s: float = 600.0
-    fallback_alias: str | None = None
+    fallback_alias: str | None = None  # used only when the caller sends x-fb-allow-fallback: true
+    idle_timeout_s: float = 20.0  # between chunks once a stream started
+    heartbeat_s: float = 15.0  # SSE comment after this much silence (below load balancers' idle cut)
+    max_attempts: int = 3
+    retry_budget_pct: int = 10  # retries <= this share of the alias's requests over retry_window_s ...
+    retry_budget_min: int = 10  # ... plus this many per window, so a quiet alias can still fail over
+    retry_window_s: float = 10.0
+    backoff_s: float = 0.05  # base of the jittered backoff before retrying a 5xx / timeout
+    sticky: bool = True  # x-fb-session / user / long prompt prefix pick the same deployment
+    hedge: bool = False  # opt-in: second attempt when the first has no token by its p95 TTFT
+    hedge_after_s: float | None = None  # fixed hedge delay; None: the deployment's p95 TTFT
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +110,7 @@ class BudgetLimit:
     soft_pct: int = 80
     downgrade_alias: str | None = None  # past the soft threshold, serve this alias instead
     max_calls: int | None = None  # agent runs: calls per run
+    env: str = "any"  # which keys may spend it: any, prod, dev (a dev key never spends a prod budget)
 
 
 @dataclass(frozen=True)
@@ -122,6 +148,8 @@ class KeyRecord:
     expires_at: float | None = None  # unix seconds UTC
     revoked: bool = False
     limits: KeyLimits = KeyLimits()
+    env: str = "dev"  # dev | prod
+    env_conflict: str | None = None  # a budget scope of the other environment this key would charge
 
 
 ADMIN_ROLES = ("admin", "finance", "auditor")
@@ -174,6 +202,13 @@ class Secrets:
 
     def get(self, name: str | None) -> str | None:
         return self._values.get(name) if name else None
+
+    def merge(self, values: Mapping[str, str]) -> None:
+        """Add keys named by deployments published after start-up (the same object stays shared)."""
+        self._values.update({k: v for k, v in values.items() if v})
+
+    def names(self) -> frozenset[str]:
+        return frozenset(self._values)
 
     def values(self) -> list[str]:
         """For redaction filters only."""

@@ -2,9 +2,10 @@
 
 ``keys.jsonl`` (key hashes), ``budgets.jsonl`` (budget limits set through the
 admin API; the latest line per scope wins) and ``admin-tokens.jsonl``. Each
-record is one fsynced write of one line, so a crash leaves every file whole;
-the config watcher re-reads them into a new snapshot. The config database
-(PostgreSQL / SQLite via SQLAlchemy) replaces these files in the control plane.
+record is one fsynced write of one line, so a crash leaves every file whole.
+The config database (SQLite / PostgreSQL via SQLAlchemy) is now the control
+plane's store: these files are imported into it at first start and, as an
+inbox, whenever lines are appended (``proxy/control/legacy.py``).
 """
 
 from __future__ import annotations

@@ -1,71 +1,229 @@
 """Trying candidates in order until one answers, before any byte reaches the caller.
 
-Retryable failures (429, 5xx, timeouts, connection errors) move on to the
-next candidate; a rejection (400, context length, policy, auth) ends the
-request at once, since another deployment would fail the same way. Every
-attempt is metered, failed or not.
+What happens after a failure is decided in ``attempts.py`` (by error class);
+this module runs it: at most ``max_attempts`` attempts within the alias's
+deadline, retries spent from the alias's retry budget, a jittered backoff
+after 5xx/timeouts, optional hedging. Every attempt is metered, failed,
+cancelled or not, and reported to the routing state (breakers, health, 429
+pauses) exactly once.
+
+A cancelled attempt (the caller left, or it lost a hedge) is metered with the
+estimated input tokens: the provider has usually billed them already.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import Awaitable, Callable, Sequence, TypeVar
+from typing import Awaitable, Callable, Generic, Sequence, TypeVar
 
+from pricing.usage import TokenUsage
 from proxy.admission.gate import reserve_deployment
 from proxy.control.snapshot import Deployment
-from proxy.errors import GatewayError, UpstreamError
-from proxy.metering import Meter
+from proxy.errors import GatewayError, UpstreamError, UpstreamUnavailable
+from proxy.metering import ClientGone, Drained, HedgeLost, Meter
+from proxy.routing.attempts import backoff_s, hedge_delay_s, verdict
+from proxy.routing.router import unavailable
+from proxy.routing.state import NEUTRAL, OK
 from proxy.upstream.base import ChatResult
 
 T = TypeVar("T")
 
-MAX_ATTEMPTS = 3
+# Why an attempt was cancelled: the message passed to ``Task.cancel``.
+HEDGE_LOST, CLIENT_CLOSED, DRAIN = "hedge_lost", "client_closed", "drain"
+
+
+class Attempts(Generic[T]):
+    """One request's attempts over an ordered chain of candidates."""
+
+    def __init__(self, chain: Sequence[Deployment], meter: Meter, attempt: Callable[[Deployment], Awaitable[T]],
+                 *, streaming: bool, max_attempts: int | None = None) -> None:
+        self.rt, self.meter, self.attempt, self.streaming = meter.rt, meter, attempt, streaming
+        self.alias = meter.alias
+        self.state = meter.rt.routing
+        self.clock = self.state.clock
+        self.chain = list(chain)
+        self.queue = list(chain)
+        self.max_attempts = max_attempts or self.alias.max_attempts
+        self.deadline = self.clock() + self.alias.total_timeout_s
+        self.budget = self.state.budget(self.alias)
+        self.tried = 0
+        self.last: GatewayError | None = None
+        self.stop = False
+        self.backoff = False
+
+    async def run(self) -> tuple[Deployment, T, float]:
+        """(deployment, its answer, attempt start) of the first candidate that answers; else the last error."""
+        self.budget.request(self.clock())
+        while not self.stop:
+            if self.backoff and self._more():
+                await asyncio.sleep(max(0.0, min(backoff_s(self.tried, self.alias.backoff_s, self.rt.rng),
+                                                 self.deadline - self.clock())))
+            self.backoff = False
+            dep = await self._next()
+            if dep is None:
+                break
+            try:
+                if self.alias.hedge:
+                    return await self._hedged(dep)
+                answer, started = await self._one(dep)
+                return dep, answer, started
+            except UpstreamError:
+                continue  # metered and recorded by _one; self.stop says whether to go on
+        raise self._final_error()
+
+    def _more(self) -> bool:
+        return bool(self.queue) and self.tried < self.max_attempts and self.clock() < self.deadline
+
+    async def _next(self) -> Deployment | None:
+        """The next candidate cleared to be called (breaker, 429 pause, mirror, retry budget), or None."""
+        while self._more():
+            now = self.clock()
+            dep = self.queue.pop(0)
+            blocked = self.state.blocked(dep, now)
+            # A 429-paused deployment is a last resort: only when no other attempt was possible.
+            last_resort = (blocked == "paused" and self.tried == 0
+                           and all(self.state.blocked(d, now) is not None for d in self.queue))
+            if blocked is not None and not last_resort:
+                continue
+            if self.tried > 0 and not self.budget.allows(now):
+                self.queue.clear()  # the alias's retries are spent: the caller gets the last error
+                return None
+            if not self.state.start(dep, now, last_resort=last_resort):
+                continue
+            short = await reserve_deployment(self.rt, self.meter, dep)
+            if short is not None:  # the provider-limit mirror is spent: skip without a call
+                self.state.finish(dep, NEUTRAL, self.clock())
+                self.last = self.last if isinstance(self.last, UpstreamError) else short
+                continue
+            if self.tried > 0:
+                self.budget.spend(self.clock())
+            self.tried += 1
+            return dep
+        return None
+
+    async def _one(self, dep: Deployment) -> tuple[T, float]:
+        """One metered attempt within the request deadline."""
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(max(self.deadline - self.clock(), 0.0)):
+                answer = await self.attempt(dep)
+        except TimeoutError:
+            exc = UpstreamUnavailable("The request deadline passed before the provider answered.", code="upstream_timeout")
+            self._failed(dep, exc, started)
+            raise exc from None
+        except UpstreamError as exc:
+            self._failed(dep, exc, started)
+            raise
+        except asyncio.CancelledError as cancel:
+            self._cancelled(dep, started, cancel.args[0] if cancel.args else CLIENT_CLOSED)
+            raise
+        now = self.clock()
+        if self.streaming:
+            self.state.observe_ttft(dep, now - started)  # its outcome is reported when the stream ends
+        else:
+            self.state.finish(dep, OK, now)
+        return answer, started
+
+    def _failed(self, dep: Deployment, exc: UpstreamError, started: float) -> None:
+        self.meter.attempted(dep, started=started, usage=None, error=exc)
+        v = verdict(exc)
+        self.state.finish(dep, v.outcome, self.clock(), retry_after_s=v.retry_after_s)
+        self.last, self.backoff, self.stop = exc, v.backoff, not v.retry
+
+    def _cancelled(self, dep: Deployment, started: float, reason: str) -> None:
+        assert self.meter.plan is not None
+        usage = TokenUsage(input=self.meter.plan.est_input_tokens, source="estimated")
+        error: Exception = (
+            HedgeLost("another deployment answered first") if reason == HEDGE_LOST
+            else Drained("the pod is shutting down") if reason == DRAIN
+            else ClientGone("the caller left")
+        )
+        self.meter.attempted(dep, started=started, usage=usage, error=error, status=499)
+        self.state.finish(dep, NEUTRAL, self.clock())
+
+    async def _hedged(self, dep: Deployment) -> tuple[Deployment, T, float]:
+        """Start a second candidate if the first has no answer by its p95 TTFT; keep whichever answers first."""
+        tasks: dict[asyncio.Future, Deployment] = {asyncio.ensure_future(self._one(dep)): dep}
+        delay = hedge_delay_s(self.alias.hedge_after_s, self.state.health.get(dep.id), self.alias.first_token_timeout_s)
+        reason = HEDGE_LOST
+        try:
+            if delay is not None:
+                done, _ = await asyncio.wait(tasks, timeout=delay)
+                if not done:
+                    second = await self._next()
+                    if second is not None:
+                        tasks[asyncio.ensure_future(self._one(second))] = second
+            while tasks:
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                winner = None
+                for task in done:
+                    d = tasks.pop(task)
+                    exc = task.exception()
+                    if exc is not None and not isinstance(exc, UpstreamError):
+                        raise exc
+                    if exc is None and winner is None:
+                        winner = (d, *task.result())
+                    elif exc is None:  # answered in the same instant as the winner: close it, it lost
+                        _close(task.result()[0])
+                        self._cancelled(d, task.result()[1], HEDGE_LOST)
+                if winner is not None:
+                    return winner
+            assert self.last is not None
+            raise self.last
+        except asyncio.CancelledError as cancel:
+            reason = cancel.args[0] if cancel.args else CLIENT_CLOSED  # the request is going away, not a lost race
+            raise
+        finally:
+            for task in tasks:
+                task.cancel(reason)
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _final_error(self) -> GatewayError:
+        if self.last is not None:
+            return self.last
+        return unavailable(self.alias, self.chain, self.state, self.clock(), self.meter.data_class)
+
+
+def _close(answer: object) -> None:
+    close = getattr(answer, "close", None)
+    if callable(close):
+        close()
 
 
 async def first_answer(
     candidates: Sequence[Deployment],
     meter: Meter,
     attempt: Callable[[Deployment], Awaitable[T]],
+    *,
+    streaming: bool = True,
+    max_attempts: int | None = None,
 ) -> tuple[Deployment, T, float]:
     """(deployment, its answer, attempt start) of the first candidate that answers."""
-    last: GatewayError | None = None
-    tried = 0
-    for dep in candidates:
-        if tried >= MAX_ATTEMPTS:
-            break
-        # A deployment whose provider-limit mirror is spent is skipped without a call.
-        short = await reserve_deployment(meter.rt, meter, dep)
-        if short is not None:
-            last = last if isinstance(last, UpstreamError) else short
-            continue
-        tried += 1
-        started = time.monotonic()
-        try:
-            return dep, await attempt(dep), started
-        except UpstreamError as exc:
-            meter.attempted(dep, started=started, usage=None, error=exc)
-            last = exc
-            if not exc.retryable:
-                break
-    assert last is not None
-    raise last
+    return await Attempts(candidates, meter, attempt, streaming=streaming, max_attempts=max_attempts).run()
 
 
 async def settled_answer(
     candidates: Sequence[Deployment],
     meter: Meter,
     attempt: Callable[[Deployment], Awaitable[ChatResult]],
+    *,
+    max_attempts: int | None = None,
 ) -> tuple[Deployment, ChatResult]:
-    """A non-streaming answer, metered and settled whatever happens."""
+    """A non-streaming answer, metered and settled whatever happens (499 if the caller left)."""
     dep: Deployment | None = None
     status = 500
     try:
-        dep, result, started = await first_answer(candidates, meter, attempt)
+        dep, result, started = await first_answer(candidates, meter, attempt, streaming=False, max_attempts=max_attempts)
         meter.attempted(dep, started=started, usage=result.usage)
         status = 200
         return dep, result
     except GatewayError as exc:
         status = exc.status
+        raise
+    except asyncio.CancelledError:
+        status = 499
         raise
     finally:
         meter.settle(status, dep)

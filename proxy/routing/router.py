@@ -1,19 +1,35 @@
-"""Alias -> ordered candidate deployments: filter what cannot serve, then order.
+"""Alias -> ordered candidate deployments: filter what may not serve, then score.
 
-Filtering explains itself: when nothing is left, the error names why
-(a parameter no deployment supports, the data class, the context window).
-Ordering is a weighted shuffle (Efraimidis–Spirakis): the first candidate is
-drawn by weight, the rest follow as failover order.
+Hard filters first, each explaining itself when nothing is left: capability
+(the parameter that needs it), data class (restricted data only on
+self-hosted deployments), region residency (refuse rather than go abroad),
+the key's allowance, the context window. Then what is unavailable right now:
+an open circuit, a 429 pause. The survivors are ordered by weight x health x
+headroom; the first is the pick, the rest the failover order.
+
+The order is weighted rendezvous hashing: each deployment draws
+``-ln(u) / weight`` and the smallest wins (the same distribution as a
+weighted shuffle). ``u`` comes from a hash of a sticky key when there is one
+(session, user, or a long shared prompt prefix), so the same conversation and
+the same cached prefix keep landing on the same deployment, and a canary
+weight splits users stably; otherwise from the random generator.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 import random
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping
+
+import orjson
 
 from proxy.control.snapshot import Alias, Deployment, Snapshot
-from proxy.errors import InvalidRequest, PermissionDenied, UnsupportedParameter
+from proxy.errors import GatewayError, InvalidRequest, PermissionDenied, UnsupportedParameter
+from proxy.routing.state import RoutingState
+
+PREFIX_CHARS = 4096  # ~1,024 tokens: provider prompt caches key on at least this much
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,9 +39,28 @@ class Needs:
     capabilities: tuple[tuple[str, str], ...]  # (capability, param)
     data_class: str
     min_context: int
+    regions: frozenset[str] | None = None  # residency-pinned callers: only these regions
+    allowed: frozenset[str] | None = None  # deployments the key may use; None = all of the alias
 
 
-def chat_needs(body: dict, data_class: str, min_context: int) -> Needs:
+class NoDeploymentAvailable(GatewayError):
+    """Every deployment that may serve the request is unavailable right now (circuit open, paused)."""
+
+    status = 503
+    type = "api_error"
+    code = "no_deployment_available"
+
+
+class ProviderCapacity(GatewayError):
+    """Every deployment that may serve the request answered 429 and is paused for its Retry-After."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "provider_capacity"
+
+
+def chat_needs(body: dict, data_class: str, min_context: int, regions: frozenset[str] | None = None,
+               allowed: frozenset[str] | None = None) -> Needs:
     caps: list[tuple[str, str]] = []
     if body.get("tools"):
         caps.append(("tools", "tools"))
@@ -34,7 +69,7 @@ def chat_needs(body: dict, data_class: str, min_context: int) -> Needs:
         caps.append(("json_schema" if rf["type"] == "json_schema" else "json_object", "response_format"))
     if _has_images(body.get("messages") or ()):
         caps.append(("vision", "messages"))
-    return Needs(tuple(caps), data_class, min_context)
+    return Needs(tuple(caps), data_class, min_context, regions, allowed)
 
 
 def _has_images(messages: Iterable[dict]) -> bool:
@@ -50,18 +85,38 @@ def _capable(dep: Deployment, cap: str) -> bool:
     return cap in dep.capabilities or (cap == "json_object" and "json_schema" in dep.capabilities)
 
 
-def candidates(snapshot: Snapshot, alias: Alias, needs: Needs, rng: random.Random) -> list[Deployment]:
+def may_receive(dep: Deployment, data_class: str) -> bool:
+    return data_class in dep.data_classes and (data_class != "restricted" or dep.self_hosted)
+
+
+def eligible(snapshot: Snapshot, alias: Alias, needs: Needs) -> list[Deployment]:
+    """The alias's deployments that may serve the request, in config order; raises when none may."""
     deps = [snapshot.deployments[d] for d in alias.deployments]
     for cap, param in needs.capabilities:
         deps = [d for d in deps if _capable(d, cap)]
         if not deps:
             raise UnsupportedParameter(param, f"any deployment of alias {alias.name}", f"needs capability '{cap}'")
-    kept = [d for d in deps if needs.data_class in d.data_classes]
+    kept = [d for d in deps if may_receive(d, needs.data_class)]
     if not kept:
+        extra = " (restricted data only goes to self-hosted deployments)" if needs.data_class == "restricted" else ""
         raise PermissionDenied(
-            f"No deployment of alias '{alias.name}' may receive data of class '{needs.data_class}'; the request was not sent.",
+            f"No deployment of alias '{alias.name}' may receive data of class '{needs.data_class}'{extra}; "
+            "the request was not sent.",
             code="data_class_not_routable",
         )
+    if needs.regions is not None:
+        kept = [d for d in kept if d.region in needs.regions]
+        if not kept:
+            raise PermissionDenied(
+                f"This key is pinned to region(s) {', '.join(sorted(needs.regions))} and no deployment of alias "
+                f"'{alias.name}' is there; the request was not sent abroad.",
+                code="region_not_routable",
+            )
+    if needs.allowed is not None:
+        kept = [d for d in kept if d.id in needs.allowed]
+        if not kept:
+            raise PermissionDenied(f"This key may not use any deployment of alias '{alias.name}'.",
+                                   code="deployment_not_allowed")
     fits = [d for d in kept if d.context_window >= needs.min_context]
     if not fits:
         largest = max(d.context_window for d in kept)
@@ -71,12 +126,79 @@ def candidates(snapshot: Snapshot, alias: Alias, needs: Needs, rng: random.Rando
             param="messages",
             code="context_length_exceeded",
         )
-    return weighted_order(fits, rng)
+    return fits
 
 
-def weighted_order(deps: list[Deployment], rng: random.Random) -> list[Deployment]:
+def candidates(snapshot: Snapshot, alias: Alias, needs: Needs, rng: random.Random) -> list[Deployment]:
+    """Eligible deployments in weighted random order (no live state)."""
+    return weighted_order(eligible(snapshot, alias, needs), rng)
+
+
+def route(
+    snapshot: Snapshot, alias: Alias, needs: Needs, state: RoutingState, now: float,
+    rng: random.Random, sticky: str | None = None, headroom: Mapping[str, float] | None = None,
+) -> list[Deployment]:
+    """Eligible and available deployments, best first; raises when none is available now.
+
+    Deployments paused by a 429 come last, soonest-free first: the failover
+    loop calls one only as a last resort, when nothing else could be tried
+    (then the provider's own 429 is the answer, which costs nothing).
+    """
+    deps = eligible(snapshot, alias, needs)
+    blocked = {d.id: state.blocked(d, now) for d in deps}
+    live = [d for d in deps if blocked[d.id] is None]
+    paused = sorted((d for d in deps if blocked[d.id] == "paused"), key=lambda d: state.wait_s(d, now))
+    if not live and not paused:
+        raise unavailable(alias, deps, state, now, needs.data_class)
+    factors = state.weight_factors(live, now)
+    weights = {d.id: d.weight * factors[d.id] * (headroom or {}).get(d.id, 1.0) for d in live}
+    return weighted_order(live, rng, weights, sticky if alias.sticky else None) + paused
+
+
+def unavailable(alias: Alias, deps: list[Deployment], state: RoutingState, now: float, data_class: str) -> GatewayError:
+    """The refusal when every eligible deployment is blocked: 429 if all are paused by 429s, else 503."""
+    wait = max(1, math.ceil(min(state.wait_s(d, now) for d in deps)))
+    reasons = {d.id: state.blocked(d, now) or "busy" for d in deps}
+    listed = ", ".join(f"{d} ({r.replace('_', ' ')})" for d, r in reasons.items())
+    headers = {"Retry-After": str(wait)}
+    if all(r == "paused" for r in reasons.values()):
+        return ProviderCapacity(
+            f"Every deployment of alias '{alias.name}' is at its provider's rate limit: {listed}.", headers=headers)
+    only = " may receive restricted data (self-hosted only) and" if data_class == "restricted" else ""
+    return NoDeploymentAvailable(
+        f"No deployment of alias '{alias.name}' that{only} may serve this request is available now: {listed}. "
+        "The request was not sent.",
+        headers=headers,
+    )
+
+
+def weighted_order(deps: list[Deployment], rng: random.Random, weights: Mapping[str, float] | None = None,
+                   sticky: str | None = None) -> list[Deployment]:
     if len(deps) == 1:
         return deps
-    keyed = [(rng.random() ** (1.0 / d.weight), d) for d in deps]
-    keyed.sort(key=lambda kd: kd[0], reverse=True)
+    keyed = []
+    for d in deps:
+        w = max((weights or {}).get(d.id, d.weight), 1e-9)
+        u = _unit(sticky, d.id) if sticky is not None else (rng.random() or 1e-12)
+        keyed.append((-math.log(u) / w, d))
+    keyed.sort(key=lambda kd: kd[0])
     return [d for _, d in keyed]
+
+
+def _unit(key: str, dep_id: str) -> float:
+    """A stable uniform draw in (0, 1) for (key, deployment)."""
+    h = hashlib.blake2b(f"{key}\x00{dep_id}".encode(), digest_size=8).digest()
+    return (int.from_bytes(h, "big") + 0.5) / 2**64
+
+
+def sticky_key(session: str | None, body: dict) -> str | None:
+    """What keeps a request on one deployment: the session header, the ``user`` field, or a long prompt prefix."""
+    if session:
+        return "s:" + session
+    user = body.get("user")
+    if isinstance(user, str) and user:
+        return "u:" + user
+    prefix = orjson.dumps([body.get("tools"), body.get("messages")])[:PREFIX_CHARS]
+    if len(prefix) >= PREFIX_CHARS:
+        return "p:" + hashlib.blake2b(prefix, digest_size=16).hexdigest()
+    return None

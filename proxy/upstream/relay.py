@@ -23,15 +23,21 @@ from proxy.upstream.base import Dialect, StreamTranslator, UpstreamRequest
 from proxy.upstream.sse import SSEParser
 
 
+HEARTBEAT = None  # what ``UpstreamStream.chunks`` yields after ``heartbeat_s`` of upstream silence
+
+
 @dataclass(frozen=True, slots=True)
 class Timeouts:
     connect_s: float
     first_token_s: float
     total_s: float
+    idle_s: float = 20.0  # between chunks, once streaming
+    heartbeat_s: float = 15.0  # silence after which the relay sends an SSE comment
 
     @classmethod
     def of(cls, alias: Alias) -> "Timeouts":
-        return cls(alias.connect_timeout_s, alias.first_token_timeout_s, alias.total_timeout_s)
+        return cls(alias.connect_timeout_s, alias.first_token_timeout_s, alias.total_timeout_s,
+                   alias.idle_timeout_s, alias.heartbeat_s)
 
 
 def forwarded_headers(dep: Deployment, incoming: Mapping[str, str]) -> dict[str, str]:
@@ -90,7 +96,7 @@ class UpstreamClient:
 
     async def open_stream(self, dialect: Dialect, req: UpstreamRequest, t: Timeouts) -> "UpstreamStream":
         """Open a stream and read until it yields its first chunk (or ends)."""
-        stream = UpstreamStream(dialect.stream_translator(), time.monotonic() + t.total_s)
+        stream = UpstreamStream(dialect.stream_translator(), time.monotonic() + t.total_s, t.idle_s, t.heartbeat_s)
         try:
             async with asyncio.timeout(min(t.first_token_s, t.total_s)):
                 stream.response = await self._send(dialect, req, t)
@@ -104,6 +110,9 @@ class UpstreamClient:
         except (aiohttp.ClientError, ConnectionError) as exc:
             stream.close()
             raise UpstreamUnavailable(f"The provider stream failed ({type(exc).__name__}).") from None
+        except BaseException:  # cancelled (caller left, hedge lost, deadline): drop the connection now
+            stream.close()
+            raise
         return stream
 
 
@@ -111,6 +120,8 @@ class UpstreamClient:
 class UpstreamStream:
     translator: StreamTranslator
     deadline: float
+    idle_s: float = 20.0
+    heartbeat_s: float = 15.0
     response: aiohttp.ClientResponse | None = None
     parser: SSEParser = field(default_factory=SSEParser)
     first: list[dict] = field(default_factory=list)
@@ -139,20 +150,34 @@ class UpstreamStream:
                 break
             self.first = chunks
 
-    async def chunks(self) -> AsyncIterator[list[dict]]:
-        """The rest of the stream, one list per upstream read; raises UpstreamError mid-stream."""
+    async def chunks(self) -> AsyncIterator[list[dict] | None]:
+        """The rest of the stream, one list per upstream read, ``HEARTBEAT`` after each ``heartbeat_s``
+        of silence; raises UpstreamError mid-stream (total or idle timeout, broken connection, cut short).
+
+        Reading happens only when the caller asks for the next item, so a slow client (whose writes
+        wait for the socket to drain) stops the reads here and TCP pushes back on the provider.
+        """
         try:
+            last_data = time.monotonic()
             while not self.ended and not self.translator.done:
-                remaining = self.deadline - time.monotonic()
-                if remaining <= 0:
+                now = time.monotonic()
+                if now >= self.deadline:
                     raise UpstreamUnavailable("The provider stream exceeded the total timeout.", code="upstream_timeout")
+                if now - last_data >= self.idle_s:
+                    raise UpstreamUnavailable(
+                        f"The provider sent nothing for {self.idle_s:g}s mid-stream.", code="upstream_idle_timeout")
+                wait = min(self.deadline - now, last_data + self.idle_s - now, self.heartbeat_s)
                 try:
-                    async with asyncio.timeout(remaining):
+                    # Cancelling a pending read loses nothing: aiohttp keeps unread bytes buffered.
+                    async with asyncio.timeout(wait):
                         chunks = await self._next_chunks()
                 except TimeoutError:
-                    raise UpstreamUnavailable("The provider stream exceeded the total timeout.", code="upstream_timeout") from None
+                    if time.monotonic() - last_data >= self.heartbeat_s and time.monotonic() < self.deadline:
+                        yield HEARTBEAT
+                    continue
                 except (aiohttp.ClientError, ConnectionError) as exc:
                     raise UpstreamUnavailable(f"The provider stream broke off ({type(exc).__name__}).") from None
+                last_data = time.monotonic()
                 if chunks is None:
                     break
                 if chunks:
@@ -171,4 +196,4 @@ class UpstreamStream:
                 self.response.close()
 
 
-__all__ = ["Timeouts", "UpstreamClient", "UpstreamStream", "UpstreamError", "forwarded_headers"]
+__all__ = ["HEARTBEAT", "Timeouts", "UpstreamClient", "UpstreamStream", "UpstreamError", "forwarded_headers"]

@@ -1,0 +1,215 @@
+"""A throwaway PostgreSQL server: Debian's ``postgresql`` package, ``initdb`` into a
+temp dir, ``postgres`` on a free port as a plain child process (no system
+service, no Docker). When run as root the cluster belongs to the ``postgres``
+user (PostgreSQL refuses to run as root). Trust auth on 127.0.0.1 only.
+
+    python -m infra.postgres.server ensure   # install postgresql if missing
+    python -m infra.postgres.server run      # a throwaway server in the foreground
+
+Tests use ``PostgresServer`` through a fixture and fail (never skip) when it
+cannot start. ``stop``/``start`` keep the data directory: that is how a
+config-database outage and its recovery are tested.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Self
+
+
+class PostgresServerError(RuntimeError):
+    """PostgreSQL could not be installed, initialised, started or reached."""
+
+
+def _bin_dir() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).resolve().parent if initdb else None
+
+
+def ensure_installed() -> Path:
+    """The directory holding ``initdb`` and ``postgres``; ``apt-get install``s postgresql if needed."""
+    found = _bin_dir()
+    if found:
+        return found
+    if shutil.which("apt-get") is None:
+        raise PostgresServerError("postgresql is not installed and apt-get is not available")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "--no-install-recommends", "postgresql"]
+    if subprocess.run(install, env=env, capture_output=True, check=False).returncode != 0:
+        subprocess.run(["apt-get", "update"], env=env, capture_output=True, check=False)
+        done = subprocess.run(install, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise PostgresServerError(f"apt-get install postgresql failed:\n{done.stderr[-2000:]}")
+    found = _bin_dir()
+    if not found:
+        raise PostgresServerError("initdb still not found after apt-get install postgresql")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _as_user() -> tuple[int, int] | None:
+    """(uid, gid) to run as when we are root: postgres refuses to run as root."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pw = pwd.getpwnam("postgres")
+    except KeyError:
+        raise PostgresServerError("running as root and there is no 'postgres' user to run the server as") from None
+    return pw.pw_uid, pw.pw_gid
+
+
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class PostgresServer:
+    """One ``postgres`` on 127.0.0.1; ``start``/``stop`` can be repeated and keep the data."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self._bin = ensure_installed()
+        self._user = _as_user()
+        self._dir = Path(tempfile.mkdtemp(prefix="farebox-pg-"))
+        self._data = self._dir / "data"
+        self._proc: subprocess.Popen[bytes] | None = None
+        if self._user:
+            os.chown(self._dir, *self._user)
+        self._run([str(self._bin / "initdb"), "-D", str(self._data), "-U", "postgres", "-A", "trust",
+                   "-E", "UTF8", "--no-sync"])
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _preexec(self) -> None:
+        _die_with_parent()
+        if self._user:
+            os.setgid(self._user[1])
+            os.setuid(self._user[0])
+
+    def _run(self, args: list[str]) -> None:
+        done = subprocess.run(args, capture_output=True, text=True, preexec_fn=self._preexec, check=False)  # noqa: PLW1509
+        if done.returncode != 0:
+            raise PostgresServerError(f"{args[0]} failed ({done.returncode}):\n{done.stdout[-1500:]}{done.stderr[-1500:]}")
+
+    def start(self, timeout_s: float = 20.0) -> Self:
+        if self.running:
+            return self
+        log = open(self._dir / "postgres.log", "ab")
+        args = [str(self._bin / "postgres"), "-D", str(self._data), "-p", str(self.port), "-k", str(self._dir),
+                "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
+                "-c", "full_page_writes=off", "-c", "max_connections=50"]
+        try:
+            self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, preexec_fn=self._preexec)  # noqa: PLW1509
+        finally:
+            log.close()
+        deadline = time.monotonic() + timeout_s
+        while not self.ready():
+            if self._proc.poll() is not None:
+                raise PostgresServerError(f"postgres exited ({self._proc.returncode}){self._log()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise PostgresServerError(f"postgres on port {self.port} not ready in {timeout_s}s{self._log()}")
+            time.sleep(0.05)
+        return self
+
+    def ready(self) -> bool:
+        import psycopg
+
+        try:
+            with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres",
+                                 connect_timeout=1) as conn:
+                conn.execute("SELECT 1")
+            return True
+        except psycopg.Error:
+            return False
+
+    def create_database(self, name: str) -> str:
+        """A fresh database on this server; its SQLAlchemy URL."""
+        import psycopg
+
+        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres",
+                             autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"
+
+    def stop(self) -> None:
+        """Fast shutdown (SIGINT): clients are disconnected, the data stays."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+    def _log(self) -> str:
+        path = self._dir / "postgres.log"
+        return "\n" + path.read_text(errors="replace")[-2000:] if path.exists() else ""
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str]) -> int:
+    command = argv[0] if argv else "run"
+    if command == "ensure":
+        print(ensure_installed())
+        return 0
+    if command == "run":
+        signal.signal(signal.SIGTERM, _interrupt)
+        with PostgresServer() as server:
+            print(f"postgres ready at {server.url} (Ctrl-C stops it)", flush=True)
+            try:
+                while server.running:
+                    time.sleep(0.5)
+            except KeyboardInterrupt:
+                pass
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

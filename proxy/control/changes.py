@@ -1,0 +1,380 @@
+"""Admin changes as mutations of the config database rows.
+
+Each public function checks its own input (every problem at once), then
+returns a ``Mutation`` for ``ConfigDB.change``: it edits rows inside the
+change's transaction and returns (before, after) for the audit log. Whether
+the result is a valid whole (aliases point at deployments, prices in force,
+...) is decided afterwards by compiling the new snapshot document. Audit
+records and answers never hold a key or token, only display ids.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any, Mapping
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from pricing.book import Price, PriceVersion
+from proxy.control.db.models import (
+    AdminTokenRow,
+    AliasRow,
+    BudgetRow,
+    BusinessUnit,
+    DeploymentRow,
+    KeyRow,
+    PriceRow,
+    PriceVersionRow,
+    TeamRow,
+)
+from proxy.control.db.store import Mutation, budget_record, price_record
+from proxy.control.declarative import BUDGET_ENVS, KEY_ENVS, budget_limit_from
+from proxy.control.errors import ConfigRejected, ControlConflict, ControlNotFound
+from proxy.control.keys import MintedKey, mint_admin_token, mint_key
+from proxy.control.problems import Problems, Reader
+from proxy.control.snapshot import ADMIN_ROLES, DATA_CLASSES
+from proxy.control.validate import check_price_change
+
+KEY_FIELDS = ("team", "app", "aliases", "env", "data_class_ceiling", "default_data_class", "rpm", "input_tpm",
+              "output_tpm", "expires_at")
+PRICE_TYPES = ("input", "output", "cached_input", "cache_write", "reasoning")
+
+
+def _check(problems: Problems, what: str) -> None:
+    if problems.items:
+        raise ConfigRejected(problems.items, what)
+
+
+def key_view(k: KeyRow) -> dict[str, Any]:
+    """A key as admins see it: display id and policy, never the hash or the key."""
+    return {
+        "id": k.id, "team": k.team, "app": k.app, "env": k.env, "aliases": list(k.aliases),
+        "data_class_ceiling": k.data_class_ceiling, "default_data_class": k.default_data_class,
+        "rpm": k.rpm, "input_tpm": k.input_tpm, "output_tpm": k.output_tpm,
+        "expires_at": _iso_unix(k.expires_at), "revoked": k.revoked_at is not None,
+        "revoked_at": _iso(k.revoked_at), "created_at": _iso(k.created_at), "created_by": k.created_by,
+        "rotated_from": k.rotated_from,
+    }
+
+
+def _iso(at: datetime | None) -> str | None:
+    if at is None:
+        return None
+    return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).isoformat()
+
+
+def _iso_unix(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat()
+
+
+def _expiry(r: Reader) -> float | None:
+    raw = r.data.get("expires_at")
+    r.skip("expires_at")
+    if raw is None:
+        return None
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return float(raw)
+    if isinstance(raw, str):
+        try:
+            at = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+            if at.tzinfo is not None:
+                return at.timestamp()
+        except ValueError:
+            pass
+    r.problems.add(r.at("expires_at"), f"must be unix seconds or an ISO-8601 time with a zone, got {raw!r}")
+    return None
+
+
+# -- keys ---------------------------------------------------------------------------------------
+
+
+def key_spec(body: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate a key-create body; the spec for ``create_key``."""
+    problems = Problems()
+    r = Reader(dict(body), "", problems)
+    spec = {
+        "team": r.str("team"), "app": r.str("app"), "aliases": r.str_list("aliases"),
+        "env": r.str("env", "dev", choices=KEY_ENVS),
+        "data_class_ceiling": r.str("data_class_ceiling", "internal", choices=DATA_CLASSES),
+        "default_data_class": r.str("default_data_class", "internal", choices=DATA_CLASSES),
+        "rpm": r.int("rpm", None, 1), "input_tpm": r.int("input_tpm", None, 1), "output_tpm": r.int("output_tpm", None, 1),
+        "expires_at": _expiry(r),
+    }
+    if not spec["aliases"] and "aliases" in body:
+        problems.add("aliases", "give at least one alias")
+    r.reject_unknown()
+    _check(problems, "key")
+    return spec
+
+
+def create_key(spec: Mapping[str, Any], actor: str, now: datetime, *, rotated_from: str | None = None,
+               minted: MintedKey | None = None) -> tuple[Mutation, MintedKey]:
+    minted = minted or mint_key(team=spec["team"], app=spec["app"], aliases=list(spec["aliases"]), env=spec["env"],
+                                now_iso=now.isoformat())
+
+    def mutate(s: Session) -> tuple[Any, Any]:
+        problems = Problems()
+        if s.get(TeamRow, spec["team"]) is None:
+            problems.add("team", f"unknown team {spec['team']!r}")
+        known = set(s.scalars(sa.select(AliasRow.name)))
+        for i, a in enumerate(spec["aliases"]):
+            if a not in known:
+                problems.add(f"aliases[{i}]", f"unknown alias {a!r}")
+        _check(problems, "key")
+        row = KeyRow(id=minted.record["id"], hash=minted.record["hash"], team=spec["team"], app=spec["app"],
+                     env=spec["env"], aliases=list(spec["aliases"]), data_class_ceiling=spec["data_class_ceiling"],
+                     default_data_class=spec["default_data_class"], rpm=spec.get("rpm"),
+                     input_tpm=spec.get("input_tpm"), output_tpm=spec.get("output_tpm"),
+                     expires_at=spec.get("expires_at"), created_at=now, created_by=actor, rotated_from=rotated_from)
+        s.add(row)
+        s.flush()
+        return None, key_view(row)
+
+    return mutate, minted
+
+
+def _key(s: Session, key_id: str) -> KeyRow:
+    row = s.get(KeyRow, key_id)
+    if row is None:
+        raise ControlNotFound(f"No key with id {key_id!r}.", param="key_id")
+    return row
+
+
+def revoke_key(key_id: str, now: datetime) -> Mutation:
+    def mutate(s: Session) -> tuple[Any, Any]:
+        row = _key(s, key_id)
+        before = key_view(row)
+        if row.revoked_at is None:
+            row.revoked_at = now
+        return before, key_view(row)
+
+    return mutate
+
+
+def rotate_key(key_id: str, overlap_s: float, actor: str, now: datetime) -> tuple[Mutation, list[MintedKey]]:
+    """A new key with the old one's policy; the old key stays valid for ``overlap_s`` more seconds."""
+    out: list[MintedKey] = []
+
+    def mutate(s: Session) -> tuple[Any, Any]:
+        old = _key(s, key_id)
+        if old.revoked_at is not None:
+            raise ConfigRejected([f"key {key_id} is revoked; create a new key instead"], "rotation")
+        before = key_view(old)
+        spec = {"team": old.team, "app": old.app, "aliases": list(old.aliases), "env": old.env,
+                "data_class_ceiling": old.data_class_ceiling, "default_data_class": old.default_data_class,
+                "rpm": old.rpm, "input_tpm": old.input_tpm, "output_tpm": old.output_tpm, "expires_at": old.expires_at}
+        end = (now + timedelta(seconds=overlap_s)).timestamp()
+        old.expires_at = end if old.expires_at is None else min(old.expires_at, end)
+        create, minted = create_key(spec, actor, now, rotated_from=key_id)
+        _, new = create(s)
+        out.append(minted)
+        return before, {"old": key_view(old), "new": new}
+
+    return mutate, out
+
+
+# -- budgets, teams, business units ---------------------------------------------------------------
+
+
+def budget_spec(body: Mapping[str, Any]) -> dict[str, Any]:
+    problems = Problems()
+    r = Reader(dict(body), "", problems)
+    budget_limit_from(r)
+    r.reject_unknown()
+    _check(problems, "budget")
+    spec = {k: body[k] for k in ("monthly_limit", "limit", "soft_pct", "downgrade_alias", "max_calls", "env") if k in body}
+    if "limit" in spec:
+        spec["monthly_limit"] = spec.pop("limit")
+    if spec.get("monthly_limit") is not None:
+        spec["monthly_limit"] = str(Decimal(str(spec["monthly_limit"])))
+    return spec
+
+
+def set_budget(scope: str, spec: Mapping[str, Any]) -> Mutation:
+    def mutate(s: Session) -> tuple[Any, Any]:
+        row = s.get(BudgetRow, scope)
+        before = budget_record(row) if row else None
+        if row is None:
+            row = BudgetRow(scope=scope, soft_pct=80, env="any")
+            s.add(row)
+        row.monthly_limit = spec.get("monthly_limit")
+        row.soft_pct = spec.get("soft_pct", 80)
+        row.downgrade_alias = spec.get("downgrade_alias")
+        row.max_calls = spec.get("max_calls")
+        row.env = spec.get("env", "any")
+        return before, budget_record(row)
+
+    return mutate
+
+
+def put_team(name: str, business_unit: str | None) -> Mutation:
+    def mutate(s: Session) -> tuple[Any, Any]:
+        row = s.get(TeamRow, name)
+        before = {"name": name, "business_unit": row.business_unit} if row else None
+        if business_unit is not None and s.get(BusinessUnit, business_unit) is None:
+            raise ConfigRejected([f"business_unit: unknown business unit {business_unit!r}"], "team")
+        if row is None:
+            row = TeamRow(name=name)
+            s.add(row)
+        row.business_unit = business_unit
+        return before, {"name": name, "business_unit": business_unit}
+
+    return mutate
+
+
+def put_business_unit(name: str) -> Mutation:
+    def mutate(s: Session) -> tuple[Any, Any]:
+        if s.get(BusinessUnit, name) is not None:
+            return {"name": name}, {"name": name}
+        s.add(BusinessUnit(name=name))
+        return None, {"name": name}
+
+    return mutate
+
+
+# -- aliases, deployments, prices -----------------------------------------------------------------
+
+
+def put_alias(name: str, body: Mapping[str, Any]) -> Mutation:
+    spec = {k: v for k, v in body.items() if k != "name"}
+
+    def mutate(s: Session) -> tuple[Any, Any]:
+        row = s.get(AliasRow, name)
+        before = {"name": name, **row.spec} if row else None
+        if row is None:
+            row = AliasRow(name=name, spec=spec)
+            s.add(row)
+        else:
+            row.spec = spec
+        return before, {"name": name, **spec}
+
+    return mutate
+
+
+def put_deployment(dep_id: str, body: Mapping[str, Any], now: datetime, actor: str,
+                   factor: Decimal | None = None) -> Mutation:
+    """A deployment's routing facts; a ``price_per_1m`` in the body becomes a new price version from now."""
+    spec = {k: v for k, v in body.items() if k not in ("id", "price_per_1m")}
+    price = body.get("price_per_1m")
+
+    def mutate(s: Session) -> tuple[Any, Any]:
+        row = s.get(DeploymentRow, dep_id)
+        before = {"id": dep_id, **row.spec} if row else None
+        if row is None:
+            s.add(DeploymentRow(id=dep_id, spec=spec))
+        else:
+            row.spec = spec
+        after: dict[str, Any] = {"id": dep_id, **spec}
+        if price is not None:
+            version = _add_version(s, None, now, price_table({dep_id: price}), actor, factor)
+            after["price_version"] = version
+        return before, after
+
+    return mutate
+
+
+def price_table(body: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Validate ``{deployment: {currency, input, output, ...}}``; decimals as strings."""
+    problems = Problems()
+    out: dict[str, dict[str, Any]] = {}
+    if not isinstance(body, Mapping) or not body:
+        raise ConfigRejected(["prices: give at least one deployment's prices"], "price version")
+    for dep_id, entry in body.items():
+        r = Reader(entry, f"prices.{dep_id}", problems)
+        rec = {"currency": r.str("currency", "USD")}
+        for name in PRICE_TYPES:
+            value = r.decimal(name) if name in ("input", "output") else r.decimal(name, None)
+            if value is not None:
+                rec[name] = str(value)
+        r.reject_unknown()
+        out[str(dep_id)] = rec
+    _check(problems, "price version")
+    return out
+
+
+def _add_version(s: Session, number: int | None, valid_from: datetime, table: Mapping[str, Mapping[str, Any]],
+                 actor: str, factor: Decimal | None = None, carry: bool = True) -> int:
+    """Insert a new version (latest prices overlaid with ``table``); ``factor``: refuse bigger moves."""
+    latest = s.scalars(sa.select(PriceVersionRow).order_by(PriceVersionRow.version.desc()).limit(1)).first()
+    if number is None:
+        number = (latest.version if latest else 0) + 1
+    elif s.get(PriceVersionRow, number) is not None:
+        raise ControlConflict(f"Price version {number} exists and is never edited; publish a new version.",
+                              param="version")
+    merged: dict[str, dict[str, Any]] = {}
+    if latest is not None and carry:  # carry forward what the change does not mention
+        for p in s.scalars(sa.select(PriceRow).where(PriceRow.version == latest.version)):
+            merged[p.deployment] = price_record(p)
+    before = dict(merged)
+    if latest is not None and not carry:
+        before = {p.deployment: price_record(p)
+                  for p in s.scalars(sa.select(PriceRow).where(PriceRow.version == latest.version))}
+    merged.update({k: dict(v) for k, v in table.items()})
+    if factor is not None and latest is not None:
+        problems = Problems()
+        check_price_change(_version(latest.version, latest.valid_from, before), _version(number, valid_from, merged),
+                           factor, problems)
+        _check(problems, "price version")
+    s.add(PriceVersionRow(version=number, valid_from=valid_from, created_at=datetime.now(timezone.utc), created_by=actor))
+    s.flush()
+    for dep_id, rec in merged.items():
+        s.add(PriceRow(version=number, deployment=dep_id, currency=rec.get("currency", "USD"), input=rec["input"],
+                       output=rec["output"], cached_input=rec.get("cached_input"),
+                       cache_write=rec.get("cache_write"), reasoning=rec.get("reasoning")))
+    return number
+
+
+def _version(number: int, valid_from: datetime, table: Mapping[str, Mapping[str, Any]]) -> PriceVersion:
+    if valid_from.tzinfo is None:
+        valid_from = valid_from.replace(tzinfo=timezone.utc)
+    return PriceVersion(version=number, valid_from=valid_from, prices={d: Price(**rec) for d, rec in table.items()})
+
+
+def add_price_version(number: int | None, valid_from: datetime, table: Mapping[str, Mapping[str, Any]],
+                      actor: str, factor: Decimal | None = None) -> Mutation:
+    """``factor``: refuse a move beyond it (None: the caller confirmed a large change)."""
+
+    def mutate(s: Session) -> tuple[Any, Any]:
+        version = _add_version(s, number, valid_from, table, actor, factor)
+        return None, {"version": version, "valid_from": valid_from.isoformat(), "prices": dict(table)}
+
+    return mutate
+
+
+# -- admin tokens ---------------------------------------------------------------------------------
+
+
+def create_admin_token(name: str, role: str, now: datetime) -> tuple[Mutation, MintedKey]:
+    if role not in ADMIN_ROLES:
+        raise ConfigRejected([f"role: must be one of {list(ADMIN_ROLES)}, got {role!r}"], "admin token")
+    minted = mint_admin_token(name=name, role=role, now_iso=now.isoformat())
+
+    def mutate(s: Session) -> tuple[Any, Any]:
+        row = s.get(AdminTokenRow, name)
+        if row is not None and row.revoked_at is None:
+            raise ControlConflict(f"Admin token {name!r} exists; revoke it first.", param="name")
+        if row is not None:
+            s.delete(row)
+            s.flush()
+        s.add(AdminTokenRow(name=name, role=role, hash=minted.record["hash"], created_at=now))
+        return None, {"name": name, "role": role}
+
+    return mutate, minted
+
+
+def revoke_admin_token(name: str, now: datetime) -> Mutation:
+    def mutate(s: Session) -> tuple[Any, Any]:
+        row = s.get(AdminTokenRow, name)
+        if row is None:
+            raise ControlNotFound(f"No admin token named {name!r}.")
+        before = {"name": name, "role": row.role, "revoked": row.revoked_at is not None}
+        row.revoked_at = row.revoked_at or now
+        return before, {**before, "revoked": True}
+
+    return mutate
+
+
+def env_choices() -> tuple[str, ...]:
+    return BUDGET_ENVS

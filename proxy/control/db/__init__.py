@@ -1,0 +1,1 @@
+"""The config database: SQLAlchemy models, Alembic migrations, the store."""

@@ -1,0 +1,45 @@
+"""Errors of the control plane (admin API, config database), each knowing its HTTP meaning.
+
+Hierarchy (all ``proxy.errors.GatewayError``)::
+
+    ConfigRejected (400)       validation before publish failed; ``problems`` lists every one
+    ControlNotFound (404)      unknown key, alias, team, price version...
+    ControlConflict (409)      e.g. a price version that exists (versions are never edited)
+    ControlUnavailable (503)   the config database is unreachable; the pod keeps serving its snapshot
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.errors import GatewayError, InvalidRequest, NotFound
+
+
+class ConfigRejected(InvalidRequest):
+    code = "config_rejected"
+
+    def __init__(self, problems: list[str], what: str = "change") -> None:
+        self.problems = list(problems)
+        super().__init__(f"The {what} was rejected ({len(problems)} problem(s)): " + "; ".join(problems))
+
+    def to_body(self) -> dict[str, Any]:
+        body = super().to_body()
+        body["error"]["problems"] = self.problems
+        return body
+
+
+class ControlNotFound(NotFound):
+    code = "not_found"
+
+
+class ControlConflict(GatewayError):
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
+
+
+class ControlUnavailable(GatewayError):
+    status = 503
+    type = "server_error"
+    code = "control_unavailable"
+    retryable = True

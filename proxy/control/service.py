@@ -1,0 +1,172 @@
+"""The control plane's write side, shared by the admin API and the CLI.
+
+Each call validates its input, runs one ``ConfigDB.change`` in a worker
+thread (the database is never touched on the event loop), tells the
+publisher, and — on a gateway pod — adopts the new snapshot locally before
+returning, so a change is live on the pod that made it when the caller hears
+back; other pods pick it up at their next poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any, Awaitable, Callable, Mapping
+
+import sqlalchemy as sa
+
+from proxy.control import changes
+from proxy.control.apply import apply_tree
+from proxy.control.db.models import AdminTokenRow, KeyRow, PriceRow, PriceVersionRow
+from proxy.control.db.store import ConfigDB, Mutation, Published, build_document, price_record
+from proxy.control.errors import ConfigRejected
+from proxy.control.publish import DatabasePublisher, SnapshotPublisher
+
+Adopt = Callable[[int, dict[str, Any]], Awaitable[None]]
+
+
+class ControlService:
+    def __init__(self, db: ConfigDB, *, price_change_factor: Decimal = Decimal(2),
+                 publisher: SnapshotPublisher | None = None, adopt: Adopt | None = None) -> None:
+        self.db = db
+        self.factor = price_change_factor
+        self.publisher = publisher or DatabasePublisher()
+        self.adopt = adopt
+
+    def now(self) -> datetime:
+        return self.db.now()
+
+    async def run(self, actor: str, action: str, obj: str, mutation: Mutation) -> Published:
+        published = await asyncio.to_thread(self.db.change, actor, action, obj, mutation)
+        if published.changed:
+            self.publisher.publish(published.version, published.document)
+            if self.adopt is not None:
+                await self.adopt(published.version, published.document)
+        return published
+
+    async def denied(self, actor: str, action: str, obj: str) -> None:
+        await asyncio.to_thread(self.db.record, actor, action, obj, "denied")
+
+    async def rejected(self, actor: str, action: str, obj: str, problems: list[str]) -> None:
+        await asyncio.to_thread(self.db.record, actor, action, obj, "rejected", None, {"problems": problems})
+
+    # -- keys ---------------------------------------------------------------------------------
+
+    async def create_key(self, actor: str, body: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+        mutation, minted = changes.create_key(changes.key_spec(body), actor, self.now())
+        done = await self.run(actor, "keys.create", f"key:{minted.record['id']}", mutation)
+        return done.after, minted.plaintext
+
+    async def revoke_key(self, actor: str, key_id: str) -> dict[str, Any]:
+        return (await self.run(actor, "keys.revoke", f"key:{key_id}", changes.revoke_key(key_id, self.now()))).after
+
+    async def rotate_key(self, actor: str, key_id: str, overlap_s: float) -> tuple[dict[str, Any], str]:
+        mutation, minted = changes.rotate_key(key_id, overlap_s, actor, self.now())
+        done = await self.run(actor, "keys.rotate", f"key:{key_id}", mutation)
+        return done.after, minted[0].plaintext
+
+    async def list_keys(self) -> list[dict[str, Any]]:
+        def read() -> list[dict[str, Any]]:
+            with self.db.read() as s:
+                return [changes.key_view(k) for k in s.scalars(sa.select(KeyRow).order_by(KeyRow.created_at))]
+
+        return await asyncio.to_thread(read)
+
+    # -- budgets, teams, business units ---------------------------------------------------------
+
+    async def set_budget(self, actor: str, scope: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        spec = changes.budget_spec(body)
+        return (await self.run(actor, "budgets.set", f"budget:{scope}", changes.set_budget(scope, spec))).after
+
+    async def put_team(self, actor: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        _only(body, "business_unit")
+        mutation = changes.put_team(name, body.get("business_unit"))
+        return (await self.run(actor, "teams.put", f"team:{name}", mutation)).after
+
+    async def put_business_unit(self, actor: str, name: str) -> dict[str, Any]:
+        return (await self.run(actor, "business_units.put", f"bu:{name}", changes.put_business_unit(name))).after
+
+    # -- aliases, deployments, prices -------------------------------------------------------------
+
+    async def put_alias(self, actor: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return (await self.run(actor, "aliases.put", f"alias:{name}", changes.put_alias(name, body))).after
+
+    async def put_deployment(self, actor: str, dep_id: str, body: Mapping[str, Any], allow_large_change: bool = False
+                             ) -> dict[str, Any]:
+        factor = None if allow_large_change else self.factor
+        mutation = changes.put_deployment(dep_id, body, self.now(), actor, factor)
+        return (await self.run(actor, "deployments.put", f"deployment:{dep_id}", mutation)).after
+
+    async def add_prices(self, actor: str, body: Mapping[str, Any], number: int | None = None) -> dict[str, Any]:
+        body = dict(body)
+        allow = body.pop("allow_large_change", False) is True
+        raw_from = body.pop("valid_from", None)
+        table = changes.price_table(body.pop("prices", None))
+        if body:
+            raise ConfigRejected([f"{k}: unknown field" for k in body], "price version")
+        valid_from = _when(raw_from) if raw_from is not None else self.now()
+        mutation = changes.add_price_version(number, valid_from, table, actor, None if allow else self.factor)
+        return (await self.run(actor, "prices.add", f"prices:v{number or 'next'}", mutation)).after
+
+    async def list_prices(self) -> list[dict[str, Any]]:
+        def read() -> list[dict[str, Any]]:
+            with self.db.read() as s:
+                rows = s.scalars(sa.select(PriceRow)).all()
+                return [{"version": v.version, "valid_from": v.valid_from.replace(tzinfo=v.valid_from.tzinfo or timezone.utc).isoformat(),
+                         "created_by": v.created_by,
+                         "prices": {p.deployment: price_record(p) for p in rows if p.version == v.version}}
+                        for v in s.scalars(sa.select(PriceVersionRow).order_by(PriceVersionRow.version))]
+
+        return await asyncio.to_thread(read)
+
+    # -- admin tokens, declarative apply, reads ---------------------------------------------------
+
+    async def create_admin_token(self, actor: str, name: str, role: str) -> tuple[dict[str, Any], str]:
+        mutation, minted = changes.create_admin_token(name, role, self.now())
+        done = await self.run(actor, "admin_tokens.create", f"admin_token:{name}", mutation)
+        return done.after, minted.plaintext
+
+    async def revoke_admin_token(self, actor: str, name: str) -> dict[str, Any]:
+        mutation = changes.revoke_admin_token(name, self.now())
+        return (await self.run(actor, "admin_tokens.revoke", f"admin_token:{name}", mutation)).after
+
+    async def list_admin_tokens(self) -> list[dict[str, Any]]:
+        def read() -> list[dict[str, Any]]:
+            with self.db.read() as s:
+                return [{"name": t.name, "role": t.role, "revoked": t.revoked_at is not None}
+                        for t in s.scalars(sa.select(AdminTokenRow).order_by(AdminTokenRow.name))]
+
+        return await asyncio.to_thread(read)
+
+    async def apply(self, actor: str, tree: Mapping[str, Any], allow_large_change: bool = False) -> tuple[list[str], Published]:
+        diff: list[str] = []
+        mutation = apply_tree(tree, self.now(), actor, None if allow_large_change else self.factor, diff)
+        done = await self.run(actor, "config.apply", "config", mutation)
+        return diff, done
+
+    async def audit(self, limit: int = 100, object_prefix: str | None = None) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.db.audit, limit, object_prefix)
+
+    async def current_document(self) -> dict[str, Any]:
+        def read() -> dict[str, Any]:
+            with self.db.read() as s:
+                return build_document(s)
+
+        return await asyncio.to_thread(read)
+
+
+def _only(body: Mapping[str, Any], *allowed: str) -> None:
+    extra = [k for k in body if k not in allowed]
+    if extra:
+        raise ConfigRejected([f"{k}: unknown field" for k in extra])
+
+
+def _when(raw: Any) -> datetime:
+    try:
+        at = datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+        if at.tzinfo is None:
+            raise ValueError
+    except ValueError:
+        raise ConfigRejected([f"valid_from: must be an ISO-8601 time with a zone, got {raw!r}"], "price version") from None
+    return at.astimezone(timezone.utc)

@@ -1,0 +1,106 @@
+"""The request's chain of candidates: its alias's deployments, best first, then the fallback alias's.
+
+The thin I/O shell around ``router.route``: it reads the deployment-mirror
+buckets for headroom (so traffic moves before a provider says 429) and
+appends ``fallback_alias`` only when the caller allowed it
+(``x-fb-allow-fallback: true``): a fallback may be a different model, and
+callers must opt in to a different answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from proxy.admission.limits import BucketSpec
+from proxy.control.snapshot import Alias, Deployment, KeyRecord, Snapshot
+from proxy.errors import GatewayError
+from proxy.routing.router import Needs, NoDeploymentAvailable, ProviderCapacity, route
+from proxy.runtime import Runtime
+
+LOW_WATER = 0.2  # below this share of a mirror bucket left, weight shrinks in proportion
+HEADROOM_TTL_S = 0.25  # reuse a deployment's reading this long (each peek may be a Redis round trip)
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    deployments: list[Deployment]
+    max_attempts: int
+    fallback_from: int | None = None  # index of the first fallback-alias deployment
+
+
+def allows_fallback(headers: Mapping[str, str]) -> bool:
+    return headers.get("x-fb-allow-fallback", "").strip().lower() == "true"
+
+
+def key_regions(key: KeyRecord) -> frozenset[str] | None:
+    """The regions a residency-pinned key may use (None: not pinned)."""
+    regions = getattr(key, "regions", None) or getattr(key, "residency", None)
+    if not regions:
+        return None
+    return frozenset([regions] if isinstance(regions, str) else regions)
+
+
+def key_deployments(key: KeyRecord) -> frozenset[str] | None:
+    """Deployments a key is restricted to (None: any of its aliases')."""
+    allowed = getattr(key, "deployments", None)
+    return frozenset(allowed) if allowed else None
+
+
+async def headroom(rt: Runtime, snap: Snapshot, deps: list[Deployment]) -> dict[str, float]:
+    """Weight factor per deployment from its provider-limit mirror: 1 with room, down to 0.05 near empty."""
+    if rt.limits is None:
+        return {}
+    pct = snap.rate_limits.mirror_pct
+    now_us, now = rt.now_us(), rt.routing.clock()
+    cache = rt.routing.headroom
+    out: dict[str, float] = {}
+    for dep in deps:
+        cached = cache.get(dep.id)
+        if cached is not None and now - cached[0] < HEADROOM_TTL_S:
+            if cached[1] < 1.0:
+                out[dep.id] = cached[1]
+            continue
+        lim = dep.limits
+        worst = 1.0
+        for name, per_min in (("rpm", lim.rpm), ("itpm", lim.input_tpm), ("otpm", lim.output_tpm)):
+            if not per_min:
+                continue
+            cap = max(per_min * pct // 100, 1)
+            level = await rt.limits.peek(BucketSpec(f"dep:{dep.id}:{name}", cap), now_us)
+            worst = min(worst, max(level, 0) / cap)
+        factor = max(worst / LOW_WATER, 0.05) if worst < LOW_WATER else 1.0
+        cache[dep.id] = (now, factor)
+        if factor < 1.0:
+            out[dep.id] = factor
+    return out
+
+
+async def chain_for(
+    rt: Runtime, snap: Snapshot, alias: Alias, needs: Needs, sticky: str | None, allow_fallback: bool,
+) -> Chain:
+    """Ordered candidates; raises the primary alias's refusal when neither it nor its fallback can serve."""
+    now = rt.routing.clock()
+    primary: list[Deployment] = []
+    refusal: GatewayError | None = None
+    try:
+        room = await headroom(rt, snap, [snap.deployments[d] for d in alias.deployments])
+        primary = route(snap, alias, needs, rt.routing, now, rt.rng, sticky, room)
+    except (NoDeploymentAvailable, ProviderCapacity) as exc:
+        refusal = exc
+    fallback: list[Deployment] = []
+    fb_alias = snap.aliases.get(alias.fallback_alias) if allow_fallback and alias.fallback_alias else None
+    if fb_alias is not None:
+        try:
+            room = await headroom(rt, snap, [snap.deployments[d] for d in fb_alias.deployments])
+            fallback = [d for d in route(snap, fb_alias, needs, rt.routing, now, rt.rng, sticky, room) if d not in primary]
+        except GatewayError:
+            fallback = []  # the fallback cannot serve this request either; the primary's answer stands
+    if not primary and not fallback:
+        assert refusal is not None
+        raise refusal
+    return Chain(
+        primary + fallback,
+        alias.max_attempts + (1 if fallback else 0),
+        len(primary) if fallback else None,
+    )
