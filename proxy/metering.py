@@ -141,6 +141,7 @@ class Meter:
         upstream_status = getattr(error, "upstream_status", None)
         outcome = outcome_of(error)
         self.path.append({"deployment": dep.id, "outcome": outcome, "code": code})
+        self.rt.metrics.attempts.labels(dep.id, outcome).inc()
         self.rt.emit(
             RequestAttempted(
                 time=self._now(),
@@ -187,6 +188,11 @@ class Meter:
         self.rt.adjust_limits(settlement(self.draws, self.total_usage))
         cost = self.total_cost
         overrun = max(cost - self.plan.hold_micro, 0)
+        metrics = self.rt.metrics
+        metrics.requests.labels(self.alias.name, str(final_status)).inc()
+        if overrun:  # recorded, never hidden: in the event and here
+            metrics.overruns.inc()
+            metrics.overrun_micro.inc(overrun)
         self.rt.emit(
             RequestSettled(
                 time=self._now(),

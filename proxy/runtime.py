@@ -20,6 +20,7 @@ from pricing.calibration import Estimator
 from proxy.admission.budgets import BudgetGate
 from proxy.admission.limits import Buckets
 from proxy.control.snapshot import Secrets, Snapshot
+from proxy.metrics import Metrics
 from proxy.routing.state import RoutingState
 from proxy.upstream.relay import UpstreamClient
 
@@ -57,6 +58,7 @@ class Runtime:
     budgets: BudgetGate | None = None  # embedded: exact holds on the in-process ledger
     limits: Buckets | None = None  # token buckets: in-process, or Redis shared by pods
     estimator: Estimator = field(default_factory=Estimator)  # input tokens; calibrated per key
+    metrics: Metrics = field(default_factory=Metrics)
     control: ControlStore | None = None
     rng: random.Random = field(default_factory=random.Random)
     clock: Callable[[], float] = time.time
@@ -97,6 +99,7 @@ class Runtime:
             fut = self.events.append(event)
         except Exception as exc:  # a closed or failed log: count it loudly, keep serving what is in flight
             self.append_failures += 1
+            self.metrics.event_append_failures.inc()
             log.error("event append refused (%s): %s %s", type(exc).__name__, event.type, event.id)
             return
         fut.add_done_callback(self._appended)
@@ -107,6 +110,7 @@ class Runtime:
         exc = fut.exception()
         if exc is not None:
             self.append_failures += 1
+            self.metrics.event_append_failures.inc()
             log.error("event append failed: %s", exc)
 
 

@@ -79,13 +79,13 @@ class BudgetGate:
         )
         return BudgetVerdict(period, decision, notices)
 
-    def soft_state(self, snapshot: Snapshot, scopes: list[str], now: datetime) -> tuple[str, BudgetLimit] | None:
-        """The first scope past its soft threshold that asks for a downgrade, if any."""
+    def downgrade_for(self, snapshot: Snapshot, scopes: list[str], now: datetime) -> str | None:
+        """The cheaper alias to serve instead, once a scope past its soft threshold asks for one."""
         period = period_of(now, self.zone(snapshot.budgets.timezone))
         for scope in scopes:
             limit = snapshot.budgets.limit_for(scope)
             if limit and limit.downgrade_alias and self.ledger.threshold_crossed(scope, period):
-                return scope, limit
+                return limit.downgrade_alias
         return None
 
 

@@ -47,7 +47,10 @@ async def admit(
         admitted = await _admit(rt, snap, meter, cands, est_input, max_output)
     except GatewayError as exc:
         exc.headers["server-timing"] = _timing(started)
+        rt.metrics.refusals.labels(exc.code or "unknown").inc()
         raise
+    finally:
+        rt.metrics.admission_seconds.observe(time.perf_counter() - started)
     admitted.headers["server-timing"] = _timing(started)
     return admitted
 

@@ -27,6 +27,7 @@ def sweep_once(rt: Runtime) -> int:
     for event in expired:
         rt.emit(event)
     if expired:
+        rt.metrics.holds_expired.inc(len(expired))
         log.warning("expired %d unsettled hold(s), charged in full", len(expired))
     return len(expired)
 

@@ -21,12 +21,13 @@ from proxy.admission.auth import authenticate, authenticate_admin
 from proxy.api import chat, embeddings, models
 from proxy.control import admin
 from proxy.errors import GatewayError, NotFound, PayloadTooLarge
+from proxy.metrics import CONTENT_TYPE_LATEST
 from proxy.runtime import RUNTIME, Runtime
 from proxy.upstream.relay import UpstreamClient
 
 log = logging.getLogger("farebox.proxy")
 
-OPEN_ROUTES = frozenset({"/health"})
+OPEN_ROUTES = frozenset({"/health", "/metrics"})  # /metrics: aggregate counters only, no teams or keys
 MODEL_PREFIX = "/v1/"  # what the in-flight cap and the drain count
 ADMIN_PREFIX = "/admin/"  # admin tokens, never virtual keys
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
@@ -158,6 +159,11 @@ async def health(request: web.Request) -> web.Response:
     })
 
 
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[RUNTIME].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
 def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSession] | None = None) -> web.Application:
     app = web.Application(middlewares=[protection_middleware, gateway_middleware],
                           client_max_size=runtime.options.max_body_bytes)
@@ -165,6 +171,9 @@ def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSes
     app[DRAINED] = asyncio.Event()
     app.on_shutdown.append(drain)
     app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
+    runtime.metrics.in_flight.set_function(lambda: runtime.in_flight)
+    runtime.metrics.snapshot_version.set_function(lambda: runtime.snapshot.version)
     app.router.add_post("/v1/chat/completions", chat.chat_completions)
     app.router.add_post("/v1/embeddings", embeddings.create_embeddings)
     app.router.add_get("/v1/models", models.list_models)

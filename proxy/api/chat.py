@@ -8,6 +8,8 @@ candidates in ``proxy/routing/``.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import orjson
 from aiohttp import web
 
@@ -19,9 +21,9 @@ from proxy.admission.plan import chat_input_estimates, output_cap
 from proxy.api import streaming
 from proxy.api.streaming import ClientWatch
 from proxy.api.validate import ChatCall, parse_json_object, validate_chat
-from proxy.control.snapshot import Alias, Deployment
+from proxy.control.snapshot import Alias, Deployment, KeyRecord, Snapshot
 from proxy.errors import GatewayError, UnsupportedParameter
-from proxy.metering import Meter
+from proxy.metering import Meter, scopes_of
 from proxy.routing.chain import allows_fallback, chain_for, key_deployments, key_regions
 from proxy.routing.failover import settled_answer
 from proxy.routing.router import chat_needs, sticky_key
@@ -37,6 +39,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     key = request["key"]
     call = validate_chat(parse_json_object(await request.read()))
     alias = allowed_alias(snap, key, call.alias, "chat")
+    run_id = request.headers.get("x-fb-run-id")
+    downgraded = _downgrade(rt, snap, key, alias, run_id)
+    if downgraded is not None:
+        alias, downgraded_from = downgraded, alias.name
     cls = data_class(key, request.headers.get("x-fb-data-class"))
     param = "max_completion_tokens" if call.body.get("max_completion_tokens") is not None else "max_tokens"
     max_out = output_cap(alias, call.requested_max_output, param)
@@ -47,12 +53,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     chain = await chain_for(rt, snap, alias, needs, sticky_key(request.headers.get("x-fb-session"), call.body),
                             allows_fallback(request.headers))
     cands = honouring(chain.deployments, call.body)
-    meter = Meter(
-        rt, snap, request["request_id"], key, alias,
-        run_id=request.headers.get("x-fb-run-id"), data_class=cls, stream=call.stream,
-    )
+    meter = Meter(rt, snap, request["request_id"], key, alias, run_id=run_id, data_class=cls, stream=call.stream)
     meter.estimates = estimates
     admitted = await admit(rt, snap, meter, cands, est_in, max_out)
+    if downgraded is not None:
+        admitted.headers["x-fb-downgraded-from"] = downgraded_from
     with ClientWatch(request, rt) as watch:
         try:
             if call.stream:
@@ -62,6 +67,18 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         except GatewayError as exc:
             exc.headers["x-fb-attempts"] = str(meter.attempts)
             raise
+
+
+def _downgrade(rt: Runtime, snap: Snapshot, key: KeyRecord, alias: Alias, run_id: str | None) -> Alias | None:
+    """Past a soft threshold with ``downgrade_alias`` set, the cheaper chat alias to serve instead."""
+    if rt.budgets is None:
+        return None
+    now = datetime.fromtimestamp(rt.clock(), timezone.utc)
+    target = rt.budgets.downgrade_for(snap, scopes_of(key, run_id), now)
+    if target is None or target == alias.name:
+        return None
+    cheaper = snap.aliases.get(target)
+    return cheaper if cheaper is not None and cheaper.kind == "chat" else None
 
 
 def honouring(cands: list[Deployment], body: dict) -> list[Deployment]:

@@ -22,7 +22,6 @@ from proxy.errors import GatewayError, UpstreamError, UpstreamUnavailable
 from proxy.upstream.base import Dialect, StreamTranslator, UpstreamRequest
 from proxy.upstream.sse import SSEParser
 
-
 HEARTBEAT = None  # what ``UpstreamStream.chunks`` yields after ``heartbeat_s`` of upstream silence
 
 
