@@ -318,10 +318,9 @@ def test_hedge_takes_the_faster_deployment_and_meters_both(chaos: Stack, http: h
     sim_model(chaos, "sim-hedged-a", ttft_ms=1000)
     hedged = 0
     for _ in range(12):
-        t0 = time.monotonic()
         r = chat(http, "chaos-hedged")
-        took = time.monotonic() - t0
-        assert r.status_code == 200 and r.headers["x-fb-deployment"] == "hedged-b" and took < 0.6, (took, r.text[-400:])
+        # Always b: when a went first and was not hedged, a would have answered (after 1 s).
+        assert r.status_code == 200 and r.headers["x-fb-deployment"] == "hedged-b", r.text[-400:]
         if r.headers["x-fb-attempts"] == "2":
             hedged += 1
             rid = r.headers["x-fb-request-id"]
