@@ -2,8 +2,9 @@
 
     farebox serve --config PATH [--host H] [--port N]
     farebox simulator [--port N] [--host H] [--config PATH]
-    farebox keys create --config PATH --team T --app A --aliases a,b [--env dev|prod] [--rpm N] ... [--json]
-    farebox keys list|revoke ID|rotate ID [--overlap-s S] --config PATH
+    farebox keys create --config PATH --team T --app A --aliases a,b [--env dev|prod] [--rpm N] ...
+                        [--regions r1,r2] [--deployments d1,d2] [--json]
+    farebox keys list|revoke ID|rotate ID [--overlap-s S] [--regions r1,r2] [--deployments d1,d2] --config PATH
     farebox budgets set SCOPE --monthly-limit X [--soft-pct P] [--env any|prod|dev] --config PATH
     farebox aliases set NAME --spec JSON | farebox prices add --spec JSON [--valid-from T] [--allow-large-change]
     farebox teams set NAME [--business-unit BU] | farebox business-units set NAME
@@ -65,6 +66,10 @@ def _run(coro):  # type: ignore[no-untyped-def]
     return asyncio.run(coro)
 
 
+def _csv(raw: str) -> list[str]:
+    return [v.strip() for v in raw.split(",") if v.strip()]
+
+
 def _keys_create(args: argparse.Namespace) -> int:
     svc = _control(args.config)
     aliases = [a.strip() for a in args.aliases.split(",") if a.strip()]
@@ -73,14 +78,27 @@ def _keys_create(args: argparse.Namespace) -> int:
             "output_tpm": args.output_tpm, "expires_at": args.expires_at}
     if args.default_data_class:
         body["default_data_class"] = args.default_data_class
+    for name in ("regions", "deployments"):
+        if getattr(args, name) is not None:
+            body[name] = _csv(getattr(args, name))
     view, plaintext = _run(svc.create_key(_actor(), {k: v for k, v in body.items() if v is not None}))
     if args.json:
         print(json.dumps({"key": plaintext, "id": view["id"], "team": args.team, "app": args.app, "aliases": aliases,
-                          "env": args.env}))
+                          "env": args.env, "regions": view["regions"], "deployments": view["deployments"]}))
     else:
-        print(f"key {view['id']} for {args.team}/{args.app} ({', '.join(aliases)}, {args.env}); shown once:")
+        print(f"key {view['id']} for {args.team}/{args.app} ({', '.join(aliases)}, {args.env}){_pins(view)}; shown once:")
         print(plaintext)
     return 0
+
+
+def _pins(view: dict) -> str:
+    """A pinned key's restrictions for display, e.g. ' in ap-south-1 only, deployments a,b'; '' if none."""
+    out = ""
+    if view.get("regions"):
+        out += f" in {','.join(view['regions'])} only"
+    if view.get("deployments"):
+        out += f"{',' if out else ''} deployments {','.join(view['deployments'])}"
+    return out
 
 
 def _keys_list(args: argparse.Namespace) -> int:
@@ -90,7 +108,7 @@ def _keys_list(args: argparse.Namespace) -> int:
         return 0
     for k in rows:
         state = "revoked" if k["revoked"] else (f"expires {k['expires_at']}" if k["expires_at"] else "active")
-        print(f"{k['id']:<20} {k['env']:<5} {k['team']}/{k['app']:<24} {','.join(k['aliases']):<40} {state}")
+        print(f"{k['id']:<20} {k['env']:<5} {k['team']}/{k['app']:<24} {','.join(k['aliases']):<40} {state}{_pins(k)}")
     return 0
 
 
@@ -101,7 +119,11 @@ def _keys_revoke(args: argparse.Namespace) -> int:
 
 
 def _keys_rotate(args: argparse.Namespace) -> int:
-    after, plaintext = _run(_control(args.config).rotate_key(_actor(), args.key_id, args.overlap_s))
+    from proxy.control.changes import rotate_spec
+
+    pins = rotate_spec({name: _csv(getattr(args, name)) for name in ("regions", "deployments")
+                        if getattr(args, name) is not None})
+    after, plaintext = _run(_control(args.config).rotate_key(_actor(), args.key_id, args.overlap_s, pins))
     if args.json:
         print(json.dumps({"key": plaintext, "id": after["new"]["id"], "old_expires_at": after["old"]["expires_at"]}))
     else:
@@ -282,6 +304,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--input-tpm", type=int, help="input tokens per minute")
     s.add_argument("--output-tpm", type=int, help="output tokens per minute")
     s.add_argument("--expires-at", help="ISO-8601 time with a zone")
+    s.add_argument("--regions", help="comma-separated regions the key's requests may be served in "
+                                     "(residency pin: refused rather than sent elsewhere; default: any)")
+    s.add_argument("--deployments", help="comma-separated deployment ids the key may use "
+                                         "(default: any of its aliases' deployments)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_keys_create)
     s = keys.add_parser("list", help="keys (display ids and policy, never the keys)")
@@ -296,6 +322,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("key_id")
     s.add_argument("--config", required=True)
     s.add_argument("--overlap-s", type=float, default=3600.0)
+    s.add_argument("--regions", help="comma-separated regions for the new key (default: the old key's; '' clears)")
+    s.add_argument("--deployments", help="comma-separated deployment ids for the new key (default: the old key's; "
+                                         "'' clears)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_keys_rotate)
 

@@ -4,6 +4,11 @@
     POST /admin/v1/keys                      admin        -> 201, the key in the answer only
     POST /admin/v1/keys/{id}:revoke          admin        -> live on every pod at its next poll
     POST /admin/v1/keys/{id}:rotate          admin        body {overlap_s}: old and new valid meanwhile
+
+A key may be pinned: ``regions`` (residency: its requests are served only by
+deployments in these regions, refused rather than sent abroad) and
+``deployments`` (only these deployment ids); empty or absent means no
+restriction. Rotation carries both over unless the body gives new ones.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from aiohttp import web
 
 from proxy.api.validate import parse_json_object
 from proxy.control.admin import allowed, control
+from proxy.control.changes import rotate_spec
 from proxy.errors import InvalidRequest
 
 
@@ -41,7 +47,8 @@ async def rotate_key(request: web.Request) -> web.Response:
     overlap = body.get("overlap_s", 3600)
     if isinstance(overlap, bool) or not isinstance(overlap, (int, float)) or overlap < 0:
         raise InvalidRequest("overlap_s must be a number of seconds >= 0.", param="overlap_s")
-    after, plaintext = await control(request).rotate_key(token.name, key_id, float(overlap))
+    pins = rotate_spec(body)
+    after, plaintext = await control(request).rotate_key(token.name, key_id, float(overlap), pins)
     return web.json_response({**after, "key": plaintext, "note": "shown once; only its hash is stored"}, status=201)
 
 

@@ -140,7 +140,8 @@ def _static_keys(s: Session, entries: list[Mapping[str, Any]], now: datetime, ac
                 "env": e.get("env", "prod" if str(e["id"]).startswith("fb-prod-") else "dev"),
                 "data_class_ceiling": e.get("data_class_ceiling", "internal"),
                 "default_data_class": e.get("default_data_class", "internal"), "expires_at": e.get("expires_at"),
-                "rpm": e.get("rpm"), "input_tpm": e.get("input_tpm"), "output_tpm": e.get("output_tpm")}
+                "rpm": e.get("rpm"), "input_tpm": e.get("input_tpm"), "output_tpm": e.get("output_tpm"),
+                "regions": list(e.get("regions") or []) or None, "deployments": list(e.get("deployments") or []) or None}
         row = s.get(KeyRow, e["id"])
         revoked = bool(e.get("revoked"))
         if row is None:

@@ -38,7 +38,7 @@ from proxy.control.snapshot import ADMIN_ROLES, DATA_CLASSES
 from proxy.control.validate import check_price_change
 
 KEY_FIELDS = ("team", "app", "aliases", "env", "data_class_ceiling", "default_data_class", "rpm", "input_tpm",
-              "output_tpm", "expires_at")
+              "output_tpm", "expires_at", "regions", "deployments")
 PRICE_TYPES = ("input", "output", "cached_input", "cache_write", "reasoning")
 
 
@@ -53,6 +53,7 @@ def key_view(k: KeyRow) -> dict[str, Any]:
         "id": k.id, "team": k.team, "app": k.app, "env": k.env, "aliases": list(k.aliases),
         "data_class_ceiling": k.data_class_ceiling, "default_data_class": k.default_data_class,
         "rpm": k.rpm, "input_tpm": k.input_tpm, "output_tpm": k.output_tpm,
+        "regions": list(k.regions or []), "deployments": list(k.deployments or []),
         "expires_at": _iso_unix(k.expires_at), "revoked": k.revoked_at is not None,
         "revoked_at": _iso(k.revoked_at), "created_at": _iso(k.created_at), "created_by": k.created_by,
         "rotated_from": k.rotated_from,
@@ -101,12 +102,29 @@ def key_spec(body: Mapping[str, Any]) -> dict[str, Any]:
         "default_data_class": r.str("default_data_class", "internal", choices=DATA_CLASSES),
         "rpm": r.int("rpm", None, 1), "input_tpm": r.int("input_tpm", None, 1), "output_tpm": r.int("output_tpm", None, 1),
         "expires_at": _expiry(r),
+        "regions": _unique(r.str_list("regions", [])), "deployments": _unique(r.str_list("deployments", [])),
     }
     if not spec["aliases"] and "aliases" in body:
         problems.add("aliases", "give at least one alias")
     r.reject_unknown()
     _check(problems, "key")
     return spec
+
+
+def _unique(names: list[str]) -> list[str]:
+    return list(dict.fromkeys(names))
+
+
+def _check_pins(s: Session, spec: Mapping[str, Any], problems: Problems) -> None:
+    """A key's regions must be some deployment's region, its deployments must exist."""
+    specs = {row.id: row.spec for row in s.scalars(sa.select(DeploymentRow))}
+    regions = {str(d.get("region")) for d in specs.values() if isinstance(d, Mapping) and d.get("region")}
+    for i, region in enumerate(spec.get("regions") or ()):
+        if region not in regions:
+            problems.add(f"regions[{i}]", f"no deployment is in region {region!r} (regions: {sorted(regions)})")
+    for i, dep in enumerate(spec.get("deployments") or ()):
+        if dep not in specs:
+            problems.add(f"deployments[{i}]", f"unknown deployment {dep!r}")
 
 
 def create_key(spec: Mapping[str, Any], actor: str, now: datetime, *, rotated_from: str | None = None,
@@ -122,11 +140,14 @@ def create_key(spec: Mapping[str, Any], actor: str, now: datetime, *, rotated_fr
         for i, a in enumerate(spec["aliases"]):
             if a not in known:
                 problems.add(f"aliases[{i}]", f"unknown alias {a!r}")
+        _check_pins(s, spec, problems)
         _check(problems, "key")
         row = KeyRow(id=minted.record["id"], hash=minted.record["hash"], team=spec["team"], app=spec["app"],
                      env=spec["env"], aliases=list(spec["aliases"]), data_class_ceiling=spec["data_class_ceiling"],
                      default_data_class=spec["default_data_class"], rpm=spec.get("rpm"),
                      input_tpm=spec.get("input_tpm"), output_tpm=spec.get("output_tpm"),
+                     regions=list(spec.get("regions") or []) or None,
+                     deployments=list(spec.get("deployments") or []) or None,
                      expires_at=spec.get("expires_at"), created_at=now, created_by=actor, rotated_from=rotated_from)
         s.add(row)
         s.flush()
@@ -153,8 +174,28 @@ def revoke_key(key_id: str, now: datetime) -> Mutation:
     return mutate
 
 
-def rotate_key(key_id: str, overlap_s: float, actor: str, now: datetime) -> tuple[Mutation, list[MintedKey]]:
-    """A new key with the old one's policy; the old key stays valid for ``overlap_s`` more seconds."""
+def rotate_spec(body: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Validate a key-rotate body: ``overlap_s`` (read by the caller), optional ``regions`` / ``deployments``
+    replacing the old key's on the new one; the pins for ``rotate_key``."""
+    problems = Problems()
+    r = Reader(dict(body), "", problems)
+    r.skip("overlap_s")
+    pins: dict[str, list[str]] = {}
+    for name in ("regions", "deployments"):
+        values = r.str_list(name, [])
+        if body.get(name) is not None:  # absent or null: carry the old key's over
+            pins[name] = _unique(values)
+    r.reject_unknown()
+    _check(problems, "rotation")
+    return pins
+
+
+def rotate_key(key_id: str, overlap_s: float, actor: str, now: datetime,
+               pins: Mapping[str, list[str]] | None = None) -> tuple[Mutation, list[MintedKey]]:
+    """A new key with the old one's policy; the old key stays valid for ``overlap_s`` more seconds.
+
+    ``pins``: ``regions`` / ``deployments`` for the new key (else the old key's are carried over).
+    """
     out: list[MintedKey] = []
 
     def mutate(s: Session) -> tuple[Any, Any]:
@@ -164,7 +205,8 @@ def rotate_key(key_id: str, overlap_s: float, actor: str, now: datetime) -> tupl
         before = key_view(old)
         spec = {"team": old.team, "app": old.app, "aliases": list(old.aliases), "env": old.env,
                 "data_class_ceiling": old.data_class_ceiling, "default_data_class": old.default_data_class,
-                "rpm": old.rpm, "input_tpm": old.input_tpm, "output_tpm": old.output_tpm, "expires_at": old.expires_at}
+                "rpm": old.rpm, "input_tpm": old.input_tpm, "output_tpm": old.output_tpm, "expires_at": old.expires_at,
+                "regions": list(old.regions or []), "deployments": list(old.deployments or []), **(pins or {})}
         end = (now + timedelta(seconds=overlap_s)).timestamp()
         old.expires_at = end if old.expires_at is None else min(old.expires_at, end)
         create, minted = create_key(spec, actor, now, rotated_from=key_id)

@@ -84,9 +84,9 @@ def compile_snapshot(
     rate_limits = _rate_limits(root.child("rate_limits"), teams)
     keys: dict[str, KeyRecord] = {}
     for r in root.items("keys"):
-        _add_key(keys, r, teams, apps, aliases)
+        _add_key(keys, r, teams, apps, aliases, deployments)
     for i, entry in enumerate(stored_keys):
-        _add_key(keys, Reader(entry, f"keys.jsonl[{i}]", problems), teams, apps, aliases)
+        _add_key(keys, Reader(entry, f"keys.jsonl[{i}]", problems), teams, apps, aliases, deployments)
     admin_tokens = _admin_tokens(stored_admin_tokens, problems)
     if problems.items:
         return None
@@ -375,6 +375,7 @@ def _add_key(
     teams: Mapping[str, Team],
     apps: Mapping[str, str],
     aliases: Mapping[str, Alias],
+    deployments: Mapping[str, Deployment],
 ) -> None:
     key_hash = r.str("hash")
     team, app = r.str("team"), r.str("app")
@@ -388,6 +389,7 @@ def _add_key(
     for i, a in enumerate(allowed):
         if a not in aliases:
             r.problems.add(f"{r.at('aliases')}[{i}]", f"unknown alias {a!r}")
+    regions, pinned = _key_pins(r, deployments)
     key_id = r.str("id") or "?"
     env = r.str("env", "prod" if key_id.startswith("fb-prod-") else "dev", choices=KEY_ENVS)
     ceiling = r.str("data_class_ceiling", "internal", choices=DATA_CLASSES)
@@ -405,11 +407,28 @@ def _add_key(
         revoked=r.bool("revoked", False),
         limits=_key_limits(r),
         env=env,
+        regions=regions,
+        deployments=pinned,
     )
     r.str("created_at", None)  # informational
     r.reject_unknown()
     if key_hash:
         keys[key_hash] = rec
+
+
+def _key_pins(r: Reader, deployments: Mapping[str, Deployment]) -> tuple[frozenset[str], frozenset[str]]:
+    """A key's ``regions`` (residency pin) and ``deployments`` (allow-list); empty or absent: no restriction."""
+    known_regions = {d.region for d in deployments.values()}
+    regions = r.str_list("regions", [])
+    for i, region in enumerate(regions):
+        if region not in known_regions:
+            r.problems.add(f"{r.at('regions')}[{i}]", f"no deployment is in region {region!r} "
+                                                     f"(regions: {sorted(known_regions)})")
+    pinned = r.str_list("deployments", [])
+    for i, dep in enumerate(pinned):
+        if dep not in deployments:
+            r.problems.add(f"{r.at('deployments')}[{i}]", f"unknown deployment {dep!r}")
+    return frozenset(regions), frozenset(pinned)
 
 
 def _per_minute(r: Reader, name: str) -> int | None:

@@ -96,6 +96,7 @@ def _key(s: Session, rec: dict[str, Any], now: datetime, actor: str) -> str:
         data_class_ceiling=rec.get("data_class_ceiling", "internal"),
         default_data_class=rec.get("default_data_class", "internal"), rpm=rec.get("rpm"),
         input_tpm=rec.get("input_tpm"), output_tpm=rec.get("output_tpm"),
+        regions=list(rec.get("regions") or []) or None, deployments=list(rec.get("deployments") or []) or None,
         expires_at=float(rec["expires_at"]) if rec.get("expires_at") is not None else None,
         revoked_at=now if revoked else None, created_at=now, created_by=actor,
     ))

@@ -61,8 +61,10 @@ class ControlService:
     async def revoke_key(self, actor: str, key_id: str) -> dict[str, Any]:
         return (await self.run(actor, "keys.revoke", f"key:{key_id}", changes.revoke_key(key_id, self.now()))).after
 
-    async def rotate_key(self, actor: str, key_id: str, overlap_s: float) -> tuple[dict[str, Any], str]:
-        mutation, minted = changes.rotate_key(key_id, overlap_s, actor, self.now())
+    async def rotate_key(self, actor: str, key_id: str, overlap_s: float,
+                         pins: Mapping[str, list[str]] | None = None) -> tuple[dict[str, Any], str]:
+        """``pins``: new ``regions`` / ``deployments`` for the new key (default: the old key's)."""
+        mutation, minted = changes.rotate_key(key_id, overlap_s, actor, self.now(), pins)
         done = await self.run(actor, "keys.rotate", f"key:{key_id}", mutation)
         return done.after, minted[0].plaintext
 

@@ -150,6 +150,8 @@ class KeyRecord:
     limits: KeyLimits = KeyLimits()
     env: str = "dev"  # dev | prod
     env_conflict: str | None = None  # a budget scope of the other environment this key would charge
+    regions: frozenset[str] = frozenset()  # residency pin: only deployments in these regions (empty: any)
+    deployments: frozenset[str] = frozenset()  # only these deployment ids (empty: any of its aliases')
 
 
 ADMIN_ROLES = ("admin", "finance", "auditor")

@@ -3,7 +3,8 @@
 Run on a compiled candidate snapshot; every problem is collected:
 every deployment has a price in force (now and in the latest version) and an
 FX rate into the budget currency, alias fallbacks are coherent, every key can
-actually be served at its default data class, confidential and restricted
+actually be served at its default data class and within its region and
+deployment pins (each of its aliases keeps a deployment), confidential and restricted
 traffic never fails over across regions, and a price change beyond the
 configured factor needs an explicit flag.
 """
@@ -85,6 +86,15 @@ def _keys_servable(snap: Snapshot, problems: Problems) -> None:
                        for d in alias.deployments if d in snap.deployments):
                 problems.add(f"keys.{key.key_id}", f"alias {name!r} has no deployment accepting its default data class "
                                                    f"{key.default_data_class!r}")
+            if key.regions or key.deployments:
+                usable = [d for d in alias.deployments if d in snap.deployments
+                          and (not key.regions or snap.deployments[d].region in key.regions)
+                          and (not key.deployments or d in key.deployments)]
+                if not usable:
+                    pins = ([f"region(s) {sorted(key.regions)}"] if key.regions else []) + \
+                           ([f"deployment(s) {sorted(key.deployments)}"] if key.deployments else [])
+                    problems.add(f"keys.{key.key_id}", f"alias {name!r} has no deployment within its "
+                                                       f"{' and '.join(pins)}")
 
 
 def check_price_change(before: PriceVersion | None, after: PriceVersion, factor: Decimal, problems: Problems) -> None:

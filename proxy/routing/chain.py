@@ -35,16 +35,12 @@ def allows_fallback(headers: Mapping[str, str]) -> bool:
 
 def key_regions(key: KeyRecord) -> frozenset[str] | None:
     """The regions a residency-pinned key may use (None: not pinned)."""
-    regions = getattr(key, "regions", None) or getattr(key, "residency", None)
-    if not regions:
-        return None
-    return frozenset([regions] if isinstance(regions, str) else regions)
+    return key.regions or None
 
 
 def key_deployments(key: KeyRecord) -> frozenset[str] | None:
     """Deployments a key is restricted to (None: any of its aliases')."""
-    allowed = getattr(key, "deployments", None)
-    return frozenset(allowed) if allowed else None
+    return key.deployments or None
 
 
 async def headroom(rt: Runtime, snap: Snapshot, deps: list[Deployment]) -> dict[str, float]:

@@ -142,6 +142,8 @@ class KeyRow(Base):
     rpm: Mapped[int | None]
     input_tpm: Mapped[int | None]
     output_tpm: Mapped[int | None]
+    regions: Mapped[list | None]  # residency pin: region names (NULL / empty: any region)
+    deployments: Mapped[list | None]  # allow-listed deployment ids (NULL / empty: any of its aliases')
     expires_at: Mapped[float | None] = mapped_column(sa.Float)  # unix seconds UTC
     revoked_at: Mapped[datetime | None]
     created_at: Mapped[datetime]

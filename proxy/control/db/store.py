@@ -268,4 +268,5 @@ def key_record(k: KeyRow) -> dict[str, Any]:
         "data_class_ceiling": k.data_class_ceiling, "default_data_class": k.default_data_class,
         "rpm": k.rpm, "input_tpm": k.input_tpm, "output_tpm": k.output_tpm, "expires_at": k.expires_at,
         "revoked": True if k.revoked_at is not None else None,
+        "regions": list(k.regions) if k.regions else None, "deployments": list(k.deployments) if k.deployments else None,
     })

@@ -41,3 +41,40 @@ def test_sqlite_upgrade_from_empty_and_downgrade(tmp_path: Path) -> None:
 @pytest.mark.postgres
 def test_postgres_upgrade_from_empty_and_downgrade(postgres: PostgresServer) -> None:
     _roundtrip(postgres.create_database("migrations"))
+
+
+def _keys_0001_to_head_and_back(url: str) -> None:
+    """0002 adds the keys' nullable ``regions`` / ``deployments``: existing keys survive, unpinned, both ways."""
+    engine = make_engine(url)
+    row = {"id": "fb-dev-abc123", "hash": "a" * 64, "team": "platform", "app": "playground", "env": "dev",
+           "aliases": '["chat-default"]', "data_class_ceiling": "internal", "default_data_class": "internal",
+           "created_at": "2026-01-01 00:00:00+00:00", "created_by": "test"}
+    try:
+        migrate.upgrade(engine, "0001")
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"INSERT INTO keys ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})"),
+                         row)
+        migrate.upgrade(engine, "0002")
+        cols = {c["name"]: c for c in sa.inspect(engine).get_columns("keys")}
+        assert cols["regions"]["nullable"] and cols["deployments"]["nullable"]
+        with engine.begin() as conn:
+            got = conn.execute(sa.text("SELECT id, regions, deployments FROM keys")).one()
+            assert tuple(got) == ("fb-dev-abc123", None, None)
+            conn.execute(sa.text("UPDATE keys SET regions = :r"), {"r": '["ap-south-1"]'})
+        migrate.downgrade(engine, "0001")
+        assert migrate.current(engine) == "0001"
+        assert {"regions", "deployments"}.isdisjoint(c["name"] for c in sa.inspect(engine).get_columns("keys"))
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT id FROM keys")).scalar_one() == "fb-dev-abc123"
+        migrate.downgrade(engine)
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_key_pins_migration_keeps_existing_keys(tmp_path: Path) -> None:
+    _keys_0001_to_head_and_back(f"sqlite:///{tmp_path / 'control.sqlite'}")
+
+
+@pytest.mark.postgres
+def test_postgres_key_pins_migration_keeps_existing_keys(postgres: PostgresServer) -> None:
+    _keys_0001_to_head_and_back(postgres.create_database("migrations_0002"))
