@@ -18,8 +18,8 @@ from ledger.periods import period_of
 from pricing.money import to_decimal
 from proxy.admission.auth import require_role
 from proxy.api.validate import parse_json_object
-from proxy.control.declarative import budget_limit_from, check_scope
 from proxy.control.errors import ConfigRejected
+from proxy.control.policies import budget_limit_from, check_scope
 from proxy.control.problems import Problems, Reader
 from proxy.control.snapshot import AdminToken
 from proxy.errors import GatewayError, InvalidRequest, PermissionDenied

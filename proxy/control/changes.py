@@ -30,9 +30,9 @@ from proxy.control.db.models import (
     TeamRow,
 )
 from proxy.control.db.store import Mutation, budget_record, price_record
-from proxy.control.declarative import BUDGET_ENVS, KEY_ENVS, budget_limit_from
 from proxy.control.errors import ConfigRejected, ControlConflict, ControlNotFound
 from proxy.control.keys import MintedKey, mint_admin_token, mint_key
+from proxy.control.policies import BUDGET_ENVS, KEY_ENVS, budget_limit_from
 from proxy.control.problems import Problems, Reader
 from proxy.control.snapshot import ADMIN_ROLES, DATA_CLASSES
 from proxy.control.validate import check_price_change
