@@ -23,7 +23,7 @@ cat <<MSG
 
   Provider simulator: http://127.0.0.1:9090   (log: var/simulator.log)
   farebox gateway:    http://127.0.0.1:8080/v1
-  Your dev key (shown once; only its hash is stored in var/keys.jsonl):
+  Your dev key (shown once; only its hash is stored, in the config database var/control.sqlite):
 
     export FAREBOX_KEY=$KEY
 
