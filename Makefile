@@ -44,5 +44,12 @@ bench-limits: install services
 	$(BIN)/python -m tests.proxy.admission.bench_latency
 	$(BIN)/python -m tests.proxy.admission.bench_accuracy
 
+## A local single-node Kafka (KRaft, jars from Maven Central) with farebox's topics, for distributed mode.
+kafka-up: install services
+	infra/kafka/run.sh up
+
+kafka-down:
+	infra/kafka/run.sh down
+
 clean:
 	rm -rf var .pytest_cache

@@ -5,6 +5,9 @@
 set -euo pipefail
 need=()
 command -v redis-server > /dev/null 2>&1 || need+=(redis-server)
+# local Kafka (infra/kafka): a JVM to run the broker, Maven to fetch its jars from Maven Central
+command -v java > /dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+command -v mvn > /dev/null 2>&1 || need+=(maven)
 # PostgreSQL: the config database's second backend; tests run a throwaway cluster (infra/postgres/server.py).
 ls /usr/lib/postgresql/*/bin/initdb > /dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then

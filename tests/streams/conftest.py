@@ -6,26 +6,46 @@ same in-memory store), so tests can close and "reopen" it.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from infra.kafka.broker import KafkaBroker
+from infra.kafka.topics import TopicSpec, create_topics
 from streams.eventlog import EventLog
+from streams.kafka_log import KafkaEventLog
 from streams.memory_log import MemoryEventLog, MemoryLogStore
 from streams.sqlite_log import SqliteEventLog
+from tests.infra.kafka.support import session_broker
 
 LogFactory = Callable[[], EventLog]
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(scope="session")
+def kafka_broker() -> KafkaBroker:
+    """The session's real Kafka broker (started once, from the Maven jars)."""
+    return session_broker()
+
+
+@pytest.fixture(params=["sqlite", "memory", "kafka"])
 async def open_log(request, tmp_path) -> AsyncIterator[LogFactory]:
     opened: list[EventLog] = []
     store = MemoryLogStore()
+    topic = ""
+    if request.param == "kafka":
+        # every event type routed to one fresh one-partition topic: the log's read view (see kafka_log)
+        broker = request.getfixturevalue("kafka_broker")
+        topic = f"contract-{uuid.uuid4().hex[:12]}"
+        await create_topics(broker.bootstrap, [TopicSpec(topic, partitions=1)])
 
     def factory() -> EventLog:
         log: EventLog
         if request.param == "sqlite":
             log = SqliteEventLog.open(tmp_path / "events.db")
+        elif request.param == "kafka":
+            log = KafkaEventLog(broker.bootstrap, tmp_path / "spool", requests_topic=topic,
+                                scope_topic=topic, config_topic=topic)
         else:
             log = MemoryEventLog(store)
         opened.append(log)
