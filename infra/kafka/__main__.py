@@ -23,8 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-from infra.kafka.broker import KafkaBroker, KafkaBrokerError, _accepts, fetch_jars, free_port, wait_ready
+from infra.kafka.broker import KafkaBroker, KafkaBrokerError, _accepts, fetch_jars, wait_ready
 from infra.kafka.topics import WEEK_MS, TopicSpec, create_topics, farebox_topics
+from infra.process import free_port
 
 VAR = Path(__file__).resolve().parents[2] / "var" / "kafka"
 STATE = VAR / "broker.json"

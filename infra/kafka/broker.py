@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
+from infra.process import die_with_parent, free_port
+
 KAFKA_VERSION = "4.1.1"  # keep in step with <kafka.version> in pom.xml
 POM = Path(__file__).with_name("pom.xml")
 JVM_FLAGS = (
@@ -102,22 +104,6 @@ def java_binary() -> str:
 
 
 # --- the broker -------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _die_with_parent() -> None:
-    """In the child: SIGTERM when the parent dies, so a killed test run leaves no JVM behind."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 _LOG4J = """\
@@ -226,7 +212,7 @@ class KafkaBroker:
         out = open(root / "stdout.log", "ab")  # noqa: SIM115 (the child owns it after the fork)
         spawn = functools.partial(
             subprocess.Popen, cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            preexec_fn=None if detach else _die_with_parent, start_new_session=detach,  # noqa: PLW1509
+            preexec_fn=None if detach else die_with_parent, start_new_session=detach,  # noqa: PLW1509
         )
         # PR_SET_PDEATHSIG fires when the *thread* that forked exits, so fork from one thread that
         # lives as long as the process (a test may call start() from a short-lived worker thread)

@@ -18,13 +18,14 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Self
+
+from infra.process import apt_install, die_with_parent, free_port, serve_forever, stop_process, usage
 
 
 class PostgresServerError(RuntimeError):
@@ -41,28 +42,10 @@ def _bin_dir() -> Path | None:
 
 def ensure_installed() -> Path:
     """The directory holding ``initdb`` and ``postgres``; ``apt-get install``s postgresql if needed."""
+    apt_install("postgresql", _bin_dir, PostgresServerError)
     found = _bin_dir()
-    if found:
-        return found
-    if shutil.which("apt-get") is None:
-        raise PostgresServerError("postgresql is not installed and apt-get is not available")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", "postgresql"]
-    if subprocess.run(install, env=env, capture_output=True, check=False).returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True, check=False)
-        done = subprocess.run(install, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise PostgresServerError(f"apt-get install postgresql failed:\n{done.stderr[-2000:]}")
-    found = _bin_dir()
-    if not found:
-        raise PostgresServerError("initdb still not found after apt-get install postgresql")
+    assert found is not None
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _as_user() -> tuple[int, int] | None:
@@ -74,15 +57,6 @@ def _as_user() -> tuple[int, int] | None:
     except KeyError:
         raise PostgresServerError("running as root and there is no 'postgres' user to run the server as") from None
     return pw.pw_uid, pw.pw_gid
-
-
-def _die_with_parent() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 class PostgresServer:
@@ -109,7 +83,7 @@ class PostgresServer:
         return self._proc is not None and self._proc.poll() is None
 
     def _preexec(self) -> None:
-        _die_with_parent()
+        die_with_parent()
         if self._user:
             os.setgid(self._user[1])
             os.setuid(self._user[0])
@@ -164,14 +138,7 @@ class PostgresServer:
     def stop(self) -> None:
         """Fast shutdown (SIGINT): clients are disconnected, the data stays."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, sig=signal.SIGINT, timeout_s=15)
 
     def cleanup(self) -> None:
         self.stop()
@@ -188,27 +155,14 @@ class PostgresServer:
         return "\n" + path.read_text(errors="replace")[-2000:] if path.exists() else ""
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else "run"
     if command == "ensure":
         print(ensure_installed())
         return 0
     if command == "run":
-        signal.signal(signal.SIGTERM, _interrupt)
-        with PostgresServer() as server:
-            print(f"postgres ready at {server.url} (Ctrl-C stops it)", flush=True)
-            try:
-                while server.running:
-                    time.sleep(0.5)
-            except KeyboardInterrupt:
-                pass
-        return 0
-    print(__doc__, file=sys.stderr)
-    return 2
+        return serve_forever(PostgresServer, "postgres")
+    return usage(__doc__)
 
 
 if __name__ == "__main__":

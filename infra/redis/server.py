@@ -11,7 +11,6 @@ accepts connections but never answers, which is how timeouts are tested.
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import socket
@@ -22,35 +21,17 @@ import time
 from pathlib import Path
 from typing import Self
 
+from infra.process import apt_install, die_with_parent, free_port, serve_forever, stop_process, usage
+
 
 class RedisServerError(RuntimeError):
     """redis-server could not be installed, started or reached."""
 
 
 def ensure_installed() -> str:
-    """The path of ``redis-server``; ``apt-get install``s it (after ``apt-get update`` if needed)."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    if shutil.which("apt-get") is None:
-        raise RedisServerError("redis-server is not installed and apt-get is not available")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", "redis-server"]
-    if subprocess.run(install, env=env, capture_output=True, check=False).returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True, check=False)
-        done = subprocess.run(install, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise RedisServerError(f"apt-get install redis-server failed:\n{done.stderr[-2000:]}")
-    found = shutil.which("redis-server")
-    if not found:
-        raise RedisServerError("redis-server still not on PATH after apt-get install")
-    return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """The path of ``redis-server``; ``apt-get install``s it when missing."""
+    apt_install("redis-server", lambda: shutil.which("redis-server"), RedisServerError)
+    return shutil.which("redis-server") or ""
 
 
 def ping(port: int, timeout_s: float = 0.2) -> bool:
@@ -60,16 +41,6 @@ def ping(port: int, timeout_s: float = 0.2) -> bool:
             return s.recv(64).startswith(b"+PONG")
     except OSError:
         return False
-
-
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM when the parent dies, so a killed test run leaves no server."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 class RedisServer:
@@ -98,7 +69,7 @@ class RedisServer:
             "--daemonize", "no", "--logfile", str(self._dir / "redis.log"),
         ]
         self._proc = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent  # noqa: PLW1509 (no threads at start-up)
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=die_with_parent  # noqa: PLW1509 (no threads at start-up)
         )
         deadline = time.monotonic() + timeout_s
         while not ping(self.port):
@@ -122,18 +93,7 @@ class RedisServer:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGCONT)  # a paused server cannot handle SIGTERM
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
+        stop_process(proc)  # SIGCONT first: a paused server cannot handle SIGTERM
 
     def cleanup(self) -> None:
         self.stop()
@@ -150,27 +110,14 @@ class RedisServer:
         return "\n" + path.read_text()[-2000:] if path.exists() else ""
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else "run"
     if command == "ensure":
         print(ensure_installed())
         return 0
     if command == "run":
-        signal.signal(signal.SIGTERM, _interrupt)
-        with RedisServer() as server:
-            print(f"redis-server ready at {server.url} (Ctrl-C stops it)", flush=True)
-            try:
-                while server.running:
-                    time.sleep(0.5)
-            except KeyboardInterrupt:
-                pass
-        return 0
-    print(__doc__, file=sys.stderr)
-    return 2
+        return serve_forever(RedisServer, "redis-server")
+    return usage(__doc__)
 
 
 if __name__ == "__main__":

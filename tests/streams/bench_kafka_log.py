@@ -21,8 +21,9 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer
 from stream_events import make_event
 
-from infra.kafka.broker import KafkaBroker, free_port
+from infra.kafka.broker import KafkaBroker
 from infra.kafka.topics import TopicSpec, create_topics
+from infra.process import free_port
 from ledger.codec import encode
 from streams.kafka_log import KafkaEventLog
 

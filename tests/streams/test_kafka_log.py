@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from stream_events import make_event
 
-from infra.kafka.broker import free_port
 from infra.kafka.topics import TopicSpec, create_topics
+from infra.process import free_port
 from ledger.codec import decode
 from streams.kafka_log import SPOOLED, KafkaEventLog
 from tests.infra.kafka.support import read_records

@@ -10,7 +10,7 @@ import time
 import pytest
 from bucket_helpers import redis_buckets
 
-from infra.redis.server import free_port
+from infra.process import free_port
 from proxy.admission.limits import BackendError, BucketSpec
 from proxy.admission.limits.redis_buckets import RedisBuckets
 

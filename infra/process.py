@@ -1,0 +1,102 @@
+"""What every throwaway service process needs (Redis, PostgreSQL, Kafka).
+
+Installing a Debian package when its binary is missing, a free loopback port,
+tying the child's life to ours, stopping it politely then firmly, and the
+``run`` loop of each service's command line. The services differ only in how
+they start and how they tell they are ready; that stays in their modules.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Callable, ContextManager, Protocol
+
+
+def apt_install(package: str, found: Callable[[], object], error: type[Exception]) -> None:
+    """``apt-get install`` a package (after ``apt-get update`` if the first try fails) unless ``found()``."""
+    if found():
+        return
+    if shutil.which("apt-get") is None:
+        raise error(f"{package} is not installed and apt-get is not available")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "--no-install-recommends", package]
+    if subprocess.run(install, env=env, capture_output=True, check=False).returncode != 0:
+        subprocess.run(["apt-get", "update"], env=env, capture_output=True, check=False)
+        done = subprocess.run(install, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise error(f"apt-get install {package} failed:\n{done.stderr[-2000:]}")
+    if not found():
+        raise error(f"{package} still not found after apt-get install")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def die_with_parent() -> None:
+    """``preexec_fn``: the child gets SIGTERM when its parent goes, so a killed test run leaves no server.
+
+    Linux sends it when the *thread* that forked exits, not the process: start
+    long-lived servers from the main thread (or one long-lived thread).
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def stop_process(proc: subprocess.Popen | None, *, sig: int = signal.SIGTERM, timeout_s: float = 5.0) -> None:
+    """Send ``sig`` (after SIGCONT, in case it was paused), wait, then SIGKILL."""
+    if proc is None:
+        return
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGCONT)
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream:
+            stream.close()
+
+
+class Service(Protocol):
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def running(self) -> bool: ...
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def serve_forever(make: Callable[[], ContextManager[Service]], name: str) -> int:
+    """The ``run`` command: a throwaway service in the foreground until Ctrl-C or SIGTERM."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    with make() as server:
+        print(f"{name} ready at {server.url} (Ctrl-C stops it)", flush=True)
+        try:
+            while server.running:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+def usage(doc: str | None) -> int:
+    print(doc or "", file=sys.stderr)
+    return 2
