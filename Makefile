@@ -35,6 +35,10 @@ bench: install
 bench-budget: install
 	$(BIN)/python -m tests.bench.budget
 
+## Alias availability vs each provider's, in simulated time (two providers, independent 1%-of-minutes outages).
+bench-availability: install
+	$(BIN)/python -m tests.bench.availability
+
 ## The simulator's own ceiling.
 bench-sim: install
 	$(BIN)/python -m infra.simulator.bench
