@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install services run test test-fast bench bench-budget bench-sim bench-limits clean
+.PHONY: install services run test bench bench-budget bench-availability bench-sim bench-limits kafka-up kafka-down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
