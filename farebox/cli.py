@@ -35,6 +35,21 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _worker(args: argparse.Namespace) -> int:
+    from farebox.settings import load_settings
+    from farebox.worker import run_worker
+
+    run_worker(load_settings(args.config), loglevel=args.loglevel)
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from farebox.replay import replay
+    from farebox.settings import load_settings
+
+    return replay(load_settings(args.config), args.start, args.end, source=args.source, archive=args.archive)
+
+
 def _simulator(args: argparse.Namespace) -> int:
     from infra.simulator.app import run
     from infra.simulator.config import load_config
@@ -283,6 +298,19 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--host")
     s.add_argument("--port", type=int)
     s.set_defaults(func=_serve)
+
+    s = sub.add_parser("worker", help="run a Faust worker (distributed mode): ledger, leases, rollups, projections")
+    s.add_argument("--config", required=True)
+    s.add_argument("--loglevel", default="warning")
+    s.set_defaults(func=_worker)
+
+    s = sub.add_parser("replay", help="rebuild scope balances from the archive (or Kafka) and compare with live")
+    s.add_argument("--config", required=True)
+    s.add_argument("--from", dest="start", required=True, help="first event date, YYYY-MM-DD (UTC)")
+    s.add_argument("--to", dest="end", required=True, help="last event date, YYYY-MM-DD (UTC)")
+    s.add_argument("--source", choices=("archive", "kafka"), default="archive")
+    s.add_argument("--archive", help="the archive root (default: <state_dir>/archive)")
+    s.set_defaults(func=_replay)
 
     s = sub.add_parser("simulator", help="run the provider simulator (OpenAI and Anthropic dialects)")
     s.add_argument("--config")

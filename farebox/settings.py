@@ -26,7 +26,32 @@ from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.problems import ConfigError, Problems, Reader
 from proxy.control.snapshot import Secrets, Snapshot
 
-SETTINGS_SECTIONS = ("server", "event_log", "state_dir", "secrets_file", "control_db")
+SETTINGS_SECTIONS = ("server", "event_log", "state_dir", "secrets_file", "control_db", "mode", "distributed")
+
+
+@dataclass(frozen=True)
+class DistributedSettings:
+    """``mode: distributed``: Kafka, Redis, topics and the lease policy (defaults suit one machine)."""
+
+    bootstrap: str = "127.0.0.1:9092"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    requests_topic: str = "fb.requests"
+    scope_topic: str = "fb.scope-entries"
+    rollups_topic: str = "fb.rollups"
+    config_topic: str = "fb.config"
+    partitions: int = 3
+    pods: int = 3  # rate limits fall back to limit // pods when Redis is unreachable
+    spool_dir: str = "var/spool"
+    worker_id: str = "farebox-worker"
+    worker_data_dir: str = "var/worker"
+    lease_share: int = 4
+    lease_last_pct: int = 2
+    lease_max_slice_micro: int | None = None
+    lease_ttl_s: int = 60
+    lease_expiry_grace_s: int = 120
+    lease_wait_s: float = 2.0  # how long a request waits for a grant when its lease is short
+    low_water_pct: int = 30  # top up in the background below this share of a lease
+    emergency_micro: int = 0  # per scope and pod, spent when Kafka is down and the leases are gone
 
 
 @dataclass(frozen=True)
@@ -48,6 +73,8 @@ class Settings:
     control_db_url: str = "sqlite://"
     poll_interval_s: float = 0.2
     price_change_factor: Decimal = Decimal(2)
+    mode: str = "embedded"  # embedded | distributed
+    distributed: DistributedSettings = field(default_factory=DistributedSettings)
 
     @property
     def keys_file(self) -> Path:
@@ -123,6 +150,31 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         make_url(db_url)
     except Exception:  # noqa: BLE001 - the URL is not echoed: it may hold a password
         problems.add("control_db.url", "is not a valid database URL")
+    mode = root.str("mode", "embedded", choices=("embedded", "distributed"))
+    d = root.child("distributed")
+    dflt = DistributedSettings()
+    dist = DistributedSettings(
+        bootstrap=env.get("FAREBOX_KAFKA") or d.str("bootstrap", dflt.bootstrap),
+        redis_url=env.get("FAREBOX_REDIS") or d.str("redis_url", dflt.redis_url),
+        requests_topic=d.str("requests_topic", dflt.requests_topic),
+        scope_topic=d.str("scope_topic", dflt.scope_topic),
+        rollups_topic=d.str("rollups_topic", dflt.rollups_topic),
+        config_topic=d.str("config_topic", dflt.config_topic),
+        partitions=d.int("partitions", dflt.partitions, 1),
+        pods=d.int("pods", dflt.pods, 1),
+        spool_dir=str(base / d.str("spool_dir", dflt.spool_dir)),
+        worker_id=d.str("worker_id", dflt.worker_id),
+        worker_data_dir=str(base / d.str("worker_data_dir", dflt.worker_data_dir)),
+        lease_share=d.int("lease_share", dflt.lease_share, 1),
+        lease_last_pct=d.int("lease_last_pct", dflt.lease_last_pct, 0),
+        lease_max_slice_micro=d.int("lease_max_slice_micro", None, 1),
+        lease_ttl_s=d.int("lease_ttl_s", dflt.lease_ttl_s, 1),
+        lease_expiry_grace_s=d.int("lease_expiry_grace_s", dflt.lease_expiry_grace_s, 0),
+        lease_wait_s=d.number("lease_wait_s", dflt.lease_wait_s, 0),
+        low_water_pct=d.int("low_water_pct", dflt.low_water_pct, 0),
+        emergency_micro=d.int("emergency_micro", dflt.emergency_micro, 0),
+    )
+    d.reject_unknown()
     root.skip(*CONTROL_SECTIONS)
     root.reject_unknown()
     control_tree = {k: tree[k] for k in CONTROL_SECTIONS if k in tree}
@@ -153,6 +205,8 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         control_db_url=db_url,
         poll_interval_s=poll_s,
         price_change_factor=factor or Decimal(2),
+        mode=mode,
+        distributed=dist,
     )
 
 

@@ -145,10 +145,17 @@ def serve(settings: Settings, secrets: Secrets | None = None) -> None:
     loop = new_loop()
     ready = (
         f"farebox serving on http://{settings.host}:{settings.port} "
-        f"(pod {settings.pod_id}, config {settings.safe_db_url}, events {settings.event_log_path})"
+        f"(pod {settings.pod_id}, config {settings.safe_db_url}, "
+        f"events {settings.event_log_path if settings.mode == 'embedded' else settings.distributed.bootstrap})"
     )
+    if settings.mode == "distributed":
+        from farebox.distributed import distributed_gateway_app
+
+        factory = distributed_gateway_app(settings, secrets)
+    else:
+        factory = gateway_app(settings, secrets)
     web.run_app(
-        gateway_app(settings, secrets),
+        factory,
         host=settings.host,
         port=settings.port,
         loop=loop,

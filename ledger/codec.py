@@ -11,6 +11,11 @@ Money is integer micro-units, times are UTC ISO-8601 with microseconds and
 (type, schema); a schema bump registers the old reader here as an upcaster so
 archived events stay readable. The envelope's ``id`` and ``key`` are derived,
 and decode checks them against the derived values.
+
+Upcasters (``_UPCASTERS``), each from one schema to the next:
+
+* ``request.admitted`` 1 -> 2: ``leases`` = {} (funded by no lease: embedded mode);
+* ``lease.returned`` 1 -> 2: ``funded_micro`` = 0 (no admission of it still on the way).
 """
 
 from __future__ import annotations
@@ -79,6 +84,15 @@ def _micro_map_from_wire(value: Any) -> dict[str, int]:
     return value
 
 
+def _str_map_from_wire(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise CodecError(f"expected an object of scope -> id, got {value!r}")
+    for scope, text in value.items():
+        if not isinstance(text, str):
+            raise CodecError(f"[{scope}] must be a string, got {text!r}")
+    return value
+
+
 def _checker(kind: type, name: str) -> _FromWire:
     def check(value: Any) -> Any:
         if kind is int:
@@ -103,7 +117,7 @@ def _converters(hint: Any, name: str) -> tuple[_ToWire | None, _FromWire]:
     if hint is TokenUsage:
         return TokenUsage.to_dict, _usage_from_wire
     if typing.get_origin(hint) is Mapping:
-        return dict, _micro_map_from_wire
+        return dict, _str_map_from_wire if typing.get_args(hint)[1] is str else _micro_map_from_wire
     if hint in (str, int, bool):
         return None, _checker(hint, name)
     raise TypeError(f"codec has no converter for {name}: {hint!r}")
@@ -131,6 +145,10 @@ def _schema_of(cls: type[Event]) -> _Schema:
 
 _BY_CLASS: dict[type[Event], _Schema] = {cls: _schema_of(cls) for cls in EVENT_TYPES}
 _READERS: dict[tuple[str, int], _Schema] = {(cls.type, cls.schema): s for cls, s in _BY_CLASS.items()}
+_UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
+    ("request.admitted", 1): lambda d: {**d, "schema": 2, "leases": {}},
+    ("lease.returned", 1): lambda d: {**d, "schema": 2, "funded_micro": 0},
+}
 
 
 # --- the codec --------------------------------------------------------------------
@@ -168,10 +186,13 @@ def from_dict(data: Any) -> Event:
     if not isinstance(data, dict):
         raise CodecError(f"an event must be a JSON object, got {type(data).__name__}")
     kind, version = data.get("type"), data.get("schema")
+    while (kind, version) in _UPCASTERS:
+        data = _UPCASTERS[(kind, version)](data)  # type: ignore[index]
+        version = data["schema"]
     readable = isinstance(kind, str) and isinstance(version, int) and not isinstance(version, bool)
     schema = _READERS.get((kind, version)) if readable else None  # type: ignore[arg-type]
     if schema is None:
-        known = sorted(f"{t}@{s}" for t, s in _READERS)
+        known = sorted(f"{t}@{s}" for t, s in [*_READERS, *_UPCASTERS])
         raise UnknownEventType(f"cannot read event type {kind!r} schema {version!r}; this build reads {known}")
     expected = {*_ENVELOPE, *schema.names}
     missing = expected - data.keys()

@@ -22,7 +22,7 @@ are strings like ``"key:fb-dev-1a2b"``, ``"team:payments"``, ``"bu:retail"``,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import ClassVar
@@ -119,6 +119,7 @@ class RequestAdmitted(RequestEvent):
     """Admission passed: the request holds money on every scope it touches."""
 
     type: ClassVar[str] = "request.admitted"
+    schema: ClassVar[int] = 2  # 2: ``leases`` (schema 1 is read as funded by no lease)
 
     key_id: str
     business_unit: str
@@ -134,12 +135,18 @@ class RequestAdmitted(RequestEvent):
     pod: str
     hold_ttl_s: int
     stream: bool
+    leases: Mapping[str, str] = field(default_factory=dict)  # scope -> lease id that funds its hold (distributed mode)
 
     def __post_init__(self) -> None:
         RequestEvent.__post_init__(self)
         for name in ("est_input_tokens", "max_output_tokens", "price_version", "hold_ttl_s"):
             _non_negative(self, name, getattr(self, name))
         _freeze(self, "holds")
+        for scope, lease_id in self.leases.items():
+            if scope not in self.holds:
+                raise InvalidEvent(f"{self.type}.leases[{scope}]: the scope has no hold")
+            _non_empty(self, f"leases[{scope}]", lease_id)
+        object.__setattr__(self, "leases", MappingProxyType(dict(self.leases)))
 
     @property
     def id(self) -> str:
@@ -292,10 +299,31 @@ class LeaseGranted(LeaseEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaseReturned(LeaseEvent):
-    """A pod gives back the unspent ``amount_micro`` of a lease."""
+    """A pod gives back the unspent ``amount_micro`` of a lease, as it saw it.
+
+    ``funded_micro`` is the sum of the holds of every request the pod admitted
+    on the lease: the ledger keeps that much minus the funded holds it has
+    already seen reserved, until those admissions arrive (they travel through
+    ``fb.requests``, this event does not, so it may overtake them).
+    """
 
     type: ClassVar[str] = "lease.returned"
+    schema: ClassVar[int] = 2  # 2: ``funded_micro`` (schema 1 is read with funded_micro 0)
     verb: ClassVar[str] = "returned"
+
+    funded_micro: int = 0
+
+    def __post_init__(self) -> None:
+        LeaseEvent.__post_init__(self)
+        _non_negative(self, "funded_micro", self.funded_micro)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseExpired(LeaseEvent):
+    """The processor closed a lease its pod never returned; ``amount_micro`` is what it released."""
+
+    type: ClassVar[str] = "lease.expired"
+    verb: ClassVar[str] = "expired"
 
 
 # --- budget notices (fb.scope-entries, keyed by scope) ------------------------------
@@ -384,6 +412,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     LeaseRequested,
     LeaseGranted,
     LeaseReturned,
+    LeaseExpired,
     ConfigPublished,
     BudgetThresholdCrossed,
 )

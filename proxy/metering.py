@@ -74,6 +74,7 @@ class Meter:
         self.plan: Plan | None = None
         self.scopes = scopes_of(key, run_id)
         self.holds: dict[str, int] = {}
+        self.leases: dict[str, str] = {}  # distributed: scope -> lease funding its hold
         self.total_usage = TokenUsage()
         self.total_cost = 0
         self.settled = False
@@ -107,6 +108,7 @@ class Meter:
                 pod=self.rt.options.pod_id,
                 hold_ttl_s=self.rt.options.hold_ttl_s,
                 stream=self.stream,
+                leases=self.leases,
             )
         )
 
@@ -187,6 +189,8 @@ class Meter:
         self.settled = True
         self.rt.adjust_limits(settlement(self.draws, self.total_usage))
         cost = self.total_cost
+        if self.rt.wallets is not None:
+            self.rt.wallets.settle(self.request_id, dict.fromkeys(self.holds, cost))
         overrun = max(cost - self.plan.hold_micro, 0)
         metrics = self.rt.metrics
         metrics.requests.labels(self.alias.name, str(final_status)).inc()

@@ -56,6 +56,7 @@ class Runtime:
     options: ProxyOptions
     upstream: UpstreamClient | None = None  # opened in the app's cleanup context
     budgets: BudgetGate | None = None  # embedded: exact holds on the in-process ledger
+    wallets: Any = None  # distributed: proxy.admission.wallet.Wallets (leases per scope)
     limits: Buckets | None = None  # token buckets: in-process, or Redis shared by pods
     estimator: Estimator = field(default_factory=Estimator)  # input tokens; calibrated per key
     metrics: Metrics = field(default_factory=Metrics)

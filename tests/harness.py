@@ -189,3 +189,17 @@ def read_events(path: Path) -> list:
             await log.close()
 
     return asyncio.run(main())
+
+
+GENEROUS = {"rpm": 1_000_000, "input_tpm": 100_000_000, "output_tpm": 100_000_000}
+
+
+def generous_limits(tree: dict) -> None:
+    """Config mutator for benchmarks: rate limits and budgets far above the load (still enforced, never hit)."""
+    rl = tree.setdefault("rate_limits", {})
+    rl["key_defaults"] = dict(GENEROUS)
+    rl["team_tpm"] = {team["name"]: GENEROUS["input_tpm"] for team in tree["teams"]}
+    for dep in tree["deployments"]:
+        dep["limits"] = dict(GENEROUS)
+    for scope in tree.get("budgets", {}).get("scopes", []):
+        scope["monthly_limit"] = "100000000.00"

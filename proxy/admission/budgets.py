@@ -58,6 +58,21 @@ class BudgetGate:
         est_input: int, max_output: int,
     ) -> BudgetVerdict:
         """Decide; raises the caller-facing error on refusal. Nothing is held until the events are recorded."""
+        self.check_cap(snapshot, amount_micro, est_input, max_output)
+        ccy = snapshot.currency
+        period = period_of(now, self.zone(snapshot.budgets.timezone))
+        limits = limits_for(snapshot, scopes)
+        decision = decide_admit(self.ledger, scopes=scopes, amount_micro=amount_micro, limits=limits, period=period)
+        if not decision.ok:
+            raise _refusal(decision, limits, period, amount_micro, ccy)
+        notices = threshold_events(
+            decision, limits=limits, period=period, request_id=request_id, currency=ccy, now=now
+        )
+        return BudgetVerdict(period, decision, notices)
+
+    @staticmethod
+    def check_cap(snapshot: Snapshot, amount_micro: int, est_input: int, max_output: int) -> None:
+        """The per-request cap (denial of wallet): a 400 naming max_completion_tokens."""
         cap = snapshot.budgets.per_request_cap_micro
         ccy = snapshot.currency
         if exceeds_cost_cap(amount_micro, cap):
@@ -69,15 +84,6 @@ class BudgetGate:
                 code="request_cost_cap_exceeded",
                 param="max_completion_tokens",
             )
-        period = period_of(now, self.zone(snapshot.budgets.timezone))
-        limits = limits_for(snapshot, scopes)
-        decision = decide_admit(self.ledger, scopes=scopes, amount_micro=amount_micro, limits=limits, period=period)
-        if not decision.ok:
-            raise _refusal(decision, limits, period, amount_micro, ccy)
-        notices = threshold_events(
-            decision, limits=limits, period=period, request_id=request_id, currency=ccy, now=now
-        )
-        return BudgetVerdict(period, decision, notices)
 
     def downgrade_for(self, snapshot: Snapshot, scopes: list[str], now: datetime) -> str | None:
         """The cheaper alias to serve instead, once a scope past its soft threshold asks for one."""

@@ -90,11 +90,28 @@ async def _admit(
             headers["x-fb-budget-currency"] = snap.currency
         if notices or _past_soft(rt, snap, meter, verdict.period):
             headers["x-fb-budget-state"] = "soft"
+    if rt.wallets is not None:
+        try:
+            meter.leases = await _fund(rt, snap, meter, plan.hold_micro, est_input, max_output)
+        except GatewayError:
+            rt.adjust_limits(refund(draws))
+            raise
+    # No await from the wallet's funding to here: the money and request.admitted are one step.
     meter.draws = draws
     meter.admitted(plan)
     for notice in notices:
         rt.emit(notice)
     return Admitted(plan, headers)
+
+
+async def _fund(rt: Runtime, snap: Snapshot, meter: Meter, hold: int, est_input: int, max_output: int
+                ) -> dict[str, str]:
+    """Distributed mode: the hold funded from this pod's leases on every limited scope."""
+    from proxy.admission.budgets import BudgetGate, limits_for
+
+    BudgetGate.check_cap(snap, hold, est_input, max_output)
+    limited = [s for s, lim in limits_for(snap, meter.scopes).items() if lim.limit_micro is not None]
+    return await rt.wallets.admit(meter.request_id, limited, hold, rt.options.hold_ttl_s)
 
 
 async def reserve_deployment(rt: Runtime, meter: Meter, dep: Deployment) -> GatewayError | None:

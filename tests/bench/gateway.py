@@ -43,7 +43,7 @@ import aiohttp
 import orjson
 
 from infra.simulator.generation import VOCAB
-from tests.harness import ROOT, Stack, running_stack
+from tests.harness import ROOT, Stack, generous_limits, running_stack
 
 PROMPT = " ".join(VOCAB[i % len(VOCAB)] for i in range(1000))[:4096]
 MAX_TOKENS = 64
@@ -720,7 +720,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             OUT_PROF.parent.mkdir(parents=True, exist_ok=True)
             OUT_PROF.unlink(missing_ok=True)
-            with running_stack(Path(tmp), gateway_wrap=("cProfile", "-o", str(OUT_PROF), "-m")) as stack:
+            with running_stack(Path(tmp), gateway_wrap=("cProfile", "-o", str(OUT_PROF), "-m"), mutate=generous_limits) as stack:
                 with asyncio.Runner(loop_factory=loop_factory) as runner:
                     runner.run(run_profile(stack, args.profile_requests))
             # the stack's exit sent SIGTERM: aiohttp shuts down gracefully and cProfile writes its file
@@ -732,7 +732,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
 
         started = time.monotonic()
-        with running_stack(Path(tmp)) as stack:
+        with running_stack(Path(tmp), mutate=generous_limits) as stack:
             with asyncio.Runner(loop_factory=loop_factory) as runner:
                 report = runner.run(run_bench(stack, plan))
     report = {"machine": facts, "plan": asdict(plan), "prompt_bytes": len(PROMPT), "output_tokens": 32,

@@ -9,14 +9,14 @@ from typing import Iterator
 import pytest
 
 from tests.bench import gateway as bench
-from tests.harness import Stack, running_stack
+from tests.harness import Stack, generous_limits, running_stack
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with running_stack(Path(tmp_path_factory.mktemp("bench-stack"))) as st:
+    with running_stack(Path(tmp_path_factory.mktemp("bench-stack")), mutate=generous_limits) as st:
         yield st
 
 

@@ -49,7 +49,7 @@ def _for_hint(hint: object) -> st.SearchStrategy:
         (inner,) = [a for a in typing.get_args(hint) if a is not NoneType]
         return st.none() | _for_hint(inner)
     if typing.get_origin(hint) is Mapping:
-        return micro_maps
+        return st.dictionaries(scopes, text, max_size=4) if typing.get_args(hint)[1] is str else micro_maps
     table = {str: text, int: ints, bool: st.booleans(), datetime: times, TokenUsage: usages}
     return table[hint]  # type: ignore[index]
 
@@ -62,6 +62,11 @@ def events_of(cls: type[Event]) -> st.SearchStrategy[Event]:
     }
     if cls.type == "lease.granted":
         kwargs["expires_at"] = times
+    if cls.type == "request.admitted":  # a lease funds a scope's hold: only scopes with a hold
+        kwargs.pop("leases")
+        return st.builds(cls, **kwargs).flatmap(
+            lambda e: st.dictionaries(st.sampled_from(sorted(e.holds)), text, max_size=4).map(
+                lambda leases: dataclasses.replace(e, leases=leases)) if e.holds else st.just(e))
     return st.builds(cls, **kwargs)
 
 

@@ -2,6 +2,7 @@ from datetime import datetime, timedelta, timezone
 
 import orjson
 import pytest
+from event_strategies import any_event
 from hypothesis import given
 
 from ledger.codec import decode, encode, format_time, parse_time, to_dict
@@ -19,7 +20,6 @@ from ledger.events import (
     RequestSettled,
 )
 from pricing.usage import TokenUsage
-from event_strategies import any_event
 
 T = datetime(2026, 10, 3, 10, 15, 2, 123456, tzinfo=timezone.utc)
 USAGE = TokenUsage(input=338, cached_input=1536, output=212)
@@ -103,7 +103,7 @@ def test_round_trip(event):
 
 
 def test_every_type_is_registered():
-    assert len({cls.type for cls in EVENT_TYPES}) == len(EVENT_TYPES) == 9
+    assert len({cls.type for cls in EVENT_TYPES}) == len(EVENT_TYPES) == 10
 
 
 def test_events_are_immutable():
@@ -213,3 +213,15 @@ def test_threshold_crossed_envelope_is_checked_on_decode():
         decode(orjson.dumps({**data, "id": "team:payments/2026-11/soft"}))
     with pytest.raises(CodecError, match="envelope does not match"):
         decode(orjson.dumps({**data, "key": "team:other"}))
+
+
+def test_schema_1_admissions_and_returns_are_upcast():
+    old = to_dict(admitted())
+    old["schema"] = 1
+    del old["leases"]
+    assert decode(orjson.dumps(old)) == admitted()
+    returned = {"type": "lease.returned", "schema": 1, "id": "L1/returned", "time": "2026-10-03T10:15:02.123456Z",
+                "request_id": None, "key": "team:payments", "lease_id": "L1", "scope": "team:payments",
+                "pod": "pod-a", "amount_micro": 5, "expires_at": None}
+    event = decode(orjson.dumps(returned))
+    assert (event.schema, event.funded_micro, event.amount_micro) == (2, 0, 5)

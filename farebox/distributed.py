@@ -1,0 +1,142 @@
+"""Wiring the distributed mode: a gateway pod over Kafka (events), Redis (rate limits, grants) and leases.
+
+Start-up: the config snapshot as in embedded mode; the Kafka event log (its
+disk spool under ``distributed.spool_dir/<pod>``); Redis buckets shared by
+the pods; the wallets, fed by grants the worker publishes on
+``fb:grants:<pod>`` (and polled, in case a publish is missed). Shutdown
+(reverse): stop the grant listener, let requests finish, return every lease,
+close the upstream session, close the event log (flushes; what Kafka did not
+take stays in the spool for the next start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import AsyncIterator
+
+import orjson
+import redis.asyncio as aioredis
+from aiohttp import web
+
+from farebox.control import open_config_db
+from farebox.reload import SnapshotFollower
+from farebox.settings import Settings, load_secrets
+from ledger.codec import from_dict
+from ledger.events import ConfigPublished, LeaseGranted
+from proxy.admission.limits.redis_buckets import RedisBuckets
+from proxy.admission.wallet import WalletPolicy, Wallets
+from proxy.api.app import create_app
+from proxy.control.errors import ControlUnavailable
+from proxy.control.service import ControlService
+from proxy.control.snapshot import Secrets, Snapshot
+from streams.kafka_log import KafkaEventLog
+
+log = logging.getLogger("farebox")
+
+
+async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = None) -> web.Application:
+    from farebox.wiring import build_runtime, first_snapshot
+
+    d = settings.distributed
+    try:
+        db = await asyncio.to_thread(open_config_db, settings)
+    except ControlUnavailable:
+        db = None
+    holder: list[Snapshot] = []
+    follower = SnapshotFollower(settings, db, holder.append, secrets or Secrets())
+    snapshot = await asyncio.to_thread(first_snapshot, settings, follower)
+    if secrets is None:
+        secrets = load_secrets(settings, snapshot=snapshot)
+        follower.secrets = secrets
+    events = KafkaEventLog(d.bootstrap, Path(d.spool_dir) / settings.pod_id, requests_topic=d.requests_topic,
+                           scope_topic=d.scope_topic, config_topic=d.config_topic,
+                           client_id=f"farebox-{settings.pod_id}")
+    runtime = build_runtime(settings, secrets, events, snapshot)
+    runtime.limits = RedisBuckets.from_url(d.redis_url, pods=d.pods)
+    wallets = Wallets(settings.pod_id, runtime.emit, lambda: datetime.fromtimestamp(runtime.clock(), timezone.utc),
+                      WalletPolicy(lease_wait_s=d.lease_wait_s, low_water_pct=d.low_water_pct,
+                                   emergency_micro=d.emergency_micro),
+                      kafka_up=lambda: events.mode in ("direct", "connecting"))
+    runtime.wallets = wallets
+    follower.swap, follower.emit = runtime.swap, runtime.emit
+    app = create_app(runtime)
+    redis = aioredis.Redis.from_url(d.redis_url)
+
+    async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
+        await runtime.limits.start()  # type: ignore[union-attr]
+        yield
+        await runtime.limits.close()  # type: ignore[union-attr]
+        await events.close()
+
+    async def wallet_ctx(app: web.Application) -> AsyncIterator[None]:
+        tasks = [asyncio.create_task(_listen(redis, settings.pod_id, wallets)),
+                 asyncio.create_task(_poll(redis, wallets)), asyncio.create_task(_sweep(wallets))]
+        yield
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        wallets.close()  # requests have finished: give back every unspent slice
+        await redis.aclose()
+
+    runtime.control = ControlService(db, price_change_factor=settings.price_change_factor, adopt=follower.adopt) \
+        if db is not None else None
+    if runtime.control is not None:
+        runtime.control.follower = follower  # type: ignore[attr-defined]
+
+    async def reload_ctx(app: web.Application) -> AsyncIterator[None]:
+        runtime.emit(ConfigPublished(version=follower.version, content_hash=follower.content_hash,
+                                     time=datetime.now(timezone.utc)))
+        task = asyncio.create_task(follower.follow())
+        yield
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        if db is not None:
+            await asyncio.to_thread(db.close)
+
+    app.cleanup_ctx.insert(0, event_log_ctx)
+    app.cleanup_ctx.insert(1, wallet_ctx)
+    app.cleanup_ctx.append(reload_ctx)
+    return app
+
+
+def _grant(body: bytes) -> LeaseGranted | None:
+    event = from_dict(orjson.loads(body))
+    return event if isinstance(event, LeaseGranted) else None
+
+
+async def _listen(redis: aioredis.Redis, pod: str, wallets: Wallets) -> None:
+    """Grants published for this pod, applied as they arrive; reconnects when Redis drops."""
+    while True:
+        try:
+            async with redis.pubsub() as pubsub:
+                await pubsub.subscribe(f"fb:grants:{pod}")
+                async for message in pubsub.listen():
+                    if message.get("type") == "message" and (granted := _grant(message["data"])) is not None:
+                        wallets.on_grant(granted)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - Redis went away: the poll still finds grants
+            log.warning("grant listener lost Redis; retrying", exc_info=True)
+            await asyncio.sleep(0.5)
+
+
+async def _poll(redis: aioredis.Redis, wallets: Wallets, interval_s: float = 0.25) -> None:
+    """A publish sent before we subscribed is lost: look for the grants still awaited."""
+    while True:
+        await asyncio.sleep(interval_s)
+        for lease_id, _ in list(wallets.asked.values()):
+            try:
+                body = await redis.get(f"fb:lease:{lease_id}")
+            except Exception:  # noqa: BLE001
+                break
+            if body and (granted := _grant(body)) is not None:
+                wallets.on_grant(granted)
+
+
+async def _sweep(wallets: Wallets, interval_s: float = 1.0) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        wallets.sweep()

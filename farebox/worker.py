@@ -1,0 +1,74 @@
+"""Wiring the Faust worker (``farebox worker``): settings -> ``WorkerConfig`` -> a running app.
+
+Budget limits come from the config database (the same snapshots the pods
+follow), polled every ``poll_interval_s``; the worker keeps the last good one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from farebox.control import open_config_db
+from farebox.settings import Settings
+from ledger.leases import LeasePolicy
+from proxy.control.snapshot import Snapshot
+from streams.faust_app import Worker, WorkerConfig, create_app
+
+log = logging.getLogger("farebox.worker")
+
+
+def lease_policy(settings: Settings) -> LeasePolicy:
+    d = settings.distributed
+    return LeasePolicy(share=d.lease_share, last_pct=d.lease_last_pct, max_slice_micro=d.lease_max_slice_micro,
+                       ttl_s=d.lease_ttl_s, expiry_grace_s=d.lease_expiry_grace_s)
+
+
+def build_worker(settings: Settings) -> Worker:
+    d = settings.distributed
+    db = open_config_db(settings)
+    holder: list[Snapshot] = [settings.snapshot]
+    head = db.head()
+    if head is not None:
+        from proxy.control.document import compile_document
+
+        holder[0] = compile_document(db.document(head[0]), head[0])
+
+    def limit_for(scope: str) -> int | None:
+        limit = holder[0].budgets.limit_for(scope)
+        return None if limit is None else limit.limit_micro
+
+    def soft_pct_for(scope: str) -> int:
+        limit = holder[0].budgets.limit_for(scope)
+        return 80 if limit is None else limit.soft_pct
+
+    cfg = WorkerConfig(
+        bootstrap=d.bootstrap, redis_url=d.redis_url, tz=ZoneInfo(holder[0].budgets.timezone),
+        limit_for=limit_for, soft_pct_for=soft_pct_for, app_id=d.worker_id, requests_topic=d.requests_topic,
+        scope_topic=d.scope_topic, rollups_topic=d.rollups_topic, partitions=d.partitions,
+        policy=lease_policy(settings), data_dir=Path(d.worker_data_dir),
+    )
+    worker = create_app(cfg)
+
+    @worker.app.timer(interval=max(settings.poll_interval_s, 1.0))
+    async def follow_config() -> None:
+        try:
+            latest = await asyncio.to_thread(db.head)
+            if latest is not None and latest[0] != getattr(holder[0], "version", None):
+                from proxy.control.document import compile_document
+
+                doc = await asyncio.to_thread(db.document, latest[0])
+                holder[0] = compile_document(doc, latest[0])
+        except Exception:  # keep the last good snapshot
+            log.warning("config database unreachable; keeping the last good limits", exc_info=True)
+
+    return worker
+
+
+def run_worker(settings: Settings, loglevel: str = "warning") -> None:
+    import faust
+
+    worker = build_worker(settings)
+    faust.Worker(worker.app, loglevel=loglevel, quiet=True).execute_from_commandline()

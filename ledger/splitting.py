@@ -1,0 +1,109 @@
+"""Splitting request events into per-scope ledger entries, with the request's state.
+
+The request processor (one per ``fb.requests`` partition, keyed by team)
+keeps a small state per request id: open (what the admission held, on which
+lease, for which key and alias) or closed. ``split`` turns each request event
+into the ``ScopeEntry`` values for ``fb.scope-entries`` and the request's new
+state, and on settlement or expiry one ``Rollup`` row. Idempotence is by
+request state: a second admit of an open or closed request, and a close of a
+closed or unknown one, yield nothing (a settlement after an expiry stays
+charged in full, as in embedded mode).
+
+``decide_hold_expiries`` is the distributed sweeper's decision: every open
+request past its hold TTL is charged in full (``hold.expired``), because the
+pod that held it is presumed dead. States are plain JSON-able dicts (a Faust
+table's values). Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from ledger.codec import format_time, parse_time
+from ledger.events import Event, HoldExpired, RequestAdmitted, RequestAttempted, RequestSettled
+from ledger.leases import ScopeEntry
+from ledger.periods import period_of
+from ledger.rollups import Rollup, rollup_of
+
+State = dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    entries: list[ScopeEntry]
+    state: State  # the request's new state (None: unchanged)
+    rollup: Rollup | None = None
+
+
+_NOTHING = Split([], None)
+
+
+def split(event: Event, state: State, tz: ZoneInfo, source: str = "", offset: int = -1) -> Split:
+    """What ``event`` does to its request's scopes, given the request's current ``state``."""
+    if isinstance(event, RequestAdmitted):
+        if state is not None:
+            return _NOTHING
+        period = period_of(event.time, tz)
+        entries = [ScopeEntry("admit", scope, event.id, event.request_id, period, hold, 0,
+                              event.leases.get(scope), event.time, source, offset)
+                   for scope, hold in event.holds.items()]
+        new = {"s": "open", "period": period, "holds": dict(event.holds), "leases": dict(event.leases),
+               "team": event.team, "key": event.key_id, "alias": event.alias, "currency": event.currency,
+               "at": format_time(event.time), "ttl": event.hold_ttl_s, "ttft": []}
+        return Split(entries, new)
+    if isinstance(event, RequestAttempted):
+        if state is None or state["s"] != "open" or event.ttft_ms is None:
+            return _NOTHING
+        if any(n == event.attempt for n, _ in state["ttft"]):
+            return _NOTHING
+        return Split([], {**state, "ttft": [*state["ttft"], [event.attempt, event.ttft_ms]]})
+    if isinstance(event, (RequestSettled, HoldExpired)):
+        if state is None or state["s"] != "open":
+            return _NOTHING
+        charges = event.cost_by_scope if isinstance(event, RequestSettled) else event.charged
+        holds: dict[str, int] = state["holds"]
+        entries = [ScopeEntry("close", scope, event.id, event.request_id, state["period"], holds.get(scope, 0),
+                              charges.get(scope, 0), state["leases"].get(scope), event.time, source, offset)
+                   for scope in sorted(holds.keys() | charges.keys())]
+        return Split(entries, {"s": "closed", "at": state["at"]}, rollup_of(state, event))
+    return _NOTHING
+
+
+def decide_hold_expiries(states: Iterable[tuple[str, State]], now: datetime) -> list[HoldExpired]:
+    """Every open request whose hold TTL has run out at ``now``, oldest first: charged in full."""
+    due = []
+    for request_id, state in states:
+        if state is None or state.get("s") != "open":
+            continue
+        admitted = parse_time(state["at"])
+        if admitted + timedelta(seconds=state["ttl"]) <= now:
+            due.append((admitted, request_id, state))
+    return [HoldExpired(time=now, request_id=rid, team=s["team"], charged=dict(s["holds"]), currency=s["currency"])
+            for _, rid, s in sorted(due, key=lambda d: (d[0], d[1]))]
+
+
+def closed_before(state: State, horizon: datetime) -> bool:
+    """Whether a closed request's state may be forgotten (admitted before ``horizon``)."""
+    return state is not None and state.get("s") == "closed" and parse_time(state["at"]) < horizon
+
+
+def rebuild_balances(events: Iterable[Event], tz: ZoneInfo) -> dict[str, Any]:
+    """Scope ledgers from request events alone (an auditor's replay): leases are not in ``fb.requests``,
+    so funded holds count as plain holds; settled, held, overrun and requests are exact."""
+    from ledger.leases import ScopeLedger
+
+    states: dict[str, State] = {}
+    scopes: dict[str, ScopeLedger] = {}
+    for event in events:
+        if event.request_id is None:
+            continue
+        result = split(event, states.get(event.request_id), tz)
+        if result.state is not None:
+            states[event.request_id] = result.state
+        for entry in result.entries:
+            scopes.setdefault(entry.scope, ScopeLedger(entry.scope)).apply_entry(entry)
+    return scopes

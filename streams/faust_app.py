@@ -1,0 +1,100 @@
+"""The Faust worker app (distributed mode): topics, tables and the settings the agents need.
+
+``create_app(cfg)`` builds a ``faust.App`` with:
+
+* topics: ``fb.requests`` (request events, keyed by team), ``fb.scope-entries``
+  (per-scope entries and lease traffic, keyed by scope), ``fb.rollups``;
+* tables (in-memory stores, recovered from their Kafka changelogs at start):
+  ``requests`` (request id -> open/closed state, written by the splitter),
+  ``scope_ledger`` (scope -> ``ScopeLedger.to_dict()``, written only by the
+  ledger agent), ``rollups`` (team|key|alias|deployment|minute -> counters);
+* the agents in ``streams.agents`` (registered by ``register``).
+
+A table key is always written while processing an event of the partition
+that owns it (a request's events are all in its team's partition, a scope's
+entries in its scope's partition), so each changelog partition holds exactly
+the keys of its source partition and recovery gives each worker its own keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+from zoneinfo import ZoneInfo
+
+import faust
+
+from ledger.leases import LeasePolicy
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    bootstrap: str
+    redis_url: str
+    tz: ZoneInfo
+    limit_for: Callable[[str], int | None]  # a scope's hard limit now (None: unlimited)
+    soft_pct_for: Callable[[str], int] = lambda scope: 80
+    app_id: str = "farebox-worker"
+    requests_topic: str = "fb.requests"
+    scope_topic: str = "fb.scope-entries"
+    rollups_topic: str = "fb.rollups"
+    partitions: int = 3
+    policy: LeasePolicy = field(default_factory=LeasePolicy)
+    data_dir: Path = Path("var/worker")
+    sweep_interval_s: float = 1.0
+    projection_interval_s: float = 0.1
+
+
+@dataclass
+class Worker:
+    """The app and its handles, so agents and timers find them without globals."""
+
+    cfg: WorkerConfig
+    app: faust.App
+    requests: faust.TopicT
+    entries: faust.TopicT
+    rollups: faust.TopicT
+    request_states: faust.Table
+    scope_ledger: faust.Table
+    rollup_table: faust.Table
+
+
+def create_app(cfg: WorkerConfig) -> Worker:
+    app = faust.App(
+        cfg.app_id,
+        broker=f"kafka://{cfg.bootstrap}",
+        store="memory://",
+        datadir=str(cfg.data_dir),
+        topic_partitions=cfg.partitions,
+        topic_allow_declare=True,
+        topic_disable_leader=True,
+        web_enabled=False,
+        processing_guarantee="at_least_once",
+        broker_commit_every=1000,
+        broker_commit_interval=1.0,
+        producer_linger=0.005,
+        producer_acks=-1,
+        stream_wait_empty=False,
+        table_cleanup_interval=3600.0,
+        consumer_auto_offset_reset="earliest",
+    )
+
+    def raw(name: str) -> faust.TopicT:
+        return app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
+                         partitions=cfg.partitions)
+
+    worker = Worker(
+        cfg=cfg,
+        app=app,
+        requests=raw(cfg.requests_topic),
+        entries=raw(cfg.scope_topic),
+        rollups=raw(cfg.rollups_topic),
+        request_states=app.Table("requests", default=None, partitions=cfg.partitions),
+        scope_ledger=app.Table("scope-ledger", default=None, partitions=cfg.partitions),
+        rollup_table=app.Table("rollups", default=None, partitions=cfg.partitions),
+    )
+    from streams.agents import register
+
+    register(worker)
+    return worker

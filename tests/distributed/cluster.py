@@ -1,0 +1,118 @@
+"""A distributed farebox on one machine, as real processes: simulator, Faust worker, N gateway pods.
+
+Kafka (the Maven-jar broker) and Redis are passed in (session fixtures);
+each cluster gets its own topic prefix, worker id and folders, so clusters do
+not see each other's events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from infra.kafka.topics import create_topics, farebox_topics
+from tests.harness import free_port, mint, sim_config, spawn, stop, test_config, wait_http
+
+TEAMS = ("alpha", "beta", "gamma")
+
+
+@dataclass
+class Cluster:
+    folder: Path
+    config: Path
+    bootstrap: str
+    redis_url: str
+    prefix: str
+    sim_url: str
+    keys: dict[str, str]  # team -> virtual key
+    pods: list[subprocess.Popen]
+    pod_urls: list[str]
+    worker: subprocess.Popen
+    simulator: subprocess.Popen
+    pod_ports: list[int] = field(default_factory=list)
+
+    @property
+    def requests_topic(self) -> str:
+        return f"{self.prefix}requests"
+
+    def start_worker(self) -> None:
+        self.worker = spawn(["farebox", "worker", "--config", str(self.config)], self.folder / "worker.log")
+
+    def start_pod(self, i: int) -> None:
+        self.pods[i] = spawn(["farebox", "serve", "--config", str(self.config), "--port", str(self.pod_ports[i])],
+                             self.folder / f"pod-{i}.log", env={"FAREBOX_POD_ID": f"pod-{i}"})
+        wait_http(self.pod_urls[i] + "/health", self.pods[i], self.folder / f"pod-{i}.log", timeout=30)
+
+
+def _mutate(bootstrap: str, redis_url: str, prefix: str, folder: Path, limits: dict[str, str], lease: dict):
+    def mutate(tree: dict) -> None:
+        tree["server"].pop("pod_id", None)
+        tree["server"]["max_in_flight"] = 0
+        tree["mode"] = "distributed"
+        tree["distributed"] = {
+            "bootstrap": bootstrap, "redis_url": redis_url, "requests_topic": f"{prefix}requests",
+            "scope_topic": f"{prefix}scope-entries", "rollups_topic": f"{prefix}rollups",
+            "config_topic": f"{prefix}config", "partitions": 3, "pods": 3, "spool_dir": str(folder / "spool"),
+            "worker_id": f"{prefix}worker", "worker_data_dir": str(folder / "worker"), **lease,
+        }
+        tree["teams"] += [{"name": t, "business_unit": "retail"} for t in TEAMS]
+        tree["apps"] += [{"name": f"app-{t}", "team": t} for t in TEAMS]
+        tree["budgets"]["scopes"] = [{"scope": f"team:{t}", "monthly_limit": limits[t], "soft_pct": 80}
+                                     for t in TEAMS]
+        tree["budgets"]["per_request_cap"] = "50.00"
+        tree["rate_limits"]["key_defaults"] = {"rpm": 100000, "input_tpm": 100000000, "output_tpm": 100000000}
+        tree["rate_limits"].pop("team_tpm", None)
+    return mutate
+
+
+@contextmanager
+def running_cluster(folder: Path, bootstrap: str, redis_url: str, *, pods: int = 3,
+                    limits: dict[str, str] | None = None, lease: dict | None = None,
+                    sim_defaults: dict | None = None) -> Iterator[Cluster]:
+    folder.mkdir(parents=True, exist_ok=True)
+    prefix = f"t{uuid.uuid4().hex[:8]}."
+    asyncio.run(create_topics(bootstrap, farebox_topics(3, prefix=prefix)))
+    sim_port = free_port()
+    ports = [free_port() for _ in range(pods)]
+    limits = limits or dict.fromkeys(TEAMS, "100000.00")
+    config = test_config(folder, sim_port, ports[0], _mutate(bootstrap, redis_url, prefix, folder, limits, lease or {}))
+    sim = spawn(["farebox", "simulator", "--config", str(sim_config(folder, **(sim_defaults or {}))),
+                 "--port", str(sim_port)], folder / "simulator.log")
+    cluster = Cluster(folder, config, bootstrap, redis_url, prefix, f"http://127.0.0.1:{sim_port}", {},
+                      [None] * pods, [f"http://127.0.0.1:{p}" for p in ports], None, sim, ports)  # type: ignore[list-item,arg-type]
+    try:
+        wait_http(f"{cluster.sim_url}/_sim/health", sim, folder / "simulator.log")
+        cluster.keys = {t: mint(config, t, f"app-{t}", "chat-default,chat-openai") for t in TEAMS}
+        cluster.start_worker()
+        for i in range(pods):
+            cluster.start_pod(i)
+        yield cluster
+    finally:
+        for proc in cluster.pods:
+            if proc is not None:
+                stop(proc, timeout=40)
+        if cluster.worker is not None:
+            stop(cluster.worker, timeout=20)
+        stop(sim)
+
+
+def wait_until(check, timeout: float, interval: float = 0.25, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"{what} not reached in {timeout}s (last: {last!r})")
+
+
+def env_without_proxy() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
