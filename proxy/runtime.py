@@ -8,6 +8,7 @@ change); nothing here reads the environment or the config database.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -60,6 +61,9 @@ class Runtime:
     limits: Buckets | None = None  # token buckets: in-process, or Redis shared by pods
     estimator: Estimator = field(default_factory=Estimator)  # input tokens; calibrated per key
     metrics: Metrics = field(default_factory=Metrics)
+    on_durable: Callable[[int, Any], None] | None = None  # (offset, event) once the log acknowledged it
+    watches: set = field(default_factory=set)  # open ClientWatch objects, checked by one poller
+    watch_task: "asyncio.Task[None] | None" = None
     control: ControlStore | None = None
     rng: random.Random = field(default_factory=random.Random)
     clock: Callable[[], float] = time.time
@@ -103,9 +107,9 @@ class Runtime:
             self.metrics.event_append_failures.inc()
             log.error("event append refused (%s): %s %s", type(exc).__name__, event.type, event.id)
             return
-        fut.add_done_callback(self._appended)
+        fut.add_done_callback(functools.partial(self._appended, event))
 
-    def _appended(self, fut: "asyncio.Future[int]") -> None:
+    def _appended(self, event: Any, fut: "asyncio.Future[int]") -> None:
         if fut.cancelled():
             return
         exc = fut.exception()
@@ -113,6 +117,8 @@ class Runtime:
             self.append_failures += 1
             self.metrics.event_append_failures.inc()
             log.error("event append failed: %s", exc)
+        elif self.on_durable is not None:
+            self.on_durable(fut.result(), event)
 
 
 RUNTIME = web.AppKey("runtime", Runtime)

@@ -8,8 +8,11 @@ Two ledgers, one fold:
   after rebuild and then applies events as the gateway records them (before
   their append is acknowledged), which keeps admission exact and fast.
 
-Both are the same pure fold over the same events, so they agree once the
-follower has caught up; ``caught_up_equal()`` checks that in tests.
+The follower is fed by the log's acknowledgements (``acknowledged``), so the
+events it folds are the very objects the gateway recorded, in offset order,
+with no read-back; a periodic ``catch_up`` read is only a safety net. Both
+are the same pure fold over the same events, so they agree once every append
+is acknowledged; ``caught_up_equal()`` checks that in tests.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import logging
 from zoneinfo import ZoneInfo
 
 from ledger.balances import Ledger
+from ledger.events import Event
 from streams.checkpoints import Checkpointer, CheckpointStore, rebuild
 from streams.eventlog import EventLog
 
@@ -57,24 +61,39 @@ class EmbeddedLedgerRunner:
         log.info("ledger rebuilt to offset %d (%d open holds)", self.offset, len(self.follower.open_holds()))
         return Ledger.from_bytes(self.follower.to_bytes())
 
+    def acknowledged(self, offset: int, event: Event) -> None:
+        """Fold an event the log has just acknowledged (durable; acks arrive in offset order).
+
+        The usual path: no read-back and no decode on the hot path. A duplicate
+        append is acknowledged with its old offset and is skipped here.
+        """
+        if self.follower is None or offset <= self.offset:
+            return
+        self.follower.apply(event)
+        self.offset = offset
+
     async def catch_up(self) -> int:
-        """Fold what the log acknowledged since the last call; returns events folded."""
+        """Fold whatever the log holds beyond ``offset`` (a safety net; acks normally leave nothing)."""
         assert self.follower is not None and self.checkpointer is not None
         folded = 0
         while batch := await self.events.read(after=self.offset, limit=self.page):
             for offset, event in batch:
+                if offset <= self.offset:  # folded by ``acknowledged`` while we were reading
+                    continue
                 self.follower.apply(event)
                 self.offset = offset
-            folded += len(batch)
+                folded += 1
             await self.checkpointer.observe(self.offset, self.follower)
         return folded
 
     async def follow(self) -> None:
-        """Runs until cancelled: catch up every ``follow_interval_s``."""
+        """Runs until cancelled: every ``follow_interval_s``, catch up and checkpoint when due."""
+        assert self.follower is not None and self.checkpointer is not None
         while True:
             await asyncio.sleep(self.follow_interval_s)
             try:
                 await self.catch_up()
+                await self.checkpointer.observe(self.offset, self.follower)
             except Exception:  # keep following; the next round retries from the same offset
                 log.exception("ledger follower failed at offset %d", self.offset)
 

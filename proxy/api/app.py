@@ -18,7 +18,7 @@ import orjson
 from aiohttp import web
 
 from proxy.admission.auth import authenticate, authenticate_admin
-from proxy.api import chat, embeddings, models
+from proxy.api import chat, embeddings, models, streaming
 from proxy.control import admin
 from proxy.errors import GatewayError, NotFound, PayloadTooLarge
 from proxy.metrics import CONTENT_TYPE_LATEST
@@ -170,6 +170,7 @@ def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSes
     app[RUNTIME] = runtime
     app[DRAINED] = asyncio.Event()
     app.on_shutdown.append(drain)
+    app.on_cleanup.append(streaming.stop_watching)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
     runtime.metrics.in_flight.set_function(lambda: runtime.in_flight)

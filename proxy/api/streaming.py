@@ -40,7 +40,7 @@ from proxy.errors import GatewayError, UpstreamError
 from proxy.metering import ClientGone, Drained, Meter
 from proxy.routing.failover import CLIENT_CLOSED, DRAIN, first_answer
 from proxy.routing.state import FAILED, NEUTRAL, OK
-from proxy.runtime import Runtime
+from proxy.runtime import RUNTIME, Runtime
 from proxy.upstream.dialects import get_dialect
 from proxy.upstream.relay import HEARTBEAT, Timeouts, UpstreamStream, forwarded_headers
 from proxy.upstream.sse import DONE
@@ -58,34 +58,40 @@ class ClientWatch:
     on a slow provider would keep the upstream open. The task is cancelled with
     the reason as message (``client_closed`` / ``drain``), which the attempt
     and relay code read to meter the cut attempt.
+
+    One poller per pod checks every open watch each ``POLL_S`` (``watch_all``):
+    a poller task per request would be cancelled at every request's end, and
+    each cancelled sleep leaves a reference cycle (task, exception, traceback,
+    frame) holding the request until a full garbage collection — the
+    gateway's longest pauses under load.
     """
 
     def __init__(self, request: web.Request, rt: Runtime) -> None:
         self.request, self.rt = request, rt
         self.task = asyncio.current_task()
         self.fired: str | None = None
-        self._poller: asyncio.Task | None = None
 
     def __enter__(self) -> "ClientWatch":
-        self._poller = asyncio.get_running_loop().create_task(self._poll())
+        self.rt.watches.add(self)
+        if self.rt.watch_task is None or self.rt.watch_task.done():
+            self.rt.watch_task = asyncio.get_running_loop().create_task(watch_all(self.rt))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
+        self.rt.watches.discard(self)
 
     def gone(self) -> bool:
         transport = self.request.transport
         return transport is None or transport.is_closing()
 
-    async def _poll(self) -> None:
-        while True:
-            await asyncio.sleep(POLL_S)
-            reason = CLIENT_CLOSED if self.gone() else DRAIN if self.rt.drain_expired else None
-            if reason is not None and self.task is not None:
-                self.fired = reason
-                self.task.cancel(reason)
-                return
+    def check(self) -> bool:
+        """Fire if the caller left or the drain deadline passed; True when it fired."""
+        reason = CLIENT_CLOSED if self.gone() else DRAIN if self.rt.drain_expired else None
+        if reason is None or self.task is None:
+            return False
+        self.fired = reason
+        self.task.cancel(reason)
+        return True
 
     def absorb(self) -> str:
         """Inside ``except CancelledError``: our own cancellation is handled, not propagated."""
@@ -107,6 +113,22 @@ class ClientWatch:
                 raise GatewayError("The gateway pod is shutting down; retry.", status=503, code="server_shutting_down",
                                    headers={"Retry-After": "1"}) from None
             return web.Response(status=499)  # never reaches the departed caller
+
+
+async def watch_all(rt: Runtime) -> None:
+    """The pod's one watch poller; runs while requests are open, until the app's cleanup cancels it."""
+    while True:
+        await asyncio.sleep(POLL_S)
+        for watch in [w for w in rt.watches if w.fired is None]:
+            if watch.check():
+                rt.watches.discard(watch)
+
+
+async def stop_watching(app: web.Application) -> None:
+    rt = app[RUNTIME]
+    if rt.watch_task is not None:
+        rt.watch_task.cancel()
+        await asyncio.gather(rt.watch_task, return_exceptions=True)
 
 
 class Stamp:

@@ -1,0 +1,39 @@
+"""The embedded runner: the checkpointed ledger is fed by the log's acknowledgements, no read-back."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from checkpoint_events import IST, request_events
+
+from streams.checkpoints import CheckpointStore, rebuild
+from streams.runner import EmbeddedLedgerRunner
+from streams.sqlite_log import SqliteEventLog
+
+
+async def test_acknowledged_events_keep_the_follower_equal_to_the_live_ledger(tmp_path: Path) -> None:
+    log = SqliteEventLog.open(tmp_path / "events.sqlite")
+    store = CheckpointStore(tmp_path / "checkpoints.sqlite")
+    runner = EmbeddedLedgerRunner(log, store, IST, every_events=50)
+    live = await runner.start()
+    futures = []
+    for i in range(120):
+        for event in request_events(i):
+            live.apply(event)
+            fut = log.append(event)
+            fut.add_done_callback(lambda f, e=event: runner.acknowledged(f.result(), e))
+            futures.append(fut)
+        if i == 60:  # a duplicate append is acknowledged with its old offset and folded once
+            dup = log.append(request_events(3)[0])
+            dup.add_done_callback(lambda f, e=request_events(3)[0]: runner.acknowledged(f.result(), e))
+            futures.append(dup)
+    await asyncio.gather(*futures)
+    assert runner.offset == log.last_offset == 360
+    assert runner.caught_up_equal(live)
+    assert await runner.catch_up() == 0  # nothing left to read back
+    await runner.final_checkpoint()
+    rebuilt, offset = await rebuild(log, store, IST)
+    assert offset == 360 and rebuilt.to_bytes() == live.to_bytes()
+    await log.close()
+    store.close()
