@@ -47,6 +47,17 @@ JVM_FLAGS = (
 _LAUNCHER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kafka-launcher")
 
 
+def new_cluster_id() -> str:
+    """A KRaft cluster id (22 chars of URL-safe base64) the storage tool's argument parser accepts.
+
+    One in 64 random ids starts with '-', which the tool reads as an option: draw again.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 class KafkaBrokerError(RuntimeError):
     """Kafka could not be fetched, formatted, started or reached."""
 
@@ -274,7 +285,7 @@ class KafkaBroker:
         self.cleanup()
 
     def _format(self, lib: Path) -> None:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         cmd = [java_binary(), *JVM_FLAGS, "-Dlog4j2.configurationFile=" + str(self.config.data_dir / "log4j2.properties"),
                "-cp", f"{lib}/*", "kafka.tools.StorageTool", "format", "--ignore-formatted",
                "-t", cluster_id, "-c", str(self.config.data_dir / "server.properties")]

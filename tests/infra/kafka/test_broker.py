@@ -62,3 +62,10 @@ async def test_a_restart_keeps_acknowledged_records(kafka_broker):
     kafka_broker.start()
     records = await read_records(kafka_broker.bootstrap, f"{topic}.requests")
     assert [r[2] for r in records] == [f"e{i}" for i in range(20)]
+
+
+def test_cluster_ids_never_look_like_options() -> None:
+    from infra.kafka.broker import new_cluster_id
+
+    ids = [new_cluster_id() for _ in range(2000)]  # ~31 would start with '-' without the redraw
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
