@@ -54,7 +54,7 @@ from ledger.events import (
     RequestAdmitted,
     RequestSettled,
 )
-from ledger.periods import RUN_PERIOD, balance_period, period_of
+from ledger.periods import RUN_PERIOD, balance_period, period_of, previous_period
 
 CHECKPOINT_FORMAT = 1
 
@@ -231,6 +231,17 @@ class Ledger:
         return self._horizon
 
     # --- bounded memory -------------------------------------------------------------
+
+    def prune_for(self, now: datetime) -> bool:
+        """Keep the current and the previous month (in the ledger's zone); True if it pruned.
+
+        Runners call it periodically; it is a no-op until the month turns.
+        """
+        keep_from = previous_period(period_of(now, self.tz))
+        if keep_from <= self._horizon:
+            return False
+        self.prune(keep_from)
+        return True
 
     def prune(self, before_period: str) -> None:
         """Forget closed ids, threshold marks and idle balances of months before ``before_period``.

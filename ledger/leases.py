@@ -178,9 +178,10 @@ class ScopeLedger:
             self._moved(lease, 0)
             return True
         if isinstance(event, (LeaseReturned, LeaseExpired)):
-            lease = self.leases.get(event.lease_id)
-            if lease is None or lease.status != "open":
+            known = self.leases.get(event.lease_id)
+            if known is None or known.status != "open":
                 return False
+            lease = known
             before = lease.reserved
             if isinstance(event, LeaseReturned):
                 lease.status, lease.funded_by_pod = "returned", event.funded_micro

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
 from ledger.balances import Ledger
@@ -93,6 +94,7 @@ class EmbeddedLedgerRunner:
             await asyncio.sleep(self.follow_interval_s)
             try:
                 await self.catch_up()
+                self.follower.prune_for(datetime.now(timezone.utc))  # same horizon as the live ledger's sweeper
                 await self.checkpointer.observe(self.offset, self.follower)
             except Exception:  # keep following; the next round retries from the same offset
                 log.exception("ledger follower failed at offset %d", self.offset)

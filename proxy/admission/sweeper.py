@@ -1,4 +1,5 @@
-"""Expiring holds nobody settled (a pod died mid-request): charged in full.
+"""Expiring holds nobody settled (a pod died mid-request): charged in full; and,
+when the month turns, pruning what the live ledger no longer needs.
 
 The decision is pure (``ledger.admission.decide_expiries``); this loop only
 asks it every ``interval_s`` and records the ``hold.expired`` events, which
@@ -23,12 +24,15 @@ def sweep_once(rt: Runtime) -> int:
     """Expire what is due now; returns how many holds expired."""
     if rt.budgets is None:
         return 0
-    expired = decide_expiries(rt.budgets.ledger, datetime.fromtimestamp(rt.clock(), timezone.utc))
+    now = datetime.fromtimestamp(rt.clock(), timezone.utc)
+    expired = decide_expiries(rt.budgets.ledger, now)
     for event in expired:
         rt.emit(event)
     if expired:
         rt.metrics.holds_expired.inc(len(expired))
         log.warning("expired %d unsettled hold(s), charged in full", len(expired))
+    if rt.budgets.ledger.prune_for(now):  # the month turned: forget what is two months old
+        log.info("ledger pruned before %s", rt.budgets.ledger.horizon)
     return len(expired)
 
 

@@ -163,3 +163,18 @@ def test_checkpoint_round_trip_is_exact():
 def test_unreadable_checkpoints_are_refused_clearly(blob):
     with pytest.raises(CheckpointError):
         Ledger.from_bytes(blob)
+
+
+def test_prune_for_keeps_the_current_and_previous_month() -> None:
+    from datetime import datetime, timezone
+    from zoneinfo import ZoneInfo
+
+    from ledger.balances import Ledger
+
+    ledger = Ledger(ZoneInfo("Asia/Kolkata"))
+    assert ledger.prune_for(datetime(2026, 11, 10, tzinfo=timezone.utc))
+    assert ledger.horizon == "2026-10"
+    assert not ledger.prune_for(datetime(2026, 11, 29, tzinfo=timezone.utc))  # same month: nothing to do
+    # 2026-11-30T19:00Z is December in Kolkata
+    assert ledger.prune_for(datetime(2026, 11, 30, 19, 0, tzinfo=timezone.utc))
+    assert ledger.horizon == "2026-11"
