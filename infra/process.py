@@ -15,7 +15,8 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Callable, ContextManager, Protocol
+from pathlib import Path
+from typing import Callable, ContextManager, Protocol, Self
 
 
 def apt_install(package: str, found: Callable[[], object], error: type[Exception]) -> None:
@@ -70,6 +71,34 @@ def stop_process(proc: subprocess.Popen | None, *, sig: int = signal.SIGTERM, ti
     for stream in (proc.stdout, proc.stderr):
         if stream:
             stream.close()
+
+
+class ThrowawayService:
+    """A server process whose files live in a temp dir (``_dir``); subclasses start and stop it."""
+
+    log_name = "server.log"
+    _dir: Path
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+    def _log(self) -> str:
+        """The end of the server's own log, for error messages."""
+        path = self._dir / self.log_name
+        return "\n" + path.read_text(errors="replace")[-2000:] if path.exists() else ""
 
 
 class Service(Protocol):

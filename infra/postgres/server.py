@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Self
 
-from infra.process import apt_install, die_with_parent, free_port, serve_forever, stop_process, usage
+from infra.process import ThrowawayService, apt_install, die_with_parent, free_port, serve_forever, stop_process, usage
 
 
 class PostgresServerError(RuntimeError):
@@ -59,8 +59,10 @@ def _as_user() -> tuple[int, int] | None:
     return pw.pw_uid, pw.pw_gid
 
 
-class PostgresServer:
+class PostgresServer(ThrowawayService):
     """One ``postgres`` on 127.0.0.1; ``start``/``stop`` can be repeated and keep the data."""
+
+    log_name = "postgres.log"
 
     def __init__(self, port: int | None = None) -> None:
         self.port = port or free_port()
@@ -140,19 +142,6 @@ class PostgresServer:
         proc, self._proc = self._proc, None
         stop_process(proc, sig=signal.SIGINT, timeout_s=15)
 
-    def cleanup(self) -> None:
-        self.stop()
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.cleanup()
-
-    def _log(self) -> str:
-        path = self._dir / "postgres.log"
-        return "\n" + path.read_text(errors="replace")[-2000:] if path.exists() else ""
 
 
 def main(argv: list[str]) -> int:

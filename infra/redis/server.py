@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Self
 
-from infra.process import apt_install, die_with_parent, free_port, serve_forever, stop_process, usage
+from infra.process import ThrowawayService, apt_install, die_with_parent, free_port, serve_forever, stop_process, usage
 
 
 class RedisServerError(RuntimeError):
@@ -43,8 +43,10 @@ def ping(port: int, timeout_s: float = 0.2) -> bool:
         return False
 
 
-class RedisServer:
+class RedisServer(ThrowawayService):
     """One redis-server process on 127.0.0.1; ``start``/``stop`` can be repeated on the same port."""
+
+    log_name = "redis.log"
 
     def __init__(self, port: int | None = None) -> None:
         self.port = port or free_port()
@@ -95,19 +97,6 @@ class RedisServer:
         proc, self._proc = self._proc, None
         stop_process(proc)  # SIGCONT first: a paused server cannot handle SIGTERM
 
-    def cleanup(self) -> None:
-        self.stop()
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.cleanup()
-
-    def _log(self) -> str:
-        path = self._dir / "redis.log"
-        return "\n" + path.read_text()[-2000:] if path.exists() else ""
 
 
 def main(argv: list[str]) -> int:
