@@ -54,3 +54,6 @@ async def open_log(request, tmp_path) -> AsyncIterator[LogFactory]:
     yield factory
     for log in opened:
         await log.close()
+
+
+from tests.kafka_leaks import absorb_kafka_leaks  # noqa: E402,F401 (autouse fixture)

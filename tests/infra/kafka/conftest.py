@@ -11,3 +11,6 @@ from tests.infra.kafka.support import session_broker
 @pytest.fixture(scope="session")
 def kafka_broker() -> KafkaBroker:
     return session_broker()
+
+
+from tests.kafka_leaks import absorb_kafka_leaks  # noqa: E402,F401 (autouse fixture)
