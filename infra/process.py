@@ -126,6 +126,16 @@ def serve_forever(make: Callable[[], ContextManager[Service]], name: str) -> int
     return 0
 
 
-def usage(doc: str | None) -> int:
+def service_main(
+    argv: list[str], *, ensure: Callable[[], object], make: Callable[[], ContextManager[Service]], name: str,
+    doc: str | None,
+) -> int:
+    """A service module's command line: ``ensure`` (install only) or ``run`` (the default)."""
+    command = argv[0] if argv else "run"
+    if command == "ensure":
+        print(ensure())
+        return 0
+    if command == "run":
+        return serve_forever(make, name)
     print(doc or "", file=sys.stderr)
     return 2

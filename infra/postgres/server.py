@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Self
 
-from infra.process import ThrowawayService, apt_install, die_with_parent, free_port, serve_forever, stop_process, usage
+from infra.process import ThrowawayService, apt_install, die_with_parent, free_port, service_main, stop_process
 
 
 class PostgresServerError(RuntimeError):
@@ -143,15 +143,8 @@ class PostgresServer(ThrowawayService):
         stop_process(proc, sig=signal.SIGINT, timeout_s=15)
 
 
-
 def main(argv: list[str]) -> int:
-    command = argv[0] if argv else "run"
-    if command == "ensure":
-        print(ensure_installed())
-        return 0
-    if command == "run":
-        return serve_forever(PostgresServer, "postgres")
-    return usage(__doc__)
+    return service_main(argv, ensure=ensure_installed, make=PostgresServer, name="postgres", doc=__doc__)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Self
 
-from infra.process import ThrowawayService, apt_install, die_with_parent, free_port, serve_forever, stop_process, usage
+from infra.process import ThrowawayService, apt_install, die_with_parent, free_port, service_main, stop_process
 
 
 class RedisServerError(RuntimeError):
@@ -98,15 +98,8 @@ class RedisServer(ThrowawayService):
         stop_process(proc)  # SIGCONT first: a paused server cannot handle SIGTERM
 
 
-
 def main(argv: list[str]) -> int:
-    command = argv[0] if argv else "run"
-    if command == "ensure":
-        print(ensure_installed())
-        return 0
-    if command == "run":
-        return serve_forever(RedisServer, "redis-server")
-    return usage(__doc__)
+    return service_main(argv, ensure=ensure_installed, make=RedisServer, name="redis-server", doc=__doc__)
 
 
 if __name__ == "__main__":
