@@ -27,6 +27,7 @@ from farebox.settings import Settings, load_secrets
 from ledger.codec import from_dict
 from ledger.events import ConfigPublished, LeaseGranted
 from proxy.admission.limits.redis_buckets import RedisBuckets
+from proxy.admission.scope_states import ScopeStates
 from proxy.admission.wallet import WalletPolicy, Wallets
 from proxy.api.app import create_app
 from proxy.control.errors import ControlUnavailable
@@ -59,7 +60,8 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     wallets = Wallets(settings.pod_id, runtime.emit, lambda: datetime.fromtimestamp(runtime.clock(), timezone.utc),
                       WalletPolicy(lease_wait_s=d.lease_wait_s, low_water_pct=d.low_water_pct,
                                    emergency_micro=d.emergency_micro),
-                      kafka_up=lambda: events.mode in ("direct", "connecting"))
+                      kafka_up=lambda: events.mode in ("direct", "connecting"),
+                      observe_rtt=runtime.metrics.lease_round_trip_seconds.observe)
     runtime.wallets = wallets
     follower.swap, follower.emit = runtime.swap, runtime.emit
     app = create_app(runtime)
@@ -73,7 +75,8 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
 
     async def wallet_ctx(app: web.Application) -> AsyncIterator[None]:
         tasks = [asyncio.create_task(_listen(redis, settings.pod_id, wallets)),
-                 asyncio.create_task(_poll(redis, wallets)), asyncio.create_task(_sweep(wallets))]
+                 asyncio.create_task(_poll(redis, wallets)), asyncio.create_task(_sweep(wallets)),
+                 asyncio.create_task(_follow_scopes(redis, wallets.states))]
         yield
         for task in tasks:
             task.cancel()
@@ -127,13 +130,32 @@ async def _poll(redis: aioredis.Redis, wallets: Wallets, interval_s: float = 0.2
     """A publish sent before we subscribed is lost: look for the grants still awaited."""
     while True:
         await asyncio.sleep(interval_s)
-        for lease_id, _ in list(wallets.asked.values()):
+        for ask in list(wallets.asked.values()):
             try:
-                body = await redis.get(f"fb:lease:{lease_id}")
+                body = await redis.get(f"fb:lease:{ask.lease_id}")
             except Exception:  # noqa: BLE001
                 break
             if body and (granted := _grant(body)) is not None:
                 wallets.on_grant(granted)
+
+
+async def _follow_scopes(redis: aioredis.Redis, states: ScopeStates, interval_s: float = 0.2) -> None:
+    """Read the worker's projection of the scopes this pod's requests touch (one pipelined round trip)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(interval_s)
+        scopes = states.wanted(loop.time())
+        if not scopes:
+            continue
+        try:
+            pipe = redis.pipeline(transaction=False)
+            for scope in scopes:
+                pipe.hgetall(f"fb:scope:{scope}")
+            rows = await pipe.execute()
+        except Exception:  # noqa: BLE001 - Redis away: readings go stale and are ignored
+            continue
+        states.update({scope: {k.decode(): v.decode() for k, v in row.items()} for scope, row in zip(scopes, rows)},
+                      loop.time())
 
 
 async def _sweep(wallets: Wallets, interval_s: float = 1.0) -> None:

@@ -15,7 +15,8 @@ and decode checks them against the derived values.
 Upcasters (``_UPCASTERS``), each from one schema to the next:
 
 * ``request.admitted`` 1 -> 2: ``leases`` = {} (funded by no lease: embedded mode);
-* ``lease.returned`` 1 -> 2: ``funded_micro`` = 0 (no admission of it still on the way).
+* ``lease.returned`` 1 -> 2: ``funded_micro`` = 0 (no admission of it still on the way);
+* ``lease.requested`` 1 -> 2: ``least_micro`` = 0 (one request's hold: the whole amount).
 """
 
 from __future__ import annotations
@@ -148,6 +149,7 @@ _READERS: dict[tuple[str, int], _Schema] = {(cls.type, cls.schema): s for cls, s
 _UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("request.admitted", 1): lambda d: {**d, "schema": 2, "leases": {}},
     ("lease.returned", 1): lambda d: {**d, "schema": 2, "funded_micro": 0},
+    ("lease.requested", 1): lambda d: {**d, "schema": 2, "least_micro": 0},
 }
 
 

@@ -278,10 +278,28 @@ class LeaseEvent(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LeaseRequested(LeaseEvent):
-    """A pod asks for ``amount_micro``; ``expires_at`` is the expiry it would like (optional)."""
+    """A pod asks for ``amount_micro``; ``expires_at`` is the expiry it would like (optional).
+
+    A pod batches: ``amount_micro`` is the sum of the holds of the requests
+    waiting on this scope, ``least_micro`` the smallest of them (0: the same as
+    ``amount_micro``). A grant below ``least_micro`` could fund none of them, so
+    the processor refuses (grants 0) only when not even ``least_micro`` is left.
+    """
 
     type: ClassVar[str] = "lease.requested"
+    schema: ClassVar[int] = 2  # 2: ``least_micro`` (schema 1 is read with least_micro 0)
     verb: ClassVar[str] = "requested"
+
+    least_micro: int = 0
+
+    def __post_init__(self) -> None:
+        LeaseEvent.__post_init__(self)
+        _non_negative(self, "least_micro", self.least_micro)
+
+    @property
+    def least(self) -> int:
+        """The smallest grant that funds at least one waiting request (never above the amount)."""
+        return min(self.least_micro, self.amount_micro) if self.least_micro else self.amount_micro
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

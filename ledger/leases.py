@@ -238,8 +238,9 @@ class LeasePolicy:
 
     A slice is ``remaining // (pods × share)``: it shrinks with what is left, so
     pods × slice (how early a scope can be refused) shrinks too. In the last
-    ``last_pct`` percent of the limit a lease is exactly the one request's hold
-    the pod asked for. ``max_slice_micro`` caps a slice (None: no cap).
+    ``last_pct`` percent of the limit a lease is exactly what the pod's waiting
+    requests hold (their batched demand), never more. ``max_slice_micro`` caps
+    a slice (None: no cap).
     """
 
     share: int = 4
@@ -249,12 +250,19 @@ class LeasePolicy:
     expiry_grace_s: int = 120  # an unreturned lease expires this long after its expiry: above any spool outage
 
 
-def slice_size(limit: int, remaining: int, need: int, pods: int, policy: LeasePolicy) -> int:
-    """The amount to grant: 0 when ``need`` does not fit, else between ``need`` and ``remaining``."""
-    if need <= 0 or remaining < need:
+def slice_size(limit: int, remaining: int, need: int, pods: int, policy: LeasePolicy, least: int | None = None) -> int:
+    """The amount to grant for a demand of ``need`` whose smallest request holds ``least`` (default: ``need``).
+
+    0 when not even ``least`` fits. Near the limit (or when the demand exceeds
+    what is left) the grant is the demand, capped at what is left, so the
+    waiting requests that fit are funded and the rest are refused; above it, a
+    slice of at least the demand.
+    """
+    least = need if least is None or least <= 0 else min(least, need)
+    if least <= 0 or remaining < least:
         return 0
     if remaining * 100 <= limit * policy.last_pct:
-        return need
+        return min(need, remaining)
     amount = remaining // (max(pods, 1) * max(policy.share, 1))
     if policy.max_slice_micro is not None:
         amount = min(amount, policy.max_slice_micro)
@@ -276,7 +284,7 @@ def decide_grant(state: ScopeLedger, request: LeaseRequested, limit_micro: int |
         amount = need
     else:
         pods = len({le.pod for le in state.open_leases(period)} | {request.pod})
-        amount = slice_size(limit_micro, limit_micro - state.spent(period), need, pods, policy)
+        amount = slice_size(limit_micro, limit_micro - state.spent(period), need, pods, policy, request.least)
     return LeaseGranted(time=request.time, lease_id=request.lease_id, scope=request.scope, pod=request.pod,
                         amount_micro=amount, expires_at=request.time + timedelta(seconds=policy.ttl_s))
 

@@ -10,11 +10,15 @@ budget refusal refunds the buckets it had reserved.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Sequence
 
+from zoneinfo import ZoneInfo
+
+from ledger.periods import period_of
 from pricing.money import to_decimal
 from proxy.admission.plan import Plan, hold
 from proxy.admission.ratelimit import (
@@ -92,7 +96,7 @@ async def _admit(
             headers["x-fb-budget-state"] = "soft"
     if rt.wallets is not None:
         try:
-            meter.leases = await _fund(rt, snap, meter, plan.hold_micro, est_input, max_output)
+            meter.leases = await _fund(rt, snap, meter, plan.hold_micro, est_input, max_output, headers)
         except GatewayError:
             rt.adjust_limits(refund(draws))
             raise
@@ -104,14 +108,26 @@ async def _admit(
     return Admitted(plan, headers)
 
 
-async def _fund(rt: Runtime, snap: Snapshot, meter: Meter, hold: int, est_input: int, max_output: int
-                ) -> dict[str, str]:
-    """Distributed mode: the hold funded from this pod's leases on every limited scope."""
+async def _fund(rt: Runtime, snap: Snapshot, meter: Meter, hold: int, est_input: int, max_output: int,
+                headers: dict[str, str]) -> dict[str, str]:
+    """Distributed mode: the hold funded from this pod's leases on every limited scope.
+
+    The soft-threshold header comes from the worker's projection (``ScopeStates``).
+    """
     from proxy.admission.budgets import BudgetGate, limits_for
 
     BudgetGate.check_cap(snap, hold, est_input, max_output)
     limited = [s for s, lim in limits_for(snap, meter.scopes).items() if lim.limit_micro is not None]
-    return await rt.wallets.admit(meter.request_id, limited, hold, rt.options.hold_ttl_s)
+    period = budget_period(snap, rt.clock())
+    leases = await rt.wallets.admit(meter.request_id, limited, hold, rt.options.hold_ttl_s, period)
+    if rt.wallets.states.any_past_soft(snap, limited, period, asyncio.get_running_loop().time()):
+        headers["x-fb-budget-state"] = "soft"
+    return leases
+
+
+def budget_period(snap: Snapshot, now_s: float) -> str:
+    """The budget month at ``now_s`` (epoch seconds) in the snapshot's budget timezone."""
+    return period_of(datetime.fromtimestamp(now_s, timezone.utc), ZoneInfo(snap.budgets.timezone))
 
 
 async def reserve_deployment(rt: Runtime, meter: Meter, dep: Deployment) -> GatewayError | None:

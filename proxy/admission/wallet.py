@@ -9,10 +9,22 @@ the event log), waits up to ``lease_wait_s`` for the grant (Redis publish,
 the last ``await``, so the caller records ``request.admitted`` before any
 other request can take the same money.
 
+* Batching: one ask per scope is in flight at a time, for the sum of the
+  holds of every request then waiting on the scope (``least_micro``: the
+  smallest of them). A burst near the limit costs one or two round trips, not
+  one per request. A request that was in an ask answered with less than the
+  ask (the processor had no more) and that the grant does not cover is refused
+  with 429 ``budget_exhausted``, as a refusal (a grant of 0) is.
+* At the hard limit: when the worker's projection (``ScopeStates``) says a
+  scope is fully committed this period, a request the leases do not cover is
+  refused at once (429) without asking.
+
 * Top-up: after funding, a scope whose current lease fell below
   ``low_water_pct`` of its grant asks for the next one in the background.
-* Returns: a lease that is superseded, short or near its expiry is returned
-  (``lease.returned``: unspent and funded amounts) once its last hold settles;
+* Returns (``lease.returned``: unspent and funded amounts): a lease superseded
+  by a new grant at once, so a pod keeps no fragments smaller than a hold (its
+  open holds stay with the ledger and their settlements release to the scope,
+  not to this pod); an older or expiring lease once its last hold settles;
   ``close`` returns every lease at shutdown, after requests finished.
 * Kafka down (``kafka_up()`` false): leases already held are spent; then a
   scope draws ``emergency_micro`` once per outage if configured, else the
@@ -26,11 +38,12 @@ import itertools
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from ledger.events import Event, LeaseGranted, LeaseRequested
 from ledger.leases import PodLease
+from proxy.admission.scope_states import ScopeStates
 from proxy.errors import GatewayError, RateLimited
 
 log = logging.getLogger("farebox.wallet")
@@ -44,6 +57,17 @@ class WalletPolicy:
     expiry_margin_s: float = 5.0  # stop funding from a lease this long before it expires
 
 
+@dataclass
+class Ask:
+    """One lease request in flight for a scope: who it was for and its answer."""
+
+    lease_id: str
+    need: int
+    members: frozenset[str]  # the waiting requests whose holds make up ``need`` (empty: a top-up)
+    answer: asyncio.Future[LeaseGranted]
+    sent_at: float = field(default=0.0)
+
+
 class BudgetUnavailable(GatewayError):
     def __init__(self, message: str) -> None:
         super().__init__(message, status=503, code="budget_unavailable")
@@ -51,56 +75,87 @@ class BudgetUnavailable(GatewayError):
 
 class Wallets:
     def __init__(self, pod: str, emit: Callable[[Event], None], clock: Callable[[], datetime],
-                 policy: WalletPolicy, kafka_up: Callable[[], bool] = lambda: True) -> None:
+                 policy: WalletPolicy, kafka_up: Callable[[], bool] = lambda: True,
+                 states: ScopeStates | None = None, observe_rtt: Callable[[float], None] = lambda s: None) -> None:
         self.pod = pod
         self.emit = emit
         self.clock = clock
         self.policy = policy
         self.kafka_up = kafka_up
+        self.states = states or ScopeStates()
+        self.observe_rtt = observe_rtt
         self.leases: dict[str, list[PodLease]] = {}  # per scope, newest last
-        self.asked: dict[str, tuple[str, asyncio.Future[LeaseGranted]]] = {}  # scope -> lease id asked, answer
+        self.asked: dict[str, Ask] = {}  # scope -> the ask in flight
+        self.waiting: dict[str, dict[str, int]] = {}  # scope -> request id -> hold, waiting for a grant
         self.funded: dict[str, dict[str, PodLease]] = {}  # request id -> scope -> lease
-        self.exhausted: dict[str, datetime] = {}  # scope -> when a grant of 0 said so
         self.emergency_used: set[str] = set()
         self._ids = itertools.count(1)
         self._prefix = f"{pod}-{uuid.uuid4().hex[:8]}"
-        self.stats = {"funded_locally": 0, "waited": 0, "asked": 0, "granted_micro": 0, "returned_micro": 0}
+        self.stats = {"funded_locally": 0, "waited": 0, "asked": 0, "granted_micro": 0, "returned_micro": 0,
+                      "refused_at_hard": 0}
 
     # --- admission ----------------------------------------------------------------
 
-    async def admit(self, request_id: str, scopes: list[str], hold: int, hold_ttl_s: int = 900) -> dict[str, str]:
-        """Fund ``hold`` on every scope (limited scopes only); returns scope -> lease id, or raises."""
+    async def admit(self, request_id: str, scopes: list[str], hold: int, hold_ttl_s: int = 900,
+                    period: str | None = None) -> dict[str, str]:
+        """Fund ``hold`` on every scope (limited scopes only); returns scope -> lease id, or raises.
+
+        ``period`` (the budget month now) lets the projection's "hard" answer at once; None: always ask.
+        """
+        if hold <= 0:
+            return {}  # nothing to fund: a free request spends no lease
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.policy.lease_wait_s
-        while True:
-            now = self.clock()
-            margin = timedelta(seconds=self.policy.expiry_margin_s)
-            funding = {s: self._covering(s, hold, now, margin) for s in scopes}
-            short = [s for s, lease in funding.items() if lease is None]
-            if not short:
-                self.stats["funded_locally"] += 1
-                return self._fund(request_id, funding, hold, now + timedelta(seconds=hold_ttl_s))  # type: ignore[arg-type]
-            if not self.kafka_up():
-                if self.policy.emergency_micro >= hold and all(s not in self.emergency_used for s in short):
-                    for scope in short:  # recorded: its admits carry the pseudo-lease id
-                        self.emergency_used.add(scope)
-                        lease = PodLease(f"emergency/{self._prefix}/{scope}", scope, self.policy.emergency_micro,
-                                         now + timedelta(hours=1))
-                        self.leases.setdefault(scope, []).append(lease)
-                    continue
-                raise BudgetUnavailable("Budget leases cannot be renewed right now (event log unreachable) "
-                                        "and this pod's leases are spent; retry shortly.")
-            self.stats["waited"] += 1
-            answers = [self._ask(scope, hold) for scope in short]
-            left = deadline - loop.time()
-            done, _ = await asyncio.wait(answers, timeout=max(left, 0))
-            if len(done) < len(answers):
-                raise BudgetUnavailable("The budget ledger did not answer in time; retry shortly.")
-            for fut in done:
-                granted = fut.result()
-                if granted.amount_micro < hold:  # the processor had less than this hold left
-                    raise RateLimited(f"The budget of {granted.scope} is exhausted for this request.",
-                                      code="budget_exhausted")
+        self.states.watch(scopes, loop.time())
+        try:
+            while True:
+                now = self.clock()
+                margin = timedelta(seconds=self.policy.expiry_margin_s)
+                funding = {s: self._covering(s, hold, now, margin) for s in scopes}
+                short = [s for s, lease in funding.items() if lease is None]
+                if not short:
+                    self.stats["funded_locally"] += 1
+                    return self._fund(request_id, funding, hold, now + timedelta(seconds=hold_ttl_s))  # type: ignore[arg-type]
+                full = [s for s in short if period is not None and self.states.hard(s, period, loop.time())]
+                if full:
+                    self.stats["refused_at_hard"] += 1
+                    raise _exhausted(full[0])
+                if not self.kafka_up():
+                    if self._emergency(short, hold, now):
+                        continue
+                    raise BudgetUnavailable("Budget leases cannot be renewed right now (event log unreachable) "
+                                            "and this pod's leases are spent; retry shortly.")
+                self.stats["waited"] += 1
+                for scope in short:
+                    self.waiting.setdefault(scope, {})[request_id] = hold
+                asks = {scope: self._ask(scope) for scope in short}
+                done, _ = await asyncio.wait([a.answer for a in asks.values()],
+                                             timeout=max(deadline - loop.time(), 0))
+                if len(done) < len(asks):
+                    raise BudgetUnavailable("The budget ledger did not answer in time; retry shortly.")
+                now = self.clock()
+                for scope, ask in asks.items():
+                    granted = ask.answer.result()
+                    # in the batch and answered short: the processor had no more than it gave
+                    if request_id in ask.members and granted.amount_micro < ask.need \
+                            and self._covering(scope, hold, now, margin) is None:
+                        raise _exhausted(scope)
+        finally:
+            for scope in scopes:
+                waiting = self.waiting.get(scope)
+                if waiting is not None and waiting.pop(request_id, None) is not None and not waiting:
+                    del self.waiting[scope]
+
+    def _emergency(self, short: list[str], hold: int, now: datetime) -> bool:
+        """Kafka down and leases spent: draw the per-scope emergency allowance, once per outage."""
+        if self.policy.emergency_micro < hold or any(s in self.emergency_used for s in short):
+            return False
+        for scope in short:  # recorded: its admits carry the pseudo-lease id
+            self.emergency_used.add(scope)
+            lease = PodLease(f"emergency/{self._prefix}/{scope}", scope, self.policy.emergency_micro,
+                             now + timedelta(hours=1))
+            self.leases.setdefault(scope, []).append(lease)
+        return True
 
     def _covering(self, scope: str, hold: int, now: datetime, margin: timedelta) -> PodLease | None:
         for lease in self.leases.get(scope, ()):
@@ -126,23 +181,37 @@ class Wallets:
 
     # --- leases ------------------------------------------------------------------------
 
-    def _ask(self, scope: str, need: int) -> asyncio.Future[LeaseGranted]:
+    def _ask(self, scope: str, need: int = 0) -> Ask:
+        """The ask in flight for ``scope``, or a new one, sent at the end of this loop tick so that every
+        request arriving in the same tick joins it; it asks for their holds (plus ``need``, a top-up)."""
         if scope in self.asked:
-            return self.asked[scope][1]
-        lease_id = f"{self._prefix}-{next(self._ids)}"
-        fut: asyncio.Future[LeaseGranted] = asyncio.get_running_loop().create_future()
-        self.asked[scope] = (lease_id, fut)
+            return self.asked[scope]
+        loop = asyncio.get_running_loop()
+        ask = self.asked[scope] = Ask(f"{self._prefix}-{next(self._ids)}", need, frozenset(), loop.create_future())
+        loop.call_soon(self._send, scope, ask)
+        return ask
+
+    def _send(self, scope: str, ask: Ask) -> None:
+        if self.asked.get(scope) is not ask:
+            return
+        waiting = self.waiting.get(scope, {})
+        holds = [*waiting.values(), *([ask.need] if ask.need else [])]
+        if not holds:  # everyone gave up before it went out
+            del self.asked[scope]
+            ask.answer.cancel()
+            return
+        ask.need, ask.members, ask.sent_at = sum(holds), frozenset(waiting), asyncio.get_running_loop().time()
         self.stats["asked"] += 1
-        self.emit(LeaseRequested(time=self.clock(), lease_id=lease_id, scope=scope, pod=self.pod,
-                                 amount_micro=need, expires_at=None))
-        return fut
+        self.emit(LeaseRequested(time=self.clock(), lease_id=ask.lease_id, scope=scope, pod=self.pod,
+                                 amount_micro=ask.need, expires_at=None, least_micro=min(holds)))
 
     def on_grant(self, granted: LeaseGranted) -> None:
         """A grant arrived (Redis publish or poll); a refusal is a grant of 0."""
-        asked = self.asked.get(granted.scope)
-        if asked is None or asked[0] != granted.lease_id:
+        ask = self.asked.get(granted.scope)
+        if ask is None or ask.lease_id != granted.lease_id:
             return
         del self.asked[granted.scope]
+        self.observe_rtt(asyncio.get_running_loop().time() - ask.sent_at)
         assert granted.expires_at is not None
         if granted.amount_micro:
             leases = self.leases.setdefault(granted.scope, [])
@@ -150,15 +219,16 @@ class Wallets:
                 self._maybe_return(granted.scope, old, superseded=True)
             leases.append(PodLease(granted.lease_id, granted.scope, granted.amount_micro, granted.expires_at))
             self.stats["granted_micro"] += granted.amount_micro
-        else:
-            self.exhausted[granted.scope] = self.clock()
+        else:  # a refusal: close the (empty) lease so the ledger forgets it
             self.emit(PodLease(granted.lease_id, granted.scope, 0, granted.expires_at).returned(self.clock(), self.pod))
-        if not asked[1].done():
-            asked[1].set_result(granted)
+        if not ask.answer.done():
+            ask.answer.set_result(granted)
 
     def _maybe_return(self, scope: str, lease: PodLease, superseded: bool = False) -> None:
+        """Return a lease once idle and short, older than the newest, or near expiry; a superseded one at
+        once, open holds and all (the ledger keeps their holds; their settlements release to the scope)."""
         leases = self.leases.get(scope, [])
-        if lease not in leases or lease.open:
+        if lease not in leases or (lease.open and not superseded):
             return
         now = self.clock()
         expiring = now + timedelta(seconds=self.policy.expiry_margin_s) >= lease.expires_at
@@ -195,3 +265,7 @@ class Wallets:
             for lease in leases:
                 self._return(lease, now)
         self.leases.clear()
+
+
+def _exhausted(scope: str) -> RateLimited:
+    return RateLimited(f"The budget of {scope} is exhausted for this request.", code="budget_exhausted")

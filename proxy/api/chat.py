@@ -8,6 +8,7 @@ candidates in ``proxy/routing/``.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timezone
 
 import orjson
@@ -16,7 +17,7 @@ from aiohttp import web
 from pricing.tokens import estimate_tokens
 from pricing.usage import TokenUsage
 from proxy.admission.auth import allowed_alias, data_class
-from proxy.admission.gate import admit
+from proxy.admission.gate import admit, budget_period
 from proxy.admission.plan import chat_input_estimates, output_cap
 from proxy.api import streaming
 from proxy.api.streaming import ClientWatch
@@ -71,10 +72,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 def _downgrade(rt: Runtime, snap: Snapshot, key: KeyRecord, alias: Alias, run_id: str | None) -> Alias | None:
     """Past a soft threshold with ``downgrade_alias`` set, the cheaper chat alias to serve instead."""
-    if rt.budgets is None:
-        return None
     now = datetime.fromtimestamp(rt.clock(), timezone.utc)
-    target = rt.budgets.downgrade_for(snap, scopes_of(key, run_id), now)
+    if rt.budgets is not None:
+        target = rt.budgets.downgrade_for(snap, scopes_of(key, run_id), now)
+    elif rt.wallets is not None:  # distributed: the worker's projection says which scopes are past soft
+        target = rt.wallets.states.downgrade_for(snap, scopes_of(key, run_id), budget_period(snap, rt.clock()),
+                                                 asyncio.get_running_loop().time())
+    else:
+        return None
     if target is None or target == alias.name:
         return None
     cheaper = snap.aliases.get(target)

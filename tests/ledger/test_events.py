@@ -225,3 +225,14 @@ def test_schema_1_admissions_and_returns_are_upcast():
                 "pod": "pod-a", "amount_micro": 5, "expires_at": None}
     event = decode(orjson.dumps(returned))
     assert (event.schema, event.funded_micro, event.amount_micro) == (2, 0, 5)
+
+
+def test_schema_1_lease_requests_are_upcast_to_a_demand_of_one_hold():
+    asked = {"type": "lease.requested", "schema": 1, "id": "L2/requested", "time": "2026-10-03T10:15:02.123456Z",
+             "request_id": None, "key": "team:payments", "lease_id": "L2", "scope": "team:payments",
+             "pod": "pod-a", "amount_micro": 7, "expires_at": None}
+    event = decode(orjson.dumps(asked))
+    assert (event.schema, event.least_micro, event.least) == (2, 0, 7)
+    batched = LeaseRequested(time=T, lease_id="L3", scope="team:payments", pod="pod-a", amount_micro=30,
+                             expires_at=None, least_micro=10)
+    assert decode(encode(batched)) == batched and batched.least == 10

@@ -69,6 +69,15 @@ def test_slice_shrinks_with_what_is_left_and_is_one_hold_at_the_end():
     assert slice_size(1_000_000, 1_000_000, 1_000, pods=1, policy=capped) == 10_000
 
 
+def test_a_batched_demand_is_granted_what_fits_and_refused_only_when_no_request_fits():
+    # 30 requests of 1,000 wait on one pod: the demand is 30,000, the smallest hold 1,000
+    assert slice_size(1_000_000, 50_000, 30_000, pods=3, policy=POLICY, least=1_000) == 30_000  # last 5 %: the demand
+    assert slice_size(1_000_000, 12_500, 30_000, pods=3, policy=POLICY, least=1_000) == 12_500  # what is left
+    assert slice_size(1_000_000, 999, 30_000, pods=3, policy=POLICY, least=1_000) == 0  # not even one fits
+    assert slice_size(1_000_000, 600_000, 30_000, pods=3, policy=POLICY, least=1_000) == 50_000  # a slice above
+    assert slice_size(1_000_000, 60_000, 9_000, pods=3, policy=POLICY, least=20_000) == 9_000  # least above need
+
+
 def test_a_grant_counts_at_once_and_pod_count_comes_from_open_leases():
     state = ScopeLedger("team:a")
     first = grant(state, "L1", 1_000, 1_000_000, pod="p1")
@@ -240,10 +249,13 @@ def _settle(world: World, pod: Pod, data) -> None:
         latency_ms=1))
 
 
-def _return_idle(world: World, pod: Pod, every: bool = False) -> None:
-    """Return leases with no open hold that cannot fund much any more (or expired; or all of them)."""
+def _return_idle(world: World, pod: Pod, every: bool = False, superseded: bool = False) -> None:
+    """Return leases with no open hold that cannot fund much any more (or expired; or all of them); with
+    ``superseded``, every lease but the newest, open holds and all (a pod's wallet on a new grant)."""
     for scope, leases in pod.leases.items():
         done = [le for le in leases if not le.open and (every or le.balance < 2_500 or le.expires_at <= world.now)]
+        if superseded:
+            done = leases[:-1]
         for lease in done:
             leases.remove(lease)
             pod.lease_out.append(lease.returned(world.now, pod.name))
@@ -280,7 +292,7 @@ def _step(world: World, data) -> None:
             pod.lease_out.append(LeaseReturned(time=world.now, lease_id=granted.lease_id, scope=granted.scope,
                                                pod=pod.name, amount_micro=0, expires_at=None, funded_micro=0))
     elif action == "return" and pod.alive:
-        _return_idle(world, pod)
+        _return_idle(world, pod, superseded=data.draw(st.booleans()))
     elif action == "tick":
         world.now += timedelta(seconds=data.draw(st.integers(1, 40)))
         # The one assumption: an event reaches Kafka within the expiry grace (a spool older than the

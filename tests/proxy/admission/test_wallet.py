@@ -1,0 +1,170 @@
+"""Wallets (distributed admission) against an in-process ledger processor.
+
+The processor is the real pure fold (``ledger.leases.fold``) on a
+``ScopeLedger``; only the transport is simulated: a lease request reaches it
+after ``rtt/2`` and the grant comes back after another ``rtt/2``, and every
+funded admission is folded as a scope entry (as the splitter would), so the
+processor's ``spent`` is what the real one would see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from ledger.events import Event, LeaseRequested, LeaseReturned
+from ledger.leases import LeasePolicy, ScopeEntry, ScopeLedger, fold
+from ledger.periods import period_of
+from proxy.admission.scope_states import ScopeStates
+from proxy.admission.wallet import BudgetUnavailable, Wallets, WalletPolicy
+from proxy.errors import RateLimited
+
+UTC = ZoneInfo("UTC")
+SCOPE = "team:alpha"
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+PERIOD = period_of(NOW, UTC)
+
+
+class Processor:
+    """The scope ledger behind a simulated network: answers lease requests, sees admissions."""
+
+    def __init__(self, limit: int, rtt_s: float = 0.01, policy: LeasePolicy | None = None, pods: int = 1) -> None:
+        self.state = ScopeLedger(SCOPE)
+        self.limit = limit
+        self.rtt_s = rtt_s
+        self.policy = policy or LeasePolicy(share=4, last_pct=5)
+        self.requests: list[LeaseRequested] = []
+        self.wallets: Wallets | None = None
+        self.answer = True
+
+    def emit(self, event: Event) -> None:
+        if isinstance(event, LeaseRequested):
+            self.requests.append(event)
+            if self.answer:
+                asyncio.get_running_loop().call_later(self.rtt_s / 2, self._decide, event)
+        elif isinstance(event, LeaseReturned):
+            fold(self.state, event, self.limit, UTC, self.policy)
+
+    def _decide(self, request: LeaseRequested) -> None:
+        _, granted = fold(self.state, request, self.limit, UTC, self.policy)
+        assert granted is not None and self.wallets is not None
+        asyncio.get_running_loop().call_later(self.rtt_s / 2, self.wallets.on_grant, granted)
+
+    def admitted(self, request_id: str, hold: int, leases: dict[str, str]) -> None:
+        entry = ScopeEntry("admit", SCOPE, f"{request_id}/admitted", request_id, PERIOD, hold, 0,
+                           leases.get(SCOPE), NOW)
+        self.state.apply_entry(entry)
+
+
+def wallets_for(processor: Processor, wait_s: float = 2.0, kafka_up=lambda: True, **policy) -> Wallets:  # type: ignore[no-untyped-def]
+    wallets = Wallets("pod-a", processor.emit, lambda: NOW, WalletPolicy(lease_wait_s=wait_s, **policy),
+                      kafka_up=kafka_up, states=ScopeStates())
+    processor.wallets = wallets
+    return wallets
+
+
+async def burst(wallets: Wallets, processor: Processor, n: int, hold: int) -> Counter:
+    outcomes: Counter = Counter()
+
+    async def one(i: int) -> None:
+        try:
+            leases = await wallets.admit(f"r{i}", [SCOPE], hold, period=PERIOD)
+        except RateLimited as exc:
+            outcomes[exc.code] += 1
+            return
+        except BudgetUnavailable:
+            outcomes["budget_unavailable"] += 1
+            return
+        processor.admitted(f"r{i}", hold, leases)  # request.admitted, in the same step as the funding
+        outcomes["admitted"] += 1
+
+    await asyncio.gather(*(one(i) for i in range(n)))
+    return outcomes
+
+
+async def test_a_burst_near_the_limit_is_funded_in_batches_and_the_rest_refused_with_429():
+    # 200 requests of 1,000 on a scope with 50,500 left: 50 fit, 150 must be refused with 429, never 503
+    processor = Processor(limit=50_500)
+    wallets = wallets_for(processor)
+    outcomes = await burst(wallets, processor, 200, 1_000)
+    assert outcomes == Counter(admitted=50, budget_exhausted=150)
+    assert len(processor.requests) <= 4  # batched: a handful of round trips, not one per request
+    assert processor.state.totals(PERIOD).held == 50_000
+    assert processor.state.spent(PERIOD) <= processor.limit
+
+
+async def test_a_batched_ask_carries_the_waiting_demand_and_its_smallest_hold():
+    processor = Processor(limit=10_000_000)
+    wallets = wallets_for(processor)
+    outcomes = await burst(wallets, processor, 20, 3_000)
+    assert outcomes == Counter(admitted=20)
+    first = processor.requests[0]
+    assert (first.amount_micro, first.least_micro) == (60_000, 3_000)
+
+
+async def test_the_projection_at_hard_refuses_at_once_without_asking():
+    processor = Processor(limit=1_000_000)
+    wallets = wallets_for(processor)
+    now = asyncio.get_running_loop().time()
+    row = {"period": PERIOD, "state": "hard", "settled": "1000000", "held": "0", "leased": "0", "limit": "1000000"}
+    wallets.states.update({SCOPE: row}, now)
+    with pytest.raises(RateLimited) as refused:
+        await wallets.admit("r1", [SCOPE], 1_000, period=PERIOD)
+    assert refused.value.code == "budget_exhausted" and processor.requests == []
+    # last month's "hard" (the month turned, not re-projected yet) or a stale reading is not trusted
+    wallets.states.update({SCOPE: {**row, "period": "2026-10"}}, now)
+    assert await wallets.admit("r2", [SCOPE], 1_000, period=PERIOD)
+    wallets.states.update({SCOPE: row}, now - 10)
+    assert await wallets.admit("r3", [SCOPE], 1_000, period=PERIOD)
+
+
+async def test_no_answer_in_time_is_503_and_kafka_down_spends_what_is_held_then_fails_closed():
+    processor = Processor(limit=1_000_000)
+    processor.answer = False
+    wallets = wallets_for(processor, wait_s=0.05)
+    with pytest.raises(BudgetUnavailable):
+        await wallets.admit("r1", [SCOPE], 1_000, period=PERIOD)
+
+    up = [True]
+    processor = Processor(limit=1_000_000)
+    wallets = wallets_for(processor, kafka_up=lambda: up[0], emergency_micro=2_500)
+    assert await wallets.admit("r1", [SCOPE], 1_000, period=PERIOD)  # a slice of 250,000 arrives
+    up[0] = False
+    for i in range(249):
+        await wallets.admit(f"k{i}", [SCOPE], 1_000, period=PERIOD)  # spends the lease, no round trip
+    emergency = [await wallets.admit(f"e{i}", [SCOPE], 1_000, period=PERIOD) for i in range(2)]
+    assert all(lease[SCOPE].startswith("emergency/") for lease in emergency)  # the allowance, once
+    with pytest.raises(BudgetUnavailable):
+        await wallets.admit("e3", [SCOPE], 1_000, period=PERIOD)
+    assert len(processor.requests) == 1
+
+
+async def test_round_trips_are_observed_and_free_requests_need_no_lease():
+    seen: list[float] = []
+    processor = Processor(limit=1_000_000, rtt_s=0.02)
+    wallets = Wallets("pod-a", processor.emit, lambda: NOW, WalletPolicy(), observe_rtt=seen.append)
+    processor.wallets = wallets
+    assert await wallets.admit("free", [SCOPE], 0, period=PERIOD) == {}
+    assert processor.requests == []
+    await wallets.admit("r1", [SCOPE], 1_000, period=PERIOD)
+    assert len(seen) == 1 and seen[0] >= 0.015
+
+
+async def test_settling_below_the_hold_is_spent_again_and_close_returns_every_lease():
+    processor = Processor(limit=10_000_000)
+    wallets = wallets_for(processor)
+    outcomes = await burst(wallets, processor, 10, 1_000)
+    assert outcomes == Counter(admitted=10)
+    lease = wallets.leases[SCOPE][-1]
+    granted = lease.granted
+    for i in range(10):
+        wallets.settle(f"r{i}", {SCOPE: 400})  # each cost 400 of its 1,000 hold: 600 back to the lease
+    assert lease.balance == granted - 4_000
+    wallets.close()
+    totals = processor.state.totals(PERIOD)
+    assert wallets.leases == {} and totals.leased == 0  # what was not spent went back to the ledger
+    assert totals.held == 10_000  # the admissions' holds stay until their settlements arrive
