@@ -129,6 +129,8 @@ class SnapshotFollower:
                 doc = await asyncio.to_thread(self.db.document, head[0])
                 await self.adopt(head[0], doc)
                 self.repair_topic(head[0], doc)
+            elif head is not None and self.topic_behind(head[0]):
+                self.repair_topic(head[0], await asyncio.to_thread(self.db.document, head[0]))
         except ControlUnavailable:
             if self.db_ok:
                 log.warning("config database unreachable; serving snapshot %d until it is back", self.version)
@@ -153,14 +155,18 @@ class SnapshotFollower:
             log.error("snapshot %d from the config topic does not compile on this pod, still serving %d:\n%s",
                       head[0], self.version, exc)
 
-    def repair_topic(self, version: int, doc: dict[str, Any]) -> None:
-        """The database is ahead of the topic: publish its version (never blocks)."""
+    def topic_behind(self, version: int) -> bool:
+        """Is the config topic (as this pod's feed sees it) older than ``version``?"""
         if self.feed is None or self.publisher is None:
-            return
+            return False
         head = self.feed.head()
-        if head is None or head[0] < version:
-            log.info("config topic at %s, database at %d: publishing it again", head and head[0], version)
-            self.publisher.publish(version, doc)
+        return head is None or head[0] < version
+
+    def repair_topic(self, version: int, doc: dict[str, Any]) -> None:
+        """The database is ahead of the topic: publish its version (never blocks; a repeat is a no-op)."""
+        if self.topic_behind(version):
+            log.info("config topic behind the database (snapshot %d): publishing it", version)
+            self.publisher.publish(version, doc)  # type: ignore[union-attr]
 
     async def follow(self) -> None:
         """Runs until cancelled."""

@@ -165,7 +165,6 @@ class KafkaSnapshotFeed:
         self._latest: tuple[int, str, dict[str, Any]] | None = None
         self._next_offset: int | None = None  # where to resume after a restart of the read loop
         self._task: asyncio.Task[None] | None = None
-        self.changed = asyncio.Event()  # set when a newer snapshot arrives; the reader clears it
 
     def start(self) -> None:
         if self._task is None:
@@ -198,7 +197,6 @@ class KafkaSnapshotFeed:
         if self._latest is not None and version <= self._latest[0]:
             return False
         self._latest = (version, digest, document)
-        self.changed.set()
         return True
 
     async def _run(self) -> None:
