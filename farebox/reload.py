@@ -190,6 +190,19 @@ def attach_config_topic(follower: SnapshotFollower, settings: Settings) -> Kafka
     return publisher
 
 
+async def publish_now(settings: Settings, version: int, document: dict[str, Any], timeout_s: float = 5.0) -> bool:
+    """For a one-shot committer (``farebox config apply`` in distributed mode): publish ``version`` and wait
+    up to ``timeout_s``. False if Kafka did not take it: the commit stands and pods find it in the database."""
+    if settings.mode != "distributed":
+        return False
+    d = settings.distributed
+    publisher = KafkaSnapshotPublisher(d.bootstrap, d.config_topic, content_hash, client_id="farebox-cli-config",
+                                       send_timeout_s=timeout_s)
+    publisher.publish(version, document)
+    await publisher.close(timeout_s)
+    return publisher.sent_version >= version
+
+
 async def config_topic_ctx(app: Any, follower: SnapshotFollower) -> AsyncIterator[None]:
     """The feed reads for the app's lifetime; at shutdown the publisher flushes (a few seconds at most)."""
     feed, publisher = follower.feed, follower.publisher

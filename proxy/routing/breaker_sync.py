@@ -63,10 +63,10 @@ class BreakerSync:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
-        try:  # a last chance for transitions of the final moments
-            await self.tell_once()
+        try:  # a last chance for transitions of the final moments, bounded: shutdown must not wait on Redis
+            await asyncio.wait_for(self.tell_once(), 1.0)
         except Exception:  # noqa: BLE001 - shutting down: local state goes with the pod anyway
-            pass
+            log.debug("breaker sharing: final tell failed", exc_info=True)
         await self.redis.aclose()
 
     # -- tell --------------------------------------------------------------------------

@@ -9,16 +9,18 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
 from farebox.control import open_config_db
-from farebox.reload import SnapshotFollower, attach_config_topic
+from farebox.reload import SnapshotFollower, attach_config_topic, publish_now
 from farebox.settings import Settings, load_settings
 from infra.kafka.topics import create_topics, farebox_topics
 from infra.process import free_port
+from proxy.control.document import content_hash
 from proxy.control.service import ControlService
 from proxy.control.snapshot import Secrets, Snapshot
 from streams.config_topic import KafkaSnapshotFeed, KafkaSnapshotPublisher
@@ -129,3 +131,24 @@ async def test_with_kafka_unreachable_the_database_still_brings_changes(tmp_path
         await follower.feed.close()
         await asyncio.to_thread(db.close)
 
+
+
+async def test_a_one_shot_committer_publishes_and_a_fresh_feed_reads_it(kafka_broker, tmp_path) -> None:
+    settings = await settings_for(tmp_path, kafka_broker.bootstrap)
+    db = await asyncio.to_thread(open_config_db, settings)
+    try:
+        done = await ControlService(db).put_business_unit("cli", "wholesale")  # as `farebox config apply` commits
+        head = await asyncio.to_thread(db.head)
+        assert done is not None and head is not None
+        document = await asyncio.to_thread(db.document, head[0])
+        assert await publish_now(settings, head[0], document, timeout_s=30)
+        feed = KafkaSnapshotFeed(kafka_broker.bootstrap, settings.distributed.config_topic, content_hash)
+        feed.start()
+        try:
+            await until(lambda: feed.head() == head, 30, "the fresh feed reads the published snapshot")
+        finally:
+            await feed.close()
+        dead = replace(settings, distributed=replace(settings.distributed, bootstrap=f"127.0.0.1:{free_port()}"))
+        assert not await publish_now(dead, head[0], document, timeout_s=0.5)  # Kafka away: False, no exception
+    finally:
+        await asyncio.to_thread(db.close)
