@@ -22,8 +22,11 @@ fallback and the source of truth. When the database is ahead of the topic (a
 publish lost while Kafka was away, a commit by ``farebox config apply``, two
 publishers racing) the pod adopts the database's version and publishes it
 again, which repairs the topic for every other pod; extra copies are harmless
-(the feed keeps the highest version). Neither Kafka nor the database being
-down stops the pod: it serves what it has.
+(the feed keeps the highest version). A topic *ahead* of the database (the
+database restored from a backup, or replaced while the topic was kept) is not
+trusted: the pod goes back to the database's version and refuses those topic
+versions. Neither Kafka nor the database being down stops the pod: it serves
+what it has.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ class SnapshotFollower:
         self.publisher = publisher  # told when the database is ahead of the feed
         self.db_poll_s = db_poll_s  # None: the database every poll (no feed)
         self._db_polled_at = float("-inf")
+        self._refused = 0  # topic versions up to this one are not taken (did not compile, or beyond the database)
         self.db = db
         self.swap = swap
         self.secrets = secrets
@@ -101,9 +105,9 @@ class SnapshotFollower:
             self.emit(ConfigPublished(version=version, content_hash=snap.content_hash, time=_utcnow()))
         log.info("snapshot %d live from %s (%s)", version, source, snap.content_hash[:12])
 
-    async def adopt(self, version: int, doc: dict[str, Any], source: str = "database") -> None:
+    async def adopt(self, version: int, doc: dict[str, Any], source: str = "database", *, force: bool = False) -> None:
         async with self._lock:
-            if version <= self.version and self.source in AUTHORITATIVE:
+            if version <= self.version and self.source in AUTHORITATIVE and not force:
                 return
             snap = await asyncio.to_thread(compile_document, doc, version)
             self.install(version, snap, source)
@@ -129,6 +133,8 @@ class SnapshotFollower:
                 doc = await asyncio.to_thread(self.db.document, head[0])
                 await self.adopt(head[0], doc)
                 self.repair_topic(head[0], doc)
+            elif head is not None and head[0] < self.version and self.source == "topic":
+                await self.distrust_topic(head[0])
             elif head is not None and self.topic_behind(head[0]):
                 self.repair_topic(head[0], await asyncio.to_thread(self.db.document, head[0]))
         except ControlUnavailable:
@@ -145,15 +151,27 @@ class SnapshotFollower:
     async def poll_feed(self) -> None:
         """Adopt the feed's snapshot if it is newer than ours (a memory read; no I/O unless it is)."""
         head = self.feed.head() if self.feed is not None else None
-        if head is None or head[0] <= self.version:
+        if head is None or head[0] <= self.version or head[0] <= self._refused:
             return
         try:
             await self.adopt(head[0], self.feed.document(head[0]), "topic")  # type: ignore[union-attr]
         except LookupError:
             return  # superseded between the two reads: the next poll takes the newer one
         except ConfigError as exc:
+            self._refused = max(self._refused, head[0])  # said once, not every poll
             log.error("snapshot %d from the config topic does not compile on this pod, still serving %d:\n%s",
                       head[0], self.version, exc)
+
+    async def distrust_topic(self, db_version: int) -> None:
+        """The topic is ahead of the database (restored, or replaced under a kept topic): the database
+        wins. Topic versions up to the one served are refused from now on; publish the database's."""
+        log.error("config topic ahead of the config database (topic %d, database %d): following the database",
+                  self.version, db_version)
+        self._refused = max(self._refused, self.version)
+        doc = await asyncio.to_thread(self.db.document, db_version)  # type: ignore[union-attr]
+        await self.adopt(db_version, doc, force=True)
+        if self.publisher is not None:
+            self.publisher.publish(db_version, doc)  # compaction keeps the last written: fresh pods get this
 
     def topic_behind(self, version: int) -> bool:
         """Is the config topic (as this pod's feed sees it) older than ``version``?"""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -65,12 +66,14 @@ def test_a_key_created_and_revoked_on_one_pod_reaches_the_other_through_the_topi
 
     resp = httpx.post(f"{c.pod_urls[0]}/admin/v1/keys/{created['id']}:revoke", headers=h(admin))
     assert resp.status_code == 200 and resp.json()["revoked"] is True
+    revoked_at = time.monotonic()
 
     def revoked_on_pod_1() -> bool:
         r = httpx.post(c.pod_urls[1] + CHAT, json=BODY, headers=h(created["key"]), timeout=30)
         return r.status_code == 401 and r.json()["error"]["code"] == "revoked_api_key"
 
-    wait_until(revoked_on_pod_1, 60, what="the revocation on pod 1")
+    wait_until(revoked_on_pod_1, 60, interval=0.02, what="the revocation on pod 1")
+    print(f"\n  revocation on pod 0 -> 401 on pod 1 through the topic: {(time.monotonic() - revoked_at) * 1000:.0f} ms")
     status = httpx.get(c.pod_urls[1] + "/admin/v1/snapshot", headers=h(admin)).json()
     zero = httpx.get(c.pod_urls[0] + "/admin/v1/snapshot", headers=h(admin)).json()
     assert status["source"] == "topic" and status["version"] == zero["version"] == status["topic_version"]

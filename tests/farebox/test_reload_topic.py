@@ -152,3 +152,56 @@ async def test_a_one_shot_committer_publishes_and_a_fresh_feed_reads_it(kafka_br
         assert not await publish_now(dead, head[0], document, timeout_s=0.5)  # Kafka away: False, no exception
     finally:
         await asyncio.to_thread(db.close)
+
+
+async def test_a_topic_snapshot_that_does_not_compile_is_refused_once_and_the_pod_keeps_serving(
+        kafka_broker, tmp_path, caplog) -> None:
+    settings = await settings_for(tmp_path, kafka_broker.bootstrap)
+    db = await asyncio.to_thread(open_config_db, settings)
+    follower, _ = follower_for(settings, db)
+    follower.feed.start()  # type: ignore[union-attr]
+    try:
+        await follower.poll_once()
+        serving = follower.version
+        bad = {"control": {"deployments": [{"id": "broken"}]}, "prices": [], "keys": [], "admin_tokens": []}
+        follower.publisher.publish(serving + 1, bad)  # type: ignore[union-attr]
+        await until(lambda: (follower.feed.head() or (0,))[0] == serving + 1, 30, "the bad snapshot on the feed")  # type: ignore[union-attr]
+        for _ in range(3):
+            await follower.poll_once()
+        assert follower.version == serving and follower.source == "database"
+        refusals = [r for r in caplog.records if "does not compile on this pod" in r.getMessage()]
+        assert len(refusals) == 1
+    finally:
+        await follower.publisher.close()  # type: ignore[union-attr]
+        await follower.feed.close()  # type: ignore[union-attr]
+        await asyncio.to_thread(db.close)
+
+
+async def test_a_topic_ahead_of_the_database_is_not_trusted(kafka_broker, tmp_path, caplog) -> None:
+    settings = await settings_for(tmp_path, kafka_broker.bootstrap)
+    db = await asyncio.to_thread(open_config_db, settings)
+    follower, live = follower_for(settings, db)
+    follower.db_poll_s = 0.01
+    follower.feed.start()  # type: ignore[union-attr]
+    try:
+        await follower.poll_once()
+        in_db = follower.version
+        document = await asyncio.to_thread(db.document, in_db)
+        stale = {**document, "control": {**document["control"],
+                                         "business_units": [*document["control"]["business_units"], "gone"]}}
+        follower.publisher.publish(in_db + 40, stale)  # type: ignore[union-attr]  # e.g. the database was restored
+
+        async def back_on_the_database() -> bool:
+            await follower.poll_once()
+            return follower.source == "database" and any("ahead of the config database" in r.getMessage()
+                                                         for r in caplog.records)
+
+        await until(back_on_the_database, 30, "the pod back on the database's version")
+        assert follower.version == in_db and "gone" not in live[-1].business_units
+        for _ in range(3):  # the feed still holds the stale version: it is not taken again
+            await follower.poll_once()
+        assert (follower.version, follower.source) == (in_db, "database")
+    finally:
+        await follower.publisher.close()  # type: ignore[union-attr]
+        await follower.feed.close()  # type: ignore[union-attr]
+        await asyncio.to_thread(db.close)

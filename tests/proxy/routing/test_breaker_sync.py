@@ -71,7 +71,9 @@ async def test_an_open_reaches_the_other_pods_and_a_late_pod_and_a_close_follows
         await until(lambda: sync_b.status()["redis"] == "ok" and sync_b._tasks, 10, "pod b subscribed")  # noqa: SLF001
         await asyncio.sleep(0.2)  # let the subscription settle before the first publish
         fail_until_open(a, snap)
+        opened_at = time.monotonic()
         await until(lambda: b.blocked(dep, b.clock()) == "circuit_open", 20, "pod b skips the deployment")
+        print(f"\n  open on pod a -> skipped on pod b: {(time.monotonic() - opened_at) * 1000:.0f} ms")
         assert sync_a.sent == 1 and sync_b.applied == 1
         assert b.breaker(dep).open_until - b.clock() <= a.breaker(dep).open_until - a.clock() + 0.01
 
