@@ -24,7 +24,6 @@ from proxy.control.document import content_hash
 from proxy.control.service import ControlService
 from proxy.control.snapshot import Secrets, Snapshot
 from streams.config_topic import KafkaSnapshotFeed, KafkaSnapshotPublisher
-
 from tests.infra.kafka.support import session_broker
 from tests.kafka_leaks import absorb_kafka_leaks  # noqa: F401 (autouse fixture)
 
