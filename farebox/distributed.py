@@ -12,6 +12,7 @@ take stays in the spool for the next start).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,7 +23,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from farebox.control import open_config_db
-from farebox.reload import SnapshotFollower
+from farebox.reload import SnapshotFollower, attach_config_topic, config_topic_ctx
 from farebox.settings import Settings, load_secrets
 from ledger.codec import from_dict
 from ledger.events import ConfigPublished, LeaseGranted
@@ -33,6 +34,7 @@ from proxy.api.app import create_app
 from proxy.control.errors import ControlUnavailable
 from proxy.control.service import ControlService
 from proxy.control.snapshot import Secrets, Snapshot
+from proxy.routing.breaker_sync import sync_ctx as breaker_sync_ctx
 from streams.kafka_log import KafkaEventLog
 
 log = logging.getLogger("farebox")
@@ -102,6 +104,15 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     app.cleanup_ctx.insert(0, event_log_ctx)
     app.cleanup_ctx.insert(1, wallet_ctx)
     app.cleanup_ctx.append(reload_ctx)
+
+    # -- config topic and shared circuit breakers (farebox/reload.py, proxy/routing/breaker_sync.py) --
+    publisher = attach_config_topic(follower, settings)
+    if runtime.control is not None:
+        runtime.control.publisher = publisher
+    app.cleanup_ctx.append(functools.partial(config_topic_ctx, follower=follower))
+    if d.share_breakers:
+        app.cleanup_ctx.append(breaker_sync_ctx(d.redis_url, runtime.routing, lambda: runtime.snapshot.deployments,
+                                                settings.pod_id))
     return app
 
 

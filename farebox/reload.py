@@ -1,4 +1,5 @@
-"""Following the control plane: every pod polls the config database's version counter.
+"""Following the control plane: every pod polls the config database's version counter (and, in
+distributed mode, follows the config topic first).
 
 ``SnapshotFollower`` keeps the pod's snapshot current. Every
 ``poll_interval_s`` (default 0.2 s) it reads the head row (one primary-key
@@ -12,6 +13,20 @@ When the database is unreachable the pod keeps serving what it has (and
 starts from ``state_dir/snapshot.json`` if it must); polling continues and
 the pod catches up as soon as the database is back. The same poll imports
 lines appended to the legacy state files (``keys.jsonl`` ...).
+
+Distributed mode adds a ``feed`` (``streams.config_topic.KafkaSnapshotFeed``,
+the compacted config topic held in memory) and a ``publisher``. Every poll
+reads the feed (a memory read) and adopts a newer snapshot from it (source
+``topic``); the database is then read only every ``db_poll_s`` as the
+fallback and the source of truth. When the database is ahead of the topic (a
+publish lost while Kafka was away, a commit by ``farebox config apply``, two
+publishers racing) the pod adopts the database's version and publishes it
+again, which repairs the topic for every other pod; extra copies are harmless
+(the feed keeps the highest version). A topic *ahead* of the database (the
+database restored from a backup, or replaced while the topic was kept) is not
+trusted: the pod goes back to the database's version and refuses those topic
+versions. Neither Kafka nor the database being down stops the pod: it serves
+what it has.
 """
 
 from __future__ import annotations
@@ -19,39 +34,54 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 from farebox.control import import_state_files
 from farebox.settings import Settings, resolve_secrets
 from ledger.events import ConfigPublished
 from proxy.control.db.store import ConfigDB
-from proxy.control.document import compile_document, save_last_good
+from proxy.control.document import compile_document, content_hash, save_last_good
 from proxy.control.errors import ConfigRejected, ControlUnavailable
 from proxy.control.problems import ConfigError
+from proxy.control.publish import SnapshotFeed, SnapshotPublisher
 from proxy.control.snapshot import Secrets, Snapshot
+from streams.config_topic import KafkaSnapshotFeed, KafkaSnapshotPublisher
 
 log = logging.getLogger("farebox.reload")
+
+AUTHORITATIVE = ("database", "topic")  # sources a pod does not re-adopt the same version from
 
 
 class SnapshotFollower:
     def __init__(self, settings: Settings, db: ConfigDB | None, swap: Callable[[Snapshot], None],
-                 secrets: Secrets, emit: Callable[[Any], None] | None = None) -> None:
+                 secrets: Secrets, emit: Callable[[Any], None] | None = None, *,
+                 feed: SnapshotFeed | None = None, publisher: SnapshotPublisher | None = None,
+                 db_poll_s: float | None = None) -> None:
         self.settings = settings
+        self.feed = feed
+        self.publisher = publisher  # told when the database is ahead of the feed
+        self.db_poll_s = db_poll_s  # None: the database every poll (no feed)
+        self._db_polled_at = float("-inf")
+        self._refused = 0  # topic versions up to this one are not taken (did not compile, or beyond the database)
         self.db = db
         self.swap = swap
         self.secrets = secrets
         self.emit = emit
         self.version = 0
         self.content_hash = ""
-        self.source = "none"  # database | disk
+        self.source = "none"  # database | topic | disk
         self.db_ok = db is not None
         self.adopted_at = 0.0
         self._offsets: dict[str, int] = {}
         self._lock = asyncio.Lock()
 
     def status(self) -> dict[str, Any]:
-        return {"version": self.version, "content_hash": self.content_hash, "source": self.source,
-                "database": "ok" if self.db_ok else "unreachable"}
+        out = {"version": self.version, "content_hash": self.content_hash, "source": self.source,
+               "database": "ok" if self.db_ok else "unreachable"}
+        if self.feed is not None:
+            head = self.feed.head()
+            out["topic_version"] = head[0] if head is not None else None
+        return out
 
     def adopt_sync(self, version: int, doc: dict[str, Any], source: str) -> Snapshot:
         """Compile, swap, save to disk (start-up). Raises ConfigError if the document does not compile."""
@@ -75,17 +105,22 @@ class SnapshotFollower:
             self.emit(ConfigPublished(version=version, content_hash=snap.content_hash, time=_utcnow()))
         log.info("snapshot %d live from %s (%s)", version, source, snap.content_hash[:12])
 
-    async def adopt(self, version: int, doc: dict[str, Any]) -> None:
+    async def adopt(self, version: int, doc: dict[str, Any], source: str = "database", *, force: bool = False) -> None:
         async with self._lock:
-            if version <= self.version and self.source == "database":
+            if version <= self.version and self.source in AUTHORITATIVE and not force:
                 return
             snap = await asyncio.to_thread(compile_document, doc, version)
-            self.install(version, snap, "database")
+            self.install(version, snap, source)
             await asyncio.to_thread(save_last_good, self.settings.state_dir, version, doc)
 
     async def poll_once(self) -> None:
+        await self.poll_feed()
         if self.db is None:
             return
+        now = time.monotonic()
+        if self.feed is not None and self.db_poll_s is not None and now - self._db_polled_at < self.db_poll_s:
+            return
+        self._db_polled_at = now
         try:
             await asyncio.to_thread(import_state_files, self.db, self.settings.state_dir, self._offsets)
         except ConfigRejected as exc:
@@ -94,9 +129,14 @@ class SnapshotFollower:
             pass  # reported by the head read below
         try:
             head = await asyncio.to_thread(self.db.head)
-            if head is not None and (head[0] > self.version or self.source != "database"):
+            if head is not None and (head[0] > self.version or self.source not in AUTHORITATIVE):
                 doc = await asyncio.to_thread(self.db.document, head[0])
                 await self.adopt(head[0], doc)
+                self.repair_topic(head[0], doc)
+            elif head is not None and head[0] < self.version and self.source == "topic":
+                await self.distrust_topic(head[0])
+            elif head is not None and self.topic_behind(head[0]):
+                self.repair_topic(head[0], await asyncio.to_thread(self.db.document, head[0]))
         except ControlUnavailable:
             if self.db_ok:
                 log.warning("config database unreachable; serving snapshot %d until it is back", self.version)
@@ -108,6 +148,44 @@ class SnapshotFollower:
             log.info("config database reachable again (snapshot %d)", self.version)
         self.db_ok = True
 
+    async def poll_feed(self) -> None:
+        """Adopt the feed's snapshot if it is newer than ours (a memory read; no I/O unless it is)."""
+        head = self.feed.head() if self.feed is not None else None
+        if head is None or head[0] <= self.version or head[0] <= self._refused:
+            return
+        try:
+            await self.adopt(head[0], self.feed.document(head[0]), "topic")  # type: ignore[union-attr]
+        except LookupError:
+            return  # superseded between the two reads: the next poll takes the newer one
+        except ConfigError as exc:
+            self._refused = max(self._refused, head[0])  # said once, not every poll
+            log.error("snapshot %d from the config topic does not compile on this pod, still serving %d:\n%s",
+                      head[0], self.version, exc)
+
+    async def distrust_topic(self, db_version: int) -> None:
+        """The topic is ahead of the database (restored, or replaced under a kept topic): the database
+        wins. Topic versions up to the one served are refused from now on; publish the database's."""
+        log.error("config topic ahead of the config database (topic %d, database %d): following the database",
+                  self.version, db_version)
+        self._refused = max(self._refused, self.version)
+        doc = await asyncio.to_thread(self.db.document, db_version)  # type: ignore[union-attr]
+        await self.adopt(db_version, doc, force=True)
+        if self.publisher is not None:
+            self.publisher.publish(db_version, doc)  # compaction keeps the last written: fresh pods get this
+
+    def topic_behind(self, version: int) -> bool:
+        """Is the config topic (as this pod's feed sees it) older than ``version``?"""
+        if self.feed is None or self.publisher is None:
+            return False
+        head = self.feed.head()
+        return head is None or head[0] < version
+
+    def repair_topic(self, version: int, doc: dict[str, Any]) -> None:
+        """The database is ahead of the topic: publish its version (never blocks; a repeat is a no-op)."""
+        if self.topic_behind(version):
+            log.info("config topic behind the database (snapshot %d): publishing it", version)
+            self.publisher.publish(version, doc)  # type: ignore[union-attr]
+
     async def follow(self) -> None:
         """Runs until cancelled."""
         while True:
@@ -116,6 +194,43 @@ class SnapshotFollower:
                 await self.poll_once()
             except Exception:  # a bug must not stop the pod from following
                 log.exception("snapshot poll failed")
+
+
+def attach_config_topic(follower: SnapshotFollower, settings: Settings) -> KafkaSnapshotPublisher:
+    """Distributed mode: the follower reads the config topic first and the database every
+    ``config_db_poll_s``; returns the publisher the control service tells about commits."""
+    d = settings.distributed
+    follower.feed = KafkaSnapshotFeed(d.bootstrap, d.config_topic, content_hash,
+                                      client_id=f"farebox-{settings.pod_id}-config-feed")
+    publisher = KafkaSnapshotPublisher(d.bootstrap, d.config_topic, content_hash,
+                                       client_id=f"farebox-{settings.pod_id}-config")
+    follower.publisher, follower.db_poll_s = publisher, d.config_db_poll_s
+    return publisher
+
+
+async def publish_now(settings: Settings, version: int, document: dict[str, Any], timeout_s: float = 5.0) -> bool:
+    """For a one-shot committer (``farebox config apply`` in distributed mode): publish ``version`` and wait
+    up to ``timeout_s``. False if Kafka did not take it: the commit stands and pods find it in the database."""
+    if settings.mode != "distributed":
+        return False
+    d = settings.distributed
+    publisher = KafkaSnapshotPublisher(d.bootstrap, d.config_topic, content_hash, client_id="farebox-cli-config",
+                                       send_timeout_s=timeout_s)
+    publisher.publish(version, document)
+    await publisher.close(timeout_s)
+    return publisher.sent_version >= version
+
+
+async def config_topic_ctx(app: Any, follower: SnapshotFollower) -> AsyncIterator[None]:
+    """The feed reads for the app's lifetime; at shutdown the publisher flushes (a few seconds at most)."""
+    feed, publisher = follower.feed, follower.publisher
+    if isinstance(feed, KafkaSnapshotFeed):
+        feed.start()
+    yield
+    if isinstance(publisher, KafkaSnapshotPublisher):
+        await publisher.close()
+    if isinstance(feed, KafkaSnapshotFeed):
+        await feed.close()
 
 
 def _utcnow():  # type: ignore[no-untyped-def]

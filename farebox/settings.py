@@ -52,6 +52,8 @@ class DistributedSettings:
     lease_wait_s: float = 2.0  # how long a request waits for a grant when its lease is short
     low_water_pct: int = 30  # top up in the background below this share of a lease
     emergency_micro: int = 0  # per scope and pod, spent when Kafka is down and the leases are gone
+    config_db_poll_s: float = 5.0  # pods follow the config topic; the database is polled this often as fallback
+    share_breakers: bool = True  # circuit-breaker opens/closes shared between pods through Redis
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,8 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         lease_wait_s=d.number("lease_wait_s", dflt.lease_wait_s, 0),
         low_water_pct=d.int("low_water_pct", dflt.low_water_pct, 0),
         emergency_micro=d.int("emergency_micro", dflt.emergency_micro, 0),
+        config_db_poll_s=d.number("config_db_poll_s", dflt.config_db_poll_s, 0.01),
+        share_breakers=d.bool("share_breakers", dflt.share_breakers),
     )
     d.reject_unknown()
     root.skip(*CONTROL_SECTIONS)

@@ -2,7 +2,7 @@
 
 Defaults follow ``shared/ARCHITECTURE.md``: ``fb.requests`` (request events, keyed by team),
 ``fb.scope-entries`` (per-scope ledger entries and leases, keyed by scope), ``fb.rollups``,
-``fb.config`` (compacted). Partitions bound parallelism per topic: one ledger/lease processor
+``fb.config`` (compacted: the latest snapshot per key, see ``streams/config_topic.py``). Partitions bound parallelism per topic: one ledger/lease processor
 per partition, so ``fb.scope-entries`` partitions = how many scopes are processed in parallel.
 """
 
@@ -40,7 +40,9 @@ def farebox_topics(partitions: int = 3, retention_ms: int = WEEK_MS, replication
         TopicSpec(f"{prefix}requests", partitions, retention_ms, replication_factor=replication_factor),
         TopicSpec(f"{prefix}scope-entries", partitions, retention_ms, replication_factor=replication_factor),
         TopicSpec(f"{prefix}rollups", partitions, retention_ms, replication_factor=replication_factor),
-        TopicSpec(f"{prefix}config", 1, -1, compacted=True, replication_factor=replication_factor),
+        # max.message.bytes: a snapshot document (keys, prices) can outgrow the broker's 1 MB default
+        TopicSpec(f"{prefix}config", 1, -1, compacted=True, replication_factor=replication_factor,
+                  extra={"max.message.bytes": str(16 * 1024 * 1024)}),
     ]
 
 

@@ -8,8 +8,11 @@ consumer of the compacted ``fb.config`` topic implements the same two calls.
 
 ``SnapshotPublisher`` is told about every committed change. Embedded: the
 commit of the head row *is* the publication, so ``DatabasePublisher`` does
-nothing more; a Kafka adapter will produce the document to ``fb.config``
-keyed by ``snapshot`` (compaction keeps the latest).
+nothing more. Distributed: ``streams.config_topic.KafkaSnapshotPublisher``
+produces the document to ``fb.config`` keyed by ``snapshot`` (compaction
+keeps the latest) in the background: ``publish`` must return at once and
+never fail, because the commit has already happened and the database stays
+the fallback (``farebox.reload`` publishes again what the topic missed).
 """
 
 from __future__ import annotations
@@ -18,13 +21,19 @@ from typing import Any, Protocol
 
 
 class SnapshotFeed(Protocol):
-    def head(self) -> tuple[int, str] | None: ...
+    def head(self) -> tuple[int, str] | None:
+        """The newest (version, content hash) known, or None."""
+        ...
 
-    def document(self, version: int) -> dict[str, Any]: ...
+    def document(self, version: int) -> dict[str, Any]:
+        """The document of ``version``; LookupError if it is not available."""
+        ...
 
 
 class SnapshotPublisher(Protocol):
-    def publish(self, version: int, document: dict[str, Any]) -> None: ...
+    def publish(self, version: int, document: dict[str, Any]) -> None:
+        """Tell the pods about a committed snapshot; returns at once, never raises for transport errors."""
+        ...
 
 
 class DatabasePublisher:

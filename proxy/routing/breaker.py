@@ -9,6 +9,11 @@
   ``close_after`` consecutive successes close it; one failure reopens it with
   the cooldown doubled (up to ``max_cooldown_s``).
 
+Shared between pods (distributed mode, ``shared_breakers.py``): a pod's own
+transitions to open or closed are counted in ``changes`` so they can be told
+to the others; a transition told by another pod is applied with
+``open_remote`` / ``close_remote`` and is not counted, so it is never echoed.
+
 Only retryable failures (5xx, timeouts, connection errors, broken streams)
 count. 429s are a routing signal (the deployment is paused for its
 Retry-After, see ``state.py``), and a caller's bad request says nothing about
@@ -36,6 +41,7 @@ class Breaker:
     probe_successes: int = 0
     # (second, requests, failures), oldest first
     buckets: deque = field(default_factory=deque)
+    changes: int = 0  # this pod's own transitions to open or closed (not those applied from other pods)
 
     def available(self, now: float) -> bool:
         """Could a request be sent now? (Does not take a probe slot.)"""
@@ -69,8 +75,8 @@ class Breaker:
                 return self._open(now, min(max(self.cooldown_s * 2, self.policy.cooldown_s), self.policy.max_cooldown_s))
             self.probe_successes += 1
             if self.probe_successes >= self.policy.close_after:
-                self.state, self.cooldown_s, self.opened_at = CLOSED, 0.0, None
-                self.buckets.clear()
+                self._close()
+                self.changes += 1
                 return CLOSED
             return None
         if self.state == OPEN:  # a request sent before the circuit opened, ending now
@@ -80,6 +86,26 @@ class Breaker:
         if requests >= self.policy.min_requests and failures * 100 > self.policy.error_pct * requests:
             return self._open(now, self.policy.cooldown_s)
         return None
+
+    def open_remote(self, now: float, until: float, cooldown_s: float) -> bool:
+        """Another pod opened the circuit until ``until`` (this pod's clock); True if it changed anything.
+
+        A later end than the one held wins; an end already past is ignored.
+        """
+        if until <= now or (self.state == OPEN and self.open_until >= until):
+            return False
+        self.state, self.open_until, self.cooldown_s, self.opened_at = OPEN, until, cooldown_s, now
+        self.probes_out = self.probe_successes = 0
+        self.buckets.clear()
+        return True
+
+    def close_remote(self, closed_at: float) -> bool:
+        """Another pod's probes closed the circuit at ``closed_at`` (this pod's clock): closes it here
+        unless it opened again after that. True if it changed anything."""
+        if self.state == CLOSED or (self.opened_at is not None and self.opened_at >= closed_at):
+            return False
+        self._close()
+        return True
 
     def totals(self, now: float) -> tuple[int, int]:
         """(requests, failures) inside the window."""
@@ -91,7 +117,13 @@ class Breaker:
         self.opened_at = now
         self.probes_out = self.probe_successes = 0
         self.buckets.clear()
+        self.changes += 1
         return OPEN
+
+    def _close(self) -> None:
+        self.state, self.cooldown_s, self.opened_at = CLOSED, 0.0, None
+        self.probes_out = self.probe_successes = 0
+        self.buckets.clear()
 
     def _count(self, now: float, ok: bool) -> None:
         sec = int(now)
