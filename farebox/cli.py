@@ -65,7 +65,16 @@ def _control(path: str):  # type: ignore[no-untyped-def]
     from proxy.control.service import ControlService
 
     settings = load_settings(path)
-    return ControlService(open_config_db(settings), price_change_factor=settings.price_change_factor)
+    adopt = None
+    if settings.mode == "distributed":  # pods follow fb.config: publish each commit there before exiting
+        from farebox.reload import publish_now
+
+        async def adopt(version: int, document: dict) -> None:
+            if not await publish_now(settings, version, document):
+                print(f"note: snapshot {version} is committed but Kafka did not take it; pods will read it "
+                      f"from the config database within {settings.distributed.config_db_poll_s:g} s", file=sys.stderr)
+
+    return ControlService(open_config_db(settings), price_change_factor=settings.price_change_factor, adopt=adopt)
 
 
 def _actor() -> str:

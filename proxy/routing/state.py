@@ -1,7 +1,7 @@
 """What a pod knows about its deployments right now: breakers, health, 429 pauses, retry budgets.
 
-Per pod and in memory (the issue's distributed sharing through Redis is a
-later step). The router reads it through ``available`` and ``weight_factor``;
+Per pod and in memory; in distributed mode breaker opens and closes are
+shared between pods through Redis by ``proxy.routing.breaker_sync``. The router reads it through ``available`` and ``weight_factor``;
 the failover loop writes it through ``start`` / ``finish``. Time comes from
 the clock passed in (monotonic seconds).
 """

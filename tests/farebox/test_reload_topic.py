@@ -24,6 +24,7 @@ from proxy.control.document import content_hash
 from proxy.control.service import ControlService
 from proxy.control.snapshot import Secrets, Snapshot
 from streams.config_topic import KafkaSnapshotFeed, KafkaSnapshotPublisher
+from tests.harness import mint
 from tests.infra.kafka.support import session_broker
 from tests.kafka_leaks import absorb_kafka_leaks  # noqa: F401 (autouse fixture)
 
@@ -204,3 +205,21 @@ async def test_a_topic_ahead_of_the_database_is_not_trusted(kafka_broker, tmp_pa
         await follower.publisher.close()  # type: ignore[union-attr]
         await follower.feed.close()  # type: ignore[union-attr]
         await asyncio.to_thread(db.close)
+
+
+async def test_the_cli_publishes_its_commit_to_the_topic_before_it_exits(kafka_broker, tmp_path) -> None:
+    settings = await settings_for(tmp_path, kafka_broker.bootstrap)
+    config = tmp_path / "farebox.yaml"
+    key = await asyncio.to_thread(mint, config, "platform", "playground", "chat-default")  # `farebox keys create`
+    assert key.startswith("fb-")
+    db = await asyncio.to_thread(open_config_db, settings)
+    try:
+        head = await asyncio.to_thread(db.head)
+    finally:
+        await asyncio.to_thread(db.close)
+    feed = KafkaSnapshotFeed(kafka_broker.bootstrap, settings.distributed.config_topic, content_hash)
+    feed.start()
+    try:  # no pod ran: only the CLI can have put the key's snapshot on the topic
+        await until(lambda: feed.head() == head, 30, "the CLI's snapshot on fb.config")
+    finally:
+        await feed.close()
