@@ -23,7 +23,8 @@ from proxy.control.snapshot import Deployment
 from proxy.errors import GatewayError, UpstreamError, UpstreamUnavailable
 from proxy.metering import ClientGone, Drained, HedgeLost, Meter
 from proxy.routing.attempts import backoff_s, hedge_delay_s, verdict
-from proxy.routing.router import unavailable
+from proxy.routing.chain import key_deployments, key_regions
+from proxy.routing.router import blocked_list, pinned_refusal, unavailable
 from proxy.routing.state import NEUTRAL, OK
 from proxy.upstream.base import ChatResult
 
@@ -181,9 +182,16 @@ class Attempts(Generic[T]):
                 await asyncio.gather(*tasks, return_exceptions=True)
 
     def _final_error(self) -> GatewayError:
+        """The last attempt's error, or the routing refusal if none was made; told as the key's pin's doing
+        when the pin kept the request from deployments that could have taken it."""
+        now, key = self.clock(), self.meter.key
         if self.last is not None:
-            return self.last
-        return unavailable(self.alias, self.chain, self.state, self.clock(), self.meter.data_class)
+            last, why = self.last, None
+        else:
+            last = unavailable(self.alias, self.chain, self.state, now, self.meter.data_class)
+            why = blocked_list(self.chain, self.state, now)
+        return pinned_refusal(self.meter.snapshot, self.alias, self.meter.data_class, key_regions(key),
+                              key_deployments(key), last, why)
 
 
 def _close(answer: object) -> None:

@@ -26,7 +26,7 @@ from typing import Iterable, Mapping
 import orjson
 
 from proxy.control.snapshot import Alias, Deployment, Snapshot
-from proxy.errors import GatewayError, InvalidRequest, PermissionDenied, UnsupportedParameter
+from proxy.errors import GatewayError, InvalidRequest, PermissionDenied, UnsupportedParameter, UpstreamUnavailable
 from proxy.routing.state import RoutingState
 
 PREFIX_CHARS = 4096  # ~1,024 tokens: provider prompt caches key on at least this much
@@ -49,6 +49,12 @@ class NoDeploymentAvailable(GatewayError):
     status = 503
     type = "api_error"
     code = "no_deployment_available"
+
+
+class PinnedUnavailable(NoDeploymentAvailable):
+    """Every deployment a pinned key may use is unavailable, and the pin kept the request from the others."""
+
+    code = "pinned_deployments_unavailable"
 
 
 class ProviderCapacity(GatewayError):
@@ -149,7 +155,9 @@ def route(
     live = [d for d in deps if blocked[d.id] is None]
     paused = sorted((d for d in deps if blocked[d.id] == "paused"), key=lambda d: state.wait_s(d, now))
     if not live and not paused:
-        raise unavailable(alias, deps, state, now, needs.data_class)
+        refusal = unavailable(alias, deps, state, now, needs.data_class)
+        raise pinned_refusal(snapshot, alias, needs.data_class, needs.regions, needs.allowed, refusal,
+                             blocked_list(deps, state, now))
     factors = state.weight_factors(live, now)
     weights = {d.id: d.weight * factors[d.id] * (headroom or {}).get(d.id, 1.0) for d in live}
     return weighted_order(live, rng, weights, sticky if alias.sticky else None) + paused
@@ -159,7 +167,7 @@ def unavailable(alias: Alias, deps: list[Deployment], state: RoutingState, now: 
     """The refusal when every eligible deployment is blocked: 429 if all are paused by 429s, else 503."""
     wait = max(1, math.ceil(min(state.wait_s(d, now) for d in deps)))
     reasons = {d.id: state.blocked(d, now) or "busy" for d in deps}
-    listed = ", ".join(f"{d} ({r.replace('_', ' ')})" for d, r in reasons.items())
+    listed = blocked_list(deps, state, now)
     headers = {"Retry-After": str(wait)}
     if all(r == "paused" for r in reasons.values()):
         return ProviderCapacity(
@@ -170,6 +178,44 @@ def unavailable(alias: Alias, deps: list[Deployment], state: RoutingState, now: 
         "The request was not sent.",
         headers=headers,
     )
+
+
+def pinned_out(snapshot: Snapshot, alias: Alias, data_class: str, regions: frozenset[str] | None,
+               allowed: frozenset[str] | None) -> list[Deployment]:
+    """The alias's deployments that may receive ``data_class`` but that the key's pin rules out."""
+    return [d for d in (snapshot.deployments[i] for i in alias.deployments)
+            if may_receive(d, data_class)
+            and ((regions is not None and d.region not in regions) or (allowed is not None and d.id not in allowed))]
+
+
+def pinned_refusal(snapshot: Snapshot, alias: Alias, data_class: str, regions: frozenset[str] | None,
+                   allowed: frozenset[str] | None, cause: GatewayError, why: str | None = None) -> GatewayError:
+    """``cause`` (what the key may use is unavailable) told as the pin's doing when the pin ruled out
+    deployments that could have taken the request; else ``cause`` itself. ``why`` replaces the cause's
+    message as the detail. Names regions and deployments, never provider keys."""
+    if not isinstance(cause, (UpstreamUnavailable, NoDeploymentAvailable)) or isinstance(cause, PinnedUnavailable):
+        return cause
+    others = pinned_out(snapshot, alias, data_class, regions, allowed)
+    if not others:
+        return cause
+    pins = []
+    if regions is not None:
+        pins.append(f"region(s) {', '.join(sorted(regions))}")
+    if allowed is not None:
+        pins.append(f"deployment(s) {', '.join(sorted(allowed))}")
+    plural = "s" if len(others) > 1 else ""
+    return PinnedUnavailable(
+        f"This key is pinned to {' and '.join(pins)}, and no deployment of alias '{alias.name}' it may use is "
+        f"available ({why or 'last error: ' + cause.message.rstrip('.')}). The key's pin kept the request from "
+        f"being sent to the alias's other deployment{plural} ({', '.join(d.id for d in others)}); "
+        "the request was not sent elsewhere.",
+        headers=cause.headers,
+    )
+
+
+def blocked_list(deps: list[Deployment], state: RoutingState, now: float) -> str:
+    """``dep-a (circuit open), dep-b (paused)``: why each deployment is blocked right now."""
+    return ", ".join(f"{d.id} ({(state.blocked(d, now) or 'busy').replace('_', ' ')})" for d in deps)
 
 
 def weighted_order(deps: list[Deployment], rng: random.Random, weights: Mapping[str, float] | None = None,

@@ -23,20 +23,25 @@ it catches up (it under-admits), and a pod ahead by ``d`` can add at most
 ``d`` worth of refill once. With NTP (skew in ms) this is far inside the
 ~5% the limits promise; if pods can drift by seconds, pass Redis time instead.
 
-Fallback: every Redis call is bounded by ``timeout_s`` (5 ms by default). On a
-timeout or connection error the call is answered by a local ``MemoryBuckets``
-holding ``capacity // pods`` per bucket (so N pods together stay near the
-limit), one warning is logged for the transition (not per request), and
-``metrics`` counts it. After a backoff (doubling up to ``max_backoff_s``) one
-call at a time probes Redis; when it answers, the adapter goes back (another
-single log line). Consumption while local is not copied back: rate limits are
-approximate by design. A script cut off by the timeout may still run later on
-the server, charging the bucket twice: the error is on the safe side.
+Calls go through ``redis_pipe.RedisPipe``: the calls of one loop tick share
+one pipelined write, and the ``timeout_s`` (5 ms by default) runs from that
+write; a reply already waiting in our socket when it runs out still counts.
+So it measures Redis and the network, not time spent queued in our own busy
+event loop. redis-py's client is kept for inspection (``state``) and tests.
+
+Fallback: on a timeout or connection error the call is answered by a local
+``MemoryBuckets`` holding ``capacity // pods`` per bucket (so N pods together
+stay near the limit), one warning is logged for the transition (not per
+request), and ``metrics`` counts it. After a backoff (doubling up to
+``max_backoff_s``) one call at a time probes Redis; when it answers, the
+adapter goes back (another single log line). Consumption while local is not
+copied back: rate limits are approximate by design. A script whose reply came
+too late has still run on the server, charging the bucket twice: the error is
+on the safe side.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import time
@@ -44,10 +49,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
+from redis.asyncio.connection import SSLConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from proxy.admission.limits import bucket
@@ -55,6 +61,7 @@ from proxy.admission.limits.bucket import BucketSpec, BucketState, Decision
 from proxy.admission.limits.errors import BackendError
 from proxy.admission.limits.memory import MemoryBuckets
 from proxy.admission.limits.port import Reservation
+from proxy.admission.limits.redis_pipe import Address, RedisPipe
 
 log = logging.getLogger("proxy.admission.limits")
 
@@ -145,6 +152,16 @@ _SHA = {script: hashlib.sha1(script.encode()).hexdigest() for script in (RESERVE
 _UNREACHABLE = (TimeoutError, RedisConnectionError, RedisTimeoutError, OSError)
 
 
+def address_of(client: aioredis.Redis) -> Address:
+    """Where ``client`` connects (host and port or unix socket, db, credentials); TLS is not spoken."""
+    pool = client.connection_pool
+    if issubclass(pool.connection_class, SSLConnection):
+        raise ValueError("RedisBuckets does not speak TLS: use a redis:// or unix:// URL")
+    kw = pool.connection_kwargs
+    return Address(host=kw.get("host", "127.0.0.1"), port=int(kw.get("port", 6379)), path=kw.get("path"),
+                   db=int(kw.get("db") or 0), username=kw.get("username"), password=kw.get("password"))
+
+
 class RedisBuckets:
     """``Buckets`` over one Redis primary; answers locally (limit // pods) when Redis does not."""
 
@@ -160,13 +177,15 @@ class RedisBuckets:
         max_backoff_s: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
         owns_client: bool = False,
+        stale_s: float = 1.0,
     ) -> None:
         if pods < 1:
             raise ValueError(f"pods must be >= 1, got {pods}")
         self._client = client
         self._owns_client = owns_client
+        self._pipe = RedisPipe(address_of(client), timeout_s=timeout_s, scripts=(RESERVE, ADJUST),
+                               connect_timeout_s=stale_s, stale_s=stale_s)
         self.pods = pods
-        self.timeout_s = timeout_s
         self.key_prefix = key_prefix
         self._ttl_windows = ttl_windows
         self._backoff_s = backoff_s
@@ -178,7 +197,6 @@ class RedisBuckets:
         self._retry_at = 0.0
         self._backoff = backoff_s
         self._probing = False
-        self._abandoned: set[asyncio.Future[Any]] = set()
         self.metrics: dict[str, Any] = {
             "mode": "redis",
             "redis_fallback_total": 0,  # calls answered by the local buckets
@@ -196,9 +214,9 @@ class RedisBuckets:
         socket_timeout_s: float = 1.0,
         **kw: Any,
     ) -> RedisBuckets:
-        """A client of its own (closed by ``close``). No redis-py retries (our timeout decides);
-        a blocking pool, so a burst waits for a connection (inside the timeout) instead of
-        failing; ``socket_timeout_s`` bounds how long an abandoned call may linger."""
+        """A client of its own (closed by ``close``) for inspection, and the pipe to the same
+        Redis; ``socket_timeout_s`` bounds connecting and how long a call may stay unanswered
+        before the connection is dropped and made again."""
         pool = aioredis.BlockingConnectionPool.from_url(
             url,
             max_connections=max_connections,
@@ -207,11 +225,19 @@ class RedisBuckets:
             socket_timeout=socket_timeout_s,
             socket_connect_timeout=socket_timeout_s,
         )
-        return cls(aioredis.Redis.from_pool(pool), pods=pods, owns_client=True, **kw)
+        return cls(aioredis.Redis.from_pool(pool), pods=pods, owns_client=True, stale_s=socket_timeout_s, **kw)
 
     @property
     def client(self) -> aioredis.Redis:
         return self._client
+
+    @property
+    def timeout_s(self) -> float:
+        return self._pipe.timeout_s
+
+    @property
+    def pipe(self) -> RedisPipe:
+        return self._pipe
 
     def redis_key(self, key: str) -> str:
         return self.key_prefix + key
@@ -220,15 +246,9 @@ class RedisBuckets:
         """Open a connection and load the scripts before traffic, so the first request does
         not pay for them inside its 5 ms. If Redis does not answer, start in local mode."""
         async def warm() -> None:
-            await self._client.ping()
-            for script in (RESERVE, ADJUST):
-                await self._client.script_load(script)
+            await self._pipe.call("PING", timeout_s=timeout_s)  # after the setup, which loads them
 
-        saved, self.timeout_s = self.timeout_s, timeout_s
-        try:
-            await self._shared_or_local(warm, lambda: None)
-        finally:
-            self.timeout_s = saved
+        await self._shared_or_local(warm, lambda: None)
 
     # -- the port -----------------------------------------------------------------------
 
@@ -264,13 +284,14 @@ class RedisBuckets:
         bucket.check_time(now_us)
 
         async def shared() -> int:
-            return bucket.units(bucket.refill(await self.state(spec.key), spec, now_us))
+            level, rem, t = await self._pipe.call("HMGET", self.redis_key(spec.key), "l", "r", "t")
+            state = None if level is None or rem is None or t is None else BucketState(int(level), int(rem), int(t))
+            return bucket.units(bucket.refill(state, spec, now_us))
 
         return await self._shared_or_local(shared, lambda: self.local.peek_now(self._scaled_one(spec), now_us))
 
     async def close(self) -> None:
-        if self._abandoned:  # calls cut off by the timeout; each is bounded by the socket timeout
-            await asyncio.wait(set(self._abandoned))
+        await self._pipe.close()
         await self.local.close()
         if self._owns_client:
             await self._client.aclose()
@@ -289,11 +310,7 @@ class RedisBuckets:
         args: list[int] = [now_us, self._ttl_windows]
         for spec, amount in items:
             args += [spec.capacity, spec.window_s, amount]
-        try:
-            return await self._client.evalsha(_SHA[script], len(keys), *keys, *args)
-        except NoScriptError:  # a restarted or flushed Redis: load once, retry once
-            await self._client.script_load(script)
-            return await self._client.evalsha(_SHA[script], len(keys), *keys, *args)
+        return await self._pipe.evalsha(_SHA[script], keys, args)
 
     async def _shared_or_local(self, shared: Callable[[], Awaitable[T]], local: Callable[[], T]) -> T:
         probing = False
@@ -303,7 +320,7 @@ class RedisBuckets:
                 return local()
             probing = self._probing = True
         try:
-            result = await self._within_timeout(shared)
+            result = await shared()
         except _UNREACHABLE as exc:
             self.metrics["redis_errors_total"] += 1
             self._went_down(exc, probing)
@@ -317,32 +334,6 @@ class RedisBuckets:
         if probing:
             self._came_back()
         return result
-
-    async def _within_timeout(self, shared: Callable[[], Awaitable[T]]) -> T:
-        """Run ``shared`` as a task and stop waiting after ``timeout_s``. Not ``asyncio.timeout``:
-        cancelling redis-py inside its own socket timeout can swallow the cancellation on
-        Python 3.11 (a call then hangs for the whole socket timeout), so an abandoned call is
-        cancelled and left to finish in the background, bounded by the socket timeout."""
-        task = asyncio.ensure_future(shared())
-        try:
-            done, _ = await asyncio.wait((task,), timeout=self.timeout_s)
-        except asyncio.CancelledError:
-            self._abandon(task)
-            raise
-        if not done:
-            self._abandon(task)
-            raise TimeoutError(f"no answer within {self.timeout_s * 1000:.0f} ms")
-        return task.result()
-
-    def _abandon(self, task: asyncio.Future[Any]) -> None:
-        task.cancel()
-        self._abandoned.add(task)
-        task.add_done_callback(self._reap)
-
-    def _reap(self, task: asyncio.Future[Any]) -> None:
-        self._abandoned.discard(task)
-        if not task.cancelled():
-            task.exception()  # retrieved: an abandoned call's error is already counted
 
     def _went_down(self, exc: BaseException, probing: bool) -> None:
         now = self._monotonic()

@@ -1,0 +1,92 @@
+"""Printing: the closed-loop tables, the open-loop ladder lines and the summary."""
+
+from __future__ import annotations
+
+import math
+
+from tests.bench.gateway.open_loop import RateRow, saturated
+
+
+def fmt(v: float | None, width: int = 7, prec: int = 2) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-".rjust(width)
+    return f"{v:{width}.{prec}f}"
+
+
+
+
+def ratio(g: float | None, d: float | None) -> str:
+    return f"{g / d:5.2f}x" if d and g is not None else "    -"
+
+
+def closed_table(title: str, metric: str, rows: list[dict]) -> str:
+    lines = [title,
+             f"{'conc':>5} {'n':>6} | {'direct p50':>10} {'p99':>7} | {'gateway p50':>11} {'p99':>7} | "
+             f"{'added p50':>9} {'p99':>7} | {'ratio p50':>9} {'p99':>6} | {'rps d/g':>11} | "
+             f"{'cpu us/req cli/sim/gw':>21} {'cores':>5} | {'errors d/g':>10}",
+             ]
+    for r in rows:
+        d, g = r["direct"], r["gateway"]
+        mark = "  <-- ERRORS" if d["errors"] or g["errors"] else ""
+        lines.append(
+            f"{r['concurrency']:>5} {d['requests']:>6} | {fmt(d['p50_ms'], 10)} {fmt(d['p99_ms'])} | "
+            f"{fmt(g['p50_ms'], 11)} {fmt(g['p99_ms'])} | {fmt(r['added_p50_ms'], 9)} {fmt(r['added_p99_ms'])} | "
+            f"{ratio(g['p50_ms'], d['p50_ms']):>9} {ratio(g['p99_ms'], d['p99_ms']):>6} | "
+            f"{d['throughput_rps']:>5.0f}/{g['throughput_rps']:<5.0f} | "
+            f"{cpu_cell(g)} | {d['errors']:>4}/{g['errors']:<5}{mark}")
+    lines.append(f"  ({metric}; ms; cpu = CPU per request of client, simulator, gateway during the gateway runs;"
+                 f" cores = cores busy in total)")
+    return "\n".join(lines)
+
+
+def cpu_cell(s: dict) -> str:
+    parts = [fmt(s.get(k), 5, 0).strip() for k in ("client_cpu_us_per_req", "simulator_cpu_us_per_req",
+                                                     "gateway_cpu_us_per_req")]
+    return f"{'/'.join(parts):>21} {fmt(s.get('cores_busy'), 5)}"
+
+
+def rate_header() -> str:
+    return (f"{'rate':>6} | {'direct ach':>10} {'p50':>6} {'p99':>7} {'lag99':>6} {'err':>4} | "
+            f"{'gateway ach':>11} {'p50':>6} {'p99':>7} {'lag99':>6} {'err':>4} | {'added p50':>9} {'p99':>7} "
+            f"{'ratio p99':>9} | {'cpu us/req cli/sim/gw':>21} {'cores':>5}")
+
+
+def rate_line(row: RateRow) -> str:
+    d, g = row.direct, row.gateway
+    left = (f"{row.rate:>6.0f} | {d['throughput_rps']:>10.0f} {fmt(d['p50_ms'], 6)} {fmt(d['p99_ms'])} "
+            f"{fmt(d.get('lag_p99_ms'), 6)} {d['errors']:>4} | ")
+    why = saturated(d, row.rate)
+    notes = [f"{side} listen-queue overflows {s['listen_overflows']}" for side, s in (("direct", d), ("gateway", g))
+             if s and s.get("listen_overflows")]
+    if why:
+        notes.append(f"direct saturated: {why}")
+    if g is None:
+        return left + f"{'(gateway ladder stopped)':>40}" + "".join(f"   {n}" for n in notes)
+    mark = "" if row.gateway_ok else "  <-- over budget" if not (g["errors"] or d["errors"]) else "  <-- ERRORS"
+    return (left + f"{g['throughput_rps']:>11.0f} {fmt(g['p50_ms'], 6)} {fmt(g['p99_ms'])} "
+            f"{fmt(g.get('lag_p99_ms'), 6)} {g['errors']:>4} | {fmt(row.added_p50, 9)} {fmt(row.added_p99)} "
+            f"{ratio(g['p99_ms'], d['p99_ms']):>9} | {cpu_cell(g)}{mark}" + "".join(f"   {n}" for n in notes))
+
+
+def summary_lines(report: dict) -> list[str]:
+    lines = ["\n== summary"]
+    for dialect, kinds in report["closed_loop"].items():
+        for kind, rows in kinds.items():
+            parts = [f"c={r['concurrency']}: {fmt(r['added_p50_ms'], 0)}/{fmt(r['added_p99_ms'], 0)} ms" for r in rows]
+            label = "TTFT" if kind == "streaming" else "latency"
+            lines.append(f"  {dialect:<9} {kind:<13} added {label} p50/p99  " + "   ".join(parts))
+    ladder = report.get("open_loop")
+    if ladder:
+        knee = ladder["knee_rps"]
+        lines.append(f"  knee (highest rate with gateway added p99 <= {ladder['budget_added_p99_ms']:g} ms, no errors): "
+                     + (f"{knee:g} req/s" if knee is not None else "none of the rates tried"))
+        if ladder["direct_saturated_at_rps"] is not None:
+            lines.append(f"  direct run saturates at {ladder['direct_saturated_at_rps']:g} req/s "
+                         f"({ladder['direct_saturation_reason']}): the client+simulator ceiling")
+        else:
+            lines.append(f"  direct run did not saturate up to {ladder['direct_max_rate_tried_rps']:g} req/s")
+        if knee is not None and ladder["direct_saturated_at_rps"] is not None:
+            limit = "the gateway" if knee < ladder["direct_saturated_at_rps"] else "the client/simulator"
+            lines.append(f"  -> the knee is set by {limit}")
+    return lines
+

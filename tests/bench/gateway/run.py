@@ -1,0 +1,204 @@
+"""The bench run: plans (full, quick), one stack, the closed-loop tables then the open-loop ladder,
+the JSON report; ``--profile`` runs the gateway under cProfile instead. ``main`` is
+``python -m tests.bench.gateway``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import aiohttp
+import orjson
+
+from tests.bench.gateway.closed_loop import closed_loop, compare_closed, warm
+from tests.bench.gateway.open_loop import ADDED_P99_BUDGET_MS, rate_ladder
+from tests.bench.gateway.report import closed_table, rate_header, rate_line, summary_lines
+from tests.bench.gateway.stats import CpuMeter, added, thread_cpu
+from tests.bench.gateway.targets import PROMPT, new_session, pairs
+from tests.harness import ROOT, Stack, generous_limits, running_stack
+
+DESCRIPTION = "What farebox adds to latency: ``python -m tests.bench.gateway`` (``make bench``)."
+OUT_JSON = ROOT / "var" / "bench" / "gateway.json"
+OUT_PROF = ROOT / "var" / "bench" / "gateway.prof"
+
+
+@dataclass
+class Plan:
+    levels: dict[int, int]           # concurrency -> requests (per target)
+    rates: list[float]
+    seconds_per_rate: float
+    anthropic: bool = True
+    arrivals: str = "poisson"
+
+
+FULL = Plan(levels={1: 600, 10: 2400, 100: 3000},
+            rates=[50, 100, 200, 300, 400, 500, 600, 700, 800, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000, 4000],
+            seconds_per_rate=5.0)
+QUICK = Plan(levels={1: 60, 10: 200, 100: 300}, rates=[50, 200], seconds_per_rate=1.0)
+
+
+def machine_facts(uvloop_used: bool) -> dict:
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        affinity = None
+    return {
+        "cpu_count": os.cpu_count(), "cpus_usable": affinity, "python": platform.python_version(),
+        "implementation": platform.python_implementation(), "platform": platform.platform(),
+        "client_loop": "uvloop" if uvloop_used else "asyncio", "aiohttp": aiohttp.__version__,
+        "loadavg_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "processes": "client (this process), simulator, gateway: 3 processes sharing the cores",
+    }
+
+
+async def run_bench(stack: Stack, plan: Plan, out: Callable[[str], None] = print) -> dict:
+    cpu = CpuMeter({"gateway": stack.gateway.pid, "simulator": stack.simulator.pid})
+    report: dict = {"closed_loop": {}, "open_loop": None}
+    sessions = {"direct": new_session(), "gateway": new_session()}
+    try:
+        for dialect, (direct, gateway) in pairs(stack, plan.anthropic).items():
+            out(f"\nwarming up {dialect} ...")
+            for target in (direct, gateway):
+                await warm(sessions[target.name], target, max(plan.levels), requests=3 * max(plan.levels))
+            report["closed_loop"][dialect] = {}
+            for stream in (False, True):
+                rows = []
+                for conc, n in plan.levels.items():
+                    d, g = await compare_closed(sessions, direct, gateway, stream=stream, concurrency=conc,
+                                                requests=n, cpu=cpu)
+                    ds, gs = d.summary(), g.summary()
+                    rows.append({"concurrency": conc, "direct": ds, "gateway": gs,
+                                 "added_p50_ms": added(gs["p50_ms"], ds["p50_ms"]),
+                                 "added_p99_ms": added(gs["p99_ms"], ds["p99_ms"])})
+                    for side, s in (("direct", ds), ("gateway", gs)):
+                        for sample in s.get("error_samples", []):
+                            out(f"  error sample ({dialect}, c={conc}, {side}): {sample}")
+                kind = "streaming" if stream else "non_streaming"
+                report["closed_loop"][dialect][kind] = rows
+                what = (f"direct sim {'/v1' + direct.url.split('/v1', 1)[1]}{' (Anthropic wire)' if direct.wire == 'anthropic' else ''}"
+                        f" vs gateway /v1/chat/completions model {orjson.loads(gateway.body)['model']}")
+                title = (f"\n== closed loop, {'STREAMING: time to first content token' if stream else 'non-streaming: latency'}"
+                         f" -- {dialect}: {what}")
+                out(closed_table(title, "TTFT, streams read to the end" if stream else "full response", rows))
+        direct, gateway = pairs(stack, False)["openai"]
+        out(f"\n== open loop, non-streaming, openai, {plan.arrivals} arrivals, {plan.seconds_per_rate:g} s per rate;"
+            f" latency from the scheduled send time; budget: added p99 <= {ADDED_P99_BUDGET_MS:g} ms")
+        out(rate_header())
+        ladder = await rate_ladder(sessions, direct, gateway, plan.rates, plan.seconds_per_rate, plan.arrivals,
+                                   cpu=cpu, on_row=lambda row: out(rate_line(row)))
+        out("  (ach = achieved completions/s; lag99 = p99 of how late the client fired vs the schedule: if it grows,"
+            " the client is the limit)")
+        report["open_loop"] = ladder
+        report["gateway_thread_cpu_s"] = thread_cpu(stack.gateway.pid)
+        out(f"  gateway process CPU over the whole run, by thread: {report['gateway_thread_cpu_s']}"
+            " (main = event loop; others = event-log writer, to_thread workers)")
+        return report
+    finally:
+        for s in sessions.values():
+            await s.close()
+
+
+async def run_profile(stack: Stack, requests: int, out: Callable[[str], None] = print) -> dict:
+    """A fixed load through the gateway only (direct is not needed: cProfile distorts timings anyway)."""
+    _, gateway = pairs(stack, False)["openai"]
+    session = new_session()
+    try:
+        await warm(session, gateway, 10)
+        res = {}
+        for stream in (False, True):
+            lvl = await closed_loop(session, gateway, stream=stream, concurrency=10, requests=requests)
+            res["streaming" if stream else "non_streaming"] = lvl.summary()
+            out(f"  profiled load: {'stream' if stream else 'non-stream'} c=10 {requests} requests, "
+                f"{lvl.summary()['throughput_rps']:.0f} req/s, errors {lvl.errors}")
+        res["gateway_thread_cpu_s"] = thread_cpu(stack.gateway.pid)
+        out(f"  gateway CPU by thread (s): {res['gateway_thread_cpu_s']} (main = event loop, profiled; "
+            "others = event-log writer etc., not in the profile)")
+        return res
+    finally:
+        await session.close()
+
+
+def print_profile(path: Path, requests: int, out: Callable[[str], None] = print) -> None:
+    import io
+    import pstats
+
+    for key in ("tottime", "cumulative"):
+        buf = io.StringIO()
+        stats = pstats.Stats(str(path), stream=buf)
+        stats.strip_dirs().sort_stats(key).print_stats(30)
+        out(f"\n== gateway cProfile, top 30 by {key} (main thread; {requests} requests x 2 + warm-up)")
+        out(buf.getvalue().split("\n", 4)[-1] if "function calls" in buf.getvalue() else buf.getvalue())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.bench.gateway", description=DESCRIPTION)
+    ap.add_argument("--quick", action="store_true", help="small counts, for a smoke run (< 30 s)")
+    ap.add_argument("--rates", help="comma-separated open-loop rates in req/s (default: a ladder 50..4000)")
+    ap.add_argument("--seconds-per-rate", type=float, help="open-loop seconds per rate (default 5, quick 1)")
+    ap.add_argument("--uniform", action="store_true", help="uniform instead of Poisson arrivals")
+    ap.add_argument("--no-anthropic", action="store_true", help="skip the chat-anthropic vs /v1/messages tables")
+    ap.add_argument("--profile", action="store_true",
+                    help=f"run the gateway under cProfile for a fixed load, print the top functions, save {OUT_PROF}")
+    ap.add_argument("--profile-requests", type=int, default=3000)
+    ap.add_argument("--json", type=Path, default=OUT_JSON, help="where to write the figures")
+    args = ap.parse_args(argv)
+
+    base = QUICK if args.quick else FULL
+    plan = Plan(levels=dict(base.levels),
+                rates=[float(r) for r in args.rates.split(",")] if args.rates else list(base.rates),
+                seconds_per_rate=args.seconds_per_rate or base.seconds_per_rate,
+                anthropic=not args.no_anthropic, arrivals="uniform" if args.uniform else "poisson")
+
+    try:
+        import uvloop
+        loop_factory = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover
+        loop_factory = None
+    facts = machine_facts(loop_factory is not None)
+    print(f"farebox gateway bench: {facts['cpus_usable']} usable cores (cpu_count {facts['cpu_count']}), "
+          f"Python {facts['python']} ({facts['implementation']}), client loop {facts['client_loop']}, "
+          f"aiohttp {facts['aiohttp']}, loadavg {facts['loadavg_at_start']}")
+    print(f"simulator: ttft 0, tokens_per_s 0 (instant), 32 output tokens; prompt {len(PROMPT)} B; "
+          f"{facts['processes']}")
+
+    with tempfile.TemporaryDirectory(prefix="farebox-bench-") as tmp:
+        if args.profile:
+            OUT_PROF.parent.mkdir(parents=True, exist_ok=True)
+            OUT_PROF.unlink(missing_ok=True)
+            with running_stack(Path(tmp), gateway_wrap=("cProfile", "-o", str(OUT_PROF), "-m"), mutate=generous_limits) as stack:
+                with asyncio.Runner(loop_factory=loop_factory) as runner:
+                    runner.run(run_profile(stack, args.profile_requests))
+            # the stack's exit sent SIGTERM: aiohttp shuts down gracefully and cProfile writes its file
+            if not OUT_PROF.exists():
+                print(f"no profile written to {OUT_PROF}", file=sys.stderr)
+                return 1
+            print_profile(OUT_PROF, args.profile_requests)
+            print(f"\nprofile saved to {OUT_PROF} (python -m pstats {OUT_PROF.relative_to(ROOT)})")
+            return 0
+
+        started = time.monotonic()
+        with running_stack(Path(tmp), mutate=generous_limits) as stack:
+            with asyncio.Runner(loop_factory=loop_factory) as runner:
+                report = runner.run(run_bench(stack, plan))
+    report = {"machine": facts, "plan": asdict(plan), "prompt_bytes": len(PROMPT), "output_tokens": 32,
+              "elapsed_s": round(time.monotonic() - started, 1), **report}
+    for line in summary_lines(report):
+        print(line)
+    errors = sum(r[side]["errors"] for kinds in report["closed_loop"].values() for rows in kinds.values()
+                 for r in rows for side in ("direct", "gateway"))
+    print(f"  closed-loop errors: {errors}; elapsed {report['elapsed_s']} s")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=2))
+    print(f"figures written to {args.json}")
+    return 0
+
+
