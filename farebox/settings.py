@@ -52,6 +52,7 @@ class DistributedSettings:
     lease_wait_s: float = 2.0  # how long a request waits for a grant when its lease is short
     low_water_pct: int = 30  # top up in the background below this share of a lease
     emergency_micro: int = 0  # per scope and pod, spent when Kafka is down and the leases are gone
+    request_retention_s: int = 6 * 3600  # the worker forgets closed requests this long after (ledger/retention.py)
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         lease_wait_s=d.number("lease_wait_s", dflt.lease_wait_s, 0),
         low_water_pct=d.int("low_water_pct", dflt.low_water_pct, 0),
         emergency_micro=d.int("emergency_micro", dflt.emergency_micro, 0),
+        request_retention_s=d.int("request_retention_s", dflt.request_retention_s, 60),
     )
     d.reject_unknown()
     root.skip(*CONTROL_SECTIONS)
