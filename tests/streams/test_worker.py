@@ -169,13 +169,13 @@ def test_worker_forgets_old_request_states_and_sends_each_notice_once_across_a_r
     worker = spawn(["farebox", "worker", "--config", str(config)], log)
     try:
         asyncio.run(_produce(bootstrap, f"{prefix}requests", phase1))
-        wait_for(scopes_reach(expected), 120, "phase 1 folded", worker, log)
+        wait_for(scopes_reach(expected), 180, "phase 1 folded", worker, log)
         requests = wait_for(forgotten("old-"), 60, "old request states forgotten", worker, log)
         assert {k.split("-")[0] for k in request_ids(requests)} == {"older", "recent"}
         assert all(requests[k]["s"] == "closed" and "src" in requests[k] for k in request_ids(requests))
         assert any(k.startswith(horizon_key("")) for k in requests)
 
-        stop(worker, timeout=30)  # the restarted worker recovers its tables from the changelogs
+        stopped = stop(worker, timeout=30)  # the restarted worker recovers its tables from the changelogs
         worker = spawn(["farebox", "worker", "--config", str(config)], log)
         phase2 = [admit("old-alpha-3", {"team:alpha": HOLD}, at=old, team="alpha", ttl_s=86_400),  # forgotten
                   admit("older-beta-1", {"team:beta": HOLD}, at=older, team="beta", ttl_s=86_400),  # remembered
@@ -183,7 +183,8 @@ def test_worker_forgets_old_request_states_and_sends_each_notice_once_across_a_r
                   *[e for t in TEAMS for e in requests_of(t, 2, now, "now")]]
         asyncio.run(_produce(bootstrap, f"{prefix}requests", phase2))
         expected += Counter({t: 2 for t in TEAMS})
-        ledgers = wait_for(scopes_reach(expected), 120, "phase 2 folded", worker, log)
+        ledgers = wait_for(scopes_reach(expected), 180, f"phase 2 folded (first worker exit code {stopped})",
+                           worker, log)
         for team in TEAMS:  # no duplicate counted, nothing lost
             assert sum(p.settled for p in ledgers[team].periods.values()) == expected[team] * COST, team
         requests = wait_for(forgotten("older-", "recent-"), 60, "older and recent states forgotten", worker, log)
