@@ -166,8 +166,10 @@ def index_states(items: Iterable[tuple[str, Any]], retention_s: float,
                  sources: set[str] | None = None) -> tuple[dict[str, ClosedRequests], dict[str, dict[str, Any]]]:
     """Rebuild the per-partition indexes (and the open states, for the sweeper) from a recovered table.
 
-    ``sources`` limits the indexes to the partitions this worker owns. Closed
-    states written before states carried ``src`` cannot be placed and stay.
+    ``sources`` limits both to the partitions this worker owns (Faust signals
+    the end of recovery before it drops the keys of revoked partitions). States
+    written before they carried ``src`` cannot be placed: open ones are kept
+    (their expiry is idempotent), closed ones stay in the table.
     """
     floors: dict[str, float] = {}
     closed: list[tuple[str, str, float]] = []
@@ -177,7 +179,8 @@ def index_states(items: Iterable[tuple[str, Any]], retention_s: float,
             continue
         kind = state.get("s")
         if kind == "open":
-            open_states[key] = state
+            if sources is None or "src" not in state or state["src"] in sources:
+                open_states[key] = state
         elif kind == "closed" and "src" in state:
             closed.append((state["src"], key, admitted_epoch(state)))
         elif kind == "horizon" and key.startswith(_HORIZON_PREFIX):

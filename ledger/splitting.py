@@ -63,6 +63,8 @@ def split(event: Event, state: State, tz: ZoneInfo, source: str = "", offset: in
         new = {"s": "open", "period": period, "holds": dict(event.holds), "leases": dict(event.leases),
                "team": event.team, "key": event.key_id, "alias": event.alias, "currency": event.currency,
                "at": format_time(event.time), "ttl": event.hold_ttl_s, "ttft": []}
+        if source:
+            new["src"] = source  # the partition that owns it (ledger.retention.index_states)
         return Split(entries, new)
     if isinstance(event, RequestAttempted):
         if state is None or state["s"] != "open" or event.ttft_ms is None:

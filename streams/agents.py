@@ -122,7 +122,7 @@ def register(w: Worker) -> None:
                 w.scope_ledger[scope] = state.to_dict()
                 dirty.add(scope)
             if granted is not None:
-                await w.entries.send(key=scope.encode(), value=encode(granted))
+                await send_event(w.entries, scope, granted)
                 await projections.grant(granted, cfg.policy.ttl_s + cfg.policy.expiry_grace_s)
                 stats["grants"] += 1
             stats["entries"] += 1
