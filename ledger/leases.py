@@ -43,7 +43,7 @@ from zoneinfo import ZoneInfo
 
 from ledger.codec import format_time, parse_time
 from ledger.events import Event, LeaseExpired, LeaseGranted, LeaseRequested, LeaseReturned
-from ledger.periods import balance_period, period_of
+from ledger.periods import RUN_PERIOD, balance_period, period_of
 
 ENTRY_TYPE = "scope.entry"
 
@@ -126,6 +126,7 @@ class ScopeLedger:
     leases: dict[str, LeaseState] = field(default_factory=dict)
     closed_leases: dict[str, str] = field(default_factory=dict)  # lease id -> its period (for prune)
     high_water: dict[str, int] = field(default_factory=dict)
+    soft_crossed: set[str] = field(default_factory=set)  # balance periods whose soft-threshold notice was decided
 
     def totals(self, period: str) -> PeriodTotals:
         key = balance_period(self.scope, period)
@@ -197,9 +198,19 @@ class ScopeLedger:
             del self.leases[lease.lease_id]
             self.closed_leases[lease.lease_id] = lease.period
 
+    def mark_soft(self, period: str) -> bool:
+        """Remember that the soft-threshold notice of ``period`` was decided; False if it already was."""
+        key = balance_period(self.scope, period)
+        if key in self.soft_crossed:
+            return False
+        self.soft_crossed.add(key)
+        return True
+
     def prune(self, before_period: str) -> None:
-        """Forget closed lease ids of months before ``before_period`` (their events are long delivered)."""
+        """Forget closed lease ids and threshold marks of months before ``before_period`` (their events
+        are long delivered); a run's mark stays with its balance."""
         self.closed_leases = {k: p for k, p in self.closed_leases.items() if p >= before_period}
+        self.soft_crossed = {p for p in self.soft_crossed if p >= before_period or p == RUN_PERIOD}
 
     # --- queries ----------------------------------------------------------------------
 
@@ -216,6 +227,7 @@ class ScopeLedger:
                         le.funded_seen, le.status, le.funded_by_pod] for le in self.leases.values()],
             "closed_leases": dict(sorted(self.closed_leases.items())),
             "high_water": dict(sorted(self.high_water.items())),
+            "soft_crossed": sorted(self.soft_crossed),
         }
 
     @classmethod
@@ -226,6 +238,7 @@ class ScopeLedger:
             state.leases[lid] = LeaseState(lid, pod, period, granted, parse_time(exp), consumed, seen, status, by_pod)
         state.closed_leases = dict(d["closed_leases"])
         state.high_water = dict(d["high_water"])
+        state.soft_crossed = set(d.get("soft_crossed", ()))  # absent in values written before notices
         return state
 
 

@@ -37,16 +37,25 @@ class Split:
     entries: list[ScopeEntry]
     state: State  # the request's new state (None: unchanged)
     rollup: Rollup | None = None
+    stale: bool = False  # an admit refused because it is dated before the retention horizon
 
 
 _NOTHING = Split([], None)
+_STALE = Split([], None, stale=True)
 
 
-def split(event: Event, state: State, tz: ZoneInfo, source: str = "", offset: int = -1) -> Split:
-    """What ``event`` does to its request's scopes, given the request's current ``state``."""
+def split(event: Event, state: State, tz: ZoneInfo, source: str = "", offset: int = -1,
+          horizon: float = 0.0) -> Split:
+    """What ``event`` does to its request's scopes, given the request's current ``state``.
+
+    ``horizon`` (epoch seconds; 0: none) is the retention horizon of the
+    event's partition: an admit of an unknown request dated before it is stale.
+    """
     if isinstance(event, RequestAdmitted):
         if state is not None:
             return _NOTHING
+        if horizon and event.time.timestamp() < horizon:
+            return _STALE
         period = period_of(event.time, tz)
         entries = [ScopeEntry("admit", scope, event.id, event.request_id, period, hold, 0,
                               event.leases.get(scope), event.time, source, offset)
@@ -54,6 +63,8 @@ def split(event: Event, state: State, tz: ZoneInfo, source: str = "", offset: in
         new = {"s": "open", "period": period, "holds": dict(event.holds), "leases": dict(event.leases),
                "team": event.team, "key": event.key_id, "alias": event.alias, "currency": event.currency,
                "at": format_time(event.time), "ttl": event.hold_ttl_s, "ttft": []}
+        if source:
+            new["src"] = source  # the partition that owns it (ledger.retention.index_states)
         return Split(entries, new)
     if isinstance(event, RequestAttempted):
         if state is None or state["s"] != "open" or event.ttft_ms is None:
@@ -69,7 +80,8 @@ def split(event: Event, state: State, tz: ZoneInfo, source: str = "", offset: in
         entries = [ScopeEntry("close", scope, event.id, event.request_id, state["period"], holds.get(scope, 0),
                               charges.get(scope, 0), state["leases"].get(scope), event.time, source, offset)
                    for scope in sorted(holds.keys() | charges.keys())]
-        return Split(entries, {"s": "closed", "at": state["at"]}, rollup_of(state, event))
+        closed = {"s": "closed", "at": state["at"], "src": source} if source else {"s": "closed", "at": state["at"]}
+        return Split(entries, closed, rollup_of(state, event))
     return _NOTHING
 
 
@@ -84,11 +96,6 @@ def decide_hold_expiries(states: Iterable[tuple[str, State]], now: datetime) -> 
             due.append((admitted, request_id, state))
     return [HoldExpired(time=now, request_id=rid, team=s["team"], charged=dict(s["holds"]), currency=s["currency"])
             for _, rid, s in sorted(due, key=lambda d: (d[0], d[1]))]
-
-
-def closed_before(state: State, horizon: datetime) -> bool:
-    """Whether a closed request's state may be forgotten (admitted before ``horizon``)."""
-    return state is not None and state.get("s") == "closed" and parse_time(state["at"]) < horizon
 
 
 def rebuild_balances(events: Iterable[Event], tz: ZoneInfo) -> dict[str, Any]:

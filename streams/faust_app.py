@@ -5,7 +5,8 @@
 * topics: ``fb.requests`` (request events, keyed by team), ``fb.scope-entries``
   (per-scope entries and lease traffic, keyed by scope), ``fb.rollups``;
 * tables (in-memory stores, recovered from their Kafka changelogs at start):
-  ``requests`` (request id -> open/closed state, written by the splitter),
+  ``requests`` (request id -> open/closed state, written by the splitter,
+  closed states deleted after ``request_retention_s``: ``ledger.retention``),
   ``scope_ledger`` (scope -> ``ScopeLedger.to_dict()``, written only by the
   ledger agent), ``rollups`` (team|key|alias|deployment|minute -> counters);
 * the agents in ``streams.agents`` (registered by ``register``).
@@ -26,6 +27,7 @@ from zoneinfo import ZoneInfo
 import faust
 
 from ledger.leases import LeasePolicy
+from ledger.retention import DEFAULT_RETENTION_S
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class WorkerConfig:
     tz: ZoneInfo
     limit_for: Callable[[str], int | None]  # a scope's hard limit now (None: unlimited)
     soft_pct_for: Callable[[str], int] = lambda scope: 80
+    currency_for: Callable[[], str] = lambda: "INR"  # the budget currency (of the notices)
     app_id: str = "farebox-worker"
     requests_topic: str = "fb.requests"
     scope_topic: str = "fb.scope-entries"
@@ -44,6 +47,8 @@ class WorkerConfig:
     data_dir: Path = Path("var/worker")
     sweep_interval_s: float = 1.0
     projection_interval_s: float = 0.1
+    request_retention_s: float = DEFAULT_RETENTION_S  # closed request states are forgotten after it
+    prune_batch: int = 100  # at most this many forgotten per event: no pause when a minute's worth falls due
 
 
 @dataclass

@@ -4,7 +4,9 @@ Keys (``prefix`` defaults to ``fb:``):
 
 * ``{prefix}scope:{scope}``: hash per scope of its current period: ``period``,
   ``settled``, ``held``, ``leased``, ``overrun``, ``requests``, ``limit``
-  (empty: unlimited), ``state`` (``ok`` | ``soft`` | ``hard``);
+  (empty: unlimited), ``state`` (``ok`` | ``soft`` | ``hard``, decided by
+  ``ledger.thresholds.budget_state``: soft once the period's soft-threshold
+  notice was decided, hard once settled + held + leased reaches the limit);
 * ``{prefix}lease:{lease_id}``: the grant as JSON (expires with the lease),
   also published on ``{prefix}grants:{pod}`` so the pod learns it at once.
 
@@ -24,18 +26,11 @@ from ledger.events import LeaseGranted
 from ledger.leases import PeriodTotals
 
 
-def scope_state(totals: PeriodTotals, limit: int | None, soft_pct: int) -> str:
-    if limit is None:
-        return "ok"
-    if totals.spent >= limit:
-        return "hard"
-    return "soft" if totals.spent * 100 >= limit * soft_pct else "ok"
-
-
-def scope_fields(period: str, totals: PeriodTotals, limit: int | None, soft_pct: int) -> dict[str, Any]:
+def scope_fields(period: str, totals: PeriodTotals, limit: int | None, state: str) -> dict[str, Any]:
+    """The hash of one scope; ``state`` is ``ledger.thresholds.budget_state``."""
     return {"period": period, "settled": totals.settled, "held": totals.held, "leased": totals.leased,
             "overrun": totals.overrun, "requests": totals.requests, "limit": "" if limit is None else limit,
-            "state": scope_state(totals, limit, soft_pct)}
+            "state": state}
 
 
 class RedisProjections:
