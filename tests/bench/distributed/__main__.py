@@ -33,7 +33,7 @@ from pathlib import Path
 import yaml
 
 from infra.redis.server import RedisServer
-from tests.bench.budget_plan import prices_from_config
+from tests.bench.budget_plan import Prices, prices_from_config
 from tests.bench.distributed import early_stop, lag, leases, throughput
 from tests.bench.distributed.env import WorkerEnv
 from tests.bench.distributed.traffic import Traffic
@@ -45,7 +45,7 @@ PARTS = ("throughput", "lag", "leases", "early-stop")
 
 
 async def worker_parts(folder: Path, bootstrap: str, redis_url: str, args: argparse.Namespace, parts: list[str],
-                       prices, out: dict) -> None:  # type: ignore[no-untyped-def]
+                       prices: Prices, out: dict) -> None:
     env = WorkerEnv(folder, bootstrap, redis_url)
     await env.open()
     try:
@@ -69,7 +69,7 @@ async def worker_parts(folder: Path, bootstrap: str, redis_url: str, args: argpa
         await env.close()
 
 
-async def profiled(folder: Path, bootstrap: str, redis_url: str, n: int, prices, seed: int) -> dict:  # type: ignore[no-untyped-def]
+async def profiled(folder: Path, bootstrap: str, redis_url: str, n: int, prices: Prices, seed: int) -> dict:
     env = WorkerEnv(folder, bootstrap, redis_url)
     await env.open()
     try:

@@ -125,6 +125,21 @@ class WorkerEnv:
             out[topic] = sum(ends.values())
         return out
 
+    @property
+    def changelogs(self) -> list[str]:
+        """The worker's table changelog topics (Faust names them ``{app id}-{table}-changelog``)."""
+        return [f"{self.group}-{table}-changelog" for table in ("requests", "scope-ledger", "rollups")]
+
+    async def records_in(self, topics: list[str]) -> dict[str, int]:
+        """Records in any of the env's topics (partitions 0..PARTITIONS-1; a missing topic counts 0)."""
+        assert self._consumer is not None
+        tps = [TopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
+        try:
+            ends = await self._consumer.end_offsets(tps)
+        except Exception:  # noqa: BLE001 - a changelog not created yet (the worker creates them at start)
+            return dict.fromkeys(topics, 0)
+        return {t: sum(v for tp, v in ends.items() if tp.topic == t) for t in topics}
+
     async def committed(self) -> dict[str, int]:
         """The worker group's committed offsets, summed per topic (0 before its first commit)."""
         assert self._admin is not None

@@ -124,7 +124,8 @@ def lines(rep: dict) -> list[str]:
     out = [
         "",
         f"== 2. consumer lag at {rep['rate_rps']:,.0f} requests/s ({3 * rep['rate_rps']:,.0f} request events/s) "
-        f"for {rep['duration_s']:g} s: {rep['requests']:,} requests, {rep['samples']} samples every {rep['sample_s']} s",
+        f"for {rep['duration_s']:g} s: {rep['requests']:,} requests, {rep['samples']} samples every "
+        f"{rep['sample_s']} s",
         f"  producer: done in {rep['produce_s']:.2f} s; starts behind schedule p50/p99/max "
         f"{late['p50']:.1f} / {late['p99']:.1f} / {late['max']:.1f} ms",
         "  lag (end - committed), p50 / p99 / max:",

@@ -20,18 +20,26 @@ _FRAME = re.compile(r"^(?P<func>.*) \((?P<path>[^()]*?)(?::(?P<line>\d+))?\)$")
 OWN = ("ledger", "streams", "farebox", "pricing", "proxy")
 
 
-def _package(path: str) -> str:
+def _short(path: str) -> str:
+    """py-spy names a file relative to its sys.path entry ("faust/topics.py", "ledger/codec.py")."""
     if "site-packages/" in path:
-        rest = path.split("site-packages/", 1)[1]
-        return rest.split("/", 1)[0].removesuffix(".py")
+        return path.split("site-packages/", 1)[1]
     parts = Path(path).parts
-    for own in OWN:
-        if own in parts:
-            return own
-    if "python3" in path or path.startswith("<frozen"):
-        top = Path(path).parts[-2] if len(Path(path).parts) > 1 else path
-        return f"stdlib:{'asyncio' if top == 'asyncio' else Path(path).stem}"
-    return Path(path).stem
+    for i, part in enumerate(parts):
+        if part in OWN and i + 1 < len(parts):
+            return "/".join(parts[i:])
+    if "/lib/python3" in path:
+        return path.split("/lib/python3", 1)[1].split("/", 1)[-1]
+    return path
+
+
+def _package(path: str) -> str:
+    """The top-level package (or stdlib module) a file belongs to: faust, aiokafka, asyncio, ledger, ..."""
+    short = _short(path)
+    if short.startswith("<frozen"):
+        return "stdlib (frozen)"
+    head, sep, _ = short.partition("/")
+    return head if sep else Path(short).stem
 
 
 def _frame(text: str) -> tuple[str, str, str]:
@@ -39,16 +47,6 @@ def _frame(text: str) -> tuple[str, str, str]:
     if not m:
         return text, "", ""
     return m["func"], m["path"], m["line"] or ""
-
-
-def _short(path: str) -> str:
-    if "site-packages/" in path:
-        return path.split("site-packages/", 1)[1]
-    parts = Path(path).parts
-    for i, part in enumerate(parts):
-        if part in OWN:
-            return "/".join(parts[i:])
-    return Path(path).name
 
 
 def summary(raw: Path, top: int = 12) -> dict:
@@ -88,7 +86,8 @@ def summary(raw: Path, top: int = 12) -> dict:
 
     # the plumbing every sample passes through (event loop, the CLI) says nothing: keep what is below half
     work = Counter({k: v for k, v in everything.items() if v * 2 < total})
-    return {"samples": total, "inclusive_top": share(work, top + 4), "threads": share(threads, 6), "self_by_package": share(packages, top),
+    return {"samples": total, "inclusive_top": share(work, top + 4), "threads": share(threads, 6),
+            "self_by_package": share(packages, top),
             "self_top": share(selfs, top), "own_inclusive_top": share(inclusive, top), "raw": str(raw)}
 
 

@@ -89,6 +89,7 @@ async def run(env: WorkerEnv, traffic: Traffic, n: int, *, profile: Path | None 
         spy_report = profile_summary(profile) if profile is not None and profile.exists() else {
             "error": (err or b"").decode(errors="replace")[-500:]}
     _, ends_after, committed = await env.wait_committed(timeout=60)
+    changelog = await env.records_in(env.changelogs)  # what the worker wrote besides the entries
 
     elapsed = t_done - t_first
     entries = ends_after[env.scope_topic] - before[env.scope_topic]
@@ -96,7 +97,9 @@ async def run(env: WorkerEnv, traffic: Traffic, n: int, *, profile: Path | None 
     projected = await env.projected()
     return {
         "requests": n, "request_events": len(events), "scope_entries": entries, "rollup_rows": n,
-        "records": records, "produce_s": round(produce_s, 3),
+        "records": records, "changelog_records": changelog,
+        "written_per_request": round((entries + n + sum(changelog.values())) / n, 2) if n else None,
+        "produce_s": round(produce_s, 3),
         "produce_events_per_s": round(len(events) / produce_s) if produce_s else None,
         "elapsed_s": round(elapsed, 3),
         "request_events_per_s": round(len(events) / elapsed) if elapsed else None,
@@ -113,6 +116,7 @@ async def run(env: WorkerEnv, traffic: Traffic, n: int, *, profile: Path | None 
 
 
 def lines(rep: dict) -> list[str]:
+    per = max(rep["requests"], 1)
     ok = rep["request_events_per_s"] is not None and rep["request_events_per_s"] >= rep["goal_events_per_s"]
     out = [
         "",
@@ -124,6 +128,10 @@ def lines(rep: dict) -> list[str]:
         f"{'met' if ok else 'NOT met'}",
         f"  all records/s             {rep['records_per_s']:>10,}   ({rep['records']:,} = request events + "
         f"{rep['scope_entries']:,} scope entries + {rep['rollup_rows']:,} rollup rows)",
+        f"  the worker wrote {rep['written_per_request']} records per request: "
+        f"{rep['scope_entries'] // per} scope entries, 1 rollup row, and table changelogs "
+        + ", ".join(f"{k.rsplit('-changelog', 1)[0].split('worker-', 1)[-1]} {v / per:.1f}"
+                    for k, v in rep["changelog_records"].items()),
         f"  projection settled == sum of produced costs: {rep['settled_equals_produced']}; requests counted: "
         f"{rep['requests_equal_produced']}; held 0: {rep['held_zero']}; committed to the end: "
         f"{rep['committed_to_end']}",
