@@ -88,6 +88,18 @@ class WorkerEnv:
         await self._admin.start()
         self._tps = {t: [TopicPartition(t, p) for p in range(PARTITIONS)]
                      for t in (self.requests_topic, self.scope_topic)}
+        await self._leaders_elected(timeout=30)
+
+    async def _leaders_elected(self, timeout: float) -> None:
+        """Until every new partition has a leader (an offsets request before that logs NotLeaderForPartition)."""
+        assert self._consumer is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            cluster = await self._consumer._client.fetch_all_metadata()  # noqa: SLF001 (as streams.kafka_clients)
+            leaders = [cluster.leader_for_partition(tp) for tps in self._tps.values() for tp in tps]
+            if all(leader is not None and leader >= 0 for leader in leaders) or time.monotonic() > deadline:
+                return
+            await asyncio.sleep(0.1)
 
     def start_worker(self, profile_to: Path | None = None) -> None:
         wrap = ["cProfile", "-o", str(profile_to), "-m"] if profile_to else []
