@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install services run test bench bench-budget bench-availability bench-sim bench-limits kafka-up kafka-down clean
+.PHONY: install services run test bench bench-budget bench-distributed bench-availability bench-sim bench-limits kafka-up kafka-down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -34,6 +34,10 @@ bench: install
 ## Budgets under a burst: 2,000 concurrent streams, 50 keys, a team budget for ~60% of them.
 bench-budget: install
 	$(BIN)/python -m tests.bench.budget
+
+## Distributed mode on Kafka: worker events/s, lag at 1,000 req/s, lease round trip, early stop with 3 pods.
+bench-distributed: install services
+	$(BIN)/python -m tests.bench.distributed
 
 ## Alias availability vs each provider's, in simulated time (two providers, independent 1%-of-minutes outages).
 bench-availability: install

@@ -37,353 +37,41 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
-import random
-import re
-import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from decimal import ROUND_FLOOR, Decimal
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import aiohttp
-import orjson
 
-from infra.simulator.generation import VOCAB
-from ledger.events import HoldExpired, RequestAdmitted, RequestSettled
-from proxy.control.keys import mint_key
-from proxy.control.statefile import KEYS, append_jsonl
-from streams.sqlite_log import SqliteEventLog
+from tests.bench.budget_analysis import analyse, wait_settled
+from tests.bench.budget_client import Result, admin_token, listen_overflows, mint_keys, one, wait_admin_live
+from tests.bench.budget_plan import (
+    ALIAS,
+    BUDGET_SHARE,
+    DEPLOYMENT,
+    MAX_COMPLETION_TOKENS,
+    OUTPUT_RANGE,
+    PROMPT_WORDS,
+    REQUEST_TIMEOUT_S,
+    SCOPE,
+    TEAM,
+    TOKENS_PER_S,
+    TTFT_MS,
+    Planned,
+    Prices,
+    budget_mutator,
+    money,
+    plan_requests,
+    prices_from_config,
+)
 from tests.harness import EXAMPLES, ROOT, Stack, running_stack, wait_key_live
 
 OUT_JSON = ROOT / "var" / "bench" / "budget.json"
-ALIAS = "chat-openai"
-DEPLOYMENT = "sim-openai-mumbai"
-TEAM = "platform"
-SCOPE = f"team:{TEAM}"
-MAX_COMPLETION_TOKENS = 512
-OUTPUT_RANGE = (16, 400)
-PROMPT_WORDS = (20, 160)
-TOKENS_PER_S = (100, 200)
-TTFT_MS = 20
-BUDGET_SHARE = Decimal("0.60")
-REQUEST_TIMEOUT_S = 180.0
-SIM_TOKEN_RE = re.compile(r"\w+|[^\w\s]")   # infra/simulator/generation.py: the documented input rule
-LEFT_RE = re.compile(r"has ₹([0-9]+\.[0-9]{6}) left of ₹([0-9]+\.[0-9]{6})")
-MICRO = Decimal(1_000_000)
-# high enough not to interfere, low enough for the buckets (capacity x 60 s must stay < 2^53 / 1000)
-HIGH_LIMITS = {"rpm": 100_000, "input_tpm": 100_000_000, "output_tpm": 100_000_000}
-
-
-# --------------------------------------------------------------------------- money (exact)
-
-
-@dataclass(frozen=True)
-class Prices:
-    """Per 1M tokens in the deployment's currency, and the FX rate to the budget currency."""
-
-    currency: str
-    input: Decimal
-    output: Decimal
-    fx: Decimal
-    budget_currency: str
-
-    def cost_micro(self, input_tokens: int, output_tokens: int) -> int:
-        """Exact cost in budget micro-units, rounded up once (the gateway's rule)."""
-        exact = (Decimal(input_tokens) * self.input + Decimal(output_tokens) * self.output) * self.fx
-        # exact is in currency units x 1M tokens; / 1M tokens, x 1M micro: the two cancel
-        return int(exact.to_integral_value(rounding=ROUND_CEILING))
-
-
-def prices_from_config(tree: dict, at: datetime) -> Prices:
-    dep = next(d for d in tree["deployments"] if d["id"] == DEPLOYMENT)
-    ppm = dep["price_per_1m"]
-    month = at.strftime("%Y-%m")
-    ccy = tree.get("currency", "INR")
-    rates = [f for f in tree.get("fx", []) if f["from"] == ppm["currency"] and f["month"] == month]
-    fx = Decimal(str(rates[0]["rate"])) if ppm["currency"] != ccy else Decimal(1)
-    if ppm["currency"] != ccy and not rates:
-        raise SystemExit(f"examples/farebox.yaml has no {ppm['currency']}->{ccy} rate for {month}")
-    return Prices(ppm["currency"], Decimal(str(ppm["input"])), Decimal(str(ppm["output"])), fx, ccy)
-
-
-def money(micro: int | None) -> str:
-    if micro is None:
-        return "-"
-    sign = "-" if micro < 0 else ""
-    units, frac = divmod(abs(micro), 1_000_000)
-    return f"{sign}₹{units:,}.{frac:06d}"
-
-
-def parse_money(text: str) -> int:
-    return int(Decimal(text) * MICRO)
-
-
-# --------------------------------------------------------------------------- the plan
-
-
-@dataclass(frozen=True)
-class Planned:
-    index: int
-    key_index: int
-    prompt: str
-    input_tokens: int          # the simulator's count of this prompt (one user message)
-    output_tokens: int         # x-sim-output-tokens
-    tokens_per_s: int          # x-sim-tokens-per-s
-    expected_cost_micro: int
-    body: bytes
-
-
-def plan_requests(n: int, keys: int, prices: Prices, seed: int) -> list[Planned]:
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        words = [VOCAB[rng.randrange(len(VOCAB))] for _ in range(rng.randint(*PROMPT_WORDS))]
-        prompt = f"Request {i}: " + " ".join(words) + "."
-        in_tokens = len(SIM_TOKEN_RE.findall(prompt)) + 3   # + 3 per framed message (one user message)
-        out_tokens = rng.randint(*OUTPUT_RANGE)
-        body = orjson.dumps({
-            "model": ALIAS, "messages": [{"role": "user", "content": prompt}],
-            "max_completion_tokens": MAX_COMPLETION_TOKENS, "stream": True,
-            "stream_options": {"include_usage": True},
-        })
-        out.append(Planned(i, i % keys, prompt, in_tokens, out_tokens, rng.randint(*TOKENS_PER_S),
-                           prices.cost_micro(in_tokens, out_tokens), body))
-    return out
-
-
-def budget_mutator(limit_micro: int) -> Callable[[dict], None]:
-    limit = str(Decimal(limit_micro) / MICRO)
-
-    def mutate(tree: dict) -> None:
-        b = tree.setdefault("budgets", {})
-        b.pop("per_request_cap", None)  # no per-request cap: only the team budget decides
-        b["scopes"] = [{"scope": SCOPE, "monthly_limit": limit, "soft_pct": 80}]
-        rl = tree.setdefault("rate_limits", {})
-        rl["key_defaults"] = HIGH_LIMITS
-        rl["team_tpm"] = {TEAM: HIGH_LIMITS["input_tpm"]}
-        for dep in tree["deployments"]:   # the per-deployment mirrors must not interfere either
-            if dep["id"] == DEPLOYMENT:
-                dep["limits"] = HIGH_LIMITS
-    return mutate
-
-
-# --------------------------------------------------------------------------- keys, admin token
-
-
-def mint_keys(stack: Stack, n: int) -> list[str]:
-    """Append n key records to the stack's keys.jsonl in-process (the CLI costs ~1 s a key)."""
-    now = datetime.now(timezone.utc).isoformat()
-    keys = []
-    for _ in range(n):
-        minted = mint_key(team=TEAM, app="playground", aliases=[ALIAS], now_iso=now)
-        append_jsonl(stack.folder / KEYS, minted.record)
-        keys.append(minted.plaintext)
-    return keys
-
-
-def admin_token(stack: Stack) -> str:
-    out = subprocess.run([sys.executable, "-m", "farebox", "admin", "token", "create", "--config", str(stack.config),
-                          "--name", "bench-finance", "--role", "finance", "--json"],
-                         cwd=ROOT, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)["token"]
-
-
-async def wait_admin_live(session: aiohttp.ClientSession, url: str, token: str, timeout: float = 10.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        async with session.get(url, headers={"Authorization": f"Bearer {token}"}) as resp:
-            if resp.status == 200:
-                return await resp.json()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"admin token not live: HTTP {resp.status} {await resp.text()}")
-        await asyncio.sleep(0.1)
-
-
-# --------------------------------------------------------------------------- one request
-
-
-@dataclass
-class Result:
-    index: int
-    status: int = 0
-    sent_wall: float = 0.0
-    recv_wall: float = 0.0       # headers received (wall clock, comparable with event times)
-    latency_s: float = 0.0       # send -> headers
-    total_s: float = 0.0         # send -> end of stream / body
-    admit_ms: float | None = None
-    request_id: str | None = None
-    code: str | None = None
-    message: str | None = None
-    retry_after: str | None = None
-    usage: dict | None = None
-    done: bool = False
-    error: str | None = None
-
-
-_TIMING_RE = re.compile(r"admit;dur=([0-9.]+)")
-
-
-async def one(session: aiohttp.ClientSession, url: str, key: str, p: Planned, go: asyncio.Event,
-              delay_s: float = 0.0) -> Result:
-    r = Result(p.index)
-    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json",
-               "x-sim-output-tokens": str(p.output_tokens), "x-sim-tokens-per-s": str(p.tokens_per_s)}
-    await go.wait()
-    if delay_s:
-        await asyncio.sleep(delay_s)
-    t0 = time.perf_counter()
-    r.sent_wall = time.time()
-    try:
-        async with session.post(url, data=p.body, headers=headers) as resp:
-            r.recv_wall = time.time()
-            r.latency_s = time.perf_counter() - t0
-            r.status = resp.status
-            r.request_id = resp.headers.get("x-fb-request-id")
-            r.retry_after = resp.headers.get("retry-after")
-            m = _TIMING_RE.search(resp.headers.get("server-timing", ""))
-            r.admit_ms = float(m.group(1)) if m else None
-            if resp.status != 200:
-                body = await resp.read()
-                try:
-                    err = orjson.loads(body).get("error") or {}
-                    r.code, r.message = err.get("code"), err.get("message")
-                except orjson.JSONDecodeError:
-                    r.error = f"HTTP {resp.status}: {body[:200]!r}"
-                r.total_s = time.perf_counter() - t0
-                return r
-            async for raw in resp.content:   # one SSE line at a time, to the end
-                line = raw.strip()
-                if not line.startswith(b"data: "):
-                    continue
-                if line == b"data: [DONE]":
-                    r.done = True
-                    continue
-                chunk = orjson.loads(line[6:])
-                if chunk.get("error"):
-                    r.error = f"stream error: {chunk['error']}"
-                if chunk.get("usage"):
-                    r.usage = chunk["usage"]
-            r.total_s = time.perf_counter() - t0
-            if not r.done and r.error is None:
-                r.error = "stream ended without [DONE]"
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-        r.error = f"{type(exc).__name__}: {exc}"
-        r.total_s = time.perf_counter() - t0
-    return r
-
-
-# --------------------------------------------------------------------------- the event log
-
-
-async def read_events(path: Path) -> list[tuple[int, Any]]:
-    log = SqliteEventLog.open(path, readonly=True)
-    try:
-        out, after = [], 0
-        while batch := await log.read(after=after, limit=5000):
-            out += batch
-            after = batch[-1][0]
-        return out
-    finally:
-        await log.close()
-
-
-async def wait_settled(path: Path, timeout: float = 30.0) -> list[tuple[int, Any]]:
-    """Until every admitted request of the team has its settlement (or expiry) durable in the log."""
-    deadline = time.monotonic() + timeout
-    while True:
-        events = await read_events(path)
-        admitted = {e.request_id for _, e in events if isinstance(e, RequestAdmitted) and e.team == TEAM}
-        closed = {e.request_id for _, e in events if isinstance(e, (RequestSettled, HoldExpired)) and e.team == TEAM}
-        if admitted <= closed or time.monotonic() > deadline:
-            return events
-        await asyncio.sleep(0.2)
-
-
-@dataclass
-class Fold:
-    """team:platform folded in log order, with the state after every event."""
-
-    settled: int = 0
-    held: int = 0
-    overrun: int = 0
-    expired_charged: int = 0
-    admitted: int = 0
-    holds_total: int = 0
-    est_input_total: int = 0
-    settled_n: int = 0
-    expired_n: int = 0
-    peak_committed: int = 0
-    peak_excess_beyond_overrun: int = 0   # max over prefixes of settled + held - limit - overrun so far
-    trail: list[tuple[int, float, int]] = field(default_factory=list)  # (offset, event unix time, available)
-
-
-def fold(events: list[tuple[int, Any]], limit: int) -> Fold:
-    f = Fold(peak_excess_beyond_overrun=-limit)
-    for offset, e in events:
-        if isinstance(e, RequestAdmitted):
-            h = e.holds.get(SCOPE)
-            if h is None:
-                continue
-            f.held += h
-            f.admitted += 1
-            f.holds_total += h
-            f.est_input_total += e.est_input_tokens
-        elif isinstance(e, RequestSettled):
-            if SCOPE not in e.hold_released and SCOPE not in e.cost_by_scope:
-                continue
-            f.held -= e.hold_released.get(SCOPE, 0)
-            f.settled += e.cost_by_scope.get(SCOPE, 0)
-            f.overrun += e.overrun_micro
-            f.settled_n += 1
-        elif isinstance(e, HoldExpired):
-            c = e.charged.get(SCOPE)
-            if c is None:
-                continue
-            f.held -= c
-            f.settled += c
-            f.expired_charged += c
-            f.expired_n += 1
-        else:
-            continue
-        committed = f.settled + f.held
-        f.peak_committed = max(f.peak_committed, committed)
-        f.peak_excess_beyond_overrun = max(f.peak_excess_beyond_overrun, committed - limit - f.overrun)
-        f.trail.append((offset, e.time.timestamp(), limit - committed))
-    return f
-
-
-# --------------------------------------------------------------------------- stats
-
-
-def pct(sorted_values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile of an ascending list."""
-    if not sorted_values:
-        return None
-    return sorted_values[max(0, min(len(sorted_values) - 1, math.ceil(q * len(sorted_values)) - 1))]
-
-
-def dist(values: list[float | None]) -> dict:
-    v = sorted(x for x in values if x is not None)
-    return {"n": len(v), "p50": pct(v, 0.50), "p99": pct(v, 0.99), "max": v[-1] if v else None}
-
-
-def listen_overflows() -> int | None:
-    try:
-        lines = Path("/proc/net/netstat").read_text().splitlines()
-    except OSError:
-        return None
-    for head, vals in zip(lines[::2], lines[1::2]):
-        if head.startswith("TcpExt:"):
-            d = dict(zip(head.split()[1:], vals.split()[1:]))
-            return int(d.get("ListenOverflows", 0))
-    return None
 
 
 # --------------------------------------------------------------------------- the run
@@ -421,104 +109,6 @@ async def run(stack: Stack, plan: list[Planned], n_keys: int, limit: int, prices
     finally:
         await session.close()
     return analyse(plan, results, events, admin, limit, prices, wall, overflows)
-
-
-def analyse(plan: list[Planned], results: list[Result], events: list[tuple[int, Any]], admin: dict, limit: int,
-            prices: Prices, wall: float, overflows: int | None) -> dict:
-    ok = [r for r in results if r.status == 200 and r.error is None]
-    budget_429 = [r for r in results if r.status == 429 and r.code == "budget_exhausted"]
-    bad_refusals = [r for r in budget_429 if r.retry_after is not None]
-    errors = [r for r in results if r not in ok and r not in budget_429]
-    by_index = {p.index: p for p in plan}
-
-    f = fold(events, limit)
-    overshoot = max(0, f.settled - limit)
-
-    # every settled request: usage and cost as predicted, and as the client saw it
-    settled = {e.request_id: e for _, e in events if isinstance(e, RequestSettled) and SCOPE in e.cost_by_scope}
-    mismatches: list[str] = []
-    for r in ok:
-        p = by_index[r.index]
-        e = settled.get(r.request_id or "")
-        if e is None:
-            mismatches.append(f"#{r.index} {r.request_id}: no request.settled")
-            continue
-        got = (e.usage.input, e.usage.output, e.cost_by_scope[SCOPE])
-        want = (p.input_tokens, p.output_tokens, p.expected_cost_micro)
-        client = (r.usage or {}).get("prompt_tokens"), (r.usage or {}).get("completion_tokens")
-        if got != want or client != want[:2]:
-            mismatches.append(f"#{r.index}: event (in, out, cost) {got}, client usage {client}, predicted {want}")
-    expected_admitted_cost = sum(by_index[r.index].expected_cost_micro for r in ok)
-
-    # first refusal: by when the client got it
-    first = min(budget_429, key=lambda r: r.recv_wall, default=None)
-    first_info: dict[str, Any] | None = None
-    if first is not None:
-        m = LEFT_RE.search(first.message or "")
-        msg_left = parse_money(m.group(1)) if m else None
-        msg_limit = parse_money(m.group(2)) if m else None
-        # the event log folded up to the instant the client received the 429 (same machine clock)
-        upto = [a for (_, t, a) in f.trail if t <= first.recv_wall]
-        at_recv = upto[-1] if upto else limit
-        # some prefix of the log must show exactly the message's figure (decision and hold are one loop turn)
-        # state i holds from its event's time until the next event's; it must overlap [sent, received]
-        states = [(0, 0.0, limit)] + f.trail
-        exact = [(o, t) for i, (o, t, a) in enumerate(states)
-                 if a == msg_left and t <= first.recv_wall
-                 and (i + 1 == len(states) or states[i + 1][1] >= first.sent_wall)]
-        settled_at = sum(1 for _, e in events if isinstance(e, RequestSettled) and e.time.timestamp() <= first.recv_wall)
-        first_info = {
-            "request_index": first.index, "request_id": first.request_id,
-            "message": first.message, "message_left_micro": msg_left, "message_limit_micro": msg_limit,
-            "eventlog_left_at_receipt_micro": at_recv,
-            "eventlog_prefix_with_message_figure": bool(exact),
-            "eventlog_prefix_offsets": [o for o, _ in exact][:5],
-            "settled_before_first_refusal": settled_at,
-            "client_ms_after_start": round((first.recv_wall - min(r.sent_wall for r in results)) * 1000, 1),
-        }
-
-    admit_all = dist([r.admit_ms for r in results])
-    admit_ok = dist([r.admit_ms for r in ok])
-    admit_ref = dist([r.admit_ms for r in budget_429])
-    stream_total = dist([r.total_s * 1000 for r in ok])
-
-    admin_check = {
-        "settled_micro": admin.get("settled_micro"), "held_micro": admin.get("held_micro"),
-        "overrun_micro": admin.get("overrun_micro"), "limit_micro": admin.get("limit_micro"),
-        "remaining_micro": admin.get("remaining_micro"), "state": admin.get("state"),
-        "settled_equals_eventlog": admin.get("settled_micro") == f.settled,
-        "held_is_zero": admin.get("held_micro") == 0,
-        "overrun_equals_eventlog": admin.get("overrun_micro") == f.overrun,
-    }
-    return {
-        "requests": len(results), "admitted": len(ok), "refused_budget_exhausted": len(budget_429),
-        "refused_with_retry_after": len(bad_refusals), "errors": len(errors),
-        "error_samples": [f"#{r.index} HTTP {r.status} {r.code}: {r.error or r.message}" for r in errors[:5]],
-        "error_kinds": dict(Counter(f"{r.status} {r.code or r.error}" for r in errors).most_common(10)),
-        "eventlog": {
-            "admitted": f.admitted, "settled": f.settled_n, "expired": f.expired_n,
-            "settled_micro": f.settled, "held_micro_at_end": f.held, "expired_charged_micro": f.expired_charged,
-            "overrun_micro": f.overrun,
-            "hold_mean_micro": f.holds_total // f.admitted if f.admitted else None,
-            "est_input_tokens_mean": round(f.est_input_total / f.admitted, 1) if f.admitted else None,
-            "peak_committed_micro": f.peak_committed,
-            "peak_excess_beyond_overrun_micro": f.peak_excess_beyond_overrun,
-        },
-        "limit_micro": limit,
-        "overshoot_micro": overshoot,
-        "overshoot_pct_of_limit": float(Decimal(overshoot) * 100 / Decimal(limit)),
-        "overshoot_beyond_overrun_micro": max(0, overshoot - f.overrun),
-        "unused_at_first_refusal": first_info,
-        "unused_at_end_micro": limit - f.settled,
-        "unused_at_end_pct": float(Decimal(limit - f.settled) * 100 / Decimal(limit)),
-        "predicted_cost_of_admitted_micro": expected_admitted_cost,
-        "usage_mismatches": len(mismatches), "usage_mismatch_samples": mismatches[:5],
-        "admission_ms": {"all": admit_all, "admitted": admit_ok, "refused": admit_ref},
-        "stream_total_ms": stream_total,
-        "wall_s": round(wall, 3), "requests_per_s": round(len(results) / wall, 1) if wall else None,
-        "listen_overflows": overflows,
-        "admin": admin_check,
-    }
 
 
 # --------------------------------------------------------------------------- printing

@@ -1,0 +1,1 @@
+"""The distributed benchmark (``make bench-distributed``); see ``__main__`` for what it measures."""
