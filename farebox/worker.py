@@ -72,4 +72,8 @@ def run_worker(settings: Settings, loglevel: str = "warning") -> None:
     import faust
 
     worker = build_worker(settings)
-    faust.Worker(worker.app, loglevel=loglevel, quiet=True).execute_from_commandline()
+    runner = faust.Worker(worker.app, loglevel=loglevel, quiet=True)
+    # Faust's terminal spinner sets the root logger to DEBUG (to spin on every record) and leaves it
+    # there: every debug call in faust/aiokafka then builds a record. No spinner, the level we asked.
+    runner.spinner = None
+    runner.execute_from_commandline()

@@ -46,6 +46,7 @@ from ledger.events import Event, LeaseExpired, LeaseGranted, LeaseRequested, Lea
 from ledger.periods import RUN_PERIOD, balance_period, period_of
 
 ENTRY_TYPE = "scope.entry"
+ENTRIES_TYPE = "scope.entries"  # a batch: ``{"type": ENTRIES_TYPE, "entries": [entry wire, ...]}``, one scope, in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +125,8 @@ class ScopeLedger:
     scope: str
     periods: dict[str, PeriodTotals] = field(default_factory=dict)
     leases: dict[str, LeaseState] = field(default_factory=dict)
-    closed_leases: dict[str, str] = field(default_factory=dict)  # lease id -> its period (for prune)
+    # lease id -> (its period, its expiry in epoch seconds; 0: unknown) while a late duplicate may still come
+    closed_leases: dict[str, tuple[str, int]] = field(default_factory=dict)
     high_water: dict[str, int] = field(default_factory=dict)
     soft_crossed: set[str] = field(default_factory=set)  # balance periods whose soft-threshold notice was decided
 
@@ -196,7 +198,7 @@ class ScopeLedger:
         self.totals(lease.period).leased += lease.reserved - before
         if lease.status != "open" and lease.reserved == 0:
             del self.leases[lease.lease_id]
-            self.closed_leases[lease.lease_id] = lease.period
+            self.closed_leases[lease.lease_id] = (lease.period, int(lease.expires_at.timestamp()))
 
     def mark_soft(self, period: str) -> bool:
         """Remember that the soft-threshold notice of ``period`` was decided; False if it already was."""
@@ -209,8 +211,23 @@ class ScopeLedger:
     def prune(self, before_period: str) -> None:
         """Forget closed lease ids and threshold marks of months before ``before_period`` (their events
         are long delivered); a run's mark stays with its balance."""
-        self.closed_leases = {k: p for k, p in self.closed_leases.items() if p >= before_period}
+        self.closed_leases = {k: v for k, v in self.closed_leases.items() if v[0] >= before_period}
         self.soft_crossed = {p for p in self.soft_crossed if p >= before_period or p == RUN_PERIOD}
+
+    def forget_closed(self, now: datetime, keep_s: int) -> int:
+        """Forget closed lease ids whose lease expired more than ``keep_s`` ago; how many went.
+
+        A closed id is kept to ignore a late duplicate of its grant (read back from
+        the topic just after it was decided), return or expiry. Past its expiry plus
+        the expiry grace no pod funds from it and the processor has expired it, so
+        with ``keep_s`` >= ttl + 2 x grace nothing about it can still arrive; without
+        this a busy scope's value (written on every change) grows all month.
+        """
+        cutoff = now.timestamp() - keep_s
+        gone = [k for k, (_, expires) in self.closed_leases.items() if expires and expires < cutoff]
+        for lease_id in gone:
+            del self.closed_leases[lease_id]
+        return len(gone)
 
     # --- queries ----------------------------------------------------------------------
 
@@ -225,7 +242,7 @@ class ScopeLedger:
             "periods": {p: [t.settled, t.held, t.overrun, t.requests, t.leased] for p, t in sorted(self.periods.items())},
             "leases": [[le.lease_id, le.pod, le.period, le.granted, format_time(le.expires_at), le.consumed,
                         le.funded_seen, le.status, le.funded_by_pod] for le in self.leases.values()],
-            "closed_leases": dict(sorted(self.closed_leases.items())),
+            "closed_leases": {k: list(v) for k, v in sorted(self.closed_leases.items())},
             "high_water": dict(sorted(self.high_water.items())),
             "soft_crossed": sorted(self.soft_crossed),
         }
@@ -236,7 +253,8 @@ class ScopeLedger:
         state.periods = {p: PeriodTotals(*v) for p, v in d["periods"].items()}
         for lid, pod, period, granted, exp, consumed, seen, status, by_pod in d["leases"]:
             state.leases[lid] = LeaseState(lid, pod, period, granted, parse_time(exp), consumed, seen, status, by_pod)
-        state.closed_leases = dict(d["closed_leases"])
+        state.closed_leases = {k: (v, 0) if isinstance(v, str) else (v[0], v[1])  # str: written before expiries
+                               for k, v in d["closed_leases"].items()}
         state.high_water = dict(d["high_water"])
         state.soft_crossed = set(d.get("soft_crossed", ()))  # absent in values written before notices
         return state

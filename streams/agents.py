@@ -1,22 +1,30 @@
 """The worker's agents: thin shells around ``ledger.splitting`` and ``ledger.leases``.
 
+Every agent takes its stream in batches (``Stream.take_events``: up to
+``batch_max`` records, or what arrived within its window) and writes each
+table key it touched once per batch, after the batch, to the changelog
+partition of the event that produced it (``streams.table_writes``); offsets
+are acknowledged after the batch. Per request this cut the records the worker
+writes from 17 to about 2.4 (``make bench-distributed``).
+
 * ``split_requests`` (``fb.requests``, concurrency 1): each request event ->
-  ``split`` -> per-scope entries to ``fb.scope-entries`` (keyed by scope, so
-  each scope has one writer), a rollup row to ``fb.rollups``, the request's
-  new state in the ``requests`` table. Sends happen before the table write: a
-  crash between them re-sends entries with the same source offset, which
-  the scope skips (its high-water mark). Then it forgets a few closed states
-  of the same partition that are past the retention (``ledger.retention``:
-  deletes are changelog writes, so they must happen while an event of their
-  partition is processed, never from a timer). Other records (none are routed
-  here today) are skipped.
+  ``split`` -> per-scope entries, sent as one ``scope.entries`` record per
+  scope and batch to ``fb.scope-entries`` (keyed by scope, so each scope has
+  one writer; entries keep their source order), rollup rows added up per key
+  to ``fb.rollups``, and each request's newest state in the ``requests``
+  table. Sends happen before the table writes: a crash between them re-sends
+  entries with the same source offsets, which the scope skips (its high-water
+  mark). Then it forgets a few closed states past the retention
+  (``ledger.retention``), each delete to its own partition's changelog. Other
+  records (none are routed here today) are skipped.
 * ``scope_ledger`` (``fb.scope-entries``, concurrency 1; faust #606): each
-  entry or lease event -> ``fold`` -> the scope's state in the table; a grant
-  goes to the topic and to Redis (key + publish to the pod) at once. After an
-  entry, ``decide_soft_notice`` may emit ``budget.threshold_crossed`` to the
-  same topic (where ``streams.kafka_log`` routes budget notices), sent before
-  the table write that records the mark: a crash between them sends it again
-  with the same id, never loses it. A notice read back only marks.
+  entry or lease event -> ``fold`` -> the scope's state; a grant goes to the
+  topic and to Redis (key + publish to the pod) at once, within the batch (its
+  window is short: ``scope_within_s``). After an entry, ``decide_soft_notice``
+  may emit ``budget.threshold_crossed`` to the same topic (where
+  ``streams.kafka_log`` routes budget notices), sent before the table write
+  that records the mark: a crash between them sends it again with the same
+  id, never loses it. A notice read back only marks.
 * ``rollups`` (``fb.rollups``): adds rows into the ``rollups`` table.
 * timers: hold expiries (open requests past their TTL -> ``hold.expired`` on
   ``fb.requests``), lease expiries (-> ``lease.expired`` on
@@ -25,6 +33,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from datetime import datetime, timezone
@@ -34,7 +43,7 @@ import redis.asyncio as aioredis
 
 from ledger.codec import decode, encode, from_dict
 from ledger.events import BudgetThresholdCrossed, Event, RequestEvent
-from ledger.leases import ENTRY_TYPE, ScopeEntry, ScopeLedger, decide_lease_expiries, fold
+from ledger.leases import ENTRIES_TYPE, ENTRY_TYPE, ScopeEntry, ScopeLedger, decide_lease_expiries, fold
 from ledger.periods import period_of
 from ledger.retention import ClosedRequests, admitted_epoch, forget_due, index_states
 from ledger.rollups import merge
@@ -43,6 +52,7 @@ from ledger.thresholds import apply_notice, budget_state, decide_soft_notice
 from streams.faust_app import Worker
 from streams.kafka_clients import ID_HEADER
 from streams.projections import RedisProjections, scope_fields
+from streams.table_writes import PartitionView, put
 
 log = logging.getLogger("farebox.worker")
 
@@ -64,84 +74,128 @@ def register(w: Worker) -> None:
             state = live[scope] = ScopeLedger.from_dict(stored) if stored else ScopeLedger(scope)
         return state
 
-    async def send_event(topic, key: str, event: Event) -> None:  # type: ignore[no-untyped-def]
-        await topic.send(key=key.encode(), value=encode(event), headers=[(ID_HEADER, event.id.encode())])
+    async def send_event(topic, key: str, event: Event) -> asyncio.Future:  # type: ignore[no-untyped-def]
+        """Produce now (``force``: not attached to the current event, which Faust would publish only at the
+        next commit, after the table writes); the future resolves when Kafka has the record."""
+        return await topic.send(key=key.encode(), value=encode(event), headers=[(ID_HEADER, event.id.encode())],
+                                force=True)
 
     @app.agent(w.requests, concurrency=1)
     async def split_requests(stream):  # type: ignore[no-untyped-def]
-        async for event in stream.events():
-            stats["requests"] += 1
-            ev = decode(event.value)
-            if not isinstance(ev, RequestEvent):
-                continue
-            rid = ev.request_id
-            source = str(event.message.partition)
-            index = closed.get(source)
-            if index is None:
-                index = closed[source] = ClosedRequests(cfg.request_retention_s)
-            index.observe(ev.time.timestamp(), time.time())
-            result = split(ev, w.request_states.get(rid), cfg.tz, source, event.message.offset, index.horizon)
-            for entry in result.entries:
-                await w.entries.send(key=entry.scope.encode(), value=orjson.dumps(entry.to_wire()))
-            if result.rollup is not None:
-                row = result.rollup
-                await w.rollups.send(key=row.key.encode(), value=orjson.dumps([rid, row.counts]))
-            if result.state is not None:
-                w.request_states[rid] = result.state
-                if result.state["s"] == "open":
-                    open_requests[rid] = result.state
-                else:
-                    open_requests.pop(rid, None)
-                    index.closed(rid, admitted_epoch(result.state))
-            elif result.stale:
-                stats["stale"] += 1
-                log.warning("admission of %s dated %s is older than the retention horizon of fb.requests "
-                            "partition %s: refused as stale (not counted)", rid, ev.time.isoformat(), source)
-            if index.has_due():  # the deletes go to this partition's changelog: see ledger.retention
-                stats["forgotten"] += forget_due(w.request_states, index, source, cfg.prune_batch)
+        async for batch in stream.take_events(cfg.batch_max, cfg.split_within_s):
+            states: dict[str, tuple[int, dict]] = {}  # request id -> (partition, newest state), written last
+            entries: dict[str, list[dict]] = {}  # scope -> its entries' wire forms, in source order
+            rows: dict[str, dict[str, int]] = {}  # rollup key -> counts added up over the batch
+            for event in batch:
+                stats["requests"] += 1
+                ev = decode(event.value)
+                if not isinstance(ev, RequestEvent):
+                    continue
+                rid, partition = ev.request_id, event.message.partition
+                source = str(partition)
+                index = closed.get(source)
+                if index is None:
+                    index = closed[source] = ClosedRequests(cfg.request_retention_s)
+                index.observe(ev.time.timestamp(), time.time())
+                current = states[rid][1] if rid in states else w.request_states.get(rid)
+                result = split(ev, current, cfg.tz, source, event.message.offset, index.horizon)
+                for entry in result.entries:
+                    entries.setdefault(entry.scope, []).append(entry.to_wire())
+                if result.rollup is not None:
+                    rows[result.rollup.key] = merge(rows.get(result.rollup.key), result.rollup.counts)
+                if result.state is not None:
+                    states[rid] = (partition, result.state)
+                    if result.state["s"] == "open":
+                        open_requests[rid] = result.state
+                    else:
+                        open_requests.pop(rid, None)
+                        index.closed(rid, admitted_epoch(result.state))
+                elif result.stale:
+                    stats["stale"] += 1
+                    log.warning("admission of %s dated %s is older than the retention horizon of fb.requests "
+                                "partition %s: refused as stale (not counted)", rid, ev.time.isoformat(), source)
+            # Kafka has the entries before the table has the states: a crash in between re-sends entries
+            # (same source offsets) that the scopes skip; the other order would lose them
+            sent = [await w.entries.send(key=scope.encode(), value=orjson.dumps({"type": ENTRIES_TYPE, "entries": wires}),
+                                         force=True) for scope, wires in entries.items()]
+            sent += [await w.rollups.send(key=key.encode(), value=orjson.dumps([None, counts]), force=True)
+                     for key, counts in rows.items()]
+            await asyncio.gather(*sent)
+            for rid, (partition, state) in states.items():
+                put(w.request_states, partition, rid, state)
+            for source, index in closed.items():  # deletes go to their own partition's changelog
+                if index.has_due():
+                    view = PartitionView(w.request_states, int(source))
+                    stats["forgotten"] += forget_due(view, index, source, cfg.prune_batch)
 
     @app.agent(w.entries, concurrency=1)
     async def scope_ledger(stream):  # type: ignore[no-untyped-def]
-        async for event in stream.events():
-            record = orjson.loads(event.value)
-            item = ScopeEntry.from_wire(record) if record["type"] == ENTRY_TYPE else from_dict(record)
-            scope = item.scope
-            state = scope_state(scope)
-            limit = cfg.limit_for(scope)
-            notice = granted = None
-            if isinstance(item, BudgetThresholdCrossed):
-                changed = apply_notice(state, item)
-            else:
-                changed, granted = fold(state, item, limit, cfg.tz, cfg.policy)
-                if changed and isinstance(item, ScopeEntry):
-                    notice = decide_soft_notice(state, item, limit, cfg.soft_pct_for(scope), cfg.currency_for())
-            if notice is not None:
-                await send_event(w.entries, scope, notice)
-                stats["notices"] += 1
-            if changed:
-                w.scope_ledger[scope] = state.to_dict()
+        async for batch in stream.take_events(cfg.batch_max, cfg.scope_within_s):
+            changed_scopes: dict[str, int] = {}  # scope -> its partition; each written once, last
+            sent: list[asyncio.Future] = []  # grants and notices: in Kafka before the table writes
+            for event in batch:
+                record = orjson.loads(event.value)
+                kind = record["type"]
+                if kind == ENTRIES_TYPE:
+                    items: list = [ScopeEntry.from_wire(wire) for wire in record["entries"]]
+                else:
+                    items = [ScopeEntry.from_wire(record) if kind == ENTRY_TYPE else from_dict(record)]
+                for item in items:
+                    if await apply_item(item, sent):
+                        changed_scopes[item.scope] = event.message.partition
+            await asyncio.gather(*sent)
+            for scope, partition in changed_scopes.items():
+                put(w.scope_ledger, partition, scope, live[scope].to_dict())
                 dirty.add(scope)
-            if granted is not None:
-                await send_event(w.entries, scope, granted)
-                await projections.grant(granted, cfg.policy.ttl_s + cfg.policy.expiry_grace_s)
-                stats["grants"] += 1
-            stats["entries"] += 1
+
+    async def apply_item(item, sent: list) -> bool:  # type: ignore[no-untyped-def]
+        """Fold one entry or lease/budget event into its scope; a grant or notice is sent at once.
+
+        A grant goes to Redis without waiting for Kafka's ack: if the worker dies before the batch's
+        table write, the request is decided again from the same recovered state, which gives the
+        same grant (same id, amount and expiry), so the pod's copy stays true."""
+        scope = item.scope
+        state = scope_state(scope)
+        limit = cfg.limit_for(scope)
+        notice = granted = None
+        if isinstance(item, BudgetThresholdCrossed):
+            changed = apply_notice(state, item)
+        else:
+            changed, granted = fold(state, item, limit, cfg.tz, cfg.policy)
+            if changed and isinstance(item, ScopeEntry):
+                notice = decide_soft_notice(state, item, limit, cfg.soft_pct_for(scope), cfg.currency_for())
+        if notice is not None:
+            sent.append(await send_event(w.entries, scope, notice))
+            stats["notices"] += 1
+        if granted is not None:
+            sent.append(await send_event(w.entries, scope, granted))
+            await projections.grant(granted, cfg.policy.ttl_s + cfg.policy.expiry_grace_s)
+            stats["grants"] += 1
+        stats["entries"] += 1
+        return changed
 
     @app.agent(w.rollups)
     async def rollups(stream):  # type: ignore[no-untyped-def]
-        async for event in stream.events():
-            _, counts = orjson.loads(event.value)
-            key = event.key.decode()
-            w.rollup_table[key] = merge(w.rollup_table.get(key), counts)
+        async for batch in stream.take_events(cfg.batch_max, cfg.rollup_within_s):
+            totals: dict[str, tuple[int, dict[str, int]]] = {}
+            for event in batch:
+                _, counts = orjson.loads(event.value)
+                key = event.key.decode()
+                _, total = totals.get(key) or (0, w.rollup_table.get(key))
+                totals[key] = (event.message.partition, merge(total, counts))
+            for key, (partition, total) in totals.items():
+                put(w.rollup_table, partition, key, total)
 
     @app.timer(interval=cfg.sweep_interval_s)
     async def sweep() -> None:
         now = datetime.now(timezone.utc)
         for expired in decide_hold_expiries(list(open_requests.items()), now):
             await send_event(w.requests, expired.team, expired)
+        keep_s = cfg.policy.ttl_s + 2 * cfg.policy.expiry_grace_s
         for state in list(live.values()):
             for lease_expired in decide_lease_expiries(state, now, cfg.policy):
                 await send_event(w.entries, state.scope, lease_expired)
+            state.forget_closed(now, keep_s)  # in memory; the table value follows at the scope's next write
 
     @app.timer(interval=cfg.projection_interval_s)
     async def project() -> None:

@@ -48,7 +48,14 @@ class WorkerConfig:
     sweep_interval_s: float = 1.0
     projection_interval_s: float = 0.1
     request_retention_s: float = DEFAULT_RETENTION_S  # closed request states are forgotten after it
-    prune_batch: int = 100  # at most this many forgotten per event: no pause when a minute's worth falls due
+    prune_batch: int = 100  # at most this many forgotten per batch: no pause when a minute's worth falls due
+    # Agents take up to batch_max records at a time (Stream.take_events), or what arrived within their
+    # window: the scope ledger's is short (a lease grant waits at most that long), the splitter's longer
+    # (a request's events then often share a batch: its state is written once), the rollups' longest.
+    batch_max: int = 4000
+    scope_within_s: float = 0.005
+    split_within_s: float = 0.1
+    rollup_within_s: float = 0.5
 
 
 @dataclass
@@ -81,6 +88,11 @@ def create_app(cfg: WorkerConfig) -> Worker:
         producer_linger=0.005,
         producer_acks=-1,
         stream_wait_empty=False,
+        stream_buffer_maxsize=16384,
+        # a worker restarted after a crash gets its partitions back in seconds, not the default minute
+        # (pods without leases wait on it)
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=1.0,
         table_cleanup_interval=3600.0,
         consumer_auto_offset_reset="earliest",
     )

@@ -105,6 +105,19 @@ def test_funded_admit_settle_and_return_move_money_between_leased_held_and_settl
     assert state.apply_lease(ret, UTC) and not state.apply_lease(ret, UTC)
     assert (totals.settled, totals.held, totals.leased) == (300, 0, 0)
     assert "L1" in state.closed_leases and not state.leases
+    # a late duplicate of the grant is ignored while the id is remembered ...
+    assert decide_grant(state, LeaseRequested(time=T0, lease_id="L1", scope="team:a", pod="p1", amount_micro=1,
+                                              expires_at=None), 1_000_000, UTC, POLICY) is None
+    restored = ScopeLedger.from_dict(state.to_dict())
+    assert restored.closed_leases == state.closed_leases
+    # ... and forgotten once its lease expired (T0 + 60 s) more than keep_s ago; a value written before
+    # expiries were recorded (a bare period) is kept until its month is pruned
+    restored.closed_leases["L0"] = ("2026-10", 0)
+    assert restored.forget_closed(T0 + timedelta(seconds=60 + 299), keep_s=300) == 0
+    assert restored.forget_closed(T0 + timedelta(seconds=60 + 301), keep_s=300) == 1
+    assert list(restored.closed_leases) == ["L0"]
+    old_value = {**state.to_dict(), "closed_leases": {"L9": "2026-09"}}
+    assert ScopeLedger.from_dict(old_value).closed_leases == {"L9": ("2026-09", 0)}
 
 
 def test_a_return_that_overtakes_its_admissions_keeps_their_holds_reserved():
