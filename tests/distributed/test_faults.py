@@ -11,7 +11,9 @@ of each event id) and compared with the worker's Redis projection:
   comes back under the same id, replays its spool, and nothing is doubled.
 * ``test_kafka_outage``: the broker stopped for ``FB_KAFKA_OUTAGE_S`` (30 s)
   under open-loop traffic: every request succeeds on the leases the pods hold,
-  the spooled events arrive afterwards, none lost or doubled, replay equals live.
+  the spooled events arrive afterwards, none lost or doubled, replay equals live;
+  one pod is SIGKILLed mid-outage (taken out of the traffic first) and its
+  spool is replayed by its restart under the same id.
 
 Short TTLs (``server.hold_ttl_s``, ``distributed.lease_ttl_s`` /
 ``lease_expiry_grace_s``) keep the waits to seconds; the outage test has its
@@ -340,14 +342,14 @@ async def _during(cluster: Cluster, client: httpx.AsyncClient) -> list[tuple[str
 # --- stop Kafka for 30 s under load --------------------------------------------------------
 
 
-async def _open_loop(cluster: Cluster, rate: float, stop: asyncio.Event) -> list[tuple[str, int, str]]:
-    """Requests at ``rate``/s (not waiting for answers) over 3 pods × 3 teams until ``stop``."""
+async def _open_loop(cluster: Cluster, rate: float, stop: asyncio.Event, pods: list[int]) -> list[tuple[str, int, str]]:
+    """Requests at ``rate``/s (not waiting for answers) over ``pods`` (changed by the caller) × 3 teams until ``stop``."""
     async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=200)) as client:
         tasks = []
         i = 0
         started = time.monotonic()
         while not stop.is_set():
-            team, pod = TEAMS[(i // 3) % 3], i % 3
+            team, pod = TEAMS[(i // 3) % 3], pods[i % len(pods)]
 
             async def one(pod=pod, team=team, i=i) -> tuple[str, int, str]:
                 try:
@@ -371,36 +373,45 @@ def test_kafka_outage_under_load_no_request_fails_nothing_lost_or_doubled(tmp_pa
             warm = _fire(cluster, 9)  # every pod holds a lease for every team before Kafka goes
             rc = redis.Redis.from_url(server.url)
 
-            async def load() -> tuple[list[tuple[str, int, str]], float]:
+            async def load() -> tuple[list[tuple[str, int, str]], float, list[str]]:
                 stop = asyncio.Event()
-                traffic = asyncio.create_task(_open_loop(cluster, 12.0, stop))
+                pods = [0, 1, 2]
+                traffic = asyncio.create_task(_open_loop(cluster, 12.0, stop, pods))
                 try:
                     await asyncio.sleep(2)
                     await asyncio.to_thread(broker.stop)
                     stopped = time.monotonic()
-                    await asyncio.sleep(OUTAGE_S)
+                    # mid-outage, pod 2 crashes with a spool full of events (its requests all answered first)
+                    await asyncio.sleep(OUTAGE_S / 2)
+                    pods.remove(2)
+                    await asyncio.sleep(2)
+                    cluster.kill_pod(2)
+                    crashed = _spooled_ids(cluster.spool_path(2))
+                    await asyncio.sleep(max(stopped + OUTAGE_S - time.monotonic(), 0))
                     spooling = [cluster.spool_path(i).stat().st_size for i in range(3)]
                     assert all(spooling), spooling  # every pod was writing to its spool
                     await asyncio.to_thread(broker.start)
                     away = time.monotonic() - stopped
                     timings.update(outage=away, back=broker.ready_after_s or 0.0)
-                    await asyncio.sleep(3)
+                    await asyncio.to_thread(cluster.start_pod, 2)  # same pod id: replays the dead pod's spool
+                    await asyncio.sleep(2)
                 finally:
                     stop.set()
                     if not broker.running:  # leave the session's broker up for later tests
                         await asyncio.to_thread(broker.start)
-                return await traffic, away
+                return await traffic, away, crashed
 
             timings: dict[str, float] = {}
             t0 = time.monotonic()
-            results, away = asyncio.run(load())
+            results, away, crashed = asyncio.run(load())
             timings["load"] = time.monotonic() - t0
             failed = Counter((team, status) for team, status, _ in results if status != 200)
             assert not failed, failed  # no request failed while the leases lasted
-            ok = {rid for _, _, rid in warm + results}
 
             for i in range(3):  # each pod replays its spool once Kafka is back
                 wait_until(lambda i=i: cluster.spool_path(i).stat().st_size == 0, 60, what=f"pod-{i} spool replayed")
+            again = _fire(cluster, 9, pods=[2])  # the restarted pod serves (on new leases)
+            ok = {rid for _, _, rid in warm + results + again}
             events, rows = _wait_ledger_matches(cluster, rc, timeout=90)
             timings["caught_up"] = time.monotonic() - t0
             ids = Counter(e.id for e in events)
@@ -409,11 +420,13 @@ def test_kafka_outage_under_load_no_request_fails_nothing_lost_or_doubled(tmp_pa
                 assert ids[f"{rid}/admitted"] == 1 and ids[f"{rid}/settled"] == 1, (rid, ids[f"{rid}/admitted"],
                                                                                   ids[f"{rid}/settled"])
                 assert first[f"{rid}/settled"].final_status == 200
+            # what pod 2 had spooled when it died came from its spool, after its restart, once each
+            assert crashed and all(ids[event_id] == 1 for event_id in crashed), {i: ids[i] for i in crashed}
             settled, _ = _closed_exactly_once(events)
             assert settled == ok and not [e for e in events if e.type == "hold.expired"]
             report = _replay(cluster)
-            print(f"\nKafka outage {away:.1f}s: {len(results)} requests all 200; "
-                  f"duplicates in Kafka {sum(v - 1 for v in ids.values())}; "
+            print(f"\nKafka outage {away:.1f}s: {len(results)} requests all 200; pod-2 died with {len(crashed)} "
+                  f"events spooled; duplicates in Kafka {sum(v - 1 for v in ids.values())}; "
                   f"settled {({t: rows[t]['settled'] for t in TEAMS})}; timings {timings}; {report}")
     finally:
         if not broker.running:
