@@ -2,7 +2,14 @@
 
 Kafka (the Maven-jar broker) and Redis are passed in (session fixtures);
 each cluster gets its own topic prefix, worker id and folders, so clusters do
-not see each other's events.
+not see each other's events. Redis keys are not prefixed per cluster
+(``fb:scope:team:alpha``): give clusters that run side by side their own Redis.
+
+Fault tests use the process handles: ``kill_pod`` / ``start_pod`` (SIGKILL,
+then the same pod id, port and spool folder), ``kill_worker`` /
+``start_worker`` (the same worker id and data dir); ``server`` overrides
+settings such as ``hold_ttl_s``, ``lease`` the ``distributed`` section
+(``lease_ttl_s``, ``lease_expiry_grace_s``, ...).
 """
 
 from __future__ import annotations
@@ -21,6 +28,10 @@ from infra.kafka.topics import create_topics, farebox_topics
 from tests.harness import free_port, mint, sim_config, spawn, stop, test_config, wait_http
 
 TEAMS = ("alpha", "beta", "gamma")
+# Faust reads these from the environment. A worker killed with SIGKILL stays in its consumer group
+# until its session times out, and a restarted worker with the same id gets no partitions before
+# that: Faust's default (60 s) would make each restart in a test wait a minute.
+WORKER_ENV = {"BROKER_SESSION_TIMEOUT": "10", "BROKER_HEARTBEAT_INTERVAL": "1"}
 
 
 @dataclass
@@ -42,18 +53,48 @@ class Cluster:
     def requests_topic(self) -> str:
         return f"{self.prefix}requests"
 
+    def pod_id(self, i: int) -> str:
+        return f"pod-{i}"
+
+    def spool_path(self, i: int) -> Path:
+        """The disk spool file of pod ``i`` (``distributed.spool_dir/<pod id>``)."""
+        return self.folder / "spool" / self.pod_id(i)
+
     def start_worker(self) -> None:
-        self.worker = spawn(["farebox", "worker", "--config", str(self.config)], self.folder / "worker.log")
+        self.worker = spawn(["farebox", "worker", "--config", str(self.config)], self.folder / "worker.log",
+                            env=WORKER_ENV)
+
+    def kill_worker(self) -> None:
+        """SIGKILL: no commit, no flush, no goodbye."""
+        _kill(self.worker)
+
+    def kill_pod(self, i: int) -> None:
+        """SIGKILL pod ``i``: open streams are cut, what its producer had not sent is gone."""
+        _kill(self.pods[i])
+
+    def ensure_pods(self) -> None:
+        """Start again (same id and port) every pod that is not running."""
+        for i, proc in enumerate(self.pods):
+            if proc is None or proc.poll() is not None:
+                self.start_pod(i)
 
     def start_pod(self, i: int) -> None:
         self.pods[i] = spawn(["farebox", "serve", "--config", str(self.config), "--port", str(self.pod_ports[i])],
-                             self.folder / f"pod-{i}.log", env={"FAREBOX_POD_ID": f"pod-{i}"})
+                             self.folder / f"pod-{i}.log", env={"FAREBOX_POD_ID": self.pod_id(i)})
         wait_http(self.pod_urls[i] + "/health", self.pods[i], self.folder / f"pod-{i}.log", timeout=30)
 
 
-def _mutate(bootstrap: str, redis_url: str, prefix: str, folder: Path, limits: dict[str, str], lease: dict):
+def _kill(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def _mutate(bootstrap: str, redis_url: str, prefix: str, folder: Path, limits: dict[str, str], lease: dict,
+            server: dict):
     def mutate(tree: dict) -> None:
         tree["server"].pop("pod_id", None)
+        tree["server"].update(server)
         tree["server"]["max_in_flight"] = 0
         tree["mode"] = "distributed"
         tree["distributed"] = {
@@ -75,14 +116,15 @@ def _mutate(bootstrap: str, redis_url: str, prefix: str, folder: Path, limits: d
 @contextmanager
 def running_cluster(folder: Path, bootstrap: str, redis_url: str, *, pods: int = 3,
                     limits: dict[str, str] | None = None, lease: dict | None = None,
-                    sim_defaults: dict | None = None) -> Iterator[Cluster]:
+                    sim_defaults: dict | None = None, server: dict | None = None) -> Iterator[Cluster]:
     folder.mkdir(parents=True, exist_ok=True)
     prefix = f"t{uuid.uuid4().hex[:8]}."
     asyncio.run(create_topics(bootstrap, farebox_topics(3, prefix=prefix)))
     sim_port = free_port()
     ports = [free_port() for _ in range(pods)]
     limits = limits or dict.fromkeys(TEAMS, "100000.00")
-    config = test_config(folder, sim_port, ports[0], _mutate(bootstrap, redis_url, prefix, folder, limits, lease or {}))
+    config = test_config(folder, sim_port, ports[0], _mutate(bootstrap, redis_url, prefix, folder, limits, lease or {},
+                                                                      server or {}))
     sim = spawn(["farebox", "simulator", "--config", str(sim_config(folder, **(sim_defaults or {}))),
                  "--port", str(sim_port)], folder / "simulator.log")
     cluster = Cluster(folder, config, bootstrap, redis_url, prefix, f"http://127.0.0.1:{sim_port}", {},
