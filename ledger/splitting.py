@@ -18,7 +18,7 @@ table's values). Pure: no clock, no I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -27,7 +27,7 @@ from ledger.codec import format_time, parse_time
 from ledger.events import Event, HoldExpired, RequestAdmitted, RequestAttempted, RequestSettled
 from ledger.leases import ScopeEntry
 from ledger.periods import period_of
-from ledger.rollups import Rollup, rollup_of
+from ledger.rollups import Rollup, merge, rollup_of
 
 State = dict[str, Any] | None
 
@@ -38,6 +38,29 @@ class Split:
     state: State  # the request's new state (None: unchanged)
     rollup: Rollup | None = None
     stale: bool = False  # an admit refused because it is dated before the retention horizon
+
+
+@dataclass(slots=True)
+class SplitBatch:
+    """The effects of many request events, gathered to be written once each.
+
+    Per request its newest state (and the ``fb.requests`` partition it belongs
+    to), per scope its entries' wire forms in source order, per rollup key the
+    counts added up. The splitter reads a request's pending state here before
+    the table's, so a batch behaves exactly as the events one by one.
+    """
+
+    states: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+    entries: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    rows: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def add(self, request_id: str, result: Split, partition: int) -> None:
+        for entry in result.entries:
+            self.entries.setdefault(entry.scope, []).append(entry.to_wire())
+        if result.rollup is not None:
+            self.rows[result.rollup.key] = merge(self.rows.get(result.rollup.key), result.rollup.counts)
+        if result.state is not None:
+            self.states[request_id] = (partition, result.state)
 
 
 _NOTHING = Split([], None)

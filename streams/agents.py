@@ -1,11 +1,14 @@
 """The worker's agents: thin shells around ``ledger.splitting`` and ``ledger.leases``.
 
-Every agent takes its stream in batches (``Stream.take_events``: up to
-``batch_max`` records, or what arrived within its window) and writes each
-table key it touched once per batch, after the batch, to the changelog
-partition of the event that produced it (``streams.table_writes``); offsets
-are acknowledged after the batch. Per request this cut the records the worker
-writes from 17 to about 2.4 (``make bench-distributed``).
+Every agent consumes its stream one event at a time and flushes its effects in
+batches (``streams.batching.Batcher``: every ``batch_max`` events or within
+its window), writing each table key it touched once per flush, to the
+changelog partition of the event that produced it (``streams.table_writes``);
+events are acknowledged after their flush. Sends are produced at once
+(``force=True``) and acknowledged by Kafka before the table writes. Per
+request this cut the records the worker writes from 17 to about 2.4, and one
+worker's throughput from ~860 to ~3,000 request events/s on the 2-core dev
+machine (``make bench-distributed``).
 
 * ``split_requests`` (``fb.requests``, concurrency 1): each request event ->
   ``split`` -> per-scope entries, sent as one ``scope.entries`` record per
@@ -47,11 +50,12 @@ from ledger.leases import ENTRIES_TYPE, ENTRY_TYPE, ScopeEntry, ScopeLedger, dec
 from ledger.periods import period_of
 from ledger.retention import ClosedRequests, admitted_epoch, forget_due, index_states
 from ledger.rollups import merge
-from ledger.splitting import decide_hold_expiries, split
+from ledger.splitting import SplitBatch, decide_hold_expiries, split
 from ledger.thresholds import apply_notice, budget_state, decide_soft_notice
 from streams.faust_app import Worker
 from streams.kafka_clients import ID_HEADER
 from streams.projections import RedisProjections, scope_fields
+from streams.batching import Batcher
 from streams.table_writes import PartitionView, put
 
 log = logging.getLogger("farebox.worker")
@@ -80,73 +84,81 @@ def register(w: Worker) -> None:
         return await topic.send(key=key.encode(), value=encode(event), headers=[(ID_HEADER, event.id.encode())],
                                 force=True)
 
+    split_batch = SplitBatch()
+
+    async def split_one(event) -> None:  # type: ignore[no-untyped-def]
+        stats["requests"] += 1
+        ev = decode(event.value)
+        if not isinstance(ev, RequestEvent):
+            return
+        rid, partition = ev.request_id, event.message.partition
+        source = str(partition)
+        index = closed.get(source)
+        if index is None:
+            index = closed[source] = ClosedRequests(cfg.request_retention_s)
+        index.observe(ev.time.timestamp(), time.time())
+        pending = split_batch.states.get(rid)
+        current = pending[1] if pending is not None else w.request_states.get(rid)
+        result = split(ev, current, cfg.tz, source, event.message.offset, index.horizon)
+        split_batch.add(rid, result, partition)
+        if result.state is not None:
+            if result.state["s"] == "open":
+                open_requests[rid] = result.state
+            else:
+                open_requests.pop(rid, None)
+                index.closed(rid, admitted_epoch(result.state))
+        elif result.stale:
+            stats["stale"] += 1
+            log.warning("admission of %s dated %s is older than the retention horizon of fb.requests "
+                        "partition %s: refused as stale (not counted)", rid, ev.time.isoformat(), source)
+
+    async def split_flush() -> None:
+        nonlocal split_batch
+        batch, split_batch = split_batch, SplitBatch()
+        # Kafka has the entries before the table has the states: a crash in between re-sends entries
+        # (same source offsets) that the scopes skip; the other order would lose them
+        sent = [await w.entries.send(key=scope.encode(), value=orjson.dumps({"type": ENTRIES_TYPE, "entries": wires}),
+                                     force=True) for scope, wires in batch.entries.items()]
+        sent += [await w.rollups.send(key=key.encode(), value=orjson.dumps([None, counts]), force=True)
+                 for key, counts in batch.rows.items()]
+        await asyncio.gather(*sent)
+        for rid, (partition, state) in batch.states.items():
+            put(w.request_states, partition, rid, state)
+        for source, index in closed.items():  # deletes go to their own partition's changelog
+            if index.has_due():
+                view = PartitionView(w.request_states, int(source))
+                stats["forgotten"] += forget_due(view, index, source, cfg.prune_batch)
+
     @app.agent(w.requests, concurrency=1)
     async def split_requests(stream):  # type: ignore[no-untyped-def]
-        async for batch in stream.take_events(cfg.batch_max, cfg.split_within_s):
-            states: dict[str, tuple[int, dict]] = {}  # request id -> (partition, newest state), written last
-            entries: dict[str, list[dict]] = {}  # scope -> its entries' wire forms, in source order
-            rows: dict[str, dict[str, int]] = {}  # rollup key -> counts added up over the batch
-            for event in batch:
-                stats["requests"] += 1
-                ev = decode(event.value)
-                if not isinstance(ev, RequestEvent):
-                    continue
-                rid, partition = ev.request_id, event.message.partition
-                source = str(partition)
-                index = closed.get(source)
-                if index is None:
-                    index = closed[source] = ClosedRequests(cfg.request_retention_s)
-                index.observe(ev.time.timestamp(), time.time())
-                current = states[rid][1] if rid in states else w.request_states.get(rid)
-                result = split(ev, current, cfg.tz, source, event.message.offset, index.horizon)
-                for entry in result.entries:
-                    entries.setdefault(entry.scope, []).append(entry.to_wire())
-                if result.rollup is not None:
-                    rows[result.rollup.key] = merge(rows.get(result.rollup.key), result.rollup.counts)
-                if result.state is not None:
-                    states[rid] = (partition, result.state)
-                    if result.state["s"] == "open":
-                        open_requests[rid] = result.state
-                    else:
-                        open_requests.pop(rid, None)
-                        index.closed(rid, admitted_epoch(result.state))
-                elif result.stale:
-                    stats["stale"] += 1
-                    log.warning("admission of %s dated %s is older than the retention horizon of fb.requests "
-                                "partition %s: refused as stale (not counted)", rid, ev.time.isoformat(), source)
-            # Kafka has the entries before the table has the states: a crash in between re-sends entries
-            # (same source offsets) that the scopes skip; the other order would lose them
-            sent = [await w.entries.send(key=scope.encode(), value=orjson.dumps({"type": ENTRIES_TYPE, "entries": wires}),
-                                         force=True) for scope, wires in entries.items()]
-            sent += [await w.rollups.send(key=key.encode(), value=orjson.dumps([None, counts]), force=True)
-                     for key, counts in rows.items()]
-            await asyncio.gather(*sent)
-            for rid, (partition, state) in states.items():
-                put(w.request_states, partition, rid, state)
-            for source, index in closed.items():  # deletes go to their own partition's changelog
-                if index.has_due():
-                    view = PartitionView(w.request_states, int(source))
-                    stats["forgotten"] += forget_due(view, index, source, cfg.prune_batch)
+        await Batcher(stream, split_one, split_flush, max_events=cfg.batch_max, within_s=cfg.split_within_s).run()
+
+    changed_scopes: dict[str, int] = {}  # scope -> its partition; each written once per flush
+    scope_sent: list[asyncio.Future] = []  # grants and notices: in Kafka before the table writes
+
+    async def scope_one(event) -> None:  # type: ignore[no-untyped-def]
+        record = orjson.loads(event.value)
+        kind = record["type"]
+        if kind == ENTRIES_TYPE:
+            items: list = [ScopeEntry.from_wire(wire) for wire in record["entries"]]
+        else:
+            items = [ScopeEntry.from_wire(record) if kind == ENTRY_TYPE else from_dict(record)]
+        for item in items:
+            if await apply_item(item, scope_sent):
+                changed_scopes[item.scope] = event.message.partition
+
+    async def scope_flush() -> None:
+        sent, changed = list(scope_sent), dict(changed_scopes)
+        scope_sent.clear()
+        changed_scopes.clear()
+        await asyncio.gather(*sent)
+        for scope, partition in changed.items():
+            put(w.scope_ledger, partition, scope, live[scope].to_dict())
+            dirty.add(scope)
 
     @app.agent(w.entries, concurrency=1)
     async def scope_ledger(stream):  # type: ignore[no-untyped-def]
-        async for batch in stream.take_events(cfg.batch_max, cfg.scope_within_s):
-            changed_scopes: dict[str, int] = {}  # scope -> its partition; each written once, last
-            sent: list[asyncio.Future] = []  # grants and notices: in Kafka before the table writes
-            for event in batch:
-                record = orjson.loads(event.value)
-                kind = record["type"]
-                if kind == ENTRIES_TYPE:
-                    items: list = [ScopeEntry.from_wire(wire) for wire in record["entries"]]
-                else:
-                    items = [ScopeEntry.from_wire(record) if kind == ENTRY_TYPE else from_dict(record)]
-                for item in items:
-                    if await apply_item(item, sent):
-                        changed_scopes[item.scope] = event.message.partition
-            await asyncio.gather(*sent)
-            for scope, partition in changed_scopes.items():
-                put(w.scope_ledger, partition, scope, live[scope].to_dict())
-                dirty.add(scope)
+        await Batcher(stream, scope_one, scope_flush, max_events=cfg.batch_max, within_s=cfg.scope_within_s).run()
 
     async def apply_item(item, sent: list) -> bool:  # type: ignore[no-untyped-def]
         """Fold one entry or lease/budget event into its scope; a grant or notice is sent at once.
@@ -174,17 +186,22 @@ def register(w: Worker) -> None:
         stats["entries"] += 1
         return changed
 
+    rollup_totals: dict[str, tuple[int, dict[str, int]]] = {}  # key -> (partition, running total)
+
+    async def rollup_one(event) -> None:  # type: ignore[no-untyped-def]
+        _, counts = orjson.loads(event.value)
+        key = event.key.decode()
+        _, total = rollup_totals.get(key) or (0, w.rollup_table.get(key))
+        rollup_totals[key] = (event.message.partition, merge(total, counts))
+
+    async def rollup_flush() -> None:
+        for key, (partition, total) in rollup_totals.items():
+            put(w.rollup_table, partition, key, total)
+        rollup_totals.clear()
+
     @app.agent(w.rollups)
     async def rollups(stream):  # type: ignore[no-untyped-def]
-        async for batch in stream.take_events(cfg.batch_max, cfg.rollup_within_s):
-            totals: dict[str, tuple[int, dict[str, int]]] = {}
-            for event in batch:
-                _, counts = orjson.loads(event.value)
-                key = event.key.decode()
-                _, total = totals.get(key) or (0, w.rollup_table.get(key))
-                totals[key] = (event.message.partition, merge(total, counts))
-            for key, (partition, total) in totals.items():
-                put(w.rollup_table, partition, key, total)
+        await Batcher(stream, rollup_one, rollup_flush, max_events=cfg.batch_max, within_s=cfg.rollup_within_s).run()
 
     @app.timer(interval=cfg.sweep_interval_s)
     async def sweep() -> None:

@@ -49,9 +49,9 @@ class WorkerConfig:
     projection_interval_s: float = 0.1
     request_retention_s: float = DEFAULT_RETENTION_S  # closed request states are forgotten after it
     prune_batch: int = 100  # at most this many forgotten per batch: no pause when a minute's worth falls due
-    # Agents take up to batch_max records at a time (Stream.take_events), or what arrived within their
-    # window: the scope ledger's is short (a lease grant waits at most that long), the splitter's longer
-    # (a request's events then often share a batch: its state is written once), the rollups' longest.
+    # Agents flush their writes every batch_max events, or within their window after a batch's first
+    # event (streams.batching): the scope ledger's is short (its table writes; grants go at once), the
+    # splitter's longer (a request's events then often share a batch: its state is written once).
     batch_max: int = 4000
     scope_within_s: float = 0.005
     split_within_s: float = 0.1
@@ -88,7 +88,6 @@ def create_app(cfg: WorkerConfig) -> Worker:
         producer_linger=0.005,
         producer_acks=-1,
         stream_wait_empty=False,
-        stream_buffer_maxsize=16384,
         # a worker restarted after a crash gets its partitions back in seconds, not the default minute
         # (pods without leases wait on it)
         broker_session_timeout=10.0,

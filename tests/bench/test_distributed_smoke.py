@@ -32,8 +32,8 @@ def test_distributed_bench_every_part_tiny(tmp_path: Path, kafka_broker: KafkaBr
     assert code == 0, rep["problems"]
 
     t = rep["throughput"]  # 1: every produced request folded, balances equal the produced costs
-    assert t["request_events"] == 600 and t["rollup_rows"] == 200
-    assert t["scope_entries"] == 1200  # key, team and business unit: 3 scopes x (admit + close)
+    assert t["request_events"] == 600 and 0 < t["rollup_rows"] <= 200  # rows add up per key and batch
+    assert 0 < t["scope_records"] <= 1200  # 1,200 entries (3 scopes x admit + close), one record per scope and batch
     assert t["settled_equals_produced"] and t["requests_equal_produced"] and t["held_zero"] and t["committed_to_end"]
     assert t["request_events_per_s"] > 0 and t["profile"] is None
 

@@ -91,10 +91,10 @@ def _kill(proc: subprocess.Popen | None) -> None:
 
 
 def _mutate(bootstrap: str, redis_url: str, prefix: str, folder: Path, limits: dict[str, str], lease: dict,
-            server: dict):
+            server: dict | None = None):
     def mutate(tree: dict) -> None:
         tree["server"].pop("pod_id", None)
-        tree["server"].update(server)
+        tree["server"].update(server or {})
         tree["server"]["max_in_flight"] = 0
         tree["mode"] = "distributed"
         tree["distributed"] = {

@@ -57,6 +57,7 @@ class WorkerEnv:
         self.group = f"{self.prefix}worker"
         self.requests_topic = f"{self.prefix}requests"
         self.scope_topic = f"{self.prefix}scope-entries"
+        self.rollups_topic = f"{self.prefix}rollups"
         folder.mkdir(parents=True, exist_ok=True)
         limits = dict.fromkeys(TEAMS, TEAM_LIMIT)
         # the worker never calls the simulator: any free port will do for the deployments' base URLs
@@ -87,7 +88,7 @@ class WorkerEnv:
         self._admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=10000)
         await self._admin.start()
         self._tps = {t: [TopicPartition(t, p) for p in range(PARTITIONS)]
-                     for t in (self.requests_topic, self.scope_topic)}
+                     for t in (self.requests_topic, self.scope_topic, self.rollups_topic)}
         await self._leaders_elected(timeout=30)
 
     async def _leaders_elected(self, timeout: float) -> None:

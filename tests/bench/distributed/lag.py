@@ -85,7 +85,8 @@ async def run(env: WorkerEnv, traffic: Traffic, rate: float, duration_s: float, 
     if env.worker is None:
         raise RuntimeError("part 2 needs a running worker")
     await env.wait_caught_up(timeout=120)  # whatever came before is processed
-    history: dict[str, list[tuple[float, int]]] = {env.requests_topic: [], env.scope_topic: []}
+    history: dict[str, list[tuple[float, int]]] = {topic: [] for topic in (env.requests_topic, env.scope_topic,
+                                                                          env.rollups_topic)}
     samples: list[dict] = []
     stop = asyncio.Event()
     sampler = asyncio.create_task(_sample(env, stop, sample_s, history, samples))

@@ -9,8 +9,8 @@ produced, with nothing held. Then the worker group's committed offsets must
 reach the end of the requests and scope-entries topics (nothing left behind).
 
 Rates: request events/s (3N / elapsed) and all records/s the worker consumed
-(request events + the scope entries it split off and folded + one rollup row
-per settled request). With ``profile`` set, ``py-spy`` (in the venv) samples
+(request events + the scope-entry records it split off and folded, each a batch
+of one scope's entries, + the rollup rows, added up per key and batch). With ``profile`` set, ``py-spy`` (in the venv) samples
 the worker during the run; ``profile.summary`` says where the time went.
 """
 
@@ -92,13 +92,14 @@ async def run(env: WorkerEnv, traffic: Traffic, n: int, *, profile: Path | None 
     changelog = await env.records_in(env.changelogs)  # what the worker wrote besides the entries
 
     elapsed = t_done - t_first
-    entries = ends_after[env.scope_topic] - before[env.scope_topic]
-    records = len(events) + entries + n  # + one rollup row per settled request
+    entries = ends_after[env.scope_topic] - before[env.scope_topic]  # records: batches of entries
+    rows = ends_after[env.rollups_topic] - before[env.rollups_topic]
+    records = len(events) + entries + rows
     projected = await env.projected()
     return {
-        "requests": n, "request_events": len(events), "scope_entries": entries, "rollup_rows": n,
+        "requests": n, "request_events": len(events), "scope_records": entries, "rollup_rows": rows,
         "records": records, "changelog_records": changelog,
-        "written_per_request": round((entries + n + sum(changelog.values())) / n, 2) if n else None,
+        "written_per_request": round((entries + rows + sum(changelog.values())) / n, 2) if n else None,
         "produce_s": round(produce_s, 3),
         "produce_events_per_s": round(len(events) / produce_s) if produce_s else None,
         "elapsed_s": round(elapsed, 3),
@@ -127,9 +128,10 @@ def lines(rep: dict) -> list[str]:
         f"  request events/s          {rep['request_events_per_s']:>10,}   goal >= {rep['goal_events_per_s']:,}: "
         f"{'met' if ok else 'NOT met'}",
         f"  all records/s             {rep['records_per_s']:>10,}   ({rep['records']:,} = request events + "
-        f"{rep['scope_entries']:,} scope entries + {rep['rollup_rows']:,} rollup rows)",
+        f"{rep['scope_records']:,} scope-entry records + {rep['rollup_rows']:,} rollup rows)",
         f"  the worker wrote {rep['written_per_request']} records per request: "
-        f"{rep['scope_entries'] // per} scope entries, 1 rollup row, and table changelogs "
+        f"{rep['scope_records'] / per:.2f} scope-entry records, {rep['rollup_rows'] / per:.2f} rollup rows, "
+        "and table changelogs "
         + ", ".join(f"{k.rsplit('-changelog', 1)[0].split('worker-', 1)[-1]} {v / per:.1f}"
                     for k, v in rep["changelog_records"].items()),
         f"  projection settled == sum of produced costs: {rep['settled_equals_produced']}; requests counted: "
