@@ -5,6 +5,8 @@
 ``memory``         ``MemoryBuckets``: embedded mode, and Redis's fallback
 ``redis_buckets``  ``RedisBuckets``: atomic Lua over Redis, local fallback at
                    limit // pods (import it only in distributed mode: it needs redis-py)
+``redis_pipe``     ``RedisPipe``: its one pipelined connection (RESP by hiredis, TLS
+                   for rediss://), calls batched per loop tick, timeout from the write
 ``errors``         ``LimitsError`` and its hierarchy
 """
 

@@ -153,13 +153,18 @@ _UNREACHABLE = (TimeoutError, RedisConnectionError, RedisTimeoutError, OSError)
 
 
 def address_of(client: aioredis.Redis) -> Address:
-    """Where ``client`` connects (host and port or unix socket, db, credentials); TLS is not spoken."""
+    """Where ``client`` connects (host and port or unix socket, db, credentials, TLS).
+
+    For a ``rediss://`` client the TLS context is the one redis-py builds from the same
+    ``ssl_*`` options (``ssl_cert_reqs=none``, ``ssl_ca_certs=...``, ``ssl_check_hostname``...),
+    so the pipe verifies the server exactly as the inspection client does."""
     pool = client.connection_pool
-    if issubclass(pool.connection_class, SSLConnection):
-        raise ValueError("RedisBuckets does not speak TLS: use a redis:// or unix:// URL")
     kw = pool.connection_kwargs
+    tls = None
+    if issubclass(pool.connection_class, SSLConnection):
+        tls = pool.make_connection().ssl_context.get()  # an unconnected connection: no I/O
     return Address(host=kw.get("host", "127.0.0.1"), port=int(kw.get("port", 6379)), path=kw.get("path"),
-                   db=int(kw.get("db") or 0), username=kw.get("username"), password=kw.get("password"))
+                   db=int(kw.get("db") or 0), username=kw.get("username"), password=kw.get("password"), tls=tls)
 
 
 class RedisBuckets:

@@ -9,12 +9,15 @@ although Redis answered in microseconds.
 Here the calls made in one loop tick are written together, in one pipelined
 write (Redis answers them in order), and each write arms one timer at write
 time + timeout. Replies are parsed inside the protocol's ``data_received``,
-with no further loop step. When a timer finds calls unanswered, it first asks
-the kernel whether bytes are waiting in our socket that the loop, busy
-elsewhere, has not read yet; if so, the verdict waits for the loop to read
-them (asyncio and uvloop order timers and I/O differently, so neither order
-is relied on). A call times out only if Redis had not answered by the time
-the timer could look.
+with no further loop step, by ``hiredis.Reader`` (the C parser redis-py uses
+for ``redis[hiredis]``), which returns error replies as ``ReplyError`` values
+rather than raising them, so one refused call leaves the replies after it in
+step; commands are encoded by ``hiredis.pack_command``. When a timer finds
+calls unanswered, it first asks the kernel whether bytes are waiting in our
+socket that the loop, busy elsewhere, has not read yet; if so, the verdict
+waits for the loop to read them (asyncio and uvloop order timers and I/O
+differently, so neither order is relied on). A call times out only if Redis
+had not answered by the time the timer could look.
 
 Connecting is lazy (the first call, or the first after a drop) and bounded by
 ``connect_timeout_s``; the setup (AUTH, SELECT, SCRIPT LOAD of the scripts) is
@@ -23,6 +26,11 @@ like a connection error. A connection whose oldest unanswered call is older
 than ``stale_s`` is dropped and made again (a redis-py socket timeout did the
 same). Replies of calls that timed out or were cancelled are read and
 discarded, so the connection stays in step.
+
+TLS (``rediss://``): ``Address.tls`` holds the client context, built by
+``redis_buckets.address_of`` from the URL's ``ssl_*`` options exactly as
+redis-py builds its own, and the handshake is part of the bounded connect; a
+failed handshake is a connection error like a refused connect.
 """
 
 from __future__ import annotations
@@ -30,24 +38,26 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import select
+import ssl
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 _SETUP = object()  # a reply slot of the connection setup: an error reply drops the connection
 _IGNORED = object()  # a reply slot nobody waits for (SCRIPT LOAD before a retried EVALSHA)
-_INCOMPLETE = object()
+_INCOMPLETE = object()  # what the reader gives while no whole reply is buffered
 # Callbacks an expiring timer defers its verdict by while unread bytes wait: at least one I/O poll
 # comes between two of them on asyncio (next iteration) and on uvloop (next idle pass).
 _RECHECKS = 3
 
 
-class ReplyError(str):
-    """An error reply (``-NOSCRIPT ...``), kept as a value until the caller looks at it."""
+class ReplyError(ResponseError):
+    """An error reply (``-NOSCRIPT ...``), returned by the reader as a value; raised by the call."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,71 +68,40 @@ class Address:
     db: int = 0
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    tls: ssl.SSLContext | None = field(default=None, repr=False, compare=False)  # a rediss:// URL
 
     def __str__(self) -> str:  # for log lines and errors: never the password
-        return self.path or f"{self.host}:{self.port}"
+        where = self.path or f"{self.host}:{self.port}"
+        return f"{where} (TLS)" if self.tls is not None else where
 
 
 def encode(args: tuple[Any, ...]) -> bytes:
     """A command in RESP (an array of bulk strings)."""
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        raw = arg if isinstance(arg, bytes) else str(arg).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
-    return b"".join(out)
+    return hiredis.pack_command(args)
 
 
-def parse(buf: bytearray, pos: int) -> tuple[Any, int]:
-    """One RESP2 reply at ``pos``: (value, next position), or (``_INCOMPLETE``, pos)."""
-    end = buf.find(b"\r\n", pos)
-    if end < 0:
-        return _INCOMPLETE, pos
-    kind, line, nxt = buf[pos], bytes(buf[pos + 1:end]), end + 2
-    if kind == 43:  # +
-        return line.decode(), nxt
-    if kind == 45:  # -
-        return ReplyError(line.decode(errors="replace")), nxt
-    if kind == 58:  # :
-        return int(line), nxt
-    if kind == 36:  # $
-        size = int(line)
-        if size < 0:
-            return None, nxt
-        if len(buf) < nxt + size + 2:
-            return _INCOMPLETE, pos
-        return bytes(buf[nxt:nxt + size]), nxt + size + 2
-    if kind == 42:  # *
-        count = int(line)
-        if count < 0:
-            return None, nxt
-        items = []
-        for _ in range(count):
-            item, nxt = parse(buf, nxt)
-            if item is _INCOMPLETE:
-                return _INCOMPLETE, pos
-            items.append(item)
-        return items, nxt
-    raise RedisConnectionError(f"unexpected reply type {chr(kind)!r} from Redis")
+def reader() -> hiredis.Reader:
+    """A RESP reader: bytes as bytes, error replies as ``ReplyError`` values, ``_INCOMPLETE``
+    while no whole reply is buffered, and a malformed stream raised as a connection error."""
+    return hiredis.Reader(protocolError=RedisConnectionError, replyError=ReplyError, notEnoughData=_INCOMPLETE)
 
 
 class _Protocol(asyncio.Protocol):
     def __init__(self, pipe: RedisPipe) -> None:
         self.pipe = pipe
-        self.buf = bytearray()
+        self.reader = reader()
 
     def data_received(self, data: bytes) -> None:
-        self.buf += data
-        pos = 0
+        self.reader.feed(data)
         while self.pipe._proto is self:  # a reply may drop the connection (a refused setup)
             try:
-                value, pos = parse(self.buf, pos)
-            except (ValueError, RedisConnectionError) as exc:
+                value = self.reader.gets()
+            except RedisConnectionError as exc:
                 self.pipe._drop(RedisConnectionError(f"unreadable reply from Redis: {exc}"))
                 return
             if value is _INCOMPLETE:
                 break
             self.pipe._reply(value)
-        del self.buf[:pos]
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.pipe._proto is self:
@@ -160,18 +139,18 @@ class RedisPipe:
         """The reply; raises ``TimeoutError``, redis ``ConnectionError`` or ``ResponseError``."""
         reply = await self._submit(encode(args), timeout_s)
         if isinstance(reply, ReplyError):
-            raise ResponseError(str(reply))
+            raise reply
         return reply
 
     async def evalsha(self, sha: str, keys: list[str], args: list[int]) -> Any:
         """EVALSHA of one of ``scripts``; on NOSCRIPT (a flushed or restarted Redis) load it and retry once."""
         command = encode(("EVALSHA", sha, len(keys), *keys, *args))
         reply = await self._submit(command, None)
-        if isinstance(reply, ReplyError) and reply.startswith("NOSCRIPT"):
+        if isinstance(reply, ReplyError) and str(reply).startswith("NOSCRIPT"):
             self._enqueue(_Call(encode(("SCRIPT", "LOAD", self.scripts[sha])), _IGNORED, 0.0))
             reply = await self._submit(command, None)  # written right after the load, in the same batch
         if isinstance(reply, ReplyError):
-            raise ResponseError(str(reply))
+            raise reply
         return reply
 
     async def close(self) -> None:
@@ -242,8 +221,11 @@ class RedisPipe:
         if rechecks < _RECHECKS and self._unread():  # answered while we were busy: let the loop read it
             loop.call_soon(self._expire, pending, deadline, timeout_s, rechecks + 1)
             return
+        unsent = {c.future for c in self._unsent}  # still waiting for the connection (or TLS handshake)
         for future in pending:
-            _fail(future, TimeoutError(f"no answer from Redis within {timeout_s * 1000:.0f} ms of the write"))
+            _fail(future, TimeoutError(
+                f"no connection to Redis at {self.address} within {timeout_s * 1000:.0f} ms" if future in unsent
+                else f"no answer from Redis within {timeout_s * 1000:.0f} ms of the write"))
 
     def _unread(self) -> bool:
         """Bytes (or EOF) wait in our socket that the loop has not read yet."""
@@ -267,7 +249,7 @@ class RedisPipe:
                 if a.path:
                     transport, proto = await loop.create_unix_connection(lambda: _Protocol(self), a.path)
                 else:
-                    transport, proto = await loop.create_connection(lambda: _Protocol(self), a.host, a.port)
+                    transport, proto = await loop.create_connection(lambda: _Protocol(self), a.host, a.port, ssl=a.tls)
         except (OSError, TimeoutError) as exc:
             unsent, self._unsent = self._unsent, []
             error = RedisConnectionError(f"could not connect to Redis at {a}: {exc or type(exc).__name__}")
