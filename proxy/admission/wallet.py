@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from ledger.events import Event, LeaseGranted, LeaseRequested
+from ledger.events import Event, LeaseGranted, LeaseRequested, LeaseReturned
 from ledger.leases import PodLease
 from proxy.admission.scope_states import ScopeStates
 from proxy.errors import GatewayError, RateLimited
@@ -259,12 +259,21 @@ class Wallets:
                 self._maybe_return(scope, lease)
 
     def close(self) -> None:
-        """Shutdown, after requests finished: return every lease (open holds stay funded by the ledger)."""
+        """Shutdown, after requests finished: return every lease (open holds stay funded by the ledger),
+        and every lease still being asked for: its grant may come after we stopped listening, so it is
+        returned unspent now (it follows its request on the scope's partition, so the ledger has granted
+        it by the time the return arrives)."""
         now = self.clock()
         for leases in self.leases.values():
             for lease in leases:
                 self._return(lease, now)
         self.leases.clear()
+        for scope, ask in self.asked.items():
+            if ask.sent_at:  # sent: a grant is or will be on its way
+                self.emit(LeaseReturned(time=now, lease_id=ask.lease_id, scope=scope, pod=self.pod, amount_micro=0,
+                                        expires_at=None, funded_micro=0))
+            ask.answer.cancel()
+        self.asked.clear()
 
 
 def _exhausted(scope: str) -> RateLimited:

@@ -46,8 +46,9 @@ class Processor:
             self.requests.append(event)
             if self.answer:
                 asyncio.get_running_loop().call_later(self.rtt_s / 2, self._decide, event)
-        elif isinstance(event, LeaseReturned):
-            fold(self.state, event, self.limit, UTC, self.policy)
+        elif isinstance(event, LeaseReturned):  # same partition as the requests: delivered in order after them
+            asyncio.get_running_loop().call_later(self.rtt_s / 2, fold, self.state, event, self.limit, UTC,
+                                                  self.policy)
 
     def _decide(self, request: LeaseRequested) -> None:
         _, granted = fold(self.state, request, self.limit, UTC, self.policy)
@@ -165,6 +166,19 @@ async def test_settling_below_the_hold_is_spent_again_and_close_returns_every_le
         wallets.settle(f"r{i}", {SCOPE: 400})  # each cost 400 of its 1,000 hold: 600 back to the lease
     assert lease.balance == granted - 4_000
     wallets.close()
+    await asyncio.sleep(processor.rtt_s)
     totals = processor.state.totals(PERIOD)
     assert wallets.leases == {} and totals.leased == 0  # what was not spent went back to the ledger
     assert totals.held == 10_000  # the admissions' holds stay until their settlements arrive
+
+
+async def test_a_lease_still_asked_for_at_shutdown_is_returned_unspent():
+    processor = Processor(limit=10_000_000, rtt_s=0.05)
+    wallets = wallets_for(processor)
+    waiting = asyncio.create_task(wallets.admit("r1", [SCOPE], 1_000, period=PERIOD))
+    await asyncio.sleep(0.01)  # the ask is out; its grant comes after the pod stopped listening
+    waiting.cancel()
+    wallets.close()
+    await asyncio.sleep(0.06)  # the processor decides the grant; nobody hears it
+    totals = processor.state.totals(PERIOD)
+    assert processor.requests and totals.leased == 0 and not processor.state.open_leases()
