@@ -284,10 +284,12 @@ class LeasePolicy:
 def slice_size(limit: int, remaining: int, need: int, pods: int, policy: LeasePolicy, least: int | None = None) -> int:
     """The amount to grant for a demand of ``need`` whose smallest request holds ``least`` (default: ``need``).
 
-    0 when not even ``least`` fits. Near the limit (or when the demand exceeds
-    what is left) the grant is the demand, capped at what is left, so the
-    waiting requests that fit are funded and the rest are refused; above it, a
-    slice of at least the demand.
+    0 when not even ``least`` fits. Above the last ``last_pct`` a grant is one
+    slice of what is left (at least ``least``), whatever the demand: a pod with
+    a big queue comes back for more rather than taking the budget the other
+    pods' requests are waiting for. Near the limit it is the demand, capped at
+    what is left, so the waiting requests that fit are funded and the rest are
+    refused.
     """
     least = need if least is None or least <= 0 else min(least, need)
     if least <= 0 or remaining < least:
@@ -297,7 +299,7 @@ def slice_size(limit: int, remaining: int, need: int, pods: int, policy: LeasePo
     amount = remaining // (max(pods, 1) * max(policy.share, 1))
     if policy.max_slice_micro is not None:
         amount = min(amount, policy.max_slice_micro)
-    return min(max(amount, need), remaining)
+    return min(max(amount, least), remaining)
 
 
 def decide_grant(state: ScopeLedger, request: LeaseRequested, limit_micro: int | None, tz: ZoneInfo,

@@ -11,10 +11,13 @@ other request can take the same money.
 
 * Batching: one ask per scope is in flight at a time, for the sum of the
   holds of every request then waiting on the scope (``least_micro``: the
-  smallest of them). A burst near the limit costs one or two round trips, not
-  one per request. A request that was in an ask answered with less than the
-  ask (the processor had no more) and that the grant does not cover is refused
-  with 429 ``budget_exhausted``, as a refusal (a grant of 0) is.
+  smallest of them). The processor answers with a slice (or, near the limit,
+  the demand it can still fund); waiters it did not cover ask again, together.
+  A request that was in an ask the processor refused (a grant of 0: not even
+  the smallest hold fits) gets 429 ``budget_exhausted``; so does one still
+  unfunded after ``lease_wait_s`` while the ledger was answering (the money
+  went to the requests ahead of it). 503 ``budget_unavailable`` means the
+  ledger did not answer at all.
 * At the hard limit: when the worker's projection (``ScopeStates``) says a
   scope is fully committed this period, a request the leases do not cover is
   refused at once (429) without asking.
@@ -107,6 +110,7 @@ class Wallets:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.policy.lease_wait_s
         self.states.watch(scopes, loop.time())
+        answered: set[str] = set()  # scopes the ledger answered for while this request waited
         try:
             while True:
                 now = self.clock()
@@ -131,14 +135,15 @@ class Wallets:
                 asks = {scope: self._ask(scope) for scope in short}
                 done, _ = await asyncio.wait([a.answer for a in asks.values()],
                                              timeout=max(deadline - loop.time(), 0))
+                answered.update(scope for scope, ask in asks.items() if ask.answer in done)
                 if len(done) < len(asks):
+                    contended = [s for s in short if s in answered]
+                    if contended:  # the ledger is answering; what it grants goes to the requests ahead
+                        raise _exhausted(contended[0], waited_s=self.policy.lease_wait_s)
                     raise BudgetUnavailable("The budget ledger did not answer in time; retry shortly.")
-                now = self.clock()
                 for scope, ask in asks.items():
-                    granted = ask.answer.result()
-                    # in the batch and answered short: the processor had no more than it gave
-                    if request_id in ask.members and granted.amount_micro < ask.need \
-                            and self._covering(scope, hold, now, margin) is None:
+                    # in the batch and refused: not even the smallest waiting hold fits what is left
+                    if request_id in ask.members and ask.answer.result().amount_micro == 0:
                         raise _exhausted(scope)
         finally:
             for scope in scopes:
@@ -276,5 +281,8 @@ class Wallets:
         self.asked.clear()
 
 
-def _exhausted(scope: str) -> RateLimited:
-    return RateLimited(f"The budget of {scope} is exhausted for this request.", code="budget_exhausted")
+def _exhausted(scope: str, waited_s: float | None = None) -> RateLimited:
+    if waited_s is None:
+        return RateLimited(f"The budget of {scope} is exhausted for this request.", code="budget_exhausted")
+    return RateLimited(f"The budget of {scope} is nearly exhausted: what is left went to the requests ahead of "
+                       f"this one and none could fund it within {waited_s:g} s.", code="budget_exhausted")

@@ -75,6 +75,8 @@ def test_a_batched_demand_is_granted_what_fits_and_refused_only_when_no_request_
     assert slice_size(1_000_000, 12_500, 30_000, pods=3, policy=POLICY, least=1_000) == 12_500  # what is left
     assert slice_size(1_000_000, 999, 30_000, pods=3, policy=POLICY, least=1_000) == 0  # not even one fits
     assert slice_size(1_000_000, 600_000, 30_000, pods=3, policy=POLICY, least=1_000) == 50_000  # a slice above
+    # a pod with a huge queue still gets one slice: the others' waiting requests get theirs
+    assert slice_size(1_000_000, 600_000, 900_000, pods=3, policy=POLICY, least=1_000) == 50_000
     assert slice_size(1_000_000, 60_000, 9_000, pods=3, policy=POLICY, least=20_000) == 9_000  # least above need
 
 
