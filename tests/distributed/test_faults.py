@@ -39,12 +39,11 @@ import redis
 from infra.redis.server import RedisServer
 from ledger.codec import decode
 from ledger.events import Event
-from streams.kafka_clients import partitions_of, stop_consumer
 from streams.kafka_log import _unpack
 from streams.spool import scan
 from tests.distributed.cluster import TEAMS, Cluster, running_cluster, wait_until
 from tests.harness import ROOT
-from tests.infra.kafka.support import session_broker
+from tests.infra.kafka.support import read_records, session_broker
 
 pytestmark = pytest.mark.e2e
 
@@ -108,24 +107,8 @@ def _fire(cluster: Cluster, n: int, pods: list[int] | None = None) -> list[tuple
 
 
 async def _values(bootstrap: str, topic: str) -> list[bytes]:
-    """Every record value of ``topic``, by partition and offset. Unlike ``read_records`` it does not
-    need the ``fb-id`` header: the worker's own records (``hold.expired``, ``lease.*``) have none."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
-    try:
-        await consumer.start()
-        tps = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        out: list[tuple[int, int, bytes]] = []
-        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
-            for tp, records in (await consumer.getmany(timeout_ms=1000)).items():
-                out += [(tp.partition, r.offset, r.value) for r in records if r.offset < ends[tp]]
-        return [value for *_, value in sorted(out)]
-    finally:
-        await stop_consumer(consumer)
+    """Every record value of ``topic``, by partition and offset."""
+    return [value for *_, value in await read_records(bootstrap, topic)]
 
 
 def _request_events(cluster: Cluster) -> list[Event]:

@@ -29,7 +29,9 @@ def session_broker() -> KafkaBroker:
 
 
 async def read_records(bootstrap: str, topic: str) -> list[tuple[int, int, str, bytes | None, bytes]]:
-    """Every record of every partition of ``topic``: (partition, offset, fb-id header, key, value)."""
+    """Every record of every partition of ``topic``: (partition, offset, fb-id header or "", key, value).
+
+    Events carry an ``fb-id`` header; the worker's batches of scope entries and rollup rows do not."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
@@ -42,7 +44,7 @@ async def read_records(bootstrap: str, topic: str) -> list[tuple[int, int, str, 
         out = []
         while any([await consumer.position(tp) < ends[tp] for tp in tps]):
             for tp, records in (await consumer.getmany(timeout_ms=1000)).items():
-                out += [(tp.partition, r.offset, dict(r.headers)["fb-id"].decode(), r.key, r.value) for r in records]
+                out += [(tp.partition, r.offset, dict(r.headers).get("fb-id", b"").decode(), r.key, r.value) for r in records]
         return sorted(out)
     finally:
         await stop_consumer(consumer)
