@@ -5,6 +5,8 @@
     python -m infra.kafka status                 # exit 0 when running and answering metadata
     python -m infra.kafka down                   # controlled shutdown
     python -m infra.kafka wipe                   # down, then delete the data
+    python -m infra.kafka manifests [--format strimzi|kafka-topics] [--partitions 12] [--replication 3]
+                                                 # the topics for a Kafka you run yourselves
 
 ``up`` keeps its data in ``var/kafka/`` (gitignored) and survives ``down``/``up``; the
 broker runs detached and its pid, ports and folder are in ``var/kafka/broker.json``.
@@ -24,7 +26,15 @@ import time
 from pathlib import Path
 
 from infra.kafka.broker import KafkaBroker, KafkaBrokerError, _accepts, fetch_jars, wait_ready
-from infra.kafka.topics import WEEK_MS, TopicSpec, create_topics, farebox_topics
+from infra.kafka.topics import (
+    WEEK_MS,
+    TopicSpec,
+    create_topics,
+    farebox_topics,
+    kafka_topics_commands,
+    production_topics,
+    strimzi_manifest,
+)
 from infra.process import free_port
 
 VAR = Path(__file__).resolve().parents[2] / "var" / "kafka"
@@ -118,7 +128,21 @@ def main(argv: list[str]) -> int:
     sub.add_parser("down")
     sub.add_parser("status")
     sub.add_parser("wipe")
+    p_man = sub.add_parser("manifests", help="print the topics for a production cluster")
+    p_man.add_argument("--format", choices=("strimzi", "kafka-topics"), default="strimzi")
+    p_man.add_argument("--partitions", type=int, default=12)
+    p_man.add_argument("--replication", type=int, default=3)
+    p_man.add_argument("--min-insync", type=int, default=2)
+    p_man.add_argument("--retention-ms", type=int, default=WEEK_MS)
+    p_man.add_argument("--cluster", default="farebox", help="Strimzi: the Kafka resource's name")
+    p_man.add_argument("--namespace")
+    p_man.add_argument("--bootstrap", default="BROKER:9092", help="kafka-topics: --bootstrap-server")
     args = parser.parse_args(argv)
+    if args.command == "manifests":
+        specs = production_topics(args.partitions, args.replication, args.min_insync, args.retention_ms)
+        print(strimzi_manifest(specs, args.cluster, args.namespace) if args.format == "strimzi"
+              else kafka_topics_commands(specs, args.bootstrap), end="")
+        return 0
     VAR.mkdir(parents=True, exist_ok=True)
     if args.command == "fetch":
         started = time.monotonic()

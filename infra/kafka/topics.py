@@ -94,3 +94,41 @@ async def delete_topics(bootstrap: str, names: list[str]) -> None:
         await admin.delete_topics(names)
     finally:
         await admin.close()
+
+
+# --- manifests for people who run Kafka themselves ------------------------------------------------
+
+
+def production_topics(partitions: int = 12, replication_factor: int = 3, min_insync: int = 2,
+                      retention_ms: int = WEEK_MS, prefix: str = "fb.") -> list[TopicSpec]:
+    """farebox's topics as a replicated production cluster wants them: ``min.insync.replicas`` with
+    producers on ``acks=all``, so an acknowledged event survives the loss of a broker."""
+    return [TopicSpec(s.name, s.partitions, s.retention_ms, s.compacted, s.replication_factor,
+                      {**s.extra, "min.insync.replicas": str(min_insync), "unclean.leader.election.enable": "false"})
+            for s in farebox_topics(partitions, retention_ms, replication_factor, prefix)]
+
+
+def strimzi_manifest(specs: list[TopicSpec], cluster: str, namespace: str | None = None) -> str:
+    """``KafkaTopic`` resources (Strimzi's topic operator), one YAML document per topic."""
+    import yaml
+
+    docs = []
+    for s in specs:
+        meta: dict = {"name": s.name.replace(".", "-").replace("_", "-"),
+                      "labels": {"strimzi.io/cluster": cluster}}
+        if namespace:
+            meta["namespace"] = namespace
+        docs.append({"apiVersion": "kafka.strimzi.io/v1beta2", "kind": "KafkaTopic", "metadata": meta,
+                     "spec": {"topicName": s.name, "partitions": s.partitions, "replicas": s.replication_factor,
+                              "config": s.configs()}})
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def kafka_topics_commands(specs: list[TopicSpec], bootstrap: str) -> str:
+    """The same topics as ``kafka-topics.sh --create`` lines (idempotent with ``--if-not-exists``)."""
+    lines = []
+    for s in specs:
+        configs = " ".join(f"--config {k}={v}" for k, v in s.configs().items())
+        lines.append(f"kafka-topics.sh --bootstrap-server {bootstrap} --create --if-not-exists --topic {s.name} "
+                     f"--partitions {s.partitions} --replication-factor {s.replication_factor} {configs}")
+    return "\n".join(lines) + "\n"
