@@ -23,8 +23,10 @@ bytes against the changelog topic's own serialization). Only the memory store
 is used (``store="memory://"``), so there are no key TTLs or RocksDB offsets
 (``Table._on_changelog_sent``) to keep in step.
 
-``PartitionView`` is a mapping bound to one partition, for code written
-against ``MutableMapping`` (``ledger.retention.forget_due``).
+``send_keyed`` produces keyed records (the splitter's entries and rollup
+rows) the same direct way, partitioned by the producer's partitioner as
+``Topic.send`` would. ``PartitionView`` is a mapping bound to one partition,
+for code written against ``MutableMapping`` (``ledger.retention.forget_due``).
 """
 
 from __future__ import annotations
