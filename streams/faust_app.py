@@ -108,6 +108,8 @@ def create_app(cfg: WorkerConfig) -> Worker:
         topic_disable_leader=True,
         web_enabled=False,
         processing_guarantee="at_least_once",
+        # commit by the interval only: Faust commits every N acks inline in its delivery loop (producer flush +
+        # commit round trip, nothing delivered meanwhile); measured ~4,000-4,700 at 1,000 vs ~4,800-4,950
         broker_commit_every=100_000,
         broker_commit_interval=1.0,
         producer_linger=0.005,
