@@ -10,41 +10,59 @@ table once, and entries of many events should travel in one record.
 ``Batcher`` runs an agent's stream with manual acknowledgements
 (``stream.noack()``): ``handle`` folds each event into the agent's pending
 batch (in memory; it may send what must go at once, such as a lease grant),
-and ``flush`` produces what the batch sends and writes its table keys. A
-flush happens when the batch holds ``max_events``, or ``within_s`` after its
-first event (a ticker task: an idle stream still flushes). Events are
-acknowledged only after their flush, so a committed offset never covers an
-effect that was not written; a crash re-delivers them and the idempotence of
-the ledger (high-water offsets, request states) drops what was already done.
+and ``flush`` ends the batch. A flush happens when the batch holds
+``max_events``, or ``within_s`` after its first event (a ticker task: an idle
+stream still flushes).
 
-One lock serialises ``handle`` and ``flush``: a flush in progress finishes
-before the next event is handled, so ``handle`` always sees the batch before
-it written (or still pending, never half-written).
+A flush is pipelined in two steps. ``flush()`` runs under the lock: it takes
+the batch, applies it to the in-memory state (the tables' stores), so the next
+batch sees it, and starts producing what must reach Kafka first; it returns
+the rest as a coroutine (or None), the *completion*: wait for those records,
+then produce the table's changelog records and wait for them. Completions run
+in a task, strictly one after the other in flush order (a completion starts
+when the one before it has finished), while ``handle`` goes on with the next
+events; so Kafka's round trips no longer stall the agent. At most
+``max_inflight`` completions are outstanding: past that the agent waits for
+the oldest. A flush's events are acknowledged only after its completion, so a
+committed offset never covers an effect that was not written; a crash
+re-delivers them and the idempotence of the ledger (high-water offsets,
+request states) drops what was already done. A failed completion leaves its
+events (and those of every later flush) unacknowledged, and the agent raises
+the error at its next event (Faust restarts it).
+
+One lock serialises ``handle`` and ``flush()``, so ``handle`` always sees
+the state of every batch before it (written or being written, never half
+applied).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 log = logging.getLogger("farebox.worker")
 
+Completion = Coroutine[Any, Any, None] | None
+
 
 class Batcher:
-    def __init__(self, stream: Any, handle: Callable[[Any], Awaitable[None]], flush: Callable[[], Awaitable[None]],
-                 *, max_events: int, within_s: float) -> None:
+    def __init__(self, stream: Any, handle: Callable[[Any], Awaitable[None]], flush: Callable[[], Awaitable[Completion]],
+                 *, max_events: int, within_s: float, max_inflight: int = 2) -> None:
         self.stream = stream.noack()
         self.handle = handle
         self.flush = flush
         self.max_events = max_events
         self.within_s = within_s
+        self.max_inflight = max_inflight
         self.lock = asyncio.Lock()
         self.pending: list[Any] = []  # events handled, not yet flushed (and so not acknowledged)
+        self.inflight: deque[asyncio.Task] = deque()  # completions not yet finished, oldest first
         self.first_at = 0.0
         self.flushes = 0
-        self.failed: BaseException | None = None  # a flush of the ticker failed: the agent raises it
+        self.failed: BaseException | None = None  # a flush failed: the agent raises it at its next event
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -63,6 +81,8 @@ class Batcher:
         finally:
             ticker.cancel()
             await asyncio.gather(ticker, return_exceptions=True)
+            if self.inflight:  # let started writes finish (their events are acknowledged if they do)
+                await asyncio.wait(list(self.inflight), timeout=10.0)
 
     async def _tick(self) -> None:
         loop = asyncio.get_running_loop()
@@ -80,8 +100,32 @@ class Batcher:
 
     async def _flush(self) -> None:
         """The caller holds the lock. On failure the events stay unacknowledged (delivered again)."""
+        while self.inflight and self.inflight[0].done():
+            self.inflight.popleft()
+        while len(self.inflight) >= self.max_inflight:
+            await asyncio.wait([self.inflight.popleft()])
+        if self.failed is not None:
+            raise self.failed
         events, self.pending = self.pending, []
-        await self.flush()
+        completion = await self.flush()
+        previous = self.inflight[-1] if self.inflight else None
+        self.inflight.append(asyncio.create_task(self._complete(previous, completion, events)))
         self.flushes += 1
+
+    async def _complete(self, previous: asyncio.Task | None, completion: Completion, events: list[Any]) -> None:
+        try:
+            if previous is not None:
+                await asyncio.wait([previous])  # strictly in flush order
+            if self.failed is not None:  # an earlier flush failed: leave these unacknowledged too
+                if completion is not None:
+                    completion.close()
+                return
+            if completion is not None:
+                await completion
+        except Exception as exc:
+            log.exception("a batch flush failed; its events stay unacknowledged")
+            if self.failed is None:
+                self.failed = exc
+            return
         for event in events:
             await self.stream.ack(event)

@@ -72,7 +72,32 @@ class Worker:
     rollup_table: faust.Table
 
 
+FETCH_MAX_WAIT_MS = 150  # measured: 10 ms ~4,300 events/s, 50 ms ~4,750, 150 ms ~5,000 (fewer empty polls)
+
+
+def _short_fetch_wait() -> None:
+    """Faust's worker consumer long-polls fetches for up to 1.5 s (``fetch_max_wait_ms=1500``, hard-coded in
+    its aiokafka driver). aiokafka sends one fetch at a time per broker, without the partitions whose records
+    are still buffered; so once the agents have drained those, new records wait for the in-flight poll on
+    the idle partitions to time out: ~1 s stalls with nothing delivered, which held one worker to ~3,000
+    request events/s. The worker consumer is created with a short wait instead (idempotent)."""
+    from faust.transport.drivers import aiokafka as driver
+
+    original = driver.AIOKafkaConsumerThread._create_worker_consumer
+    if getattr(original, "farebox_short_wait", False):
+        return
+
+    def create(self, transport):  # type: ignore[no-untyped-def]
+        consumer = original(self, transport)
+        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS  # read by aiokafka's Fetcher when the consumer starts
+        return consumer
+
+    create.farebox_short_wait = True  # type: ignore[attr-defined]
+    driver.AIOKafkaConsumerThread._create_worker_consumer = create  # type: ignore[method-assign]
+
+
 def create_app(cfg: WorkerConfig) -> Worker:
+    _short_fetch_wait()
     app = faust.App(
         cfg.app_id,
         broker=f"kafka://{cfg.bootstrap}",
@@ -83,10 +108,15 @@ def create_app(cfg: WorkerConfig) -> Worker:
         topic_disable_leader=True,
         web_enabled=False,
         processing_guarantee="at_least_once",
-        broker_commit_every=1000,
+        # commit by the interval only: Faust commits every N acks inline in its delivery loop (producer flush +
+        # commit round trip, nothing delivered meanwhile); measured ~4,000-4,700 at 1,000 vs ~4,800-4,950
+        broker_commit_every=100_000,
         broker_commit_interval=1.0,
         producer_linger=0.005,
         producer_acks=-1,
+        # a flush's records go in few large batches: with the default 16 KiB, aiokafka waits a round trip
+        # per full batch of a partition (one in flight each), ~40 ms per splitter flush
+        producer_max_batch_size=512 * 1024,
         stream_wait_empty=False,
         # a worker restarted after a crash gets its partitions back in seconds, not the default minute
         # (pods without leases wait on it)
