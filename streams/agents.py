@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from datetime import datetime, timezone
 
@@ -56,13 +57,22 @@ from ledger.retention import ClosedRequests, admitted_epoch, forget_due, index_s
 from ledger.rollups import merge
 from ledger.splitting import SplitBatch, decide_hold_expiries, split
 from ledger.thresholds import apply_notice, budget_state, decide_soft_notice
+from streams.batching import Batcher
 from streams.faust_app import Worker
 from streams.kafka_clients import ID_HEADER
 from streams.projections import RedisProjections, scope_fields
-from streams.batching import Batcher
 from streams.table_writes import PartitionView, TableWrites, send_keyed
 
 log = logging.getLogger("farebox.worker")
+
+
+def stop_worker(exc: BaseException) -> None:
+    """A batch could not be written to Kafka: memory is ahead of Kafka, so end the process as a kill -9
+    would. Restarted (by its supervisor), the worker recovers its tables from their changelogs and gets
+    the unacknowledged events again; the ledger's idempotence drops what was already written."""
+    log.critical("the worker stops: a batch could not be written to Kafka (%r); restart it to recover", exc)
+    logging.shutdown()
+    os._exit(70)
 
 
 def register(w: Worker) -> None:
@@ -146,7 +156,8 @@ def register(w: Worker) -> None:
 
     @app.agent(w.requests, concurrency=1)
     async def split_requests(stream):  # type: ignore[no-untyped-def]
-        await Batcher(stream, split_one, split_flush, max_events=cfg.batch_max, within_s=cfg.split_within_s).run()
+        await Batcher(stream, split_one, split_flush, max_events=cfg.batch_max, within_s=cfg.split_within_s,
+                      on_failure=stop_worker).run()
 
     changed_scopes: dict[str, int] = {}  # scope -> its partition; each written once per flush
     scope_sent: list[asyncio.Future] = []  # grants and notices: in Kafka before the table writes
@@ -173,7 +184,8 @@ def register(w: Worker) -> None:
 
     @app.agent(w.entries, concurrency=1)
     async def scope_ledger(stream):  # type: ignore[no-untyped-def]
-        await Batcher(stream, scope_one, scope_flush, max_events=cfg.batch_max, within_s=cfg.scope_within_s).run()
+        await Batcher(stream, scope_one, scope_flush, max_events=cfg.batch_max, within_s=cfg.scope_within_s,
+                      on_failure=stop_worker).run()
 
     async def apply_item(item, sent: list) -> bool:  # type: ignore[no-untyped-def]
         """Fold one entry or lease/budget event into its scope; a grant or notice is sent at once.
@@ -218,7 +230,8 @@ def register(w: Worker) -> None:
 
     @app.agent(w.rollups)
     async def rollups(stream):  # type: ignore[no-untyped-def]
-        await Batcher(stream, rollup_one, rollup_flush, max_events=cfg.batch_max, within_s=cfg.rollup_within_s).run()
+        await Batcher(stream, rollup_one, rollup_flush, max_events=cfg.batch_max, within_s=cfg.rollup_within_s,
+                      on_failure=stop_worker).run()
 
     @app.timer(interval=cfg.sweep_interval_s)
     async def sweep() -> None:

@@ -27,8 +27,12 @@ the oldest. A flush's events are acknowledged only after its completion, so a
 committed offset never covers an effect that was not written; a crash
 re-delivers them and the idempotence of the ledger (high-water offsets,
 request states) drops what was already done. A failed completion leaves its
-events (and those of every later flush) unacknowledged, and the agent raises
-the error at its next event (Faust restarts it).
+events (and those of every later flush) unacknowledged. Memory (the agent's
+states, the tables' stores) is then ahead of Kafka, and Faust would restart
+the agent in the same process without delivering those events again; so
+``on_failure`` is called (the worker passes one that ends the process, as a
+kill -9 would: it recovers from its changelogs and gets the events again).
+Without it the agent raises the error at its next event.
 
 One lock serialises ``handle`` and ``flush()``, so ``handle`` always sees
 the state of every batch before it (written or being written, never half
@@ -50,7 +54,8 @@ Completion = Coroutine[Any, Any, None] | None
 
 class Batcher:
     def __init__(self, stream: Any, handle: Callable[[Any], Awaitable[None]], flush: Callable[[], Awaitable[Completion]],
-                 *, max_events: int, within_s: float, max_inflight: int = 2) -> None:
+                 *, max_events: int, within_s: float, max_inflight: int = 2,
+                 on_failure: Callable[[BaseException], None] | None = None) -> None:
         self.stream = stream.noack()
         self.handle = handle
         self.flush = flush
@@ -63,6 +68,7 @@ class Batcher:
         self.first_at = 0.0
         self.flushes = 0
         self.failed: BaseException | None = None  # a flush failed: the agent raises it at its next event
+        self.on_failure = on_failure
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -78,6 +84,9 @@ class Batcher:
                     self.pending.append(event)
                     if len(self.pending) >= self.max_events:
                         await self._flush()
+        except Exception as exc:
+            self._fail(exc)
+            raise
         finally:
             ticker.cancel()
             await asyncio.gather(ticker, return_exceptions=True)
@@ -93,9 +102,8 @@ class Batcher:
                     if self.pending:
                         try:
                             await self._flush()
-                        except Exception as exc:  # the agent raises it at its next event (Faust restarts it)
-                            log.exception("a batch flush failed; its events stay unacknowledged")
-                            self.failed = exc
+                        except Exception as exc:
+                            self._fail(exc)
                             return
 
     async def _flush(self) -> None:
@@ -123,9 +131,17 @@ class Batcher:
             if completion is not None:
                 await completion
         except Exception as exc:
-            log.exception("a batch flush failed; its events stay unacknowledged")
-            if self.failed is None:
-                self.failed = exc
+            self._fail(exc)
             return
         for event in events:
             await self.stream.ack(event)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.failed is not None and self.failed is not exc:
+            return  # the first failure has been reported
+        first = self.failed is None
+        self.failed = exc
+        if first:
+            log.exception("a batch flush failed; its events stay unacknowledged", exc_info=exc)
+            if self.on_failure is not None:
+                self.on_failure(exc)

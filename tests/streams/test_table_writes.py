@@ -138,3 +138,37 @@ def test_a_failed_completion_leaves_it_and_later_flushes_unacked() -> None:
     assert isinstance(failed, RuntimeError)
     assert stream.acked == [0, 1, 2]
     assert "done 2" not in log and "done 3" not in log
+
+
+async def test_a_failed_flush_reports_once_to_on_failure():
+    """The worker passes ``on_failure`` = stop the process (``streams.agents.stop_worker``)."""
+    class Stream:
+        def __init__(self, n: int) -> None:
+            self.n, self.acked = n, []
+
+        def noack(self):  # type: ignore[no-untyped-def]
+            return self
+
+        async def events(self):  # type: ignore[no-untyped-def]
+            for i in range(self.n):
+                yield i
+                await asyncio.sleep(0)
+
+        async def ack(self, event) -> None:  # type: ignore[no-untyped-def]
+            self.acked.append(event)
+
+    failures: list[BaseException] = []
+
+    async def handle(event) -> None:  # type: ignore[no-untyped-def]
+        return None
+
+    async def flush():  # type: ignore[no-untyped-def]
+        async def completion() -> None:
+            raise RuntimeError("Kafka refused the batch")
+        return completion()
+
+    stream = Stream(10)
+    batcher = Batcher(stream, handle, flush, max_events=3, within_s=10, on_failure=failures.append)
+    with pytest.raises(RuntimeError):
+        await batcher.run()
+    assert len(failures) == 1 and str(failures[0]) == "Kafka refused the batch" and stream.acked == []
