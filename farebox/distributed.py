@@ -23,10 +23,10 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from farebox.control import open_config_db
-from farebox.reload import SnapshotFollower, attach_config_topic, config_topic_ctx
+from farebox.reload import SnapshotFollower, attach_config_topic, config_topic_ctx, follow_ctx
 from farebox.settings import Settings, load_secrets
 from ledger.codec import from_dict
-from ledger.events import ConfigPublished, LeaseGranted
+from ledger.events import LeaseGranted
 from proxy.admission.limits.redis_buckets import RedisBuckets
 from proxy.admission.scope_states import ScopeStates
 from proxy.admission.wallet import WalletPolicy, Wallets
@@ -91,19 +91,9 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     if runtime.control is not None:
         runtime.control.follower = follower  # type: ignore[attr-defined]
 
-    async def reload_ctx(app: web.Application) -> AsyncIterator[None]:
-        runtime.emit(ConfigPublished(version=follower.version, content_hash=follower.content_hash,
-                                     time=datetime.now(timezone.utc)))
-        task = asyncio.create_task(follower.follow())
-        yield
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        if db is not None:
-            await asyncio.to_thread(db.close)
-
     app.cleanup_ctx.insert(0, event_log_ctx)
     app.cleanup_ctx.insert(1, wallet_ctx)
-    app.cleanup_ctx.append(reload_ctx)
+    app.cleanup_ctx.append(functools.partial(follow_ctx, follower=follower, emit=runtime.emit, db=db))
 
     # -- config topic and shared circuit breakers (farebox/reload.py, proxy/routing/breaker_sync.py) --
     publisher = attach_config_topic(follower, settings)

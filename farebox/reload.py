@@ -233,6 +233,19 @@ async def config_topic_ctx(app: Any, follower: SnapshotFollower) -> AsyncIterato
         await feed.close()
 
 
+async def follow_ctx(app: Any, follower: SnapshotFollower, emit: Callable[[Any], None],
+                     db: ConfigDB | None) -> AsyncIterator[None]:
+    """A pod's lifetime (aiohttp cleanup context, via ``functools.partial``): record the snapshot it
+    starts on (``config.published``), follow newer ones, and close the config database at the end."""
+    emit(ConfigPublished(version=follower.version, content_hash=follower.content_hash, time=_utcnow()))
+    task = asyncio.create_task(follower.follow())
+    yield
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    if db is not None:
+        await asyncio.to_thread(db.close)
+
+
 def _utcnow():  # type: ignore[no-untyped-def]
     from datetime import datetime, timezone
 

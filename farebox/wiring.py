@@ -8,19 +8,18 @@ session, then close the event log, which flushes every accepted event.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import random
-from datetime import datetime, timezone
 from typing import AsyncIterator
 from zoneinfo import ZoneInfo
 
 from aiohttp import web
 
 from farebox.control import open_config_db
-from farebox.reload import SnapshotFollower
+from farebox.reload import SnapshotFollower, follow_ctx
 from farebox.settings import Settings, load_secrets
-from ledger.events import ConfigPublished
 from pricing.tokenizer import encoding_for_model, preload
 from proxy.admission.budgets import BudgetGate
 from proxy.admission.limits import MemoryBuckets
@@ -120,18 +119,9 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
     runtime.control = ControlService(db, price_change_factor=settings.price_change_factor, adopt=follower.adopt)
     runtime.control.follower = follower  # type: ignore[attr-defined]  # GET /admin/v1/snapshot reads its status
 
-    async def reload_ctx(app: web.Application) -> AsyncIterator[None]:
-        runtime.emit(ConfigPublished(version=follower.version, content_hash=follower.content_hash,
-                                     time=datetime.now(timezone.utc)))
-        task = asyncio.create_task(follower.follow())
-        yield
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await asyncio.to_thread(db.close)
-
     # cleanup_ctx unwinds in reverse: the log is registered first so it closes last.
     app.cleanup_ctx.insert(0, event_log_ctx)
-    app.cleanup_ctx.append(reload_ctx)
+    app.cleanup_ctx.append(functools.partial(follow_ctx, follower=follower, emit=runtime.emit, db=db))
     return app
 
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import tempfile
@@ -69,6 +68,7 @@ from tests.bench.budget_plan import (
     plan_requests,
     prices_from_config,
 )
+from tests.bench.output import finish
 from tests.harness import EXAMPLES, ROOT, Stack, running_stack, wait_key_live
 
 OUT_JSON = ROOT / "var" / "bench" / "budget.json"
@@ -264,16 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     rep = {"setup": setup, **rep, "elapsed_s": round(time.monotonic() - started, 1)}
     for line in table(rep, setup):
         print(line)
-    problems = verdict(rep)
-    rep["problems"] = problems
-    for p in problems:
-        print(f"  PROBLEM: {p}")
-    if not problems:
-        print("  no budget violations: overshoot within recorded overrun, holds all closed, admin agrees")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(rep, indent=2, default=str))
-    print(f"figures written to {args.json} (elapsed {rep['elapsed_s']} s)")
-    return 1 if problems else 0
+    return finish(rep, verdict(rep), args.json,
+                  "no budget violations: overshoot within recorded overrun, holds all closed, admin agrees", "  ")
 
 
 if __name__ == "__main__":

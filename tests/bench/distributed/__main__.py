@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from tests.bench.budget_plan import Prices, prices_from_config
 from tests.bench.distributed import early_stop, lag, leases, throughput
 from tests.bench.distributed.env import WorkerEnv
 from tests.bench.distributed.traffic import Traffic
+from tests.bench.output import finish
 from tests.harness import EXAMPLES, ROOT
 from tests.infra.kafka.support import session_broker
 
@@ -167,16 +167,9 @@ def main(argv: list[str] | None = None) -> int:
             _print(early_stop.lines(rep["early_stop"]))
     rep["elapsed_s"] = round(time.monotonic() - started, 1)
     rep["load_average_end"] = os.getloadavg()
-    problems = rep["problems"] = verdict(rep)
     print()
-    for p in problems:
-        print(f"PROBLEM: {p}")
-    if not problems:
-        print("correctness: counts, balances and overshoot all as required (timings are reported, never judged)")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(rep, indent=2, default=str))
-    print(f"figures written to {args.json} (elapsed {rep['elapsed_s']} s)")
-    return 1 if problems else 0
+    return finish(rep, verdict(rep), args.json,
+                  "correctness: counts, balances and overshoot all as required (timings are reported, never judged)")
 
 
 if __name__ == "__main__":
