@@ -263,7 +263,11 @@ def register(w: Worker) -> None:
 
     @app.on_rebalance_complete.connect  # type: ignore[misc]
     async def forget(sender, **kwargs) -> None:  # type: ignore[no-untyped-def]
-        live.clear()  # partitions moved: re-read states from the (recovered) table
+        # partitions moved: re-read states from the (recovered) table, except those with changes not yet
+        # flushed (their events are still unacknowledged; dropping them would lose those entries, as a
+        # rebalance right after a worker restart did)
+        for scope in [s for s in live if s not in changed_scopes]:
+            del live[scope]
         owned = {str(tp.partition) for tp in app.consumer.assignment() if tp.topic == cfg.requests_topic}
         indexes, opened = index_states(w.request_states.items(), cfg.request_retention_s, owned)
         closed.clear()
