@@ -98,6 +98,14 @@ def register(w: Worker) -> None:
         return await topic.send(key=key.encode(), value=encode(event), headers=[(ID_HEADER, event.id.encode())],
                                 force=True)
 
+    batchers: list[Batcher] = []  # paused while partitions move (``quiesce`` / ``forget``)
+
+    def batcher(stream, handle, flush, within_s: float) -> Batcher:  # type: ignore[no-untyped-def]
+        b = Batcher(stream, handle, flush, max_events=cfg.batch_max, within_s=within_s, on_failure=stop_worker,
+                    stale=lambda event: event.message.generation_id != app.consumer_generation_id)
+        batchers.append(b)
+        return b
+
     split_batch = SplitBatch()
 
     async def split_one(event) -> None:  # type: ignore[no-untyped-def]
@@ -156,8 +164,7 @@ def register(w: Worker) -> None:
 
     @app.agent(w.requests, concurrency=1)
     async def split_requests(stream):  # type: ignore[no-untyped-def]
-        await Batcher(stream, split_one, split_flush, max_events=cfg.batch_max, within_s=cfg.split_within_s,
-                      on_failure=stop_worker).run()
+        await batcher(stream, split_one, split_flush, cfg.split_within_s).run()
 
     changed_scopes: dict[str, int] = {}  # scope -> its partition; each written once per flush
     scope_sent: list[asyncio.Future] = []  # grants and notices: in Kafka before the table writes
@@ -184,8 +191,7 @@ def register(w: Worker) -> None:
 
     @app.agent(w.entries, concurrency=1)
     async def scope_ledger(stream):  # type: ignore[no-untyped-def]
-        await Batcher(stream, scope_one, scope_flush, max_events=cfg.batch_max, within_s=cfg.scope_within_s,
-                      on_failure=stop_worker).run()
+        await batcher(stream, scope_one, scope_flush, cfg.scope_within_s).run()
 
     async def apply_item(item, sent: list) -> bool:  # type: ignore[no-untyped-def]
         """Fold one entry or lease/budget event into its scope; a grant or notice is sent at once.
@@ -230,8 +236,7 @@ def register(w: Worker) -> None:
 
     @app.agent(w.rollups)
     async def rollups(stream):  # type: ignore[no-untyped-def]
-        await Batcher(stream, rollup_one, rollup_flush, max_events=cfg.batch_max, within_s=cfg.rollup_within_s,
-                      on_failure=stop_worker).run()
+        await batcher(stream, rollup_one, rollup_flush, cfg.rollup_within_s).run()
 
     @app.timer(interval=cfg.sweep_interval_s)
     async def sweep() -> None:
@@ -261,11 +266,18 @@ def register(w: Worker) -> None:
             dirty.update(rows)
             log.warning("projection to Redis failed; retrying", exc_info=True)
 
+    @app.on_partitions_revoked.connect  # type: ignore[misc]
+    async def quiesce(sender, revoked, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        # before recovery re-reads the changelogs into the stores: every flush written, its events acknowledged
+        # and committed (the next owner of a revoked partition starts after them); see streams.batching
+        await asyncio.gather(*(b.pause() for b in batchers))
+        if app.consumer.assignment():
+            await app.consumer.commit()
+
     @app.on_rebalance_complete.connect  # type: ignore[misc]
     async def forget(sender, **kwargs) -> None:  # type: ignore[no-untyped-def]
-        # partitions moved: re-read states from the (recovered) table, except those with changes not yet
-        # flushed (their events are still unacknowledged; dropping them would lose those entries, as a
-        # rebalance right after a worker restart did)
+        # partitions moved: re-read states from the (recovered) table; the agents were paused with every change
+        # written (``quiesce``), so nothing in memory is newer than the table
         for scope in [s for s in live if s not in changed_scopes]:
             del live[scope]
         owned = {str(tp.partition) for tp in app.consumer.assignment() if tp.topic == cfg.requests_topic}
@@ -275,3 +287,5 @@ def register(w: Worker) -> None:
         open_requests.clear()
         open_requests.update(opened)
         dirty.update(scope for scope, _ in w.scope_ledger.items())
+        for b in batchers:
+            b.resume()

@@ -37,6 +37,18 @@ Without it the agent raises the error at its next event.
 One lock serialises ``handle`` and ``flush()``, so ``handle`` always sees
 the state of every batch before it (written or being written, never half
 applied).
+
+A rebalance must find nothing half written. Faust's recovery reads a table's
+changelog up to its high-water mark into the in-memory store; a flush applied
+to the store but whose changelog records are not yet in Kafka would be
+overwritten there by the older value, and the next flush would build on it
+(its events are acknowledged all the same: entries lost). So when partitions
+are revoked the worker calls ``pause``: it flushes what was handled, waits
+until every completion is written (their events acknowledged), and handles
+nothing more until ``resume`` (after recovery). An event that reaches the
+agent from before the rebalance (``stale``: Faust's generation check) is then
+dropped unacknowledged: if its partition is still ours, Faust delivers it
+again from the committed offset.
 """
 
 from __future__ import annotations
@@ -55,7 +67,8 @@ Completion = Coroutine[Any, Any, None] | None
 class Batcher:
     def __init__(self, stream: Any, handle: Callable[[Any], Awaitable[None]], flush: Callable[[], Awaitable[Completion]],
                  *, max_events: int, within_s: float, max_inflight: int = 2,
-                 on_failure: Callable[[BaseException], None] | None = None) -> None:
+                 on_failure: Callable[[BaseException], None] | None = None,
+                 stale: Callable[[Any], bool] | None = None) -> None:
         self.stream = stream.noack()
         self.handle = handle
         self.flush = flush
@@ -69,6 +82,9 @@ class Batcher:
         self.flushes = 0
         self.failed: BaseException | None = None  # a flush failed: the agent raises it at its next event
         self.on_failure = on_failure
+        self.stale = stale  # an event delivered before the last rebalance (dropped, not acknowledged)
+        self.running = asyncio.Event()  # cleared by ``pause`` (a rebalance), set again by ``resume``
+        self.running.set()
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -77,6 +93,10 @@ class Batcher:
             async for event in self.stream.events():
                 if self.failed is not None:
                     raise self.failed
+                if not self.running.is_set():
+                    await self.running.wait()
+                if self.stale is not None and self.stale(event):
+                    continue
                 async with self.lock:
                     if not self.pending:
                         self.first_at = loop.time()
@@ -93,11 +113,28 @@ class Batcher:
             if self.inflight:  # let started writes finish (their events are acknowledged if they do)
                 await asyncio.wait(list(self.inflight), timeout=10.0)
 
+    async def pause(self) -> None:
+        """Flush what was handled and wait until every flush is written; handle nothing until ``resume``.
+
+        For a rebalance (see the module docstring). A failed flush has already reported to ``on_failure``."""
+        self.running.clear()
+        async with self.lock:
+            if self.pending and self.failed is None:
+                try:
+                    await self._flush()
+                except Exception as exc:
+                    self._fail(exc)
+        if self.inflight:
+            await asyncio.wait(list(self.inflight))
+
+    def resume(self) -> None:
+        self.running.set()
+
     async def _tick(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.within_s / 2)
-            if self.pending and loop.time() - self.first_at >= self.within_s:
+            if self.pending and self.running.is_set() and loop.time() - self.first_at >= self.within_s:
                 async with self.lock:
                     if self.pending:
                         try:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+import yaml
+
 from infra.kafka.topics import create_topics, farebox_topics
 from tests.harness import free_port, mint, sim_config, spawn, stop, test_config, wait_http
 
@@ -32,6 +34,8 @@ TEAMS = ("alpha", "beta", "gamma")
 # until its session times out, and a restarted worker with the same id gets no partitions before
 # that: Faust's default (60 s) would make each restart in a test wait a minute.
 WORKER_ENV = {"BROKER_SESSION_TIMEOUT": "10", "BROKER_HEARTBEAT_INTERVAL": "1"}
+# FB_TEST_WORKER_LOGLEVEL=info keeps Faust's rebalance and recovery story in each cluster's worker.log
+WORKER_LOGLEVEL = os.environ.get("FB_TEST_WORKER_LOGLEVEL", "warning")
 
 
 @dataclass
@@ -61,8 +65,18 @@ class Cluster:
         return self.folder / "spool" / self.pod_id(i)
 
     def start_worker(self) -> None:
-        self.worker = spawn(["farebox", "worker", "--config", str(self.config)], self.folder / "worker.log",
-                            env=WORKER_ENV)
+        self.worker = spawn(["farebox", "worker", "--config", str(self.config), "--loglevel", WORKER_LOGLEVEL],
+                            self.folder / "worker.log", env=WORKER_ENV)
+
+    def spawn_worker(self, name: str) -> subprocess.Popen:
+        """Another worker in the same consumer group (its own data dir, config copy and log ``<name>.log``):
+        the group shares the partitions, and they move when it joins or leaves."""
+        tree = yaml.safe_load(self.config.read_text())
+        tree["distributed"]["worker_data_dir"] = str(self.folder / name)
+        config = self.folder / f"{name}.yaml"
+        config.write_text(yaml.safe_dump(tree, sort_keys=False))
+        return spawn(["farebox", "worker", "--config", str(config), "--loglevel", WORKER_LOGLEVEL],
+                     self.folder / f"{name}.log", env=WORKER_ENV)
 
     def kill_worker(self) -> None:
         """SIGKILL: no commit, no flush, no goodbye."""

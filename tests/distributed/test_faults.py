@@ -184,7 +184,11 @@ def _wait_ledger_matches(cluster: Cluster, rc: redis.Redis, timeout: float = 60)
 def _unsplit(cluster: Cluster, events: list[Event]) -> str:
     """For a failure message: request events that have no scope entry on the scope topic."""
     values = asyncio.run(_values(cluster.bootstrap, f"{cluster.prefix}scope-entries"))
-    entries = Counter((r["event_id"], r["scope"]) for v in values if (r := orjson.loads(v))["type"] == "scope.entry")
+    entries: Counter = Counter()
+    for value in values:  # single entries and the splitter's batches (``scope.entries``)
+        record = orjson.loads(value)
+        wires = record["entries"] if record["type"] == "scope.entries" else [record] if record["type"] == "scope.entry" else []
+        entries.update((w["event_id"], w["scope"]) for w in wires)
     missing = [(e.id, e.time.isoformat()) for e in _first(events).values()
                if e.type in ("request.admitted", "request.settled", "hold.expired")
                and not entries[(e.id, f"team:{e.team}")]]

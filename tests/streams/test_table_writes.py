@@ -6,20 +6,13 @@ table's changelog codec, so the bytes must be exactly what that codec makes
 (checked here against ``changelog_topic.prepare_key`` / ``prepare_value``,
 for the shapes the worker stores). That recovery really reads them back is
 proved end to end by ``tests/distributed/test_worker_restart.py``.
-
-``Batcher`` pipelines flushes: completions must run strictly in flush order,
-events be acknowledged only after their own completion, and a failed
-completion leave its events and every later flush's unacknowledged.
 """
 
 from __future__ import annotations
 
-import asyncio
-
 import faust
 import pytest
 
-from streams.batching import Batcher
 from streams.table_writes import PartitionView, TableWrites
 
 VALUES = [
@@ -70,105 +63,3 @@ def test_partition_view_writes_to_its_partition(app: faust.App) -> None:
         del view["a"]
     name = table.changelog_topic.get_topic_name()
     assert writes.records == {(name, 2): [(b'"a"', b'{"x":1}'), (b'"a"', None)]}
-
-
-class FakeStream:
-    """What ``Batcher`` uses of a Faust stream: ``noack``, ``events`` and ``ack``."""
-
-    def __init__(self, events: list[int]) -> None:
-        self.items = events
-        self.acked: list[int] = []
-
-    def noack(self) -> "FakeStream":
-        return self
-
-    async def events(self):  # type: ignore[no-untyped-def]
-        for item in self.items:
-            await asyncio.sleep(0)
-            yield item
-
-    async def ack(self, event: int) -> None:
-        self.acked.append(event)
-
-
-def run_batcher(fail_at: int | None = None) -> tuple[FakeStream, list[str], BaseException | None]:
-    log: list[str] = []
-    stream = FakeStream(list(range(12)))
-    batch: list[int] = []
-    flushes = 0
-
-    async def handle(event: int) -> None:
-        batch.append(event)
-
-    async def flush():  # type: ignore[no-untyped-def]
-        nonlocal flushes
-        n, events = flushes, list(batch)
-        flushes += 1
-        batch.clear()
-        log.append(f"flush {n}")
-
-        async def complete() -> None:
-            await asyncio.sleep(0.02 if n % 2 == 0 else 0.001)  # an earlier completion may be slower
-            if n == fail_at:
-                raise RuntimeError("kafka down")
-            assert not set(events) & set(stream.acked)
-            log.append(f"done {n}")
-        return complete()
-
-    async def main() -> BaseException | None:
-        batcher = Batcher(stream, handle, flush, max_events=3, within_s=10.0)
-        try:
-            await batcher.run()
-        except RuntimeError as exc:
-            return exc
-        return batcher.failed
-
-    return stream, log, asyncio.run(main())
-
-
-def test_completions_run_in_flush_order_and_ack_after() -> None:
-    stream, log, failed = run_batcher()
-    assert failed is None
-    assert [line for line in log if line.startswith("done")] == [f"done {n}" for n in range(4)]
-    assert stream.acked == list(range(12))
-
-
-def test_a_failed_completion_leaves_it_and_later_flushes_unacked() -> None:
-    stream, log, failed = run_batcher(fail_at=1)
-    assert isinstance(failed, RuntimeError)
-    assert stream.acked == [0, 1, 2]
-    assert "done 2" not in log and "done 3" not in log
-
-
-async def test_a_failed_flush_reports_once_to_on_failure():
-    """The worker passes ``on_failure`` = stop the process (``streams.agents.stop_worker``)."""
-    class Stream:
-        def __init__(self, n: int) -> None:
-            self.n, self.acked = n, []
-
-        def noack(self):  # type: ignore[no-untyped-def]
-            return self
-
-        async def events(self):  # type: ignore[no-untyped-def]
-            for i in range(self.n):
-                yield i
-                await asyncio.sleep(0)
-
-        async def ack(self, event) -> None:  # type: ignore[no-untyped-def]
-            self.acked.append(event)
-
-    failures: list[BaseException] = []
-
-    async def handle(event) -> None:  # type: ignore[no-untyped-def]
-        return None
-
-    async def flush():  # type: ignore[no-untyped-def]
-        async def completion() -> None:
-            raise RuntimeError("Kafka refused the batch")
-        return completion()
-
-    stream = Stream(10)
-    batcher = Batcher(stream, handle, flush, max_events=3, within_s=10, on_failure=failures.append)
-    with pytest.raises(RuntimeError):
-        await batcher.run()
-    assert len(failures) == 1 and str(failures[0]) == "Kafka refused the batch" and stream.acked == []

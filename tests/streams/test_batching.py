@@ -1,0 +1,207 @@
+"""``streams.batching.Batcher``: the worker agents' per-event handling with batched, pipelined flushes.
+
+Completions must run strictly in flush order, events be acknowledged only
+after their own completion, and a failed completion leave its events and
+every later flush's unacknowledged. ``pause`` (partitions revoked) must leave
+nothing handled and unwritten, and nothing handled until ``resume``; an event
+from before the rebalance is dropped unacknowledged (Faust delivers it again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from streams.batching import Batcher
+
+
+class FakeStream:
+    """What ``Batcher`` uses of a Faust stream: ``noack``, ``events`` and ``ack``."""
+
+    def __init__(self, events: list[int]) -> None:
+        self.items = events
+        self.acked: list[int] = []
+
+    def noack(self) -> "FakeStream":
+        return self
+
+    async def events(self):  # type: ignore[no-untyped-def]
+        for item in self.items:
+            await asyncio.sleep(0)
+            yield item
+
+    async def ack(self, event: int) -> None:
+        self.acked.append(event)
+
+
+def run_batcher(fail_at: int | None = None) -> tuple[FakeStream, list[str], BaseException | None]:
+    log: list[str] = []
+    stream = FakeStream(list(range(12)))
+    batch: list[int] = []
+    flushes = 0
+
+    async def handle(event: int) -> None:
+        batch.append(event)
+
+    async def flush():  # type: ignore[no-untyped-def]
+        nonlocal flushes
+        n, events = flushes, list(batch)
+        flushes += 1
+        batch.clear()
+        log.append(f"flush {n}")
+
+        async def complete() -> None:
+            await asyncio.sleep(0.02 if n % 2 == 0 else 0.001)  # an earlier completion may be slower
+            if n == fail_at:
+                raise RuntimeError("kafka down")
+            assert not set(events) & set(stream.acked)
+            log.append(f"done {n}")
+        return complete()
+
+    async def main() -> BaseException | None:
+        batcher = Batcher(stream, handle, flush, max_events=3, within_s=10.0)
+        try:
+            await batcher.run()
+        except RuntimeError as exc:
+            return exc
+        return batcher.failed
+
+    return stream, log, asyncio.run(main())
+
+
+def test_completions_run_in_flush_order_and_ack_after() -> None:
+    stream, log, failed = run_batcher()
+    assert failed is None
+    assert [line for line in log if line.startswith("done")] == [f"done {n}" for n in range(4)]
+    assert stream.acked == list(range(12))
+
+
+def test_a_failed_completion_leaves_it_and_later_flushes_unacked() -> None:
+    stream, log, failed = run_batcher(fail_at=1)
+    assert isinstance(failed, RuntimeError)
+    assert stream.acked == [0, 1, 2]
+    assert "done 2" not in log and "done 3" not in log
+
+
+async def test_a_failed_flush_reports_once_to_on_failure():
+    """The worker passes ``on_failure`` = stop the process (``streams.agents.stop_worker``)."""
+    class Stream:
+        def __init__(self, n: int) -> None:
+            self.n, self.acked = n, []
+
+        def noack(self):  # type: ignore[no-untyped-def]
+            return self
+
+        async def events(self):  # type: ignore[no-untyped-def]
+            for i in range(self.n):
+                yield i
+                await asyncio.sleep(0)
+
+        async def ack(self, event) -> None:  # type: ignore[no-untyped-def]
+            self.acked.append(event)
+
+    failures: list[BaseException] = []
+
+    async def handle(event) -> None:  # type: ignore[no-untyped-def]
+        return None
+
+    async def flush():  # type: ignore[no-untyped-def]
+        async def completion() -> None:
+            raise RuntimeError("Kafka refused the batch")
+        return completion()
+
+    stream = Stream(10)
+    batcher = Batcher(stream, handle, flush, max_events=3, within_s=10, on_failure=failures.append)
+    with pytest.raises(RuntimeError):
+        await batcher.run()
+    assert len(failures) == 1 and str(failures[0]) == "Kafka refused the batch" and stream.acked == []
+
+
+class GatedStream:
+    """Events 0..n-1, each once its gate opens (``release``): the test decides what arrives when."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.acked: list[int] = []
+        self.released = asyncio.Semaphore(0)
+
+    def noack(self) -> "GatedStream":
+        return self
+
+    def release(self, k: int = 1) -> None:
+        for _ in range(k):
+            self.released.release()
+
+    async def events(self):  # type: ignore[no-untyped-def]
+        for i in range(self.n):
+            await self.released.acquire()
+            yield i
+
+    async def ack(self, event: int) -> None:
+        self.acked.append(event)
+
+
+async def test_pause_writes_what_was_handled_and_handles_nothing_until_resume():
+    stream = GatedStream(6)
+    handled: list[int] = []
+    written: list[list[int]] = []
+    batch: list[int] = []
+
+    async def handle(event: int) -> None:
+        handled.append(event)
+        batch.append(event)
+
+    async def flush():  # type: ignore[no-untyped-def]
+        events = list(batch)
+        batch.clear()
+
+        async def complete() -> None:
+            await asyncio.sleep(0.02)  # Kafka's round trip: pause must wait for it
+            written.append(events)
+        return complete()
+
+    generation = 1
+    batcher = Batcher(stream, handle, flush, max_events=100, within_s=60.0,
+                      stale=lambda event: event < 3 and generation == 2)  # 0-2 were delivered in generation 1
+    task = asyncio.create_task(batcher.run())
+    stream.release(2)
+    await asyncio.sleep(0.01)
+    assert handled == [0, 1] and written == []
+    await batcher.pause()  # partitions revoked: 0 and 1 flushed, written and acknowledged before it returns
+    assert written == [[0, 1]] and stream.acked == [0, 1]
+    stream.release(1)  # event 2 (generation 1) reaches the agent during the rebalance: it waits
+    await asyncio.sleep(0.01)
+    assert handled == [0, 1]
+    generation = 2
+    batcher.resume()
+    stream.release(3)
+    await asyncio.sleep(0.01)
+    assert handled == [0, 1, 3, 4, 5]  # 2 dropped, unacknowledged: Faust delivers it again if still ours
+    await batcher.pause()
+    assert written == [[0, 1], [3, 4, 5]] and stream.acked == [0, 1, 3, 4, 5]
+    await task
+
+
+async def test_pause_with_nothing_pending_returns_at_once_and_the_ticker_waits():
+    stream = GatedStream(2)  # the second is never released: the stream stays open, as Faust's does
+    flushes = 0
+
+    async def handle(event: int) -> None:
+        return None
+
+    async def flush():  # type: ignore[no-untyped-def]
+        nonlocal flushes
+        flushes += 1
+        return None
+
+    batcher = Batcher(stream, handle, flush, max_events=100, within_s=0.02)
+    task = asyncio.create_task(batcher.run())
+    await asyncio.wait_for(batcher.pause(), 1.0)
+    assert flushes == 0
+    batcher.resume()
+    stream.release(1)
+    await asyncio.sleep(0.1)  # flushed by the ticker within ``within_s``
+    assert flushes == 1 and stream.acked == [0]
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
