@@ -37,7 +37,7 @@ remembered until ``prune``). Pure: no clock, no I/O; ``tz`` and ``now`` come in.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
@@ -46,7 +46,12 @@ from ledger.events import Event, LeaseExpired, LeaseGranted, LeaseRequested, Lea
 from ledger.periods import RUN_PERIOD, balance_period, period_of
 
 ENTRY_TYPE = "scope.entry"
-ENTRIES_TYPE = "scope.entries"  # a batch: ``{"type": ENTRIES_TYPE, "entries": [entry wire, ...]}``, one scope, in order
+# A batch of one scope's entries, in order: ``{"type": ENTRIES_TYPE, "scope": s, "rows": [row, ...]}`` with rows
+# from ``ScopeEntry.to_row`` (positional, the time in epoch microseconds: no key names or ISO time to parse per
+# entry). Batches written before rows, ``{"type": ENTRIES_TYPE, "entries": [entry wire, ...]}``, are still read.
+ENTRIES_TYPE = "scope.entries"
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICRO = timedelta(microseconds=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +84,34 @@ class ScopeEntry:
     def from_wire(cls, d: dict[str, Any]) -> ScopeEntry:
         return cls(d["kind"], d["scope"], d["event_id"], d["request_id"], d["period"], d["hold"], d["charge"],
                    d["lease_id"], parse_time(d["time"]), d["source"], d["offset"])
+
+    def to_row(self) -> list[Any]:
+        """The entry in a batch of its scope's (``ENTRIES_TYPE``): positional, without the scope."""
+        return [self.kind, self.event_id, self.request_id, self.period, self.hold, self.charge, self.lease_id,
+                (self.time - _EPOCH) // _MICRO, self.source, self.offset]
+
+    @classmethod
+    def from_row(cls, scope: str, row: list[Any]) -> ScopeEntry:
+        kind, event_id, request_id, period, hold, charge, lease_id, micros, source, offset = row
+        if kind not in ("admit", "close") or type(hold) is not int or type(charge) is not int \
+                or type(micros) is not int or type(offset) is not int:
+            raise ValueError(f"malformed scope entry row {row!r}")
+        return cls(kind, scope, event_id, request_id, period, hold, charge, lease_id, _EPOCH + micros * _MICRO,
+                   source, offset)
+
+
+def entries_batch(scope: str, rows: list[list[Any]]) -> dict[str, Any]:
+    """The record of a batch of one scope's entries (rows from ``ScopeEntry.to_row``, in order)."""
+    return {"type": ENTRIES_TYPE, "scope": scope, "rows": rows}
+
+
+def entries_of(record: dict[str, Any]) -> list[ScopeEntry]:
+    """The entries of an ``ENTRIES_TYPE`` record, rows or (older) wire dicts."""
+    rows = record.get("rows")
+    if rows is not None:
+        scope = record["scope"]
+        return [ScopeEntry.from_row(scope, row) for row in rows]
+    return [ScopeEntry.from_wire(wire) for wire in record["entries"]]
 
 
 @dataclass(slots=True)

@@ -45,18 +45,18 @@ class SplitBatch:
     """The effects of many request events, gathered to be written once each.
 
     Per request its newest state (and the ``fb.requests`` partition it belongs
-    to), per scope its entries' wire forms in source order, per rollup key the
+    to), per scope its entries' rows (``ScopeEntry.to_row``) in source order, per rollup key the
     counts added up. The splitter reads a request's pending state here before
     the table's, so a batch behaves exactly as the events one by one.
     """
 
     states: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
-    entries: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    entries: dict[str, list[list[Any]]] = field(default_factory=dict)
     rows: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def add(self, request_id: str, result: Split, partition: int) -> None:
         for entry in result.entries:
-            self.entries.setdefault(entry.scope, []).append(entry.to_wire())
+            self.entries.setdefault(entry.scope, []).append(entry.to_row())
         if result.rollup is not None:
             self.rows[result.rollup.key] = merge(self.rows.get(result.rollup.key), result.rollup.counts)
         if result.state is not None:

@@ -51,7 +51,16 @@ import redis.asyncio as aioredis
 
 from ledger.codec import decode, encode, from_dict
 from ledger.events import BudgetThresholdCrossed, Event, RequestEvent
-from ledger.leases import ENTRIES_TYPE, ENTRY_TYPE, ScopeEntry, ScopeLedger, decide_lease_expiries, fold
+from ledger.leases import (
+    ENTRIES_TYPE,
+    ENTRY_TYPE,
+    ScopeEntry,
+    ScopeLedger,
+    decide_lease_expiries,
+    entries_batch,
+    entries_of,
+    fold,
+)
 from ledger.periods import period_of
 from ledger.retention import ClosedRequests, admitted_epoch, forget_due, index_states
 from ledger.rollups import merge
@@ -139,8 +148,8 @@ def register(w: Worker) -> None:
         completion waits for Kafka's acks, then produces the states' changelog records and waits for them."""
         nonlocal split_batch
         batch, split_batch = split_batch, SplitBatch()
-        sent = await send_keyed(app, cfg.scope_topic, [(scope.encode(), orjson.dumps({"type": ENTRIES_TYPE, "entries": wires}))
-                                                       for scope, wires in batch.entries.items()])
+        sent = await send_keyed(app, cfg.scope_topic, [(scope.encode(), orjson.dumps(entries_batch(scope, rows)))
+                                                       for scope, rows in batch.entries.items()])
         sent += await send_keyed(app, cfg.rollups_topic, [(key.encode(), orjson.dumps([None, counts]))
                                                           for key, counts in batch.rows.items()])
         writes = TableWrites(app)
@@ -173,7 +182,7 @@ def register(w: Worker) -> None:
         record = orjson.loads(event.value)
         kind = record["type"]
         if kind == ENTRIES_TYPE:
-            items: list = [ScopeEntry.from_wire(wire) for wire in record["entries"]]
+            items: list = entries_of(record)
         else:
             items = [ScopeEntry.from_wire(record) if kind == ENTRY_TYPE else from_dict(record)]
         for item in items:

@@ -39,6 +39,7 @@ import redis
 from infra.redis.server import RedisServer
 from ledger.codec import decode
 from ledger.events import Event
+from ledger.leases import ENTRIES_TYPE, ENTRY_TYPE, ScopeEntry, entries_of
 from streams.kafka_log import _unpack
 from streams.spool import scan
 from tests.distributed.cluster import TEAMS, Cluster, running_cluster, wait_until
@@ -187,8 +188,9 @@ def _unsplit(cluster: Cluster, events: list[Event]) -> str:
     entries: Counter = Counter()
     for value in values:  # single entries and the splitter's batches (``scope.entries``)
         record = orjson.loads(value)
-        wires = record["entries"] if record["type"] == "scope.entries" else [record] if record["type"] == "scope.entry" else []
-        entries.update((w["event_id"], w["scope"]) for w in wires)
+        batch = entries_of(record) if record["type"] == ENTRIES_TYPE else \
+            [ScopeEntry.from_wire(record)] if record["type"] == ENTRY_TYPE else []
+        entries.update((e.event_id, e.scope) for e in batch)
     missing = [(e.id, e.time.isoformat()) for e in _first(events).values()
                if e.type in ("request.admitted", "request.settled", "hold.expired")
                and not entries[(e.id, f"team:{e.team}")]]

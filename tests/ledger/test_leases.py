@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -30,12 +31,15 @@ from ledger.events import (
     RequestSettled,
 )
 from ledger.leases import (
+    ENTRIES_TYPE,
     LeasePolicy,
     PodLease,
     ScopeEntry,
     ScopeLedger,
     decide_grant,
     decide_lease_expiries,
+    entries_batch,
+    entries_of,
     slice_size,
 )
 from ledger.splitting import decide_hold_expiries, split
@@ -154,6 +158,20 @@ def test_table_value_round_trips():
     assert ScopeLedger.from_dict(state.to_dict()).to_dict() == state.to_dict()
     entry = ScopeEntry("close", "team:a", "r1/settled", "r1", "2026-10", 1_000, 3, None, T0, "2", 9)
     assert ScopeEntry.from_wire(entry.to_wire()) == entry
+
+
+def test_entries_batches_round_trip_as_rows_and_older_batches_still_read():
+    at = T0 + timedelta(microseconds=123_457)
+    entries = [ScopeEntry("admit", "team:a", "r1/admitted", "r1", "2026-10", 1_000, 0, "L1", at, "0", 1),
+               ScopeEntry("close", "team:a", "r1/settled", "r1", "2026-10", 1_000, 3, None, at, "0", 2)]
+    record = orjson.loads(orjson.dumps(entries_batch("team:a", [e.to_row() for e in entries])))
+    assert record["type"] == ENTRIES_TYPE and entries_of(record) == entries
+    assert entries_of({"type": ENTRIES_TYPE, "entries": [e.to_wire() for e in entries]}) == entries  # before rows
+    for bad in (["spend", "e", "r", "2026-10", 1, 0, None, 0, "0", 1],  # unknown kind
+                ["admit", "e", "r", "2026-10", "1", 0, None, 0, "0", 1],  # an amount as a string
+                ["admit", "e", "r", "2026-10", 1, 0, None, 0, "0"]):  # a field short
+        with pytest.raises(ValueError):
+            entries_of({"type": ENTRIES_TYPE, "scope": "team:a", "rows": [bad]})
 
 
 # --- the invariant under random interleavings ------------------------------------------------
