@@ -102,7 +102,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     app.cleanup_ctx.append(functools.partial(config_topic_ctx, follower=follower))
     if d.share_breakers:
         app.cleanup_ctx.append(breaker_sync_ctx(d.redis_url, runtime.routing, lambda: runtime.snapshot.deployments,
-                                                settings.pod_id))
+                                                settings.pod_id, d.breaker_probe_grace_s))
     return app
 
 

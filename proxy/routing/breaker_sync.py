@@ -11,7 +11,8 @@ background loops talk to Redis.
   Redis down: the newest notice per deployment waits and is retried; an open
   whose end has passed is dropped.
 * **hear**: subscribed to ``channel``; each notice from another pod goes into
-  the local breaker (``shared_breakers.apply``). After every (re)subscribe the
+  the local breaker (``shared_breakers.apply``; an open ends ``probe_grace_s``
+  later here, so the pod that opened it probes first). After every (re)subscribe the
   keys of the snapshot's deployments are read once, so a pod that starts, or
   comes back after a Redis outage, learns the opens it missed.
 
@@ -43,10 +44,11 @@ PREFIX = "fb:breaker:"
 class BreakerSync:
     def __init__(self, redis_url: str, routing: RoutingState, deployments: Callable[[], Mapping[str, Deployment]],
                  pod: str, *, interval_s: float = 0.1, retry_s: float = 0.5, channel: str = CHANNEL,
-                 prefix: str = PREFIX, wall: Callable[[], float] = time.time) -> None:
+                 prefix: str = PREFIX, wall: Callable[[], float] = time.time, probe_grace_s: float = 0.0) -> None:
         self.redis = aioredis.Redis.from_url(redis_url, socket_connect_timeout=1.0)
         self.routing, self.deployments, self.pod = routing, deployments, pod
         self.interval_s, self.retry_s = interval_s, retry_s
+        self.probe_grace_s = probe_grace_s  # other pods' opens end this much later here: their opener probes first
         self.channel, self.prefix, self.wall = channel, prefix, wall
         self.told: dict[str, int] = {}  # deployment -> Breaker.changes already told
         self.pending: dict[str, Notice] = {}  # told locally, not yet written to Redis
@@ -118,7 +120,7 @@ class BreakerSync:
         if dep is None:  # not in this pod's snapshot (yet): nothing routes to it here
             return False
         changed = shared_breakers.apply(self.routing.breaker(dep), notice, self.pod, self.wall(),
-                                        self.routing.clock())
+                                        self.routing.clock(), self.probe_grace_s)
         if changed:
             self.applied += 1
             log.warning("circuit of deployment %s %s by pod %s", notice.deployment,
@@ -166,11 +168,11 @@ class BreakerSync:
 
 
 def sync_ctx(redis_url: str, routing: RoutingState, deployments: Callable[[], Mapping[str, Deployment]],
-             pod: str) -> Callable[[Any], Any]:
+             pod: str, probe_grace_s: float = 0.0) -> Callable[[Any], Any]:
     """An aiohttp ``cleanup_ctx`` running a ``BreakerSync`` for the app's lifetime."""
 
     async def ctx(app: Any) -> Any:
-        sync = BreakerSync(redis_url, routing, deployments, pod)
+        sync = BreakerSync(redis_url, routing, deployments, pod, probe_grace_s=probe_grace_s)
         sync.start()
         yield
         await sync.close()

@@ -17,7 +17,12 @@ the decisions, with both clocks passed in:
   sync loop calls it a few times a second, never the request path).
 * ``apply``: a notice from another pod into the local breaker
   (``Breaker.open_remote`` / ``close_remote``). Remote transitions do not
-  count as this pod's own, so they are never told again.
+  count as this pod's own, so they are never told again. A remote open ends
+  ``probe_grace_s`` later here than on the pod that opened it: that pod goes
+  half-open first and probes; if its probe succeeds, its close reaches the
+  others before their own cooldown ends (one probe for the fleet, not one per
+  pod); if it fails, its new open extends theirs. Should the opener die, the
+  others probe after the grace.
 """
 
 from __future__ import annotations
@@ -91,12 +96,16 @@ def outgoing(breakers: Mapping[str, Breaker], told: dict[str, int], pod: str, no
     return out
 
 
-def apply(breaker: Breaker, notice: Notice, pod: str, now_wall: float, now_local: float) -> bool:
-    """Apply another pod's notice to the local breaker; True if it changed. Our own notices are ignored."""
+def apply(breaker: Breaker, notice: Notice, pod: str, now_wall: float, now_local: float,
+          probe_grace_s: float = 0.0) -> bool:
+    """Apply another pod's notice to the local breaker; True if it changed. Our own notices are ignored.
+
+    An open ends ``probe_grace_s`` after the opener's end (see the module docstring)."""
     if notice.pod == pod:
         return False
     if notice.state == OPEN:
-        return breaker.open_remote(now_local, to_local(notice.until, now_wall, now_local), notice.cooldown_s)
+        until = to_local(notice.until, now_wall, now_local) + probe_grace_s
+        return breaker.open_remote(now_local, until, notice.cooldown_s)
     return breaker.close_remote(to_local(notice.at, now_wall, now_local))
 
 

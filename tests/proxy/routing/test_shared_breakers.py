@@ -90,3 +90,22 @@ def test_probe_closes_and_reopens_are_told() -> None:
     [close] = shared_breakers.outgoing(a, told, "pod-a", WALL + 15.2, A_LOCAL + 15.2)
     assert close.state == CLOSED and close.at == WALL + 15.2
     assert shared_breakers.describe(reopen) == {"deployment": "dep", "state": OPEN, "pod": "pod-a", "for_s": 10.0}
+
+
+def test_with_a_probe_grace_the_opener_probes_for_the_fleet() -> None:
+    """Pod B holds a remote open 2 s longer than pod A: A goes half-open first and probes. Its close reaches B
+    before B's cooldown ends (B sends no probe); a failed probe's new open extends B's."""
+    a, b = Breaker(POLICY), Breaker(POLICY)
+    open_locally(a, A_LOCAL)  # 5 s cooldown
+    [opened] = shared_breakers.outgoing({"dep": a}, {}, "pod-a", WALL, A_LOCAL)
+    assert shared_breakers.apply(b, opened, "pod-b", WALL, B_LOCAL, probe_grace_s=2.0)
+    assert b.open_until == B_LOCAL + 7.0
+    assert a.acquire(A_LOCAL + 5.0) and a.state == HALF_OPEN  # A's probe goes out
+    assert not b.available(B_LOCAL + 5.5) and not b.acquire(B_LOCAL + 5.5)  # B waits for it
+    assert a.record(A_LOCAL + 5.5, False) is not None and a.state == OPEN  # the probe failed: A opens again
+    [again] = shared_breakers.outgoing({"dep": a}, {"dep": 1}, "pod-a", WALL + 5.5, A_LOCAL + 5.5)
+    assert shared_breakers.apply(b, again, "pod-b", WALL + 5.5, B_LOCAL + 5.5, probe_grace_s=2.0)
+    assert b.open_until == B_LOCAL + 5.5 + (again.until - again.at) + 2.0 and b.state == OPEN
+    closed = Notice("dep", CLOSED, "pod-a", WALL + 11.0)  # A's next probe succeeded
+    assert shared_breakers.apply(b, closed, "pod-b", WALL + 11.1, B_LOCAL + 11.1, probe_grace_s=2.0)
+    assert b.state == CLOSED and b.available(B_LOCAL + 11.2)
