@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Sequence
-
 from zoneinfo import ZoneInfo
 
 from ledger.periods import period_of

@@ -20,7 +20,7 @@ from ledger.events import Event, LeaseRequested, LeaseReturned
 from ledger.leases import LeasePolicy, ScopeEntry, ScopeLedger, fold
 from ledger.periods import period_of
 from proxy.admission.scope_states import ScopeStates
-from proxy.admission.wallet import BudgetUnavailable, Wallets, WalletPolicy
+from proxy.admission.wallet import BudgetUnavailable, WalletPolicy, Wallets
 from proxy.errors import RateLimited
 
 UTC = ZoneInfo("UTC")
