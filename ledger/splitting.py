@@ -11,13 +11,15 @@ charged in full, as in embedded mode).
 
 ``decide_hold_expiries`` is the distributed sweeper's decision: every open
 request past its hold TTL is charged in full (``hold.expired``), because the
-pod that held it is presumed dead. States are plain JSON-able dicts (a Faust
+pod that held it is presumed dead; but only in partitions the splitter has
+read to the end (``ready``): a worker that restarts behind its backlog must
+not expire a request whose settlement it has not read yet. States are plain JSON-able dicts (a Faust
 table's values). Pure: no clock, no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -108,11 +110,17 @@ def split(event: Event, state: State, tz: ZoneInfo, source: str = "", offset: in
     return _NOTHING
 
 
-def decide_hold_expiries(states: Iterable[tuple[str, State]], now: datetime) -> list[HoldExpired]:
-    """Every open request whose hold TTL has run out at ``now``, oldest first: charged in full."""
+def decide_hold_expiries(states: Iterable[tuple[str, State]], now: datetime,
+                         ready: Collection[str] | None = None) -> list[HoldExpired]:
+    """Every open request whose hold TTL has run out at ``now``, oldest first: charged in full.
+
+    With ``ready``, only requests of those ``fb.requests`` partitions (their state's ``src``; a state
+    without one is always considered)."""
     due = []
     for request_id, state in states:
         if state is None or state.get("s") != "open":
+            continue
+        if ready is not None and "src" in state and state["src"] not in ready:
             continue
         admitted = parse_time(state["at"])
         if admitted + timedelta(seconds=state["ttl"]) <= now:

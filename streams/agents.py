@@ -12,7 +12,8 @@ straight to the aiokafka producer (``streams.table_writes``), not through
 Faust's per-record ``FutureMessage`` path. Per request this cut the records
 the worker writes from 17 to about 1.6, and one worker's throughput from ~860
 to ~3,000, then (with the consumer's short fetch wait, ``streams.faust_app``)
-to ~5,000 request events/s on the 2-core dev machine (``make bench-distributed``).
+to ~5,000 request events/s on the 2-core dev machine, and on uvloop (``farebox.worker``) to ~5,600-6,000
+(``make bench-distributed``).
 
 * ``split_requests`` (``fb.requests``, concurrency 1): each request event ->
   ``split`` -> per-scope entries, sent as one ``scope.entries`` record per
@@ -33,8 +34,8 @@ to ~5,000 request events/s on the 2-core dev machine (``make bench-distributed``
   that records the mark: a crash between them sends it again with the same
   id, never loses it. A notice read back only marks.
 * ``rollups`` (``fb.rollups``): adds rows into the ``rollups`` table.
-* timers: hold expiries (open requests past their TTL -> ``hold.expired`` on
-  ``fb.requests``), lease expiries (-> ``lease.expired`` on
+* timers: hold expiries (open requests past their TTL, in partitions the
+  splitter has read to the end -> ``hold.expired`` on ``fb.requests``), lease expiries (-> ``lease.expired`` on
   ``fb.scope-entries``), and the Redis projection of changed scopes.
 """
 
@@ -70,7 +71,7 @@ from streams.batching import Batcher
 from streams.faust_app import Worker
 from streams.kafka_clients import ID_HEADER
 from streams.projections import RedisProjections, scope_fields
-from streams.table_writes import PartitionView, TableWrites, send_keyed
+from streams.table_writes import PartitionView, TableWrites, key_partition, send_keyed
 
 log = logging.getLogger("farebox.worker")
 
@@ -111,14 +112,29 @@ def register(w: Worker) -> None:
 
     def batcher(stream, handle, flush, within_s: float) -> Batcher:  # type: ignore[no-untyped-def]
         b = Batcher(stream, handle, flush, max_events=cfg.batch_max, within_s=within_s, on_failure=stop_worker,
-                    stale=lambda event: event.message.generation_id != app.consumer_generation_id)
+                    stale=lambda event: event.message.generation_id != app.consumer_generation_id,
+                    position=lambda event: (event.message.tp, event.message.offset))
         batchers.append(b)
         return b
 
     split_batch = SplitBatch()
 
+    split_seen: dict[int, int] = {}  # fb.requests partition -> the last offset the splitter handled
+
+    def swept_partitions() -> set[str]:
+        """The fb.requests partitions handled up to the high-water mark of the consumer's last fetch: the
+        sweeper expires holds only there (behind, a request's settlement may still be unread)."""
+        ready = set()
+        for tp in app.consumer.assignment():
+            if tp.topic == cfg.requests_topic:
+                high = app.consumer.highwater(tp)
+                if high is not None and split_seen.get(tp.partition, -1) + 1 >= high:
+                    ready.add(str(tp.partition))
+        return ready
+
     async def split_one(event) -> None:  # type: ignore[no-untyped-def]
         stats["requests"] += 1
+        split_seen[event.message.partition] = event.message.offset
         ev = decode(event.value)
         if not isinstance(ev, RequestEvent):
             return
@@ -250,7 +266,7 @@ def register(w: Worker) -> None:
     @app.timer(interval=cfg.sweep_interval_s)
     async def sweep() -> None:
         now = datetime.now(timezone.utc)
-        for expired in decide_hold_expiries(list(open_requests.items()), now):
+        for expired in decide_hold_expiries(list(open_requests.items()), now, swept_partitions()):
             await send_event(w.requests, expired.team, expired)
         keep_s = cfg.policy.ttl_s + 2 * cfg.policy.expiry_grace_s
         for state in list(live.values()):
@@ -295,6 +311,15 @@ def register(w: Worker) -> None:
         closed.update(indexes)
         open_requests.clear()
         open_requests.update(opened)
-        dirty.update(scope for scope, _ in w.scope_ledger.items())
+        # project the scopes of this worker's partitions only: the table's memory store keeps the keys of
+        # partitions that moved to another worker (Faust forgets only those it recovered itself), stale here
+        scope_parts = {tp.partition for tp in app.consumer.assignment() if tp.topic == cfg.scope_topic}
+        count = app.consumer.topic_partitions(cfg.scope_topic) or cfg.partitions
+        dirty.update(scope for scope, _ in w.scope_ledger.items() if key_partition(scope, count) in scope_parts)
+        assigned = app.consumer.assignment()
         for b in batchers:
+            b.keep(assigned)
+            if b.dropped or b.holes:
+                log.info("rebalance: %d events dropped while paused or stale, %d past a hole (delivered again)",
+                         b.dropped, b.holes)
             b.resume()

@@ -46,9 +46,27 @@ overwritten there by the older value, and the next flush would build on it
 are revoked the worker calls ``pause``: it flushes what was handled, waits
 until every completion is written (their events acknowledged), and handles
 nothing more until ``resume`` (after recovery). An event that reaches the
-agent from before the rebalance (``stale``: Faust's generation check) is then
-dropped unacknowledged: if its partition is still ours, Faust delivers it
-again from the committed offset.
+agent while paused, or from before the rebalance (``stale``: Faust's
+generation check), is dropped unacknowledged: if its partition is still ours,
+Faust delivers it again from the committed offset. Dropped, not held: the
+agent must keep draining its stream, because Faust's recovery reads the
+changelogs through the same delivery loop, which blocks when an agent's
+buffer is full.
+
+Each partition is handled in offset order without holes (``position``: an
+event's partition and offset). The ledger's idempotence needs it: a scope
+skips entries at or below the high-water offset of their source, so a
+splitter that handled offset 120 before 100..119 would have 100..119's
+entries skipped. Holes happen around a rebalance: events dropped above (or
+skipped by Faust's own stream for the same reasons), then events after them
+delivered before Faust seeks back to the committed offset. An event past a
+hole is dropped too; the seek delivers the hole and what follows again, in
+order. An event at or below the last one handled (a redelivery) is handled
+again: the ledger drops what was done. ``keep`` forgets the positions of
+partitions no longer assigned (another worker may move them on). A hole that
+no seek fills within ``hole_patience_s`` (records deleted by retention while
+the worker was behind, or a bug) is a failure (``on_failure``): a restarted
+worker starts from the committed offset with no positions.
 """
 
 from __future__ import annotations
@@ -56,7 +74,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Hashable
 from typing import Any
 
 log = logging.getLogger("farebox.worker")
@@ -68,7 +86,9 @@ class Batcher:
     def __init__(self, stream: Any, handle: Callable[[Any], Awaitable[None]], flush: Callable[[], Awaitable[Completion]],
                  *, max_events: int, within_s: float, max_inflight: int = 2,
                  on_failure: Callable[[BaseException], None] | None = None,
-                 stale: Callable[[Any], bool] | None = None) -> None:
+                 stale: Callable[[Any], bool] | None = None,
+                 position: Callable[[Any], tuple[Hashable, int]] | None = None,
+                 hole_patience_s: float = 30.0) -> None:
         self.stream = stream.noack()
         self.handle = handle
         self.flush = flush
@@ -84,6 +104,12 @@ class Batcher:
         self.on_failure = on_failure
         self.stale = stale  # an event delivered before the last rebalance (dropped, not acknowledged)
         self.running = asyncio.Event()  # cleared by ``pause`` (a rebalance), set again by ``resume``
+        self.dropped = 0  # events dropped while paused or stale
+        self.position = position  # an event's (partition, offset), for the contiguity check
+        self.last: dict[Hashable, int] = {}  # partition -> offset of the last event handled
+        self.holes = 0  # events dropped because an earlier offset of their partition was not handled
+        self.hole_patience_s = hole_patience_s
+        self.hole_since: dict[Hashable, float] = {}  # partition -> when its current hole was first seen
         self.running.set()
 
     async def run(self) -> None:
@@ -93,15 +119,27 @@ class Batcher:
             async for event in self.stream.events():
                 if self.failed is not None:
                     raise self.failed
-                if not self.running.is_set():
-                    await self.running.wait()
-                if self.stale is not None and self.stale(event):
+                if not self.running.is_set() or (self.stale is not None and self.stale(event)):
+                    self.dropped += 1  # delivered again from the committed offset (see the module docstring)
                     continue
+                if self.position is not None:
+                    partition, offset = self.position(event)
+                    last = self.last.get(partition)
+                    if last is not None and offset > last + 1:
+                        self.holes += 1  # past a hole: delivered again, in order, after Faust's seek
+                        since = self.hole_since.setdefault(partition, loop.time())
+                        if loop.time() - since > self.hole_patience_s:
+                            raise RuntimeError(f"partition {partition}: offset {offset} follows {last} and no "
+                                               f"redelivery filled the hole in {self.hole_patience_s:.0f} s")
+                        continue
+                    self.hole_since.pop(partition, None)
                 async with self.lock:
                     if not self.pending:
                         self.first_at = loop.time()
                     await self.handle(event)
                     self.pending.append(event)
+                    if self.position is not None:
+                        self.last[partition] = offset
                     if len(self.pending) >= self.max_events:
                         await self._flush()
         except Exception as exc:
@@ -129,6 +167,12 @@ class Batcher:
 
     def resume(self) -> None:
         self.running.set()
+
+    def keep(self, partitions: Collection[Hashable]) -> None:
+        """Forget the positions of partitions not in ``partitions`` (the new assignment)."""
+        for partition in [p for p in self.last if p not in partitions]:
+            del self.last[partition]
+        self.hole_since.clear()
 
     async def _tick(self) -> None:
         loop = asyncio.get_running_loop()

@@ -123,6 +123,10 @@ def create_app(cfg: WorkerConfig) -> Worker:
         broker_session_timeout=10.0,
         broker_heartbeat_interval=1.0,
         table_cleanup_interval=3600.0,
+        # no standby replicas: a partition promoted from standby to active hung Faust's recovery ("No event
+        # received for active tp ... since recovery start", tests/distributed/test_worker_join.py); a partition
+        # that moves is recovered from its changelog like one assigned at start (seconds for our tables)
+        table_standby_replicas=0,
         consumer_auto_offset_reset="earliest",
     )
 

@@ -37,6 +37,7 @@ from typing import Any
 
 import faust
 import orjson
+from aiokafka.partitioner import DefaultPartitioner
 
 
 class TableWrites:
@@ -94,6 +95,13 @@ class TableWrites:
         sent = await self.produce()
         if sent:
             await asyncio.gather(*sent)
+
+
+def key_partition(key: str, partitions: int) -> int:
+    """The partition a keyed record goes to (the producer's default partitioner, as ``send_keyed`` and the
+    pods' producer use), and so the changelog partition of the table value it produces."""
+    all_partitions = list(range(partitions))
+    return DefaultPartitioner()(key.encode(), all_partitions, all_partitions)
 
 
 async def send_keyed(app: faust.App, topic: str, records: list[tuple[bytes, bytes]]) -> list[asyncio.Future]:

@@ -132,8 +132,9 @@ def _first(events: list[Event]) -> dict[str, Event]:
 def _closes(events: list[Event]) -> dict[str, Event]:
     """Each request's first close (settled or expired) in partition order: the one the ledger applies.
 
-    A later close of the same request changes nothing (``ledger.splitting``). The worker can write one:
-    a restarted worker's sweeper may expire a request whose settlement it has not read yet.
+    A later close of the same request changes nothing (``ledger.splitting``). The worker can write one: its
+    sweeper may expire a request (TTL passed, pod presumed dead) whose pod settles it afterwards. It no longer
+    does so for a settlement already in Kafka but not yet read (``test_worker_restart`` asserts that).
     """
     closes: dict[str, Event] = {}
     for e in events:

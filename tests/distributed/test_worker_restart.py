@@ -8,14 +8,17 @@ commits) must be counted exactly once.
 The second kill once lost scope entries (held went negative): Faust attached a
 send made inside an agent to its source event and produced it only at the next
 commit, after the table's changelog write. The agents now produce with
-``force=True`` and wait for Kafka's ack before their table writes.
+``force=True`` and wait for Kafka's ack before their table writes. It later
+lost one request's entries now and then (about 1 run in 4, then none in 45
+runs) while a rebalance could drop or overwrite state with unwritten changes
+(``streams.agents.forget``, ``streams.batching`` pause on revocation); it is a
+plain test again, counted like any other.
 """
 
 from __future__ import annotations
 
 import time
 
-import pytest
 import redis
 
 from tests.distributed.cluster import TEAMS, wait_until
@@ -50,12 +53,6 @@ def test_worker_restart_recovers_the_same_balances_and_counts_new_traffic_once(s
         assert {f: after[team][f] for f in FIELDS} == {f: before[team][f] for f in FIELDS}, team
 
 
-# Known failure, about 1 run in 4 (issue 4, open): a kill right after a burst can lose one request's
-# scope entries (admit and close), leaving its lease's hold "leased". Not yet explained: it happens with
-# the per-event Batcher and with the pipelined flushes alike. Kept running and reported, never counted
-# as a pass: xfail is not strict only because the loss is intermittent.
-@pytest.mark.xfail(strict=False, reason="issue 4: intermittent loss of one request's scope entries when the "
-                                        "worker is killed right after a burst (under investigation)")
 def test_worker_killed_right_after_a_burst_counts_the_traffic_once(short_ttl_cluster):  # noqa: F811
     cluster = short_ttl_cluster
     cluster.ensure_pods()
@@ -69,6 +66,9 @@ def test_worker_killed_right_after_a_burst_counts_the_traffic_once(short_ttl_clu
     _wait_ledger_matches(cluster, rc, timeout=90)  # projected by the new worker, from what it recovered and re-read
     _fire(cluster, 15)  # and it keeps granting leases and folding
     events, rows = _wait_ledger_matches(cluster, rc, timeout=60)
-    _closed_exactly_once(events)
+    _, expired = _closed_exactly_once(events)
+    # no pod died: the restarted worker, behind its backlog for a while, expired nothing (its sweeper waits
+    # until a partition is read to the end, so it never expires a request whose settlement is still unread)
+    assert not expired, expired
     _wait_quiet(rc)
     print(f"\nworker killed after a burst: settled {({t: rows[t]['settled'] for t in TEAMS})}")

@@ -415,6 +415,20 @@ def test_hold_expiry_charges_in_full_and_a_late_settlement_changes_nothing():
     assert split(expired, closed.state, UTC).entries == []
 
 
+def test_hold_expiry_waits_until_its_partition_is_read_to_the_end():
+    """A restarted worker behind its backlog must not expire a request whose settlement it has not read."""
+    admitted = RequestAdmitted(
+        time=T0, request_id="r1", team="a", key_id="k1", business_unit="", app="app", run_id=None, alias="chat",
+        data_class="internal", est_input_tokens=1, max_output_tokens=1, holds={"team:a": 500}, currency="INR",
+        price_version=1, pod="p1", hold_ttl_s=60, stream=True)
+    state = split(admitted, None, UTC, source="2", offset=7).state
+    late = T0 + timedelta(seconds=61)
+    assert decide_hold_expiries([("r1", state)], late, ready={"0", "1"}) == []  # partition 2 still behind
+    assert [e.request_id for e in decide_hold_expiries([("r1", state)], late, ready={"2"})] == ["r1"]
+    unsourced = split(admitted, None, UTC).state  # no partition recorded: not held back
+    assert len(decide_hold_expiries([("r1", unsourced)], late, ready=set())) == 1
+
+
 @pytest.mark.parametrize("verb", [LeaseReturned, LeaseExpired])
 def test_closing_an_unknown_lease_changes_nothing(verb):
     state = ScopeLedger("team:a")

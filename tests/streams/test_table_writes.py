@@ -10,10 +10,12 @@ proved end to end by ``tests/distributed/test_worker_restart.py``.
 
 from __future__ import annotations
 
+import uuid
+
 import faust
 import pytest
 
-from streams.table_writes import PartitionView, TableWrites
+from streams.table_writes import PartitionView, TableWrites, key_partition
 
 VALUES = [
     {"s": "open", "period": "2026-11", "holds": {"team:alpha": 12_000, "key:k1": 12_000}, "leases": {"team:alpha": "l-1"},
@@ -63,3 +65,28 @@ def test_partition_view_writes_to_its_partition(app: faust.App) -> None:
         del view["a"]
     name = table.changelog_topic.get_topic_name()
     assert writes.records == {(name, 2): [(b'"a"', b'{"x":1}'), (b'"a"', None)]}
+
+
+async def test_key_partition_is_where_a_producer_puts_the_key(kafka_broker) -> None:
+    """The worker projects only the scopes of its partitions (``streams.agents.forget``), found by
+    ``key_partition``: it must agree with where Kafka really has each scope's records."""
+    from aiokafka import AIOKafkaProducer
+
+    from infra.kafka.topics import TopicSpec, create_topics
+    from tests.infra.kafka.support import read_records
+
+    topic = f"key-partition-{uuid.uuid4().hex[:8]}"
+    await create_topics(kafka_broker.bootstrap, [TopicSpec(topic, partitions=5)])
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_broker.bootstrap, enable_idempotence=True)
+    await producer.start()
+    keys = [f"team:t{i}" for i in range(20)] + [f"key:k{i}" for i in range(20)] + ["bu:retail", "app:é"]
+    try:
+        for key in keys:
+            await producer.send_and_wait(topic, value=b"{}", key=key.encode())
+    finally:
+        await producer.stop()
+    records = await read_records(kafka_broker.bootstrap, topic)
+    assert len(records) == len(keys)
+    assert {(key.decode(), partition) for partition, _, _, key, _ in records} == \
+        {(key, key_partition(key, 5)) for key in keys}
+    assert len({partition for partition, *_ in records}) > 1
