@@ -4,6 +4,15 @@ One row per closed request (settled or expired), at the minute of its
 settlement (UTC): requests, tokens by type, cost, errors (final status >= 400,
 or expired), and TTFT (sum and count of the attempts that reported one), so
 a dashboard can add rows without reading events. Pure.
+
+Idempotent like the scope ledger. The splitter sends, per rollup key and
+batch, one ``fb.rollups`` record of the rows of its closes, each with the
+``fb.requests`` offset of the close (``rows_record``); a key's rows all come
+from one source partition (its team's). The total (``RollupTotal``, the
+``rollups`` table's value) keeps the high-water offset per source and
+``apply_rows`` adds only rows above it. So a record delivered twice, or rows
+sent again by a splitter that crashed before recording its request states,
+count once. Records from before (``[None, counts]``) are added as they are.
 """
 
 from __future__ import annotations
@@ -57,3 +66,52 @@ def merge(total: dict[str, int] | None, row: dict[str, int]) -> dict[str, int]:
     for name, value in row.items():
         out[name] = out.get(name, 0) + value
     return out
+
+
+def rows_record(source: str, rows: list[tuple[int, dict[str, int]]]) -> dict[str, Any]:
+    """The ``fb.rollups`` record of one key's rows in a batch: (source offset, counts) in source order."""
+    return {"source": source, "rows": [[offset, [counts.get(name, 0) for name in COUNTERS]] for offset, counts in rows]}
+
+
+@dataclass(slots=True)
+class RollupTotal:
+    """A rollup key's running total and the high-water ``fb.requests`` offset per source partition."""
+
+    counts: dict[str, int]
+    high_water: dict[str, int]
+
+    @classmethod
+    def from_value(cls, value: Any) -> RollupTotal:
+        """From the table's value; None (new key) or a plain counts dict (written before high-water marks)."""
+        if value is None:
+            return cls(dict.fromkeys(COUNTERS, 0), {})
+        if "counts" in value and "hw" in value:
+            return cls(dict(value["counts"]), dict(value["hw"]))
+        return cls(dict(value), {})
+
+    def to_value(self) -> dict[str, Any]:
+        return {"counts": self.counts, "hw": self.high_water}
+
+
+def apply_rows(total: RollupTotal, record: Any) -> int:
+    """Add a ``fb.rollups`` record's rows above the source's high-water mark; returns how many were added."""
+    if isinstance(record, list):  # [None, counts]: a record from before rows carried offsets
+        _, counts = record
+        total.counts = merge(total.counts, counts)
+        return 1
+    source, rows = record["source"], record["rows"]
+    high = total.high_water.get(source, -1)
+    added = 0
+    for offset, values in rows:
+        if offset <= high:
+            continue
+        if len(values) != len(COUNTERS):
+            raise ValueError(f"a rollup row has {len(values)} counters, expected {len(COUNTERS)}")
+        counts = total.counts
+        for name, value in zip(COUNTERS, values):
+            counts[name] = counts.get(name, 0) + value
+        high = offset
+        added += 1
+    if added:
+        total.high_water[source] = high
+    return added

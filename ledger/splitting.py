@@ -29,7 +29,7 @@ from ledger.codec import format_time, parse_time
 from ledger.events import Event, HoldExpired, RequestAdmitted, RequestAttempted, RequestSettled
 from ledger.leases import ScopeEntry
 from ledger.periods import period_of
-from ledger.rollups import Rollup, merge, rollup_of
+from ledger.rollups import Rollup, rollup_of
 
 State = dict[str, Any] | None
 
@@ -47,20 +47,21 @@ class SplitBatch:
     """The effects of many request events, gathered to be written once each.
 
     Per request its newest state (and the ``fb.requests`` partition it belongs
-    to), per scope its entries' rows (``ScopeEntry.to_row``) in source order, per rollup key the
-    counts added up. The splitter reads a request's pending state here before
-    the table's, so a batch behaves exactly as the events one by one.
+    to), per scope its entries' rows (``ScopeEntry.to_row``) in source order, per rollup key its
+    closes' rows with their source offsets (``ledger.rollups.rows_record``). The splitter reads a
+    request's pending state here before the table's, so a batch behaves exactly as the events one by one.
     """
 
     states: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
     entries: dict[str, list[list[Any]]] = field(default_factory=dict)
-    rows: dict[str, dict[str, int]] = field(default_factory=dict)
+    rows: dict[str, tuple[str, list[tuple[int, dict[str, int]]]]] = field(default_factory=dict)
 
-    def add(self, request_id: str, result: Split, partition: int) -> None:
+    def add(self, request_id: str, result: Split, partition: int, offset: int = -1) -> None:
         for entry in result.entries:
             self.entries.setdefault(entry.scope, []).append(entry.to_row())
         if result.rollup is not None:
-            self.rows[result.rollup.key] = merge(self.rows.get(result.rollup.key), result.rollup.counts)
+            _, rows = self.rows.setdefault(result.rollup.key, (str(partition), []))
+            rows.append((offset, result.rollup.counts))
         if result.state is not None:
             self.states[request_id] = (partition, result.state)
 

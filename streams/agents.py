@@ -18,8 +18,8 @@ to ~5,000 request events/s on the 2-core dev machine, and on uvloop (``farebox.w
 * ``split_requests`` (``fb.requests``, concurrency 1): each request event ->
   ``split`` -> per-scope entries, sent as one ``scope.entries`` record per
   scope and batch to ``fb.scope-entries`` (keyed by scope, so each scope has
-  one writer; entries keep their source order), rollup rows added up per key
-  to ``fb.rollups``, and each request's newest state in the ``requests``
+  one writer; entries keep their source order), rollup rows per key (with
+  their closes' source offsets) to ``fb.rollups``, and each request's newest state in the ``requests``
   table. Sends happen before the table writes: a crash between them re-sends
   entries with the same source offsets, which the scope skips (its high-water
   mark). Then it forgets a few closed states past the retention
@@ -33,7 +33,8 @@ to ~5,000 request events/s on the 2-core dev machine, and on uvloop (``farebox.w
   ``streams.kafka_log`` routes budget notices), sent before the table write
   that records the mark: a crash between them sends it again with the same
   id, never loses it. A notice read back only marks.
-* ``rollups`` (``fb.rollups``): adds rows into the ``rollups`` table.
+* ``rollups`` (``fb.rollups``): adds rows into the ``rollups`` table, each
+  close once (``ledger.rollups``: a high-water source offset per key).
 * timers: hold expiries (open requests past their TTL, in partitions the
   splitter has read to the end -> ``hold.expired`` on ``fb.requests``), lease expiries (-> ``lease.expired`` on
   ``fb.scope-entries``), and the Redis projection of changed scopes.
@@ -64,7 +65,7 @@ from ledger.leases import (
 )
 from ledger.periods import period_of
 from ledger.retention import ClosedRequests, admitted_epoch, forget_due, index_states
-from ledger.rollups import merge
+from ledger.rollups import RollupTotal, apply_rows, rows_record
 from ledger.splitting import SplitBatch, decide_hold_expiries, split
 from ledger.thresholds import apply_notice, budget_state, decide_soft_notice
 from streams.batching import Batcher
@@ -147,7 +148,7 @@ def register(w: Worker) -> None:
         pending = split_batch.states.get(rid)
         current = pending[1] if pending is not None else w.request_states.get(rid)
         result = split(ev, current, cfg.tz, source, event.message.offset, index.horizon)
-        split_batch.add(rid, result, partition)
+        split_batch.add(rid, result, partition, event.message.offset)
         if result.state is not None:
             if result.state["s"] == "open":
                 open_requests[rid] = result.state
@@ -166,8 +167,8 @@ def register(w: Worker) -> None:
         batch, split_batch = split_batch, SplitBatch()
         sent = await send_keyed(app, cfg.scope_topic, [(scope.encode(), orjson.dumps(entries_batch(scope, rows)))
                                                        for scope, rows in batch.entries.items()])
-        sent += await send_keyed(app, cfg.rollups_topic, [(key.encode(), orjson.dumps([None, counts]))
-                                                          for key, counts in batch.rows.items()])
+        sent += await send_keyed(app, cfg.rollups_topic, [(key.encode(), orjson.dumps(rows_record(source, rows)))
+                                                          for key, (source, rows) in batch.rows.items()])
         writes = TableWrites(app)
         for rid, (partition, state) in batch.states.items():
             writes.put(w.request_states, partition, rid, state)
@@ -244,18 +245,19 @@ def register(w: Worker) -> None:
         stats["entries"] += 1
         return changed
 
-    rollup_totals: dict[str, tuple[int, dict[str, int]]] = {}  # key -> (partition, running total)
+    rollup_totals: dict[str, tuple[int, RollupTotal]] = {}  # key -> (partition, running total), this batch's
 
     async def rollup_one(event) -> None:  # type: ignore[no-untyped-def]
-        _, counts = orjson.loads(event.value)
         key = event.key.decode()
-        _, total = rollup_totals.get(key) or (0, w.rollup_table.get(key))
-        rollup_totals[key] = (event.message.partition, merge(total, counts))
+        pending = rollup_totals.get(key)
+        total = pending[1] if pending is not None else RollupTotal.from_value(w.rollup_table.get(key))
+        if apply_rows(total, orjson.loads(event.value)) or pending is not None:
+            rollup_totals[key] = (event.message.partition, total)
 
     async def rollup_flush():  # type: ignore[no-untyped-def]
         writes = TableWrites(app)
         for key, (partition, total) in rollup_totals.items():
-            writes.put(w.rollup_table, partition, key, total)
+            writes.put(w.rollup_table, partition, key, total.to_value())
         rollup_totals.clear()
         return complete([], writes)
 

@@ -17,19 +17,24 @@ plain test again, counted like any other.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
+import orjson
 import redis
 
+from ledger.rollups import RollupTotal
 from tests.distributed.cluster import TEAMS, wait_until
 from tests.distributed.test_faults import (  # noqa: F401 (short_ttl_cluster is a fixture)
     _closed_exactly_once,
+    _closes,
     _fire,
     _rows,
     _wait_ledger_matches,
     _wait_quiet,
     short_ttl_cluster,
 )
+from tests.infra.kafka.support import read_records
 
 FIELDS = ("settled", "held", "leased", "overrun", "requests")
 
@@ -70,5 +75,29 @@ def test_worker_killed_right_after_a_burst_counts_the_traffic_once(short_ttl_clu
     # no pod died: the restarted worker, behind its backlog for a while, expired nothing (its sweeper waits
     # until a partition is read to the end, so it never expires a request whose settlement is still unread)
     assert not expired, expired
+    want = _expected_rollups(events)  # the per-minute rollups count each close once too, across the kill
+    got = wait_until(lambda: (r := _rollups(cluster)) == want and r, 30, what=f"rollups equal to {want}")
     _wait_quiet(rc)
-    print(f"\nworker killed after a burst: settled {({t: rows[t]['settled'] for t in TEAMS})}")
+    print(f"\nworker killed after a burst: settled {({t: rows[t]['settled'] for t in TEAMS})}; "
+          f"rollups (requests, cost) {got}")
+
+
+def _rollups(cluster) -> dict[str, tuple[int, int]]:  # type: ignore[no-untyped-def]
+    """(requests, cost) per team from the worker's rollups table, as its changelog holds it (last value per key)."""
+    records = asyncio.run(read_records(cluster.bootstrap, f"{cluster.prefix}worker-rollups-changelog"))
+    last = {key: value for _, _, _, key, value in records}
+    out = dict.fromkeys(TEAMS, (0, 0))
+    for key, value in last.items():
+        if value is not None:
+            counts = RollupTotal.from_value(orjson.loads(value)).counts
+            team = orjson.loads(key).split("|")[0]
+            out[team] = (out[team][0] + counts["requests"], out[team][1] + counts["cost_micro"])
+    return out
+
+
+def _expected_rollups(events) -> dict[str, tuple[int, int]]:  # type: ignore[no-untyped-def]
+    out = dict.fromkeys(TEAMS, (0, 0))
+    for close in _closes(events).values():
+        cost = close.cost_micro if close.type == "request.settled" else max(close.charged.values(), default=0)
+        out[close.team] = (out[close.team][0] + 1, out[close.team][1] + cost)
+    return out
