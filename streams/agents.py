@@ -109,33 +109,32 @@ def register(w: Worker) -> None:
         return await topic.send(key=key.encode(), value=encode(event), headers=[(ID_HEADER, event.id.encode())],
                                 force=True)
 
-    batchers: list[Batcher] = []  # paused while partitions move (``quiesce`` / ``forget``)
+    batchers: dict[str, Batcher] = {}  # by agent; paused while partitions move (``quiesce`` / ``forget``)
 
-    def batcher(stream, handle, flush, within_s: float) -> Batcher:  # type: ignore[no-untyped-def]
-        b = Batcher(stream, handle, flush, max_events=cfg.batch_max, within_s=within_s, on_failure=stop_worker,
-                    stale=lambda event: event.message.generation_id != app.consumer_generation_id,
-                    position=lambda event: (event.message.tp, event.message.offset))
-        batchers.append(b)
+    def batcher(name: str, stream, handle, flush, within_s: float) -> Batcher:  # type: ignore[no-untyped-def]
+        b = batchers[name] = Batcher(
+            stream, handle, flush, max_events=cfg.batch_max, within_s=within_s, on_failure=stop_worker,
+            stale=lambda event: event.message.generation_id != app.consumer_generation_id,
+            position=lambda event: (event.message.tp, event.message.offset))
         return b
 
     split_batch = SplitBatch()
 
-    split_seen: dict[int, int] = {}  # fb.requests partition -> the last offset the splitter handled
-
     def swept_partitions() -> set[str]:
-        """The fb.requests partitions handled up to the high-water mark of the consumer's last fetch: the
-        sweeper expires holds only there (behind, a request's settlement may still be unread)."""
+        """The fb.requests partitions the splitter has handled up to the high-water mark of the consumer's last
+        fetch: the sweeper expires holds only there (behind, a request's settlement may still be unread)."""
+        splitter = batchers.get("split")
+        handled = splitter.last if splitter is not None else {}
         ready = set()
         for tp in app.consumer.assignment():
             if tp.topic == cfg.requests_topic:
                 high = app.consumer.highwater(tp)
-                if high is not None and split_seen.get(tp.partition, -1) + 1 >= high:
+                if high is not None and handled.get(tp, -1) + 1 >= high:
                     ready.add(str(tp.partition))
         return ready
 
     async def split_one(event) -> None:  # type: ignore[no-untyped-def]
         stats["requests"] += 1
-        split_seen[event.message.partition] = event.message.offset
         ev = decode(event.value)
         if not isinstance(ev, RequestEvent):
             return
@@ -190,7 +189,7 @@ def register(w: Worker) -> None:
 
     @app.agent(w.requests, concurrency=1)
     async def split_requests(stream):  # type: ignore[no-untyped-def]
-        await batcher(stream, split_one, split_flush, cfg.split_within_s).run()
+        await batcher("split", stream, split_one, split_flush, cfg.split_within_s).run()
 
     changed_scopes: dict[str, int] = {}  # scope -> its partition; each written once per flush
     scope_sent: list[asyncio.Future] = []  # grants and notices: in Kafka before the table writes
@@ -217,7 +216,7 @@ def register(w: Worker) -> None:
 
     @app.agent(w.entries, concurrency=1)
     async def scope_ledger(stream):  # type: ignore[no-untyped-def]
-        await batcher(stream, scope_one, scope_flush, cfg.scope_within_s).run()
+        await batcher("scope", stream, scope_one, scope_flush, cfg.scope_within_s).run()
 
     async def apply_item(item, sent: list) -> bool:  # type: ignore[no-untyped-def]
         """Fold one entry or lease/budget event into its scope; a grant or notice is sent at once.
@@ -263,7 +262,7 @@ def register(w: Worker) -> None:
 
     @app.agent(w.rollups)
     async def rollups(stream):  # type: ignore[no-untyped-def]
-        await batcher(stream, rollup_one, rollup_flush, cfg.rollup_within_s).run()
+        await batcher("rollups", stream, rollup_one, rollup_flush, cfg.rollup_within_s).run()
 
     @app.timer(interval=cfg.sweep_interval_s)
     async def sweep() -> None:
@@ -297,7 +296,7 @@ def register(w: Worker) -> None:
     async def quiesce(sender, revoked, **kwargs) -> None:  # type: ignore[no-untyped-def]
         # before recovery re-reads the changelogs into the stores: every flush written, its events acknowledged
         # and committed (the next owner of a revoked partition starts after them); see streams.batching
-        await asyncio.gather(*(b.pause() for b in batchers))
+        await asyncio.gather(*(b.pause() for b in batchers.values()))
         if app.consumer.assignment():
             await app.consumer.commit()
 
@@ -305,8 +304,7 @@ def register(w: Worker) -> None:
     async def forget(sender, **kwargs) -> None:  # type: ignore[no-untyped-def]
         # partitions moved: re-read states from the (recovered) table; the agents were paused with every change
         # written (``quiesce``), so nothing in memory is newer than the table
-        for scope in [s for s in live if s not in changed_scopes]:
-            del live[scope]
+        live.clear()
         owned = {str(tp.partition) for tp in app.consumer.assignment() if tp.topic == cfg.requests_topic}
         indexes, opened = index_states(w.request_states.items(), cfg.request_retention_s, owned)
         closed.clear()
@@ -319,7 +317,7 @@ def register(w: Worker) -> None:
         count = app.consumer.topic_partitions(cfg.scope_topic) or cfg.partitions
         dirty.update(scope for scope, _ in w.scope_ledger.items() if key_partition(scope, count) in scope_parts)
         assigned = app.consumer.assignment()
-        for b in batchers:
+        for b in batchers.values():
             b.keep(assigned)
             if b.dropped or b.holes:
                 log.info("rebalance: %d events dropped while paused or stale, %d past a hole (delivered again)",
