@@ -62,7 +62,10 @@ skipped by Faust's own stream for the same reasons), then events after them
 delivered before Faust seeks back to the committed offset. An event past a
 hole is dropped too; the seek delivers the hole and what follows again, in
 order. An event at or below the last one handled (a redelivery) is handled
-again: the ledger drops what was done. ``keep`` forgets the positions of
+again: the ledger drops what was done. A dropped event counts as a hole too,
+also in a partition not handled yet (Faust resumes delivery while it recovers
+the tables, so a newly assigned partition's first events can arrive while the
+agent is paused; the first event accepted after that must not be a later one). ``keep`` forgets the positions of
 partitions no longer assigned (another worker may move them on). A hole that
 no seek fills within ``hole_patience_s`` (records deleted by retention while
 the worker was behind, or a bug) is a failure (``on_failure``): a restarted
@@ -119,11 +122,14 @@ class Batcher:
             async for event in self.stream.events():
                 if self.failed is not None:
                     raise self.failed
-                if not self.running.is_set() or (self.stale is not None and self.stale(event)):
-                    self.dropped += 1  # delivered again from the committed offset (see the module docstring)
-                    continue
                 if self.position is not None:
                     partition, offset = self.position(event)
+                if not self.running.is_set() or (self.stale is not None and self.stale(event)):
+                    self.dropped += 1  # delivered again from the committed offset (see the module docstring)
+                    if self.position is not None:  # nothing past it is handled before it is
+                        self.last[partition] = min(self.last.get(partition, offset - 1), offset - 1)
+                    continue
+                if self.position is not None:
                     last = self.last.get(partition)
                     if last is not None and offset > last + 1:
                         self.holes += 1  # past a hole: delivered again, in order, after Faust's seek

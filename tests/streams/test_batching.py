@@ -276,3 +276,36 @@ async def test_a_hole_no_seek_fills_is_a_failure():
     with pytest.raises(RuntimeError, match="offset 8 follows 1"):
         await batcher.run()
     assert len(failures) == 1 and batcher.holes == 2
+
+
+async def test_a_partition_whose_first_events_were_dropped_starts_at_them():
+    """A newly assigned partition: 10 and 11 arrive while the agent is paused (Faust delivers during recovery),
+    12 after ``resume`` but before the seek; the seek then delivers 10.. again. 12 must wait for 10 and 11."""
+    items = [("p2", 10), ("p2", 11), ("p2", 12), ("p2", 10), ("p2", 11), ("p2", 12)]
+    stream = GatedStream(len(items))
+    handled: list[tuple[str, int]] = []
+
+    async def events():  # type: ignore[no-untyped-def]
+        for item in items:
+            await stream.released.acquire()
+            yield item
+    stream.events = events  # type: ignore[method-assign]
+
+    async def handle(event: tuple[str, int]) -> None:
+        handled.append(event)
+
+    async def flush():  # type: ignore[no-untyped-def]
+        return None
+
+    batcher = Batcher(stream, handle, flush, max_events=100, within_s=60.0, position=lambda event: event)
+    task = asyncio.create_task(batcher.run())
+    await batcher.pause()
+    stream.release(2)
+    await asyncio.sleep(0.01)
+    batcher.keep({"p2"})
+    batcher.resume()
+    stream.release(4)
+    await asyncio.sleep(0.01)
+    assert handled == [("p2", 10), ("p2", 11), ("p2", 12)]
+    assert (batcher.dropped, batcher.holes) == (2, 1)
+    await task
