@@ -208,13 +208,8 @@ async def test_pause_with_nothing_pending_returns_at_once_and_the_ticker_waits()
     await asyncio.gather(task, return_exceptions=True)
 
 
-async def test_each_partition_is_handled_in_offset_order_without_holes():
-    """Around a rebalance: 3 and 4 arrive while paused (dropped), 5 and 6 arrive after ``resume`` but before
-    Faust's seek (past a hole: dropped), then the seek delivers 2..6 again. The ledger's high-water idempotence
-    needs 3 and 4 handled before 5 and 6; 2 is handled again (a redelivery: the ledger drops it)."""
-    order = [("p0", 0), ("p0", 1), ("p1", 0), ("p0", 2), "pause", ("p0", 3), ("p0", 4), "resume",
-             ("p0", 5), ("p0", 6), ("p1", 1), ("p0", 2), ("p0", 3), ("p0", 4), ("p0", 5), ("p0", 6)]
-    stream = GatedStream(0, [step for step in order if isinstance(step, tuple)])
+def positioned(stream: GatedStream) -> tuple[Batcher, list]:
+    """A Batcher over (partition, offset) events that records what it handles and flushes nothing."""
     handled: list[tuple[str, int]] = []
 
     async def handle(event: tuple[str, int]) -> None:
@@ -223,7 +218,17 @@ async def test_each_partition_is_handled_in_offset_order_without_holes():
     async def flush():  # type: ignore[no-untyped-def]
         return None
 
-    batcher = Batcher(stream, handle, flush, max_events=100, within_s=60.0, position=lambda event: event)
+    return Batcher(stream, handle, flush, max_events=100, within_s=60.0, position=lambda event: event), handled
+
+
+async def test_each_partition_is_handled_in_offset_order_without_holes():
+    """Around a rebalance: 3 and 4 arrive while paused (dropped), 5 and 6 arrive after ``resume`` but before
+    Faust's seek (past a hole: dropped), then the seek delivers 2..6 again. The ledger's high-water idempotence
+    needs 3 and 4 handled before 5 and 6; 2 is handled again (a redelivery: the ledger drops it)."""
+    order = [("p0", 0), ("p0", 1), ("p1", 0), ("p0", 2), "pause", ("p0", 3), ("p0", 4), "resume",
+             ("p0", 5), ("p0", 6), ("p1", 1), ("p0", 2), ("p0", 3), ("p0", 4), ("p0", 5), ("p0", 6)]
+    stream = GatedStream(0, [step for step in order if isinstance(step, tuple)])
+    batcher, handled = positioned(stream)
     task = asyncio.create_task(batcher.run())
     for step in order:
         if step == "pause":
@@ -274,15 +279,7 @@ async def test_a_partition_whose_first_events_were_dropped_starts_at_them():
     """A newly assigned partition: 10 and 11 arrive while the agent is paused (Faust delivers during recovery),
     12 after ``resume`` but before the seek; the seek then delivers 10.. again. 12 must wait for 10 and 11."""
     stream = GatedStream(0, [("p2", 10), ("p2", 11), ("p2", 12), ("p2", 10), ("p2", 11), ("p2", 12)])
-    handled: list[tuple[str, int]] = []
-
-    async def handle(event: tuple[str, int]) -> None:
-        handled.append(event)
-
-    async def flush():  # type: ignore[no-untyped-def]
-        return None
-
-    batcher = Batcher(stream, handle, flush, max_events=100, within_s=60.0, position=lambda event: event)
+    batcher, handled = positioned(stream)
     task = asyncio.create_task(batcher.run())
     await batcher.pause()
     stream.release(2)
