@@ -111,11 +111,19 @@ def register(w: Worker) -> None:
 
     batchers: dict[str, Batcher] = {}  # by agent; paused while partitions move (``quiesce`` / ``forget``)
 
+    async def rewind(tp, offset: int) -> None:  # type: ignore[no-untyped-def]
+        # through Faust (``seek_wait``: the seek runs in its consumer thread, and its read offset follows, so
+        # the records from ``offset`` on are delivered again instead of dropped as already read)
+        try:
+            await app.consumer.seek_wait({tp: offset})
+        except Exception:  # e.g. the partition was revoked meanwhile: the next owner starts at the commit
+            log.warning("could not rewind %s to offset %d", tp, offset, exc_info=True)
+
     def batcher(name: str, stream, handle, flush, within_s: float) -> Batcher:  # type: ignore[no-untyped-def]
         b = batchers[name] = Batcher(
             stream, handle, flush, max_events=cfg.batch_max, within_s=within_s, on_failure=stop_worker,
             stale=lambda event: event.message.generation_id != app.consumer_generation_id,
-            position=lambda event: (event.message.tp, event.message.offset))
+            position=lambda event: (event.message.tp, event.message.offset), rewind=rewind)
         return b
 
     split_batch = SplitBatch()
@@ -320,6 +328,6 @@ def register(w: Worker) -> None:
         for b in batchers.values():
             b.keep(assigned)
             if b.dropped or b.holes:
-                log.info("rebalance: %d events dropped while paused or stale, %d past a hole (delivered again)",
-                         b.dropped, b.holes)
+                log.info("rebalance: %d events dropped while paused or stale, %d past a hole (delivered again; "
+                         "%d rewinds)", b.dropped, b.holes, b.rewinds)
             b.resume()

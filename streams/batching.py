@@ -62,7 +62,13 @@ skipped by Faust's own stream for the same reasons), then events after them
 delivered before Faust seeks back to the committed offset. An event past a
 hole is dropped too; the seek delivers the hole and what follows again, in
 order. An event at or below the last one handled (a redelivery) is handled
-again: the ledger drops what was done. A dropped event counts as a hole too,
+again: the ledger drops what was done. Faust's seek does not always fill the
+hole: a record fetched before the rebalance and delivered after Faust's seek
+(its generation check reads the generation after the fetch) moves Faust's
+read offset past the hole, and Faust then drops the redelivered records below
+it as already read. So on a hole the batcher asks the consumer itself to
+deliver again from the first missing offset (``rewind``), at once and every
+``rewind_every_s`` while the hole stays. A dropped event counts as a hole too,
 also in a partition not handled yet (Faust resumes delivery while it recovers
 the tables, so a newly assigned partition's first events can arrive while the
 agent is paused; the first event accepted after that must not be a later one). ``keep`` forgets the positions of
@@ -91,7 +97,8 @@ class Batcher:
                  on_failure: Callable[[BaseException], None] | None = None,
                  stale: Callable[[Any], bool] | None = None,
                  position: Callable[[Any], tuple[Hashable, int]] | None = None,
-                 hole_patience_s: float = 30.0) -> None:
+                 rewind: Callable[[Hashable, int], Awaitable[None]] | None = None,
+                 hole_patience_s: float = 30.0, rewind_every_s: float = 1.0) -> None:
         self.stream = stream.noack()
         self.handle = handle
         self.flush = flush
@@ -113,6 +120,10 @@ class Batcher:
         self.holes = 0  # events dropped because an earlier offset of their partition was not handled
         self.hole_patience_s = hole_patience_s
         self.hole_since: dict[Hashable, float] = {}  # partition -> when its current hole was first seen
+        self.rewind = rewind  # (partition, offset): have the consumer deliver again from there
+        self.rewind_every_s = rewind_every_s
+        self.rewound_at: dict[Hashable, float] = {}  # partition -> when its current hole was last rewound
+        self.rewinds = 0
         self.running.set()
 
     async def run(self) -> None:
@@ -137,8 +148,10 @@ class Batcher:
                         if loop.time() - since > self.hole_patience_s:
                             raise RuntimeError(f"partition {partition}: offset {offset} follows {last} and no "
                                                f"redelivery filled the hole in {self.hole_patience_s:.0f} s")
+                        await self._maybe_rewind(partition, last + 1, loop.time())
                         continue
                     self.hole_since.pop(partition, None)
+                    self.rewound_at.pop(partition, None)
                 async with self.lock:
                     if not self.pending:
                         self.first_at = loop.time()
@@ -171,6 +184,19 @@ class Batcher:
         if self.inflight:
             await asyncio.wait(list(self.inflight))
 
+    async def _maybe_rewind(self, partition: Hashable, offset: int, now: float) -> None:
+        """Ask the consumer to deliver ``partition`` again from ``offset`` (the first one missing): at once, and
+        again every ``rewind_every_s`` while the hole stays."""
+        if self.rewind is None:
+            return
+        at = self.rewound_at.get(partition)
+        if at is not None and now - at < self.rewind_every_s:
+            return
+        self.rewound_at[partition] = now
+        self.rewinds += 1
+        log.info("partition %s: offset %d missing; rewinding the consumer to it", partition, offset)
+        await self.rewind(partition, offset)
+
     def resume(self) -> None:
         self.running.set()
 
@@ -179,6 +205,7 @@ class Batcher:
         for partition in [p for p in self.last if p not in partitions]:
             del self.last[partition]
         self.hole_since.clear()
+        self.rewound_at.clear()
 
     async def _tick(self) -> None:
         loop = asyncio.get_running_loop()

@@ -291,3 +291,33 @@ async def test_a_partition_whose_first_events_were_dropped_starts_at_them():
     assert handled == [("p2", 10), ("p2", 11), ("p2", 12)]
     assert (batcher.dropped, batcher.holes) == (2, 1)
     await task
+
+
+async def test_a_hole_is_rewound_to_its_first_missing_offset():
+    """Faust's own seek does not come (a record fetched before the rebalance moved its read offset past the hole,
+    so it would drop the redelivery as read): the batcher asks the consumer to deliver from the first missing
+    offset, once per ``rewind_every_s`` while the hole stays, and the partition goes on in order from there."""
+    rewinds: list[tuple[str, int]] = []
+
+    class Consumer(GatedStream):
+        async def events(self):  # type: ignore[no-untyped-def]
+            for item in [("p0", 0), ("p0", 1), ("p0", 5), ("p0", 6)]:  # 2..4 skipped
+                yield item
+            if rewinds:  # nothing more comes unless the batcher rewinds
+                partition, offset = rewinds[-1]
+                for item in [(partition, n) for n in range(offset, 8)]:
+                    yield item
+            await asyncio.Event().wait()  # the stream stays open, as Faust's does
+
+    async def rewind(partition: str, offset: int) -> None:
+        rewinds.append((partition, offset))
+
+    batcher, handled = positioned(Consumer(0))
+    batcher.rewind, batcher.rewind_every_s = rewind, 60.0
+    task = asyncio.create_task(batcher.run())
+    await asyncio.sleep(0.05)
+    assert rewinds == [("p0", 2)]  # at the first event past the hole; not again for 6 (within rewind_every_s)
+    assert handled == [("p0", offset) for offset in range(8)]
+    assert (batcher.holes, batcher.rewinds) == (2, 1) and batcher.rewound_at == {}
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
