@@ -55,6 +55,7 @@ class DistributedSettings:
     config_db_poll_s: float = 5.0  # pods follow the config topic; the database is polled this often as fallback
     share_breakers: bool = True  # circuit-breaker opens/closes shared between pods through Redis
     breaker_probe_grace_s: float = 2.0  # another pod's open ends this much later here: its opener probes first
+    worker_stall_s: float = 60.0  # a worker whose table recovery reads nothing this long exits (75) for a restart
     request_retention_s: int = 6 * 3600  # the worker forgets closed requests this long after (ledger/retention.py)
 
 
@@ -181,6 +182,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         share_breakers=d.bool("share_breakers", dflt.share_breakers),
         breaker_probe_grace_s=d.number("breaker_probe_grace_s", dflt.breaker_probe_grace_s, 0),
         request_retention_s=d.int("request_retention_s", dflt.request_retention_s, 60),
+        worker_stall_s=d.number("worker_stall_s", dflt.worker_stall_s, 0),
     )
     d.reject_unknown()
     root.skip(*CONTROL_SECTIONS)

@@ -49,7 +49,7 @@ def build_worker(settings: Settings) -> Worker:
         limit_for=limit_for, soft_pct_for=soft_pct_for, currency_for=lambda: holder[0].currency,
         app_id=d.worker_id, requests_topic=d.requests_topic, scope_topic=d.scope_topic,
         rollups_topic=d.rollups_topic, partitions=d.partitions, policy=lease_policy(settings),
-        data_dir=Path(d.worker_data_dir), request_retention_s=d.request_retention_s,
+        data_dir=Path(d.worker_data_dir), request_retention_s=d.request_retention_s, stall_s=d.worker_stall_s,
     )
     worker = create_app(cfg)
 

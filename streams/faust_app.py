@@ -19,6 +19,7 @@ the keys of its source partition and recovery gives each worker its own keys.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -56,6 +57,9 @@ class WorkerConfig:
     scope_within_s: float = 0.005
     split_within_s: float = 0.1
     rollup_within_s: float = 0.5
+    # a table recovery that reads nothing for this long ends the worker, for its supervisor to restart it
+    # (streams.watchdog; 0: never)
+    stall_s: float = 60.0
 
 
 @dataclass
@@ -147,4 +151,19 @@ def create_app(cfg: WorkerConfig) -> Worker:
     from streams.agents import register
 
     register(worker)
+    if cfg.stall_s > 0:
+        _watch_recovery(app, cfg.stall_s)
     return worker
+
+
+def _watch_recovery(app: faust.App, stall_s: float) -> None:
+    """Start ``streams.watchdog.watch`` with the first assignment: before the first recovery, which app tasks
+    (started only after it) would miss."""
+    from streams.watchdog import watch
+
+    started: list[asyncio.Task] = []
+
+    @app.on_partitions_assigned.connect  # type: ignore[misc]
+    async def start_watchdog(sender, assigned, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        if not started:
+            started.append(asyncio.ensure_future(watch(app, stall_s)))

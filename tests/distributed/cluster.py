@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import threading
 import time
 import uuid
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +29,7 @@ from typing import Iterator
 import yaml
 
 from infra.kafka.topics import create_topics, farebox_topics
+from streams.watchdog import EXIT_STALLED
 from tests.harness import free_port, mint, sim_config, spawn, stop, test_config, wait_http
 
 TEAMS = ("alpha", "beta", "gamma")
@@ -96,6 +99,52 @@ class Cluster:
         self.pods[i] = spawn(["farebox", "serve", "--config", str(self.config), "--port", str(self.pod_ports[i])],
                              self.folder / f"pod-{i}.log", env={"FAREBOX_POD_ID": self.pod_id(i)})
         wait_http(self.pod_urls[i] + "/health", self.pods[i], self.folder / f"pod-{i}.log", timeout=30)
+
+
+class Supervisor:
+    """Plays the workers' supervisor (systemd, Kubernetes): a worker that ended itself because its table
+    recovery stalled (``streams.watchdog.EXIT_STALLED``) is started again under the same name, as often as it
+    takes. ``start(name)`` / ``stop(name)`` run workers named like ``Cluster.spawn_worker``'s; ``restarts``
+    counts the restarts, per name."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.restarts: Counter = Counter()
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def adopt(self, name: str, proc: subprocess.Popen) -> None:
+        """Supervise a running worker (``"worker"``: the cluster's own, whose config and log spawn_worker's
+        equal)."""
+        with self._lock:
+            self.procs[name] = proc
+
+    def start(self, name: str) -> subprocess.Popen:
+        with self._lock:
+            proc = self.procs[name] = self.cluster.spawn_worker(name)
+            return proc
+
+    def stop(self, name: str, timeout: float = 30) -> None:
+        with self._lock:
+            proc = self.procs.pop(name)
+        stop(proc, timeout=timeout)
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join()
+        for name in list(self.procs):
+            self.stop(name, timeout=20)
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.5):
+            with self._lock:
+                for name, proc in list(self.procs.items()):
+                    if proc.poll() == EXIT_STALLED:
+                        self.restarts[name] += 1
+                        self.procs[name] = self.cluster.spawn_worker(name)
 
 
 def _kill(proc: subprocess.Popen | None) -> None:

@@ -26,7 +26,7 @@ import pytest
 import redis
 
 from infra.redis.server import RedisServer
-from tests.distributed.cluster import TEAMS, running_cluster
+from tests.distributed.cluster import TEAMS, Supervisor, running_cluster
 from tests.distributed.test_faults import (
     FAST_SIM,
     HOLD_TTL_S,
@@ -35,28 +35,28 @@ from tests.distributed.test_faults import (
     _wait_ledger_matches,
     _wait_quiet,
 )
-from tests.harness import stop
 from tests.infra.kafka.support import session_broker
 
 pytestmark = pytest.mark.e2e
 
+# A worker whose table recovery reads nothing this long ends itself (streams.watchdog) and the test's supervisor
+# starts it again: the recovery stall seen now and then after the second move (issue 4) costs seconds, not the ledger.
+STALL_S = 15
 
-# Known failure (issue 4, open), about 1 run in 4 under load: after the second move (the first worker leaves), Faust's
-# recovery of the newly assigned changelog partitions on the remaining worker never starts reading ("No event received
-# for active tp ... since recovery start" in its log), so that worker stalls: nothing more is folded and the projection
-# stays behind the events. No event is lost (they stay in Kafka; a restarted worker recovers and folds them, as
-# test_worker_restart shows), but the ledger stops. Kept running and reported, never counted as a pass.
-@pytest.mark.xfail(strict=False, reason="issue 4: Faust's table recovery can hang on the worker that takes over "
-                                        "partitions, which stalls the ledger (under investigation)")
+
 def test_partitions_moving_between_workers_under_traffic_lose_and_double_nothing(tmp_path_factory):
     server = RedisServer().start()
     try:
         with running_cluster(tmp_path_factory.mktemp("join"), session_broker().bootstrap, server.url,
-                             lease={"lease_ttl_s": 8, "lease_expiry_grace_s": 2, "lease_last_pct": 5},
+                             lease={"lease_ttl_s": 8, "lease_expiry_grace_s": 2, "lease_last_pct": 5,
+                                    "worker_stall_s": STALL_S},
                              server={"hold_ttl_s": HOLD_TTL_S}, sim_defaults=FAST_SIM) as cluster:
             rc = redis.Redis.from_url(cluster.redis_url)
             statuses: Counter = Counter()
             done = threading.Event()
+            workers = Supervisor(cluster)
+            workers.adopt("worker", cluster.worker)
+            cluster.worker = None  # the supervisor's now
 
             def traffic() -> None:  # bursts of 12 over the 3 pods until told to stop
                 while not done.is_set():
@@ -64,24 +64,24 @@ def test_partitions_moving_between_workers_under_traffic_lose_and_double_nothing
 
             sender = threading.Thread(target=traffic)
             sender.start()
-            second = None
             try:
                 time.sleep(3)
-                second = cluster.spawn_worker("worker-b")  # joins: the group's partitions are split
+                workers.start("worker-b")  # joins: the group's partitions are split
                 time.sleep(15)
-                stop(cluster.worker, timeout=30)  # leaves: everything moves to worker-b
-                cluster.worker = second
+                workers.stop("worker")  # leaves: everything moves to worker-b
                 time.sleep(15)
             finally:
                 done.set()
                 sender.join(timeout=120)
-                if second is not None and second is not cluster.worker:  # failed before the hand-over
-                    stop(second, timeout=20)
-            assert statuses[200] >= 0.9 * sum(statuses.values()), statuses
-            events, rows = _wait_ledger_matches(cluster, rc, timeout=90)
-            _closed_exactly_once(events)
-            _wait_quiet(rc)
+            try:
+                assert statuses[200] >= 0.9 * sum(statuses.values()), statuses
+                events, rows = _wait_ledger_matches(cluster, rc, timeout=90)
+                _closed_exactly_once(events)
+                _wait_quiet(rc)
+            finally:
+                workers.close()
             print(f"\nworkers joined and left under traffic: {dict(statuses)}; "
-                  f"settled {({t: rows[t]['settled'] for t in TEAMS})}")
+                  f"settled {({t: rows[t]['settled'] for t in TEAMS})}; "
+                  f"restarted after a recovery stall: {dict(workers.restarts) or 'none'}")
     finally:
         server.cleanup()
