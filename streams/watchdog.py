@@ -133,10 +133,11 @@ def rewind_targets(recovery: Any) -> dict[Any, int]:
 async def watch(app: Any, stall_s: float, *, rewind_s: float | None = None, interval_s: float = 1.0,
                 on_stall: Callable[[], None] = _exit_stalled) -> None:
     """Check the app's recovery every ``interval_s``. Quiet for ``rewind_s`` (default: a third of
-    ``stall_s``, at most 5 s): log the report and seek the partitions recovery waits for back to their
-    first unread offset (what Faust's recovery did when it started). Quiet for ``stall_s``: log the report
-    and call ``on_stall``."""
-    clock = StallClock(rewind_s if rewind_s is not None else min(5.0, stall_s / 3), stall_s)
+    ``stall_s``, at most 2 s: Faust reads our changelogs within milliseconds, and a needless rewind only
+    reads again): log the report and seek the partitions recovery waits for back to their first unread
+    offset (what Faust's recovery did when it started). Quiet for ``stall_s``: log the report and call
+    ``on_stall``."""
+    clock = StallClock(rewind_s if rewind_s is not None else min(2.0, stall_s / 3), stall_s)
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(interval_s)
