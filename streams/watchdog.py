@@ -1,22 +1,25 @@
 """The worker's recovery watchdog: a table recovery that reads nothing is rewound, then the worker ends.
 
 After partitions move, Faust re-reads the newly assigned changelog partitions
-into the tables before the agents go on. Now and then (issue 4, seen after a
-second move under traffic, about 1 run in 10 of the worker-join test) that
-read never starts: Faust logs "No event received for active tp ... since
-recovery start" every few seconds and the worker folds nothing more. The
-report this module logs showed why: for each such partition aiokafka's
-position is already at the high-water mark, while Faust's read offset for it
-is unset (it delivered none of them). The records were taken from aiokafka's
-buffer during the rebalance and dropped by Faust's delivery loop, and Faust's
-recovery, which seeks only once when it starts, waits for them forever.
+into the tables before the agents go on. In the worker-join test that read
+sometimes never started (about 1 run in 10 under load): Faust logged "No
+event received for active tp ... since recovery start" every few seconds and
+the worker folded nothing more. The report this module logs showed why: for
+each such partition aiokafka's position was already at the high-water mark,
+while Faust's read offset for it was unset (it had delivered none of them).
+The records had been drained from aiokafka's buffer during the rebalance and
+dropped by Faust's delivery loop; Faust's recovery seeks only when it starts,
+so it waited for them forever. The cause (aiokafka reads an empty set of
+partitions as "all of them") is fixed in ``streams.faust_app.LivePartitions``.
 
-So when recovery has read nothing for ``rewind_s`` the watchdog logs that
-report and seeks those changelog partitions back to their first unread
-offsets, as Faust's recovery did when it started (re-reading is harmless: a
-record at or below the offset read is skipped). If recovery still reads
-nothing after ``stall_s``, the worker ends with ``EXIT_STALLED`` for its
-supervisor to start it again: a restarted worker recovers from the changelogs
+The watchdog stays, for that or any other way a recovery can stop reading:
+when recovery has read nothing for ``rewind_s`` it logs that report and seeks
+the partitions recovery waits for back to their first unread offsets, as
+Faust's recovery did when it started (re-reading is harmless: a record at or
+below the offset read is skipped). Before the fix, that cured each stall seen
+in the tests within a second. If recovery still reads nothing after
+``stall_s``, the worker ends with ``EXIT_STALLED`` for its supervisor to start
+it again: a restarted worker recovers from the changelogs
 (tests/distributed/test_worker_restart.py), and nothing of the stalled
 generation was acknowledged, so nothing is lost.
 
