@@ -93,9 +93,32 @@ class RollupTotal:
         return {"counts": self.counts, "hw": self.high_water}
 
 
-def apply_rows(total: RollupTotal, record: Any) -> int:
-    """Add a ``fb.rollups`` record's rows above the source's high-water mark; returns how many were added."""
+def check_record(record: Any) -> None:
+    """A ``ValueError`` unless ``record`` is a ``fb.rollups`` record ``apply_rows`` can add whole: integer
+    offsets and counters (money is never a float), as many counters as ``COUNTERS``. Checked before anything
+    is added, so a malformed record leaves the total as it was."""
     if isinstance(record, list):  # [None, counts]: a record from before rows carried offsets
+        if len(record) != 2 or not isinstance(record[1], dict) \
+                or not all(isinstance(k, str) and type(v) is int for k, v in record[1].items()):
+            raise ValueError("malformed rollup record (old form): expected [null, {counter: integer}]")
+        return
+    if not isinstance(record, dict) or not isinstance(record.get("source"), str) \
+            or not isinstance(record.get("rows"), list):
+        raise ValueError("malformed rollup record: expected {source: string, rows: list}")
+    for row in record["rows"]:
+        if not isinstance(row, list) or len(row) != 2 or type(row[0]) is not int or not isinstance(row[1], list):
+            raise ValueError("malformed rollup row: expected [offset, [counters]]")
+        if len(row[1]) != len(COUNTERS):
+            raise ValueError(f"a rollup row has {len(row[1])} counters, expected {len(COUNTERS)}")
+        if not all(type(value) is int for value in row[1]):
+            raise ValueError("a rollup row has a counter that is not an integer")
+
+
+def apply_rows(total: RollupTotal, record: Any) -> int:
+    """Add a ``fb.rollups`` record's rows above the source's high-water mark; returns how many were added.
+    The record is checked whole first (``check_record``)."""
+    check_record(record)
+    if isinstance(record, list):
         _, counts = record
         total.counts = merge(total.counts, counts)
         return 1
@@ -105,8 +128,6 @@ def apply_rows(total: RollupTotal, record: Any) -> int:
     for offset, values in rows:
         if offset <= high:
             continue
-        if len(values) != len(COUNTERS):
-            raise ValueError(f"a rollup row has {len(values)} counters, expected {len(COUNTERS)}")
         counts = total.counts
         for name, value in zip(COUNTERS, values):
             counts[name] = counts.get(name, 0) + value

@@ -73,3 +73,15 @@ def test_the_splitter_batches_each_close_with_its_offset() -> None:
     total = RollupTotal.from_value(None)
     assert apply_rows(total, wire(rows_record(source, rows))) == 1
     assert (total.counts["cost_micro"], total.counts["input"], total.counts["output"]) == (321, 10, 5)
+
+
+def test_a_malformed_record_is_refused_whole_before_anything_is_added() -> None:
+    total = RollupTotal.from_value(None)
+    good = [5, [1] + [0] * (len(COUNTERS) - 1)]
+    for bad in ({"source": "0", "rows": [good, [6, [1] * (len(COUNTERS) - 1)]]},  # the second row is short
+                {"source": "0", "rows": [good, [7, [1.5] + [0] * (len(COUNTERS) - 1)]]},  # money is never a float
+                {"source": "0", "rows": [good, ["8", good[1]]]},  # an offset that is not an integer
+                {"source": 0, "rows": []}, {"rows": []}, "rows", [None, {"cost_micro": 1.0}], [None]):
+        with pytest.raises(ValueError):
+            apply_rows(total, wire(bad))
+        assert total == RollupTotal.from_value(None)  # nothing of the good first row was added
