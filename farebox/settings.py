@@ -39,6 +39,7 @@ class DistributedSettings:
     scope_topic: str = "fb.scope-entries"
     rollups_topic: str = "fb.rollups"
     config_topic: str = "fb.config"
+    dead_letter_topic: str = "fb.dead-letter"  # records the worker could not read (streams/dead_letters.py)
     partitions: int = 3
     pods: int = 3  # rate limits fall back to limit // pods when Redis is unreachable
     spool_dir: str = "var/spool"
@@ -165,6 +166,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         scope_topic=d.str("scope_topic", dflt.scope_topic),
         rollups_topic=d.str("rollups_topic", dflt.rollups_topic),
         config_topic=d.str("config_topic", dflt.config_topic),
+        dead_letter_topic=d.str("dead_letter_topic", dflt.dead_letter_topic),
         partitions=d.int("partitions", dflt.partitions, 1),
         pods=d.int("pods", dflt.pods, 1),
         spool_dir=str(base / d.str("spool_dir", dflt.spool_dir)),

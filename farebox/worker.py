@@ -48,7 +48,7 @@ def build_worker(settings: Settings) -> Worker:
         bootstrap=d.bootstrap, redis_url=d.redis_url, tz=ZoneInfo(holder[0].budgets.timezone),
         limit_for=limit_for, soft_pct_for=soft_pct_for, currency_for=lambda: holder[0].currency,
         app_id=d.worker_id, requests_topic=d.requests_topic, scope_topic=d.scope_topic,
-        rollups_topic=d.rollups_topic, partitions=d.partitions, policy=lease_policy(settings),
+        rollups_topic=d.rollups_topic, dead_letter_topic=d.dead_letter_topic, partitions=d.partitions, policy=lease_policy(settings),
         data_dir=Path(d.worker_data_dir), request_retention_s=d.request_retention_s, stall_s=d.worker_stall_s,
     )
     worker = create_app(cfg)

@@ -35,6 +35,10 @@ to ~5,000 request events/s on the 2-core dev machine, and on uvloop (``farebox.w
   id, never loses it. A notice read back only marks.
 * ``rollups`` (``fb.rollups``): adds rows into the ``rollups`` table, each
   close once (``ledger.rollups``: a high-water source offset per key).
+* every agent reads its record in a step of its own; a record that step
+  refuses (not an event the codec reads, a malformed batch or row) goes to
+  the dead-letter topic unchanged, and the agent goes on
+  (``streams.dead_letters``): one malformed record no longer stops the ledger.
 * timers: hold expiries (open requests past their TTL, in partitions the
   splitter has read to the end -> ``hold.expired`` on ``fb.requests``), lease expiries (-> ``lease.expired`` on
   ``fb.scope-entries``), and the Redis projection of changed scopes.
@@ -65,9 +69,10 @@ from ledger.leases import (
 )
 from ledger.periods import period_of
 from ledger.retention import ClosedRequests, admitted_epoch, forget_due, index_states
-from ledger.rollups import RollupTotal, apply_rows, rows_record
+from ledger.rollups import RollupTotal, apply_rows, check_record, rows_record
 from ledger.splitting import SplitBatch, decide_hold_expiries, split
 from ledger.thresholds import apply_notice, budget_state, decide_soft_notice
+from streams import dead_letters
 from streams.batching import Batcher
 from streams.faust_app import Worker
 from streams.kafka_clients import ID_HEADER
@@ -94,7 +99,7 @@ def register(w: Worker) -> None:
     dirty: set[str] = set()
     projections = RedisProjections(aioredis.Redis.from_url(cfg.redis_url))
     stats = w.stats = {"requests": 0, "entries": 0, "grants": 0, "notices": 0, "stale": 0,  # type: ignore[attr-defined]
-                       "forgotten": 0, "started": time.monotonic()}
+                       "forgotten": 0, "dead_letters": 0, "started": time.monotonic()}
 
     def scope_state(scope: str) -> ScopeLedger:
         state = live.get(scope)
@@ -108,6 +113,17 @@ def register(w: Worker) -> None:
         next commit, after the table writes); the future resolves when Kafka has the record."""
         return await topic.send(key=key.encode(), value=encode(event), headers=[(ID_HEADER, event.id.encode())],
                                 force=True)
+
+    async def dead_letter(event, exc: BaseException) -> None:  # type: ignore[no-untyped-def]
+        """A record the agent cannot read: to the dead-letter topic, unchanged, and on (streams.dead_letters).
+        Waits for Kafka's ack: the record's offset is committed with its batch, so its dead letter must be in."""
+        m = event.message
+        stats["dead_letters"] += 1
+        log.error("unreadable record at %s[%d] offset %d, sent to %s: %s", m.topic, m.partition, m.offset,
+                  cfg.dead_letter_topic, dead_letters.reason_of(exc))
+        producer = app.producer._ensure_producer()  # type: ignore[attr-defined]
+        await (await producer.send(cfg.dead_letter_topic, key=m.key, value=m.value,
+                                   headers=dead_letters.headers(m.topic, m.partition, m.offset, exc)))
 
     batchers: dict[str, Batcher] = {}  # by agent; paused while partitions move (``quiesce`` / ``forget``)
 
@@ -143,7 +159,11 @@ def register(w: Worker) -> None:
 
     async def split_one(event) -> None:  # type: ignore[no-untyped-def]
         stats["requests"] += 1
-        ev = decode(event.value)
+        try:
+            ev = decode(event.value)
+        except dead_letters.READ_ERRORS as exc:
+            await dead_letter(event, exc)
+            return
         if not isinstance(ev, RequestEvent):
             return
         rid, partition = ev.request_id, event.message.partition
@@ -202,13 +222,19 @@ def register(w: Worker) -> None:
     changed_scopes: dict[str, int] = {}  # scope -> its partition; each written once per flush
     scope_sent: list[asyncio.Future] = []  # grants and notices: in Kafka before the table writes
 
-    async def scope_one(event) -> None:  # type: ignore[no-untyped-def]
-        record = orjson.loads(event.value)
+    def read_scope_record(value: bytes) -> list:
+        record = orjson.loads(value)
         kind = record["type"]
         if kind == ENTRIES_TYPE:
-            items: list = entries_of(record)
-        else:
-            items = [ScopeEntry.from_wire(record) if kind == ENTRY_TYPE else from_dict(record)]
+            return entries_of(record)
+        return [ScopeEntry.from_wire(record) if kind == ENTRY_TYPE else from_dict(record)]
+
+    async def scope_one(event) -> None:  # type: ignore[no-untyped-def]
+        try:
+            items = read_scope_record(event.value)
+        except dead_letters.READ_ERRORS as exc:
+            await dead_letter(event, exc)
+            return
         for item in items:
             if await apply_item(item, scope_sent):
                 changed_scopes[item.scope] = event.message.partition
@@ -255,10 +281,17 @@ def register(w: Worker) -> None:
     rollup_totals: dict[str, tuple[int, RollupTotal]] = {}  # key -> (partition, running total), this batch's
 
     async def rollup_one(event) -> None:  # type: ignore[no-untyped-def]
-        key = event.key.decode()
+        try:
+            if event.key is None:
+                raise ValueError("a rollups record without a key")
+            key, record = event.key.decode(), orjson.loads(event.value)
+            check_record(record)
+        except dead_letters.READ_ERRORS as exc:
+            await dead_letter(event, exc)
+            return
         pending = rollup_totals.get(key)
         total = pending[1] if pending is not None else RollupTotal.from_value(w.rollup_table.get(key))
-        if apply_rows(total, orjson.loads(event.value)) or pending is not None:
+        if apply_rows(total, record) or pending is not None:
             rollup_totals[key] = (event.message.partition, total)
 
     async def rollup_flush():  # type: ignore[no-untyped-def]

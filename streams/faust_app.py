@@ -43,6 +43,7 @@ class WorkerConfig:
     requests_topic: str = "fb.requests"
     scope_topic: str = "fb.scope-entries"
     rollups_topic: str = "fb.rollups"
+    dead_letter_topic: str = "fb.dead-letter"
     partitions: int = 3
     policy: LeasePolicy = field(default_factory=LeasePolicy)
     data_dir: Path = Path("var/worker")

@@ -2,7 +2,9 @@
 
 Defaults follow ``shared/ARCHITECTURE.md``: ``fb.requests`` (request events, keyed by team),
 ``fb.scope-entries`` (per-scope ledger entries and leases, keyed by scope), ``fb.rollups``,
-``fb.config`` (compacted: the latest snapshot per key, see ``streams/config_topic.py``). Partitions bound parallelism per topic: one ledger/lease processor
+``fb.config`` (compacted: the latest snapshot per key, see ``streams/config_topic.py``),
+``fb.dead-letter`` (records the worker could not read, kept 30 days: ``streams/dead_letters.py``).
+Partitions bound parallelism per topic: one ledger/lease processor
 per partition, so ``fb.scope-entries`` partitions = how many scopes are processed in parallel.
 """
 
@@ -13,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 WEEK_MS = 7 * 24 * 3600 * 1000
+DEAD_LETTER_RETENTION_MS = 30 * 24 * 3600 * 1000  # long enough to notice, fix and replay
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,8 @@ class TopicSpec:
 
 def farebox_topics(partitions: int = 3, retention_ms: int = WEEK_MS, replication_factor: int = 1,
                    prefix: str = "fb.") -> list[TopicSpec]:
-    """The four topics; ``fb.config`` has one partition (a handful of snapshots, read whole by every pod)."""
+    """The five topics; ``fb.config`` has one partition (a handful of snapshots, read whole by every pod),
+    ``fb.dead-letter`` one too (rare records, read by people)."""
     return [
         TopicSpec(f"{prefix}requests", partitions, retention_ms, replication_factor=replication_factor),
         TopicSpec(f"{prefix}scope-entries", partitions, retention_ms, replication_factor=replication_factor),
@@ -43,6 +47,8 @@ def farebox_topics(partitions: int = 3, retention_ms: int = WEEK_MS, replication
         # max.message.bytes: a snapshot document (keys, prices) can outgrow the broker's 1 MB default
         TopicSpec(f"{prefix}config", 1, -1, compacted=True, replication_factor=replication_factor,
                   extra={"max.message.bytes": str(16 * 1024 * 1024)}),
+        TopicSpec(f"{prefix}dead-letter", 1, max(retention_ms, DEAD_LETTER_RETENTION_MS),
+                  replication_factor=replication_factor),
     ]
 
 

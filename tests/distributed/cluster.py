@@ -163,7 +163,7 @@ def _mutate(bootstrap: str, redis_url: str, prefix: str, folder: Path, limits: d
         tree["distributed"] = {
             "bootstrap": bootstrap, "redis_url": redis_url, "requests_topic": f"{prefix}requests",
             "scope_topic": f"{prefix}scope-entries", "rollups_topic": f"{prefix}rollups",
-            "config_topic": f"{prefix}config", "partitions": 3, "pods": 3, "spool_dir": str(folder / "spool"),
+            "config_topic": f"{prefix}config", "dead_letter_topic": f"{prefix}dead-letter", "partitions": 3, "pods": 3, "spool_dir": str(folder / "spool"),
             "worker_id": f"{prefix}worker", "worker_data_dir": str(folder / "worker"), **lease,
         }
         tree["teams"] += [{"name": t, "business_unit": "retail"} for t in TEAMS]

@@ -42,7 +42,7 @@ async def test_farebox_topics_have_partitions_retention_and_compaction(kafka_bro
     finally:
         await admin.close()
     assert described == {f"{prefix}requests": 4, f"{prefix}scope-entries": 4, f"{prefix}rollups": 4,
-                         f"{prefix}config": 1}
+                         f"{prefix}config": 1, f"{prefix}dead-letter": 1}
     requests = await _configs(kafka_broker.bootstrap, f"{prefix}requests")
     assert (requests["retention.ms"], requests["cleanup.policy"]) == ("3600000", "delete")
     assert (await _configs(kafka_broker.bootstrap, f"{prefix}config"))["cleanup.policy"] == "compact"
