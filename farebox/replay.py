@@ -5,7 +5,10 @@ id, in partition/offset order), rebuilds the scope balances with the same
 pure fold the worker runs (``ledger.splitting.rebuild_balances``), and
 compares settled, held, overrun and requests of the current period with the
 projections the worker wrote to Redis. Prints every difference; exit 0 when
-there is none, 1 otherwise.
+there is none, 1 otherwise. Records that are not events the codec reads are
+skipped, as the worker skips them (``streams.dead_letters``), and counted in
+the summary line: from Kafka those read, from the archive those it keeps under
+``_unreadable/``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from ledger.events import Event
 from ledger.leases import ScopeLedger
 from ledger.periods import period_of
 from ledger.splitting import rebuild_balances
+from streams.dead_letters import READ_ERRORS
 from streams.projections import RedisProjections
 
 FIELDS = ("settled", "held", "overrun", "requests")
@@ -36,8 +40,9 @@ def archived_events(root: Path, start: date, end: date) -> list[Event]:
     return [decode(text) for text in table.column("event").to_pylist()]
 
 
-async def _kafka_events(bootstrap: str, topic: str, start: date, end: date) -> list[Event]:
-    """Every event of ``topic`` from the earliest offsets, first occurrence of each id, dated in [start, end]."""
+async def _kafka_events(bootstrap: str, topic: str, start: date, end: date) -> tuple[list[Event], int]:
+    """Every event of ``topic`` from the earliest offsets, first occurrence of each id, dated in [start, end];
+    and how many records could not be read (skipped)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
@@ -49,9 +54,14 @@ async def _kafka_events(bootstrap: str, topic: str, start: date, end: date) -> l
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
         out: list[tuple[int, int, Event]] = []
+        unreadable = 0
         while any([await consumer.position(tp) < ends[tp] for tp in tps]):
             for tp, records in (await consumer.getmany(timeout_ms=1000)).items():
-                out += [(tp.partition, r.offset, decode(r.value)) for r in records]
+                for r in records:
+                    try:
+                        out.append((tp.partition, r.offset, decode(r.value)))
+                    except READ_ERRORS:
+                        unreadable += 1
     finally:
         await asyncio.sleep(0)
         await consumer.stop()
@@ -61,7 +71,7 @@ async def _kafka_events(bootstrap: str, topic: str, start: date, end: date) -> l
         if event.id not in seen and start <= event.time.date() <= end:
             seen.add(event.id)
             events.append(event)
-    return events
+    return events, unreadable
 
 
 def differences(rebuilt: dict[str, ScopeLedger], live: dict[str, dict[str, str]], period: str) -> list[str]:
@@ -86,10 +96,13 @@ def replay(settings: Settings, start: str, end: str, *, source: str = "archive",
     first, last = date.fromisoformat(start), date.fromisoformat(end)
     tz = ZoneInfo(settings.snapshot.budgets.timezone)
     if source == "archive":
-        events: Iterable[Event] = archived_events(Path(archive) if archive else settings.state_dir / "archive",
-                                                  first, last)
+        from streams.archive import read_unreadable
+
+        root = Path(archive) if archive else settings.state_dir / "archive"
+        events: Iterable[Event] = archived_events(root, first, last)
+        unreadable = read_unreadable(root).num_rows
     else:
-        events = asyncio.run(_kafka_events(d.bootstrap, d.requests_topic, first, last))
+        events, unreadable = asyncio.run(_kafka_events(d.bootstrap, d.requests_topic, first, last))
     rebuilt = rebuild_balances(events, tz)
 
     async def live() -> dict[str, dict[str, str]]:
@@ -103,5 +116,6 @@ def replay(settings: Settings, start: str, end: str, *, source: str = "archive",
     diffs = differences(rebuilt, asyncio.run(live()), period)
     for line in diffs:
         print(line)
-    print(f"replay {first}..{last} from {source}: {len(rebuilt)} scopes, {len(diffs)} difference(s)")
+    skipped = f", {unreadable} unreadable record(s) skipped" if unreadable else ""
+    print(f"replay {first}..{last} from {source}: {len(rebuilt)} scopes, {len(diffs)} difference(s){skipped}")
     return 0 if not diffs else 1

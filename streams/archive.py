@@ -3,6 +3,7 @@
 Layout under the archive root::
 
     date=2026-10-03/hour=10/part-<partition>-<first offset>-<last offset>.parquet
+    _unreadable/part-<partition>-<first offset>-<last offset>.parquet   # records that are not events
     _journal/<source>.json          # the batch being written (gone once committed)
     _state/<source>.json            # embedded mode: the last archived log offset
 
@@ -26,6 +27,12 @@ A restart finds the journal and re-reads exactly first..last: the same rows
 make the same file names, so the rewrite replaces files instead of adding
 copies. Readers still dedupe on event id (``read_archive``), so a file copied
 by hand or a producer-side duplicate in Kafka cannot double a row.
+
+A record that ``ledger.codec`` cannot read (the worker sends it to the
+dead-letter topic: ``streams.dead_letters``) is archived too, as it came, in
+``_unreadable/`` (``UNREADABLE_SCHEMA``: where it came from, why, the bytes),
+so the archive holds every record of the topic and the archiver never stops
+on one. ``read_unreadable`` lists them; ``read_archive`` does not read them.
 """
 
 from __future__ import annotations
@@ -43,7 +50,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ledger.codec import parse_time
+from ledger.codec import from_dict, parse_time
+from streams.dead_letters import READ_ERRORS, reason_of
 from streams.eventlog import EventLog
 
 SCHEMA = pa.schema([
@@ -57,6 +65,14 @@ SCHEMA = pa.schema([
     ("log_partition", pa.int32()),
     ("log_offset", pa.int64()),
     ("event", pa.string()),
+])
+
+UNREADABLE_SCHEMA = pa.schema([
+    ("log_partition", pa.int32()),
+    ("log_offset", pa.int64()),
+    ("stored_at", pa.timestamp("us", tz="UTC")),
+    ("reason", pa.string()),
+    ("value", pa.binary()),
 ])
 
 
@@ -92,6 +108,16 @@ def _write_atomic(path: Path, data: bytes) -> None:
     _fsync_path(path.parent)
 
 
+def _row(record: Record, stored_at: datetime) -> dict:
+    """The archive row of an event record; raises one of ``READ_ERRORS`` if it is not an event
+    ``ledger.codec`` reads (what the worker would send to its dead-letter topic)."""
+    wire = orjson.loads(record.value)
+    from_dict(wire)  # the whole event, as the worker reads it
+    return {"id": wire["id"], "type": wire["type"], "schema": wire["schema"], "event_time": parse_time(wire["time"]),
+            "request_id": wire.get("request_id"), "key": wire.get("key"), "stored_at": stored_at,
+            "log_partition": record.partition, "log_offset": record.offset, "event": record.value.decode()}
+
+
 class ArchiveWriter:
     """Writes batches of one source (a topic, or the embedded log) with the journal protocol above."""
 
@@ -116,25 +142,33 @@ class ArchiveWriter:
         """Step 2: one file per (partition, date, hour) group; the same records make the same names."""
         stored_at = now or datetime.now(timezone.utc)
         groups: dict[tuple[int, str, str], list[dict]] = defaultdict(list)
+        unreadable: dict[int, list[dict]] = defaultdict(list)
         for record in records:
-            wire = orjson.loads(record.value)
-            at = parse_time(wire["time"])
-            groups[(record.partition, f"{at:%Y-%m-%d}", f"{at:%H}")].append({
-                "id": wire["id"], "type": wire["type"], "schema": wire["schema"], "event_time": at,
-                "request_id": wire.get("request_id"), "key": wire.get("key"), "stored_at": stored_at,
-                "log_partition": record.partition, "log_offset": record.offset,
-                "event": record.value.decode(),
-            })
+            try:
+                row = _row(record, stored_at)
+            except READ_ERRORS as exc:
+                unreadable[record.partition].append({
+                    "log_partition": record.partition, "log_offset": record.offset, "stored_at": stored_at,
+                    "reason": reason_of(exc), "value": record.value})
+                continue
+            at = row["event_time"]
+            groups[(record.partition, f"{at:%Y-%m-%d}", f"{at:%H}")].append(row)
         written = []
+        for partition, rows in sorted(unreadable.items()):
+            name = f"part-{partition}-{rows[0]['log_offset']:020d}-{rows[-1]['log_offset']:020d}.parquet"
+            written.append(self._write_rows(self.root / "_unreadable" / name, rows, UNREADABLE_SCHEMA))
         for (partition, day, hour), rows in sorted(groups.items()):
             rows.sort(key=lambda r: r["log_offset"])
             name = f"part-{partition}-{rows[0]['log_offset']:020d}-{rows[-1]['log_offset']:020d}.parquet"
-            path = self.root / f"date={day}" / f"hour={hour}" / name
-            sink = pa.BufferOutputStream()
-            pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), sink, compression="zstd")
-            _write_atomic(path, sink.getvalue().to_pybytes())
-            written.append(path)
+            written.append(self._write_rows(self.root / f"date={day}" / f"hour={hour}" / name, rows, SCHEMA))
         return written
+
+    @staticmethod
+    def _write_rows(path: Path, rows: list[dict], schema: pa.Schema) -> Path:
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), sink, compression="zstd")
+        _write_atomic(path, sink.getvalue().to_pybytes())
+        return path
 
     def done(self) -> None:
         """Step 4: the batch is committed."""
@@ -270,6 +304,21 @@ def archive_files(root: str | Path, start: date, end: date) -> list[Path]:
             files += sorted(folder.glob("hour=*/part-*.parquet"))
         day += timedelta(days=1)
     return files
+
+
+def read_unreadable(root: str | Path) -> pa.Table:
+    """Every unreadable record archived (``_unreadable/``), by partition and offset, each once."""
+    files = sorted((Path(root) / "_unreadable").glob("part-*.parquet"))
+    if not files:
+        return UNREADABLE_SCHEMA.empty_table()
+    table = pa.concat_tables(pq.read_table(f, schema=UNREADABLE_SCHEMA) for f in files)
+    table = table.sort_by([("log_partition", "ascending"), ("log_offset", "ascending")])
+    seen: set[tuple[int, int]] = set()
+    keep = []
+    for where in zip(table.column("log_partition").to_pylist(), table.column("log_offset").to_pylist()):
+        keep.append(where not in seen)
+        seen.add(where)
+    return table.filter(pa.array(keep))
 
 
 def read_archive(root: str | Path, start: date, end: date, *, columns: list[str] | None = None) -> pa.Table:

@@ -26,6 +26,7 @@ from streams.archive import (
     archive_files,
     archive_from_log,
     read_archive,
+    read_unreadable,
 )
 from streams.kafka_log import KafkaEventLog
 from streams.sqlite_log import SqliteEventLog
@@ -139,3 +140,37 @@ async def test_kafka_archiver_killed_between_write_and_commit_archives_each_id_o
     assert await KafkaArchiver(kafka_broker.bootstrap, topic, root, group_id=group).run(until_caught_up=True) == 0
     table = read_archive(root, *ALL_DAYS)
     assert table.num_rows == 900 and pc.min(table.column("log_offset")).as_py() == 0
+
+
+POISON = [b"not json", b'{"type": "request.admitted", "schema": 99}', b"\xff\xfe", b'["a list"]']
+
+
+async def test_unreadable_records_are_archived_apart_and_the_archiver_goes_on(kafka_broker, tmp_path):
+    """Records ``ledger.codec`` cannot read (the worker dead-letters them) are kept as they came under
+    ``_unreadable/``; the events around them are archived as usual, and a rerun adds nothing."""
+    from aiokafka import AIOKafkaProducer
+
+    topic = f"poison-{uuid.uuid4().hex[:10]}"
+    await create_topics(kafka_broker.bootstrap, [TopicSpec(topic, partitions=1)])
+    events = [spread_event(i) for i in range(30)]
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
+    await producer.start()
+    try:
+        for i, event in enumerate(events):
+            await producer.send_and_wait(topic, encode(event), key=b"t0")
+            if i % 10 == 4:
+                await producer.send_and_wait(topic, POISON[i // 10], key=b"t0")
+        await producer.send_and_wait(topic, POISON[3], key=b"t0")
+    finally:
+        await producer.stop()
+    root, group = tmp_path / "archive", f"archiver-{uuid.uuid4().hex[:6]}"
+    assert await KafkaArchiver(kafka_broker.bootstrap, topic, root, group_id=group, batch_size=7).run(
+        until_caught_up=True) == 34
+    assert read_archive(root, *ALL_DAYS).column("id").to_pylist() == [e.id for e in events]
+    unreadable = read_unreadable(root).to_pylist()
+    assert [row["value"] for row in unreadable] == POISON
+    assert [row["log_offset"] for row in unreadable] == [5, 16, 27, 33]
+    assert unreadable[0]["reason"].startswith("JSONDecodeError: ")
+    assert "cannot read event type 'request.admitted' schema 99" in unreadable[1]["reason"]
+    assert await KafkaArchiver(kafka_broker.bootstrap, topic, root, group_id=group).run(until_caught_up=True) == 0
+    assert read_unreadable(root).num_rows == 4
