@@ -21,15 +21,18 @@ from tests.infra.kafka.test_broker import _configs
 def test_strimzi_topics_carry_every_spec_field():
     specs = production_topics(partitions=12, replication_factor=3, min_insync=2)
     docs = list(yaml.safe_load_all(strimzi_manifest(specs, "prod-kafka", "payments")))
-    assert [d["spec"]["topicName"] for d in docs] == ["fb.requests", "fb.scope-entries", "fb.rollups", "fb.config"]
+    assert [d["spec"]["topicName"] for d in docs] == ["fb.requests", "fb.scope-entries", "fb.rollups", "fb.config",
+                                                      "fb.dead-letter"]
     for doc, spec in zip(docs, specs):
         assert doc["kind"] == "KafkaTopic" and doc["metadata"]["labels"] == {"strimzi.io/cluster": "prod-kafka"}
         assert doc["metadata"]["namespace"] == "payments" and "." not in doc["metadata"]["name"]
         assert (doc["spec"]["partitions"], doc["spec"]["replicas"]) == (spec.partitions, 3)
         assert doc["spec"]["config"] == spec.configs() and doc["spec"]["config"]["min.insync.replicas"] == "2"
-    config = docs[-1]["spec"]
+    config = docs[3]["spec"]
     assert config["partitions"] == 1 and config["config"]["cleanup.policy"] == "compact"
     assert "retention.ms" not in config["config"]  # compacted, kept forever
+    dead = docs[4]["spec"]
+    assert dead["partitions"] == 1 and dead["config"]["retention.ms"] == str(30 * 24 * 3600 * 1000)
 
 
 def test_kafka_topics_lines_parse_back_to_the_specs(capsys):
