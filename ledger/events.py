@@ -320,8 +320,9 @@ class LeaseReturned(LeaseEvent):
     """A pod gives back the unspent ``amount_micro`` of a lease, as it saw it.
 
     ``funded_micro`` is the sum of the holds of every request the pod admitted
-    on the lease: the ledger keeps that much minus the funded holds it has
-    already seen reserved, until those admissions arrive (they travel through
+    on the lease: the ledger keeps at most that much minus the funded holds it
+    has already seen reserved (never more than the lease has left:
+    ``ledger.leases``), until those admissions arrive (they travel through
     ``fb.requests``, this event does not, so it may overtake them).
     """
 

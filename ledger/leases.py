@@ -20,9 +20,12 @@ lease still reserves beyond the holds the ledger has seen:
   holds seen (open) and the charges of funded requests seen closed, so a
   funded admit moves money from ``leased`` to ``held`` and a settlement below
   its hold gives the difference back to the lease (the pod re-spends it);
-* returned lease: ``max(funded_by_pod - funded_seen, 0)``: the holds the pod
-  admitted whose admissions have not arrived yet (a return travels straight to
-  ``fb.scope-entries`` and may overtake them); the rest is released;
+* returned lease: ``max(min(funded_by_pod - funded_seen, granted - consumed), 0)``:
+  the holds the pod admitted whose admissions have not arrived yet (a return
+  travels straight to ``fb.scope-entries`` and may overtake them), but never
+  more than the lease has left: one may re-spend a hold the ledger still counts
+  (its settlement, below the hold, is on its way too); the rest is released.
+  ``consumed`` keeps counting; closed once every funded admission arrived;
 * expired lease: 0. Its still-open funded holds stay in ``held`` until their
   own expiry charges them; what the pod never spent is released.
 
@@ -133,8 +136,13 @@ class LeaseState:
         if self.status == "open":
             return max(self.granted - self.consumed, 0)
         if self.status == "returned":
-            return max(self.funded_by_pod - self.funded_seen, 0)
+            return max(min(self.funded_by_pod - self.funded_seen, self.granted - self.consumed), 0)
         return 0
+
+    @property
+    def done(self) -> bool:
+        """Closed and nothing it must reserve for can still arrive (expired, or every funded admission seen)."""
+        return self.status == "expired" or (self.status == "returned" and self.funded_seen >= self.funded_by_pod)
 
 
 @dataclass(slots=True)
@@ -190,13 +198,12 @@ class ScopeLedger:
             totals.requests += 1
             if lease is not None:
                 lease.funded_seen += entry.hold
-                if lease.status == "open":
-                    lease.consumed += entry.hold
+                lease.consumed += entry.hold
         else:
             totals.held -= entry.hold
             totals.settled += entry.charge
             totals.overrun += max(entry.charge - entry.hold, 0)
-            if lease is not None and lease.status == "open":
+            if lease is not None:
                 lease.consumed += entry.charge - entry.hold
         if lease is not None:
             self._moved(lease, before)
@@ -229,7 +236,7 @@ class ScopeLedger:
 
     def _moved(self, lease: LeaseState, before: int) -> None:
         self.totals(lease.period).leased += lease.reserved - before
-        if lease.status != "open" and lease.reserved == 0:
+        if lease.done:
             del self.leases[lease.lease_id]
             self.closed_leases[lease.lease_id] = (lease.period, int(lease.expires_at.timestamp()))
 

@@ -139,6 +139,33 @@ def test_a_return_that_overtakes_its_admissions_keeps_their_holds_reserved():
     assert (totals.held, totals.leased) == (2_000, 0) and not state.leases
 
 
+def test_a_return_never_reserves_more_than_the_lease_has_left_when_the_pod_re_spent_a_settlement():
+    """Guards the return's reservation (found by the property test below): a pod settles a request below its
+    hold, re-spends what came back on a new request, and returns the lease (superseded by a new grant) before
+    the ledger has seen the settlement or the new admission. Counting every unseen funded hold as reserved
+    counted the re-spent money twice (still held by the old request, and reserved for the new one): a
+    2,500 lease committed 4,000 of a 2,500 limit."""
+    state = ScopeLedger("key:k2")
+    assert grant(state, "L1", 2_500, 2_500).amount_micro == 2_500  # the whole limit
+    totals = state.totals("2026-10")
+    pod = PodLease("L1", "key:k2", 2_500, T0 + timedelta(seconds=60))
+    pod.fund("r1", 2_000)
+    state.apply_entry(ScopeEntry("admit", "key:k2", "r1/admitted", "r1", "2026-10", 2_000, 0, "L1", T0, "0", 1))
+    pod.settle("r1", 0)  # its close (offset 2) is on its way
+    assert pod.covers(2_000, T0)
+    pod.fund("r2", 2_000)  # the money r1 gave back; its admission (offset 3) is on its way
+    returned = pod.returned(T0, "p1")
+    assert (returned.amount_micro, returned.funded_micro) == (500, 4_000)
+    assert state.apply_lease(returned, UTC)  # overtakes both
+    assert (totals.held, totals.leased) == (2_000, 500) and totals.spent <= 2_500
+    state.apply_entry(ScopeEntry("close", "key:k2", "r1/settled", "r1", "2026-10", 2_000, 0, "L1", T0, "0", 2))
+    assert (totals.held, totals.leased) == (0, 2_000)  # r1's hold is released to r2's admission, not the scope
+    assert grant(state, "L2", 1_000, 2_500, pod="p2").amount_micro == 0
+    state.apply_entry(ScopeEntry("admit", "key:k2", "r2/admitted", "r2", "2026-10", 2_000, 0, "L1", T0, "0", 3))
+    assert (totals.settled, totals.held, totals.leased) == (0, 2_000, 0)
+    assert "L1" in state.closed_leases and "L1" not in state.leases
+
+
 def test_an_expired_lease_releases_what_was_never_spent_and_its_open_holds_stay_held():
     state = ScopeLedger("team:a")
     grant(state, "L1", 1_000, 1_000_000)
