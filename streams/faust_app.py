@@ -22,13 +22,14 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 from zoneinfo import ZoneInfo
 
 import faust
 
 from ledger.leases import LeasePolicy
 from ledger.retention import DEFAULT_RETENTION_S
+from streams.faust_patches import apply_patches
 
 
 @dataclass(frozen=True)
@@ -77,74 +78,8 @@ class Worker:
     rollup_table: faust.Table
 
 
-FETCH_MAX_WAIT_MS = 150  # measured: 10 ms ~4,300 events/s, 50 ms ~4,750, 150 ms ~5,000 (fewer empty polls)
-
-
-def _short_fetch_wait() -> None:
-    """Faust's worker consumer long-polls fetches for up to 1.5 s (``fetch_max_wait_ms=1500``, hard-coded in
-    its aiokafka driver). aiokafka sends one fetch at a time per broker, without the partitions whose records
-    are still buffered; so once the agents have drained those, new records wait for the in-flight poll on
-    the idle partitions to time out: ~1 s stalls with nothing delivered, which held one worker to ~3,000
-    request events/s. The worker consumer is created with a short wait instead (idempotent)."""
-    from faust.transport.drivers import aiokafka as driver
-
-    original = driver.AIOKafkaConsumerThread._create_worker_consumer
-    if getattr(original, "farebox_short_wait", False):
-        return
-
-    def create(self, transport):  # type: ignore[no-untyped-def]
-        consumer = original(self, transport)
-        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS  # read by aiokafka's Fetcher when the consumer starts
-        return consumer
-
-    create.farebox_short_wait = True  # type: ignore[attr-defined]
-    driver.AIOKafkaConsumerThread._create_worker_consumer = create  # type: ignore[method-assign]
-
-
-class LivePartitions:
-    """Faust's live set of active partitions, as aiokafka's ``Fetcher.fetched_records`` should see it.
-
-    Faust passes its own set (``Consumer._active_partitions``) to ``fetched_records``, which runs in the
-    consumer thread and may wait there for up to a second; meanwhile a rebalance pauses every partition
-    and the set becomes empty. aiokafka reads an empty set as "every partition" (``if partitions and tp
-    not in partitions``), so the waiting call then drains the records of all partitions, and Faust's
-    delivery loop drops them (flow stopped, or the partition paused). For a newly assigned changelog
-    partition that is its whole history, read right after the recovery's seek: aiokafka's position ends
-    at the high-water mark, Faust never delivers a record of it, and its table recovery waits forever
-    (issue 4; ``streams.watchdog`` reports it). This view keeps the membership live and is never empty:
-    while nothing is active, nothing is drained."""
-
-    __slots__ = ("tps",)
-
-    def __init__(self, tps: Any) -> None:
-        self.tps = tps
-
-    def __contains__(self, tp: object) -> bool:
-        return tp in self.tps
-
-    def __bool__(self) -> bool:
-        return True
-
-
-def _fetch_only_active() -> None:
-    """Give aiokafka's ``fetched_records`` a ``LivePartitions`` view of Faust's active set (idempotent)."""
-    from faust.transport.drivers import aiokafka as driver
-
-    original = driver.AIOKafkaConsumerThread._fetch_records
-    if getattr(original, "farebox_live_partitions", False):
-        return
-
-    async def fetch(self, consumer, active_partitions, timeout=None, max_records=None):  # type: ignore[no-untyped-def]
-        return await original(self, consumer, LivePartitions(active_partitions), timeout=timeout,
-                              max_records=max_records)
-
-    fetch.farebox_live_partitions = True  # type: ignore[attr-defined]
-    driver.AIOKafkaConsumerThread._fetch_records = fetch  # type: ignore[method-assign]
-
-
 def create_app(cfg: WorkerConfig) -> Worker:
-    _short_fetch_wait()
-    _fetch_only_active()
+    apply_patches()
     app = faust.App(
         cfg.app_id,
         broker=f"kafka://{cfg.bootstrap}",

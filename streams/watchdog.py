@@ -10,7 +10,7 @@ while Faust's read offset for it was unset (it had delivered none of them).
 The records had been drained from aiokafka's buffer during the rebalance and
 dropped by Faust's delivery loop; Faust's recovery seeks only when it starts,
 so it waited for them forever. The cause (aiokafka reads an empty set of
-partitions as "all of them") is fixed in ``streams.faust_app.LivePartitions``.
+partitions as "all of them") is fixed in ``streams.faust_patches.LivePartitions``.
 
 The watchdog stays, for that or any other way a recovery can stop reading:
 when recovery has read nothing for ``rewind_s`` it logs that report and seeks

@@ -1,4 +1,4 @@
-"""``streams.faust_app.LivePartitions``: aiokafka drains only what Faust has active, even when that is nothing.
+"""``streams.faust_patches.LivePartitions``: aiokafka drains only what Faust has active, even when that is nothing.
 
 Against a real broker and aiokafka's own fetcher: records of two partitions
 are buffered, then Faust's active set becomes empty (a rebalance pauses
@@ -15,7 +15,7 @@ import uuid
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from infra.kafka.topics import TopicSpec, create_topics
-from streams.faust_app import LivePartitions, _fetch_only_active
+from streams.faust_patches import LivePartitions, _fetch_only_active
 
 RECORDS = 5
 
