@@ -4,8 +4,11 @@
   Faust's hard-coded 1.5 s (throughput).
 * ``LivePartitions`` / ``_fetch_only_active``: aiokafka never drains the
   records of partitions Faust has paused (the recovery stall of issue 4).
+* ``_strict_commits``: a committed offset covers only records the agents
+  acknowledged, every one of them (no event lost across a kill).
 
-Both rely on internals (``_create_worker_consumer``, ``_fetch_records``);
+All rely on internals (``_create_worker_consumer``, ``_fetch_records``,
+the consumer's ``_add_gap`` and ``_new_offset``);
 ``tests/streams`` and ``tests/distributed`` cover them: run both on a Faust or
 aiokafka upgrade. ``apply_patches`` applies them all (``create_app`` does).
 """
@@ -79,6 +82,44 @@ def _fetch_only_active() -> None:
     driver.AIOKafkaConsumerThread._fetch_records = fetch  # type: ignore[method-assign]
 
 
+def _strict_commits() -> None:
+    """Faust's consumer commits past records no agent acknowledged, in two ways:
+
+    * a jump in the offsets it delivers (a record fetched before a rebalance and delivered after its seek,
+      or records its delivery loop dropped) is recorded as a gap (``_add_gap``), and a gap counts as
+      acknowledged as soon as anything above it is, the delivered record at its end included; meant for
+      compacted and transactional topics, whose offsets have holes;
+    * ``_new_offset`` lets one unacknowledged offset through at the head of the acknowledged ones
+      (``min(acked) - committed > 1``).
+
+    Either way a worker killed before those records are delivered again loses them: the next one starts
+    after them (tests/streams/test_strict_commits.py shows both on Faust's own bookkeeping). The worker's
+    topics are neither compacted nor transactional, so their offsets are contiguous: no gaps, and a commit
+    only from the committed offset on, through acknowledged offsets only. A record an agent dropped and
+    never got again holds its partition's commits back (the lag shows it) instead of being skipped."""
+    from faust.transport.drivers import aiokafka as driver
+
+    consumer_class = driver.Consumer
+    original = consumer_class._new_offset
+    if getattr(original, "farebox_strict", False):
+        return
+
+    async def _add_gap(self, tp, offset_from, offset_to):  # type: ignore[no-untyped-def]
+        return None
+
+    def _new_offset(self, tp):  # type: ignore[no-untyped-def]
+        committed = self._committed_offset.get(tp)
+        acked = self._acked.get(tp)
+        if committed is not None and acked and min(acked) > committed:
+            return None  # the record at the committed offset is not acknowledged yet
+        return original(self, tp)
+
+    _new_offset.farebox_strict = True  # type: ignore[attr-defined]
+    consumer_class._add_gap = _add_gap  # type: ignore[method-assign]
+    consumer_class._new_offset = _new_offset  # type: ignore[method-assign]
+
+
 def apply_patches() -> None:
     _short_fetch_wait()
     _fetch_only_active()
+    _strict_commits()
