@@ -91,6 +91,16 @@ def stop_worker(exc: BaseException) -> None:
     os._exit(70)
 
 
+def read_scope_record(value: bytes) -> list:
+    """The entries and lease/budget events of one ``fb.scope-entries`` record (one of
+    ``streams.dead_letters.READ_ERRORS`` if it is malformed)."""
+    record = orjson.loads(value)
+    kind = record["type"]
+    if kind == ENTRIES_TYPE:
+        return entries_of(record)
+    return [ScopeEntry.from_wire(record) if kind == ENTRY_TYPE else from_dict(record)]
+
+
 def register(w: Worker) -> None:
     cfg, app = w.cfg, w.app
     live: dict[str, ScopeLedger] = {}  # decoded mirror of scope_ledger (this worker's partitions)
@@ -221,13 +231,6 @@ def register(w: Worker) -> None:
 
     changed_scopes: dict[str, int] = {}  # scope -> its partition; each written once per flush
     scope_sent: list[asyncio.Future] = []  # grants and notices: in Kafka before the table writes
-
-    def read_scope_record(value: bytes) -> list:
-        record = orjson.loads(value)
-        kind = record["type"]
-        if kind == ENTRIES_TYPE:
-            return entries_of(record)
-        return [ScopeEntry.from_wire(record) if kind == ENTRY_TYPE else from_dict(record)]
 
     async def scope_one(event) -> None:  # type: ignore[no-untyped-def]
         try:
