@@ -12,7 +12,8 @@ straight to the aiokafka producer (``streams.table_writes``), not through
 Faust's per-record ``FutureMessage`` path. Per request this cut the records
 the worker writes from 17 to about 1.6, and one worker's throughput from ~860
 to ~3,000, then (with the consumer's short fetch wait, ``streams.faust_patches``)
-to ~5,000 request events/s on the 2-core dev machine, and on uvloop (``farebox.worker``) to ~5,600-6,000
+to ~5,000 request events/s on the 2-core dev machine, on uvloop (``farebox.worker``) to ~5,600-6,000,
+and with one task per record delivered (``streams.faust_patches``) to ~6,200-6,700
 (``make bench-distributed``).
 
 * ``split_requests`` (``fb.requests``, concurrency 1): each request event ->
