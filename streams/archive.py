@@ -306,32 +306,28 @@ def archive_files(root: str | Path, start: date, end: date) -> list[Path]:
     return files
 
 
+def _first_of_each(files: list[Path], schema: pa.Schema, key: Callable[[pa.Table], Iterable]) -> pa.Table:
+    """The rows of ``files`` by partition and offset, keeping the first row of each ``key``."""
+    if not files:
+        return schema.empty_table()
+    table = pa.concat_tables(pq.read_table(f, schema=schema) for f in files)
+    table = table.sort_by([("log_partition", "ascending"), ("log_offset", "ascending")])
+    seen: set = set()
+    keep = []
+    for value in key(table):
+        keep.append(value not in seen)
+        seen.add(value)
+    return table.filter(pa.array(keep, type=pa.bool_()))
+
+
 def read_unreadable(root: str | Path) -> pa.Table:
     """Every unreadable record archived (``_unreadable/``), by partition and offset, each once."""
     files = sorted((Path(root) / "_unreadable").glob("part-*.parquet"))
-    if not files:
-        return UNREADABLE_SCHEMA.empty_table()
-    table = pa.concat_tables(pq.read_table(f, schema=UNREADABLE_SCHEMA) for f in files)
-    table = table.sort_by([("log_partition", "ascending"), ("log_offset", "ascending")])
-    seen: set[tuple[int, int]] = set()
-    keep = []
-    for where in zip(table.column("log_partition").to_pylist(), table.column("log_offset").to_pylist()):
-        keep.append(where not in seen)
-        seen.add(where)
-    return table.filter(pa.array(keep))
+    return _first_of_each(files, UNREADABLE_SCHEMA, lambda t: zip(t.column("log_partition").to_pylist(),
+                                                                  t.column("log_offset").to_pylist()))
 
 
 def read_archive(root: str | Path, start: date, end: date, *, columns: list[str] | None = None) -> pa.Table:
     """Rows with event date in [start, end], each event id once (the first by partition and offset)."""
-    files = archive_files(root, start, end)
-    if not files:
-        return SCHEMA.empty_table() if columns is None else SCHEMA.empty_table().select(columns)
-    table = pa.concat_tables(pq.read_table(f, schema=SCHEMA) for f in files)
-    table = table.sort_by([("log_partition", "ascending"), ("log_offset", "ascending")])
-    seen: set[str] = set()
-    keep = []
-    for event_id in table.column("id").to_pylist():
-        keep.append(event_id not in seen)
-        seen.add(event_id)
-    table = table.filter(pa.array(keep))
+    table = _first_of_each(archive_files(root, start, end), SCHEMA, lambda t: t.column("id").to_pylist())
     return table if columns is None else table.select(columns)
