@@ -7,12 +7,13 @@ Layout under the archive root::
     _journal/<source>.json          # the batch being written (gone once committed)
     _state/<source>.json            # embedded mode: the last archived log offset
 
-One row per event: the envelope (``id``, ``type``, ``schema``, ``event_time``,
-``request_id``, ``key``), ``stored_at`` (when the archiver wrote the row),
-``log_partition``/``log_offset`` (where it came from: a Kafka partition and
-offset, or partition 0 and the SQLite log offset) and ``event`` (the full
-event JSON, as ``ledger.codec`` wrote it). Offsets are zero-padded so names
-sort. Files are written once and never changed.
+One row per event (``streams.archive_schema``): the envelope, ``stored_at``
+(when the archiver wrote the row), ``log_partition``/``log_offset`` (where it
+came from: a Kafka partition and offset, or partition 0 and the SQLite log
+offset), typed columns for everything finance groups or sums by, and
+``event`` (the full event JSON, as ``ledger.codec`` wrote it). Offsets are
+zero-padded so names sort. Files are written once and never changed; a reader
+refuses a file of a newer archive schema (``ArchiveError``).
 
 Exactly once, per batch of one partition (flush order; tested by killing the
 archiver between steps 2 and 3):
@@ -50,22 +51,10 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ledger.codec import from_dict, parse_time
+from ledger.codec import from_dict
+from streams.archive_schema import ARCHIVE_SCHEMA_VERSION, SCHEMA, schema_version_of, typed_row
 from streams.dead_letters import READ_ERRORS, reason_of
 from streams.eventlog import EventLog
-
-SCHEMA = pa.schema([
-    ("id", pa.string()),
-    ("type", pa.string()),
-    ("schema", pa.int32()),
-    ("event_time", pa.timestamp("us", tz="UTC")),
-    ("request_id", pa.string()),
-    ("key", pa.string()),
-    ("stored_at", pa.timestamp("us", tz="UTC")),
-    ("log_partition", pa.int32()),
-    ("log_offset", pa.int64()),
-    ("event", pa.string()),
-])
 
 UNREADABLE_SCHEMA = pa.schema([
     ("log_partition", pa.int32()),
@@ -109,13 +98,12 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def _row(record: Record, stored_at: datetime) -> dict:
-    """The archive row of an event record; raises one of ``READ_ERRORS`` if it is not an event
-    ``ledger.codec`` reads (what the worker would send to its dead-letter topic)."""
+    """The archive row of an event record (``streams.archive_schema``); raises one of ``READ_ERRORS`` if it
+    is not an event ``ledger.codec`` reads (what the worker would send to its dead-letter topic)."""
     wire = orjson.loads(record.value)
     from_dict(wire)  # the whole event, as the worker reads it
-    return {"id": wire["id"], "type": wire["type"], "schema": wire["schema"], "event_time": parse_time(wire["time"]),
-            "request_id": wire.get("request_id"), "key": wire.get("key"), "stored_at": stored_at,
-            "log_partition": record.partition, "log_offset": record.offset, "event": record.value.decode()}
+    return typed_row(wire, stored_at=stored_at, partition=record.partition, offset=record.offset,
+                     text=record.value.decode())
 
 
 class ArchiveWriter:
@@ -306,11 +294,27 @@ def archive_files(root: str | Path, start: date, end: date) -> list[Path]:
     return files
 
 
+class ArchiveError(Exception):
+    """An archive file this build cannot read: corrupt, truncated, or of a newer schema. Names the file."""
+
+
+def _read_file(path: Path, schema: pa.Schema) -> pa.Table:
+    try:
+        if schema is SCHEMA:
+            version = schema_version_of(pq.read_schema(path).metadata)
+            if version > ARCHIVE_SCHEMA_VERSION:
+                raise ArchiveError(f"{path}: archive schema {version} is newer than this build reads "
+                                   f"({ARCHIVE_SCHEMA_VERSION}); upgrade farebox to read it")
+        return pq.read_table(path, schema=schema)
+    except (pa.ArrowException, OSError) as exc:
+        raise ArchiveError(f"{path}: not a readable archive file ({exc})") from None
+
+
 def _first_of_each(files: list[Path], schema: pa.Schema, key: Callable[[pa.Table], Iterable]) -> pa.Table:
     """The rows of ``files`` by partition and offset, keeping the first row of each ``key``."""
     if not files:
         return schema.empty_table()
-    table = pa.concat_tables(pq.read_table(f, schema=schema) for f in files)
+    table = pa.concat_tables(_read_file(f, schema) for f in files)
     table = table.sort_by([("log_partition", "ascending"), ("log_offset", "ascending")])
     seen: set = set()
     keep = []

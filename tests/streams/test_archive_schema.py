@@ -1,0 +1,77 @@
+"""The archive's typed columns agree with the event they were derived from; unreadable files are named."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timezone
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from checkpoint_events import request_events
+from hypothesis import HealthCheck, given, settings
+
+from ledger.codec import encode, to_dict
+from ledger.events import Event
+from pricing.usage import TOKEN_TYPES
+from streams.archive import ArchiveError, ArchiveWriter, Record, read_archive
+from streams.archive_schema import SCHEMA, SCHEMA_METADATA_KEY, typed_row
+from tests.ledger.event_strategies import any_event
+
+NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
+
+
+def _check_row(event: Event, row: dict) -> None:
+    wire = to_dict(event)
+    assert row["id"] == event.id and row["type"] == event.type and row["event_time"] == event.time
+    assert orjson.loads(row["event"]) == orjson.loads(encode(event))
+    for name in ("team", "key_id", "business_unit", "app", "run_id", "alias", "deployment", "provider", "account",
+                 "model", "region", "data_class", "outcome", "error_code", "ttft_ms", "latency_ms", "attempt",
+                 "attempts", "cache_hit", "stream", "cost_micro", "overrun_micro", "amount_micro", "currency",
+                 "price_version", "pod", "scope", "lease_id", "period", "est_input_tokens", "max_output_tokens"):
+        assert row[name] == wire.get(name), name
+    assert row["status"] == wire.get("status", wire.get("final_status"))
+    usage = wire.get("usage")
+    for kind in TOKEN_TYPES:
+        assert row[f"{kind}_tokens"] == (usage[kind] if usage else None)
+    costs = wire.get("cost_by_scope", wire.get("charged"))
+    as_map = {e["scope"]: e["micro"] for e in row["scope_costs"]} if row["scope_costs"] is not None else None
+    assert as_map == costs
+    holds = {e["scope"]: e["micro"] for e in row["holds"]} if row["holds"] is not None else None
+    assert holds == wire.get("holds")
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(any_event)
+def test_typed_columns_match_the_event(event: Event) -> None:
+    row = typed_row(to_dict(event), stored_at=NOW, partition=0, offset=1, text=encode(event).decode())
+    _check_row(event, row)
+    pa.Table.from_pylist([row], schema=SCHEMA)  # every value fits its column type
+
+
+def test_rows_round_trip_through_parquet(tmp_path) -> None:
+    events = [e for i in range(20) for e in request_events(i)]
+    writer = ArchiveWriter(tmp_path, "log")
+    writer.write([Record(0, n + 1, encode(e)) for n, e in enumerate(events)], now=NOW)
+    table = read_archive(tmp_path, date(2026, 11, 1), date(2026, 12, 31))
+    assert table.num_rows == len(events)
+    for event, row in zip(events, table.to_pylist()):
+        _check_row(event, row)
+    settled = table.filter(pa.compute.equal(table.column("type"), "request.settled"))
+    assert sum(settled.column("cost_micro").to_pylist()) == sum(
+        e.cost_micro for e in events if e.type == "request.settled")
+
+
+def test_a_newer_or_corrupt_file_is_refused_by_name(tmp_path) -> None:
+    events = request_events(1)
+    [path] = [p for p in ArchiveWriter(tmp_path, "log").write([Record(0, 1, encode(events[0]))], now=NOW)]
+    newer = pq.read_table(path)
+    newer = newer.replace_schema_metadata({SCHEMA_METADATA_KEY: b"99"})
+    pq.write_table(newer, path)
+    with pytest.raises(ArchiveError, match=r"archive schema 99 is newer") as info:
+        read_archive(tmp_path, date(2026, 11, 1), date(2026, 12, 31))
+    assert str(path) in str(info.value)
+    path.write_bytes(path.read_bytes()[:40])  # truncated
+    with pytest.raises(ArchiveError, match="not a readable archive file") as info:
+        read_archive(tmp_path, date(2026, 11, 1), date(2026, 12, 31))
+    assert str(path) in str(info.value)
