@@ -10,10 +10,11 @@ Every refusal leaves in the OpenAI error shape, whichever layer makes it:
   be a key). ``OpenAIErrorProtocol`` overrides it: 431 for oversized headers,
   415 for an encoding, 400 for the rest, never quoting the input.
 * **The body** fails while a handler reads it (``RequestPayloadError``): a
-  ``gzip``/``deflate`` body whose bytes are not that encoding, a broken
-  chunked framing. ``body_errors`` (innermost middleware) turns it into a 400
+  ``gzip`` body whose bytes are not gzip, a broken chunked framing.
+  ``body_errors`` (innermost middleware) turns it into a 400
   ``invalid_content_encoding`` / ``invalid_body``, and refuses up front, with
-  415, an encoding aiohttp would pass through undecoded.
+  415, any other encoding (aiohttp would pass an unknown one through
+  undecoded, and cannot be trusted to end a bad ``deflate`` body).
 
 aiohttp offers no public parameter for the protocol class, so ``install``
 wraps the application's request factory, which aiohttp's server calls for
@@ -36,7 +37,9 @@ from proxy.errors import GatewayError, InvalidRequest
 
 log = logging.getLogger("farebox.proxy")
 
-DECODED_ENCODINGS = frozenset({"identity", "gzip", "deflate"})  # what aiohttp decodes on every install
+# What a body may be encoded as. Not ``deflate``: aiohttp never ends a deflate body that stops mid-stream (it
+# raises while ending it, outside the request), so reading it would wait for ever.
+DECODED_ENCODINGS = frozenset({"identity", "gzip"})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -92,18 +95,26 @@ class OpenAIErrorProtocol(web.RequestHandler):
 
 @web.middleware
 async def body_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """An encoding aiohttp passes through undecoded -> 415; a body that fails to decode or frame -> 400."""
+    """An encoding we do not decode -> 415; a body that fails to decode or frame -> 400. Both close the
+    connection after the answer: the rest of such a body cannot be framed, so the connection cannot be reused."""
     encoding = request.headers.get("Content-Encoding")
     if encoding is not None and encoding.strip().lower() not in DECODED_ENCODINGS:
-        raise _unsupported_encoding()
+        return _closing(_unsupported_encoding())
     try:
         return await handler(request)
     except web.RequestPayloadError as exc:
+        request.content.feed_eof()  # else aiohttp reads it again after the answer, to drain it, and logs the error
         if isinstance(exc.__cause__, ContentEncodingError):
-            raise InvalidRequest(f"The request body is not valid {encoding} data, as its Content-Encoding says.",
-                                 code="invalid_content_encoding", param="Content-Encoding") from None
-        raise InvalidRequest("The request body could not be read: it ended early or its chunked framing is invalid.",
-                             code="invalid_body") from None
+            return _closing(InvalidRequest(f"The request body is not valid {encoding} data, as its Content-Encoding "
+                                           f"says.", code="invalid_content_encoding", param="Content-Encoding"))
+        return _closing(InvalidRequest("The request body could not be read: it ended early or its chunked framing "
+                                       "is invalid.", code="invalid_body"))
+
+
+def _closing(error: GatewayError) -> web.Response:
+    resp = json_error(error)
+    resp.force_close()
+    return resp
 
 
 def install(app: web.Application) -> None:

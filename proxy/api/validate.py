@@ -20,6 +20,8 @@ RESPONSE_FORMATS = frozenset({"text", "json_object", "json_schema"})
 # Deepest nesting of arrays and objects a body may have: far above any real request (tool schemas included),
 # below what the JSON encoder re-serialising it for a provider accepts (orjson: 255).
 MAX_DEPTH = 64
+MAX_CHOICES = 128  # ``n``: the most choices OpenAI generates for one request
+MAX_DIMENSIONS = 16384  # ``dimensions``: above every embedding model's output size
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +72,16 @@ def _too_deep(value: dict[str, Any] | list[Any], limit: int) -> bool:
     return False
 
 
+def _one_of(value: Any, allowed: frozenset[str]) -> bool:
+    """``value in allowed`` for any JSON value (a list or an object is unhashable: never a member)."""
+    return isinstance(value, str) and value in allowed
+
+
 def _bad(param: str, message: str) -> InvalidRequest:
     return InvalidRequest(message, param=param, code="invalid_value")
 
 
-def _int(body: dict, name: str, minimum: int) -> int | None:
+def _int(body: dict, name: str, minimum: int, maximum: int | None = None) -> int | None:
     value = body.get(name)
     if value is None:
         return None
@@ -82,6 +89,8 @@ def _int(body: dict, name: str, minimum: int) -> int | None:
         raise _bad(name, f"'{name}' must be an integer, got {type(value).__name__}.")
     if value < minimum:
         raise _bad(name, f"'{name}' must be >= {minimum}, got {value}.")
+    if maximum is not None and value > maximum:
+        raise _bad(name, f"'{name}' must be <= {maximum}, got {value}.")
     return value
 
 
@@ -131,7 +140,7 @@ def validate_chat(body: dict[str, Any]) -> ChatCall:
         include_usage = iu
     mct = _int(body, "max_completion_tokens", 1)
     mt = _int(body, "max_tokens", 1)
-    _int(body, "n", 1)
+    _int(body, "n", 1, MAX_CHOICES)
     _number(body, "temperature", 0, 2)
     _number(body, "top_p", 0, 1)
     _number(body, "presence_penalty", -2, 2)
@@ -150,7 +159,7 @@ def _message(i: int, msg: Any) -> None:
     if not isinstance(msg, dict):
         raise _bad(p, f"'{p}' must be an object with 'role' and 'content'.")
     role = msg.get("role")
-    if role not in ROLES:
+    if not _one_of(role, ROLES):
         raise _bad(f"{p}.role", f"'{p}.role' must be one of {sorted(ROLES)}, got {role!r}.")
     content = msg.get("content")
     if content is None:
@@ -162,7 +171,7 @@ def _message(i: int, msg: Any) -> None:
         if not content:
             raise _bad(f"{p}.content", f"'{p}.content' must not be an empty array.")
         for j, part in enumerate(content):
-            if not isinstance(part, dict) or part.get("type") not in PART_TYPES:
+            if not isinstance(part, dict) or not _one_of(part.get("type"), PART_TYPES):
                 raise _bad(f"{p}.content[{j}]", f"'{p}.content[{j}]' must be a content part with a type in {sorted(PART_TYPES)}.")
             if part["type"] == "text" and not isinstance(part.get("text"), str):
                 raise _bad(f"{p}.content[{j}].text", f"'{p}.content[{j}].text' must be a string.")
@@ -218,7 +227,7 @@ def _response_format(body: dict) -> None:
     rf = body.get("response_format")
     if rf is None:
         return
-    if not isinstance(rf, dict) or rf.get("type") not in RESPONSE_FORMATS:
+    if not isinstance(rf, dict) or not _one_of(rf.get("type"), RESPONSE_FORMATS):
         raise _bad("response_format", f"'response_format.type' must be one of {sorted(RESPONSE_FORMATS)}.")
     if rf["type"] == "json_schema":
         js = rf.get("json_schema")
@@ -245,7 +254,7 @@ def validate_embeddings(body: dict[str, Any]) -> EmbeddingsCall:
         raise _bad("input", "'input' must be a non-empty string, array of strings, or array of token arrays.")
     if any(t == "" for t in texts):
         raise _bad("input", "'input' must not contain empty strings.")
-    _int(body, "dimensions", 1)
+    _int(body, "dimensions", 1, MAX_DIMENSIONS)
     fmt = body.get("encoding_format")
     if fmt is not None and fmt not in ("float", "base64"):
         raise _bad("encoding_format", "'encoding_format' must be 'float' or 'base64'.")
