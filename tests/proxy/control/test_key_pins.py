@@ -86,8 +86,8 @@ def test_unknown_region_and_deployment_are_reported_with_paths() -> None:
     text = " | ".join(problems)
     assert "keys[0].regions[1]: no deployment is in region 'eu-west-1'" in text
     assert "keys[0].deployments[0]: unknown deployment 'ghost'" in text
-    assert "keys.jsonl[0].regions: must be a list of strings" in text
-    assert "keys.jsonl[0].deployments: must be a list of strings" in text
+    assert "stored keys[0].regions: must be a list of strings" in text
+    assert "stored keys[0].deployments: must be a list of strings" in text
     assert "keys[0].regions[0]" not in text and "keys[0].deployments[1]" not in text
 
 
