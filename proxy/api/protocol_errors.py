@@ -47,8 +47,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def refusal(status: int, exc: BaseException | None) -> GatewayError:
     """The error for a request aiohttp refused with ``status`` (``exc``: why); never quotes the input."""
     if isinstance(exc, LineTooLong):
-        limit = exc.args[1] if len(exc.args) > 1 else "the"
-        return InvalidRequest(f"A request header or the request line is longer than the limit of {limit} bytes.",
+        limit = f"the limit of {exc.args[1]} bytes" if len(exc.args) > 1 else "the limit"
+        return InvalidRequest(f"A request header or the request line is longer than {limit}.",
                               status=431, code="request_header_too_large")
     if isinstance(exc, BadHttpMessage) and "too many headers" in str(exc.message).lower():
         return InvalidRequest("The request has more headers than the gateway accepts (128).",
