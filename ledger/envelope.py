@@ -58,6 +58,7 @@ def freeze_scope_map(event: Event, name: str) -> None:
 
 
 def check_usage(event: Event, name: str) -> None:
+    """A ``TokenUsage`` with non-negative counts and a known source."""
     value = getattr(event, name)
     if not isinstance(value, TokenUsage):
         raise InvalidEvent(f"{event.type}.{name} must be a TokenUsage, got {type(value).__name__}")
@@ -68,11 +69,13 @@ def check_usage(event: Event, name: str) -> None:
 
 
 def non_negative(event: Event, name: str, value: object) -> None:
+    """An int >= 0 (not a bool): money in micro-units, token counts, versions."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidEvent(f"{event.type}.{name} must be a non-negative int, got {value!r}")
 
 
 def non_empty(event: Event, name: str, value: object) -> None:
+    """A non-empty string: ids, teams, scopes."""
     if not isinstance(value, str) or not value:
         raise InvalidEvent(f"{event.type}.{name} must be a non-empty string, got {value!r}")
 
