@@ -11,8 +11,7 @@ change made through this pod's admin API is adopted before the call returns.
 
 When the database is unreachable the pod keeps serving what it has (and
 starts from ``state_dir/snapshot.json`` if it must); polling continues and
-the pod catches up as soon as the database is back. The same poll imports
-lines appended to the legacy state files (``keys.jsonl`` ...).
+the pod catches up as soon as the database is back.
 
 Distributed mode adds a ``feed`` (``streams.config_topic.KafkaSnapshotFeed``,
 the compacted config topic held in memory) and a ``publisher``. Every poll
@@ -36,12 +35,11 @@ import logging
 import time
 from typing import Any, AsyncIterator, Callable
 
-from farebox.control import import_state_files
 from farebox.settings import Settings, resolve_secrets
 from ledger.events import ConfigPublished
 from proxy.control.db.store import ConfigDB
 from proxy.control.document import compile_document, content_hash, save_last_good
-from proxy.control.errors import ConfigRejected, ControlUnavailable
+from proxy.control.errors import ControlUnavailable
 from proxy.control.problems import ConfigError
 from proxy.control.publish import SnapshotFeed, SnapshotPublisher
 from proxy.control.snapshot import Secrets, Snapshot
@@ -72,7 +70,6 @@ class SnapshotFollower:
         self.source = "none"  # database | topic | disk
         self.db_ok = db is not None
         self.adopted_at = 0.0
-        self._offsets: dict[str, int] = {}
         self._lock = asyncio.Lock()
 
     def status(self) -> dict[str, Any]:
@@ -121,12 +118,6 @@ class SnapshotFollower:
         if self.feed is not None and self.db_poll_s is not None and now - self._db_polled_at < self.db_poll_s:
             return
         self._db_polled_at = now
-        try:
-            await asyncio.to_thread(import_state_files, self.db, self.settings.state_dir, self._offsets)
-        except ConfigRejected as exc:
-            log.error("state file import rejected:\n%s", exc.message)
-        except ControlUnavailable:
-            pass  # reported by the head read below
         try:
             head = await asyncio.to_thread(self.db.head)
             if head is not None and (head[0] > self.version or self.source not in AUTHORITATIVE):

@@ -21,7 +21,6 @@ import yaml
 from sqlalchemy.engine import make_url
 
 from pricing.errors import PricingError
-from proxy.control import statefile
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.problems import ConfigError, Problems, Reader
 from proxy.control.snapshot import Secrets, Snapshot
@@ -81,18 +80,6 @@ class Settings:
     price_change_factor: Decimal = Decimal(2)
     mode: str = "embedded"  # embedded | distributed
     distributed: DistributedSettings = field(default_factory=DistributedSettings)
-
-    @property
-    def keys_file(self) -> Path:
-        return self.state_dir / statefile.KEYS
-
-    @property
-    def budgets_file(self) -> Path:
-        return self.state_dir / statefile.BUDGETS
-
-    @property
-    def admin_tokens_file(self) -> Path:
-        return self.state_dir / statefile.ADMIN_TOKENS
 
     @property
     def safe_db_url(self) -> str:
@@ -190,7 +177,6 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     root.skip(*CONTROL_SECTIONS)
     root.reject_unknown()
     control_tree = {k: tree[k] for k in CONTROL_SECTIONS if k in tree}
-    # keys.jsonl & co. are not read here: the config database imports them (proxy/control/legacy.py).
     snapshot = compile_snapshot(control_tree, problems=problems)
     if snapshot is not None:
         _check_pricing_now(snapshot, problems)

@@ -18,7 +18,7 @@ import orjson
 from aiohttp import web
 
 from proxy.admission.auth import authenticate, authenticate_admin
-from proxy.api import chat, embeddings, models, streaming
+from proxy.api import chat, embeddings, models, protocol_errors, streaming
 from proxy.control import admin
 from proxy.errors import GatewayError, NotFound, PayloadTooLarge
 from proxy.metrics import CONTENT_TYPE_LATEST
@@ -165,8 +165,9 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSession] | None = None) -> web.Application:
-    app = web.Application(middlewares=[protection_middleware, gateway_middleware],
+    app = web.Application(middlewares=[protection_middleware, gateway_middleware, protocol_errors.body_errors],
                           client_max_size=runtime.options.max_body_bytes)
+    protocol_errors.install(app)  # what the HTTP parser refuses leaves in the OpenAI shape too
     app[RUNTIME] = runtime
     app[DRAINED] = asyncio.Event()
     app.on_shutdown.append(drain)

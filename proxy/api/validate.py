@@ -17,6 +17,11 @@ from proxy.errors import InvalidRequest
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 PART_TYPES = frozenset({"text", "image_url", "input_audio", "file", "refusal"})
 RESPONSE_FORMATS = frozenset({"text", "json_object", "json_schema"})
+# Deepest nesting of arrays and objects a body may have: far above any real request (tool schemas included),
+# below what the JSON encoder re-serialising it for a provider accepts (orjson: 255).
+MAX_DEPTH = 64
+MAX_CHOICES = 128  # ``n``: the most choices OpenAI generates for one request
+MAX_DIMENSIONS = 16384  # ``dimensions``: above every embedding model's output size
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,14 +49,39 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         raise InvalidRequest(f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _too_deep(body, MAX_DEPTH):  # counting is the fast path
+        raise InvalidRequest(f"The request body nests arrays and objects deeper than {MAX_DEPTH} levels.",
+                             code="invalid_json")
     return body
+
+
+def _too_deep(value: dict[str, Any] | list[Any], limit: int) -> bool:
+    """Whether ``value`` nests arrays and objects deeper than ``limit``, level by level (no recursion)."""
+    level: list[Any] = [value]
+    depth = 1
+    while level:
+        if depth > limit:
+            return True
+        deeper = []
+        for node in level:
+            for child in (node.values() if type(node) is dict else node):
+                if type(child) is dict or type(child) is list:
+                    deeper.append(child)
+        level = deeper
+        depth += 1
+    return False
+
+
+def _one_of(value: Any, allowed: frozenset[str]) -> bool:
+    """``value in allowed`` for any JSON value (a list or an object is unhashable: never a member)."""
+    return isinstance(value, str) and value in allowed
 
 
 def _bad(param: str, message: str) -> InvalidRequest:
     return InvalidRequest(message, param=param, code="invalid_value")
 
 
-def _int(body: dict, name: str, minimum: int) -> int | None:
+def _int(body: dict, name: str, minimum: int, maximum: int | None = None) -> int | None:
     value = body.get(name)
     if value is None:
         return None
@@ -59,6 +89,8 @@ def _int(body: dict, name: str, minimum: int) -> int | None:
         raise _bad(name, f"'{name}' must be an integer, got {type(value).__name__}.")
     if value < minimum:
         raise _bad(name, f"'{name}' must be >= {minimum}, got {value}.")
+    if maximum is not None and value > maximum:
+        raise _bad(name, f"'{name}' must be <= {maximum}, got {value}.")
     return value
 
 
@@ -108,7 +140,7 @@ def validate_chat(body: dict[str, Any]) -> ChatCall:
         include_usage = iu
     mct = _int(body, "max_completion_tokens", 1)
     mt = _int(body, "max_tokens", 1)
-    _int(body, "n", 1)
+    _int(body, "n", 1, MAX_CHOICES)
     _number(body, "temperature", 0, 2)
     _number(body, "top_p", 0, 1)
     _number(body, "presence_penalty", -2, 2)
@@ -127,7 +159,7 @@ def _message(i: int, msg: Any) -> None:
     if not isinstance(msg, dict):
         raise _bad(p, f"'{p}' must be an object with 'role' and 'content'.")
     role = msg.get("role")
-    if role not in ROLES:
+    if not _one_of(role, ROLES):
         raise _bad(f"{p}.role", f"'{p}.role' must be one of {sorted(ROLES)}, got {role!r}.")
     content = msg.get("content")
     if content is None:
@@ -139,7 +171,7 @@ def _message(i: int, msg: Any) -> None:
         if not content:
             raise _bad(f"{p}.content", f"'{p}.content' must not be an empty array.")
         for j, part in enumerate(content):
-            if not isinstance(part, dict) or part.get("type") not in PART_TYPES:
+            if not isinstance(part, dict) or not _one_of(part.get("type"), PART_TYPES):
                 raise _bad(f"{p}.content[{j}]", f"'{p}.content[{j}]' must be a content part with a type in {sorted(PART_TYPES)}.")
             if part["type"] == "text" and not isinstance(part.get("text"), str):
                 raise _bad(f"{p}.content[{j}].text", f"'{p}.content[{j}].text' must be a string.")
@@ -195,7 +227,7 @@ def _response_format(body: dict) -> None:
     rf = body.get("response_format")
     if rf is None:
         return
-    if not isinstance(rf, dict) or rf.get("type") not in RESPONSE_FORMATS:
+    if not isinstance(rf, dict) or not _one_of(rf.get("type"), RESPONSE_FORMATS):
         raise _bad("response_format", f"'response_format.type' must be one of {sorted(RESPONSE_FORMATS)}.")
     if rf["type"] == "json_schema":
         js = rf.get("json_schema")
@@ -222,7 +254,7 @@ def validate_embeddings(body: dict[str, Any]) -> EmbeddingsCall:
         raise _bad("input", "'input' must be a non-empty string, array of strings, or array of token arrays.")
     if any(t == "" for t in texts):
         raise _bad("input", "'input' must not contain empty strings.")
-    _int(body, "dimensions", 1)
+    _int(body, "dimensions", 1, MAX_DIMENSIONS)
     fmt = body.get("encoding_format")
     if fmt is not None and fmt not in ("float", "base64"):
         raise _bad("encoding_format", "'encoding_format' must be 'float' or 'base64'.")

@@ -82,7 +82,7 @@ def compile_snapshot(
     for r in root.items("keys"):
         add_key(keys, r, teams, apps, aliases, deployments)
     for i, entry in enumerate(stored_keys):
-        add_key(keys, Reader(entry, f"keys.jsonl[{i}]", problems), teams, apps, aliases, deployments)
+        add_key(keys, Reader(entry, f"stored keys[{i}]", problems), teams, apps, aliases, deployments)
     admin_tokens = read_admin_tokens(stored_admin_tokens, problems)
     if problems.items:
         return None

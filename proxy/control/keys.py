@@ -1,7 +1,7 @@
 """Virtual keys: minting; the plaintext is shown once.
 
 A key is ``fb-<env>-`` plus 256 random bits in URL-safe base64. Only its
-SHA-256 hash and a short display id are stored (``state_dir/keys.jsonl``).
+SHA-256 hash and a short display id are stored (the config database's ``keys`` table).
 """
 
 from __future__ import annotations

@@ -176,7 +176,7 @@ def read_budgets(
     runs.reject_unknown()
     scopes: dict[str, BudgetLimit] = {}
     entries = [(e, e.str("scope")) for e in r.items("scopes")]
-    entries += [(e, e.str("scope")) for e in (Reader(d, f"budgets.jsonl[{i}]", r.problems) for i, d in enumerate(stored))]
+    entries += [(e, e.str("scope")) for e in (Reader(d, f"stored budgets[{i}]", r.problems) for i, d in enumerate(stored))]
     for e, scope in entries:
         limit = budget_limit_from(e, aliases)
         e.skip("set_at", "set_by")
@@ -212,7 +212,7 @@ def read_rate_limits(r: Reader, teams: Mapping[str, Team]) -> RatePolicy:
 def read_admin_tokens(stored: Iterable[Mapping[str, Any]], problems: Problems) -> dict[str, AdminToken]:
     tokens: dict[str, AdminToken] = {}
     for i, entry in enumerate(stored):
-        r = Reader(entry, f"admin-tokens.jsonl[{i}]", problems)
+        r = Reader(entry, f"stored admin_tokens[{i}]", problems)
         name, role, token_hash = r.str("name"), r.str("role", choices=ADMIN_ROLES), r.str("hash")
         revoked = r.bool("revoked", False)
         r.skip("created_at")

@@ -4,7 +4,7 @@ One stack (provider simulator with ttft 20 ms and 100-200 tokens/s per
 request, so streams overlap, plus a real ``farebox serve``) with alias
 ``chat-openai`` (one OpenAI-dialect deployment, $2 in / $10 out per 1M tokens,
 converted at the config's USD->INR rate). N keys of team ``platform`` (minted
-in-process into ``keys.jsonl``) fire R streaming requests all at once, keys
+through the admin API) fire R streaming requests all at once, keys
 round-robin, each with ``max_completion_tokens`` 512 (so holds are pessimistic
 as in production) and its own output length (``x-sim-output-tokens``, uniform
 16-400) and prompt length. Every stream is read to the end.
@@ -79,16 +79,18 @@ OUT_JSON = ROOT / "var" / "bench" / "budget.json"
 
 async def run(stack: Stack, plan: list[Planned], n_keys: int, limit: int, prices: Prices,
               out: Callable[[str], None] = print, spread_s: float = 0.0) -> dict:
-    keys = mint_keys(stack, n_keys)
     token = admin_token(stack)
-    for k in (keys[0], keys[-1]):
-        await asyncio.to_thread(wait_key_live, stack.gateway_url, k, 10.0)
+    admin = admin_token(stack, "admin", "bench-admin")
     url = stack.gateway_url + "/v1/chat/completions"
     admin_url = f"{stack.gateway_url}/admin/v1/budgets/{SCOPE}"
     conn = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=120)
     session = aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S),
                                     auto_decompress=False, skip_auto_headers=("User-Agent",))
     try:
+        await wait_admin_live(session, f"{stack.gateway_url}/admin/v1/keys", admin)
+        keys = await mint_keys(session, stack.gateway_url, admin, n_keys)
+        for k in (keys[0], keys[-1]):
+            await asyncio.to_thread(wait_key_live, stack.gateway_url, k, 10.0)
         before = await wait_admin_live(session, admin_url, token)
         if before["limit_micro"] != limit or before["settled_micro"] or before["held_micro"]:
             raise RuntimeError(f"unexpected budget before the run: {before}")

@@ -1,4 +1,4 @@
-"""The budget bench's client side: keys and the admin token, one streaming request and what it saw.
+"""The budget bench's client side: admin tokens and keys, one streaming request and what it saw.
 
 ``one`` sends a planned request (released by an ``asyncio.Event`` so a burst
 starts at once), reads the stream to ``[DONE]`` and keeps what the budget
@@ -16,36 +16,35 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 import aiohttp
 import orjson
 
-from proxy.control.keys import mint_key
-from proxy.control.statefile import KEYS, append_jsonl
 from tests.bench.budget_plan import ALIAS, TEAM, Planned
 from tests.harness import ROOT, Stack
 
 # --------------------------------------------------------------------------- keys, admin token
 
 
-def mint_keys(stack: Stack, n: int) -> list[str]:
-    """Append n key records to the stack's keys.jsonl in-process (the CLI costs ~1 s a key)."""
-    now = datetime.now(timezone.utc).isoformat()
-    keys = []
-    for _ in range(n):
-        minted = mint_key(team=TEAM, app="playground", aliases=[ALIAS], now_iso=now)
-        append_jsonl(stack.folder / KEYS, minted.record)
-        keys.append(minted.plaintext)
-    return keys
-
-
-def admin_token(stack: Stack) -> str:
+def admin_token(stack: Stack, role: str = "finance", name: str = "bench-finance") -> str:
     out = subprocess.run([sys.executable, "-m", "farebox", "admin", "token", "create", "--config", str(stack.config),
-                          "--name", "bench-finance", "--role", "finance", "--json"],
+                          "--name", name, "--role", role, "--json"],
                          cwd=ROOT, check=True, capture_output=True, text=True)
     return json.loads(out.stdout)["token"]
+
+
+async def mint_keys(session: aiohttp.ClientSession, gateway_url: str, admin: str, n: int) -> list[str]:
+    """n keys of the bench's team, created through the admin API (``farebox keys create`` costs ~1 s a key)."""
+    body = {"team": TEAM, "app": "playground", "aliases": [ALIAS]}
+    keys = []
+    for _ in range(n):
+        async with session.post(gateway_url + "/admin/v1/keys", json=body,
+                                headers={"Authorization": f"Bearer {admin}"}) as resp:
+            if resp.status != 201:
+                raise RuntimeError(f"key not created: HTTP {resp.status} {await resp.text()}")
+            keys.append((await resp.json())["key"])
+    return keys
 
 
 async def wait_admin_live(session: aiohttp.ClientSession, url: str, token: str, timeout: float = 10.0) -> dict:

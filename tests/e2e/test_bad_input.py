@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
@@ -106,16 +107,11 @@ def test_bad_key_is_401(stack: Stack, header: str | None, code: str) -> None:
 
 
 def test_expired_key_is_401(stack: Stack) -> None:
-    from proxy.control.keys import mint_key
-    from proxy.control.statefile import append_jsonl
-
-    minted = mint_key(team="platform", app="playground", aliases=["chat-default"], now_iso="2026-01-01T00:00:00Z",
-                      expires_at=time.time() + 1.5)
-    keys_file = stack.folder / "keys.jsonl"
-    append_jsonl(keys_file, minted.record)
-    wait_key_live(stack.gateway_url, minted.plaintext)
-    time.sleep(1.6)
-    resp = httpx.post(stack.gateway_url + CHAT, json=OK_BODY, headers={"Authorization": f"Bearer {minted.plaintext}"})
+    expires = datetime.now(timezone.utc) + timedelta(seconds=4)
+    key = mint(stack.config, "platform", "playground", "chat-default", "--expires-at", expires.isoformat())
+    wait_key_live(stack.gateway_url, key)
+    time.sleep(max((expires - datetime.now(timezone.utc)).total_seconds(), 0) + 0.2)
+    resp = httpx.post(stack.gateway_url + CHAT, json=OK_BODY, headers={"Authorization": f"Bearer {key}"})
     assert_error(resp, 401, "expired_api_key")
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
-from proxy.api.validate import parse_json_object, validate_chat, validate_embeddings
+from proxy.api.validate import MAX_DEPTH, parse_json_object, validate_chat, validate_embeddings
 from proxy.errors import InvalidRequest
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -71,3 +72,36 @@ def test_embeddings_input(inp, ok: bool) -> None:
         with pytest.raises(InvalidRequest) as err:
             validate_embeddings(body)
         assert err.value.param == "input"
+
+
+def test_nesting_deeper_than_the_limit_is_refused() -> None:
+    ok = {"model": "a", "metadata": [[]] * 3}
+    for _ in range(MAX_DEPTH - 3):
+        ok = {"x": ok}
+    assert parse_json_object(orjson.dumps(ok)) == ok
+    deep = b'{"a": ' + b"[" * MAX_DEPTH + b"]" * MAX_DEPTH + b"}"
+    with pytest.raises(InvalidRequest) as err:
+        parse_json_object(deep)
+    assert err.value.code == "invalid_json" and "deeper than" in err.value.message
+
+
+@pytest.mark.parametrize("n", [0, 129, 2**63])
+def test_n_out_of_range(n: int) -> None:
+    with pytest.raises(InvalidRequest) as err:
+        validate_chat({"model": "a", "messages": MSG, "n": n})
+    assert err.value.param == "n"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": "a", "messages": [{"role": [], "content": "x"}]}, "messages[0].role"),
+        ({"model": "a", "messages": [{"role": {}, "content": "x"}]}, "messages[0].role"),
+        ({"model": "a", "messages": [{"role": "user", "content": [{"type": ["text"]}]}]}, "messages[0].content[0]"),
+        ({"model": "a", "messages": MSG, "response_format": {"type": {"a": 1}}}, "response_format"),
+    ],
+)
+def test_unhashable_values_where_a_name_is_expected(body: dict, param: str) -> None:
+    with pytest.raises(InvalidRequest) as err:
+        validate_chat(body)
+    assert err.value.param == param

@@ -173,11 +173,3 @@ class AuditRow(Base):
     before: Mapped[dict | None]
     after: Mapped[dict | None]
     snapshot_version: Mapped[int | None]
-
-
-class ImportRow(Base):
-    """How far each legacy state file (keys.jsonl, ...) has been imported, in bytes."""
-
-    __tablename__ = "state_imports"
-    source: Mapped[str] = mapped_column(sa.String(100), primary_key=True)
-    offset: Mapped[int]

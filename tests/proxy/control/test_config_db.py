@@ -1,4 +1,4 @@
-"""The config database as the control plane's store: changes, validation, audit, apply, imports."""
+"""The config database as the control plane's store: changes, validation, audit, apply, last good snapshot."""
 
 from __future__ import annotations
 
@@ -9,13 +9,10 @@ import orjson
 import pytest
 import yaml
 
-from proxy.control import statefile
 from proxy.control.apply import apply_tree
 from proxy.control.db.store import ConfigDB
 from proxy.control.document import compile_document, content_hash, load_last_good, save_last_good
 from proxy.control.errors import ConfigRejected, ControlConflict
-from proxy.control.keys import mint_key
-from proxy.control.legacy import import_files
 from proxy.control.service import ControlService
 from proxy.control.snapshot import hash_key
 
@@ -136,20 +133,6 @@ async def test_finance_style_key_spec_problems_all_at_once(svc: ControlService) 
     text = " | ".join(err.value.problems)
     for fragment in ("env: must be one of", "rpm: must be >= 1", "colour: unknown field", "at least one alias"):
         assert fragment in text
-
-
-def test_legacy_state_files_are_imported_once(svc: ControlService, tmp_path: Path) -> None:
-    minted = mint_key(team="platform", app="playground", aliases=["chat-default"], now_iso="2026-01-01T00:00:00Z")
-    statefile.append_jsonl(tmp_path / statefile.KEYS, minted.record)
-    statefile.append_jsonl(tmp_path / statefile.BUDGETS, {"scope": "team:kyc-ops", "monthly_limit": "7.00"})
-    done: dict[str, int] = {}
-    first = svc.db.change("files", "state.import", "dir", import_files(tmp_path, svc.db.now(), "files", done))
-    assert first.changed and done[statefile.KEYS] > 0
-    again = svc.db.change("files", "state.import", "dir", import_files(tmp_path, svc.db.now(), "files", done))
-    assert not again.changed
-    snap = snapshot_of(svc)
-    assert hash_key(minted.plaintext) in snap.keys
-    assert snap.budgets.limit_for("team:kyc-ops").limit_micro == 7_000_000
 
 
 def test_last_good_snapshot_roundtrip_and_tamper_check(svc: ControlService, tmp_path: Path) -> None:

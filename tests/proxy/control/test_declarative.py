@@ -88,7 +88,7 @@ def test_stored_keys_are_checked(tree: dict) -> None:
     snap, problems = compile_or_problems(tree, [good])
     assert problems == [] and good["hash"] in snap.keys
     _, problems = compile_or_problems(tree, [bad])
-    assert any(p.startswith("keys.jsonl[0].hash") for p in problems)
+    assert any(p.startswith("stored keys[0].hash") for p in problems)
     assert any("unknown team 'ghosts'" in p for p in problems)
     assert any("unknown alias 'chat-zzz'" in p for p in problems)
 

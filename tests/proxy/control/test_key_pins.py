@@ -2,7 +2,7 @@
 
 YAML compiler -> KeyRecord, admin changes -> config database rows -> snapshot
 document -> KeyRecord (SQLite and PostgreSQL), rotation, apply of static
-keys, the legacy keys.jsonl import, and the router reading the record.
+keys, and the router reading the record.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 from infra.postgres.server import PostgresServer
-from proxy.control import statefile
 from proxy.control.apply import apply_tree
 from proxy.control.changes import rotate_spec
 from proxy.control.db.store import ConfigDB
@@ -24,7 +23,6 @@ from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.document import compile_document
 from proxy.control.errors import ConfigRejected
 from proxy.control.keys import mint_key
-from proxy.control.legacy import import_files
 from proxy.control.problems import Problems
 from proxy.control.service import ControlService
 from proxy.control.snapshot import KeyRecord, hash_key
@@ -88,8 +86,8 @@ def test_unknown_region_and_deployment_are_reported_with_paths() -> None:
     text = " | ".join(problems)
     assert "keys[0].regions[1]: no deployment is in region 'eu-west-1'" in text
     assert "keys[0].deployments[0]: unknown deployment 'ghost'" in text
-    assert "keys.jsonl[0].regions: must be a list of strings" in text
-    assert "keys.jsonl[0].deployments: must be a list of strings" in text
+    assert "stored keys[0].regions: must be a list of strings" in text
+    assert "stored keys[0].deployments: must be a list of strings" in text
     assert "keys[0].regions[0]" not in text and "keys[0].deployments[1]" not in text
 
 
@@ -223,14 +221,6 @@ async def test_apply_carries_static_key_pins_and_is_idempotent(svc: ControlServi
     assert f"~ key {rec['id']}" in diff
     key = snapshot_of(svc).keys[rec["hash"]]
     assert key.regions == frozenset({"us-east-1"}) and key.deployments == frozenset({ANTHROPIC})
-
-
-def test_legacy_keys_file_pins_are_imported(svc: ControlService, tmp_path: Path) -> None:
-    rec = static_key(regions=["ap-south-1"], deployments=[OPENAI])
-    statefile.append_jsonl(tmp_path / statefile.KEYS, rec)
-    svc.db.change("files", "state.import", "dir", import_files(tmp_path, svc.db.now(), "files", {}))
-    key = snapshot_of(svc).keys[rec["hash"]]
-    assert key.regions == frozenset({"ap-south-1"}) and key.deployments == frozenset({OPENAI})
 
 
 def test_key_record_defaults_are_empty() -> None:

@@ -78,3 +78,33 @@ def test_sqlite_key_pins_migration_keeps_existing_keys(tmp_path: Path) -> None:
 @pytest.mark.postgres
 def test_postgres_key_pins_migration_keeps_existing_keys(postgres: PostgresServer) -> None:
     _keys_0001_to_head_and_back(postgres.create_database("migrations_0002"))
+
+
+def _state_imports_dropped_and_restored(url: str) -> None:
+    """0003 drops ``state_imports`` (offsets of the removed state-file inbox); downgrading brings it back, empty."""
+    engine = make_engine(url)
+    try:
+        migrate.upgrade(engine, "0002")
+        with engine.begin() as conn:
+            conn.execute(sa.text('INSERT INTO state_imports (source, "offset") VALUES (:s, :o)'),
+                         {"s": "keys.jsonl", "o": 120})
+        migrate.upgrade(engine)
+        assert migrate.current(engine) == migrate.head() == "0003"
+        assert "state_imports" not in sa.inspect(engine).get_table_names()
+        migrate.downgrade(engine, "0002")
+        assert "state_imports" in sa.inspect(engine).get_table_names()
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM state_imports")).scalar_one() == 0
+        migrate.downgrade(engine)
+        assert migrate.current(engine) is None
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_state_imports_migration(tmp_path: Path) -> None:
+    _state_imports_dropped_and_restored(f"sqlite:///{tmp_path / 'control.sqlite'}")
+
+
+@pytest.mark.postgres
+def test_postgres_state_imports_migration(postgres: PostgresServer) -> None:
+    _state_imports_dropped_and_restored(postgres.create_database("migrations_0003"))

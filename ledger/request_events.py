@@ -1,0 +1,164 @@
+"""Request events (``fb.requests``, keyed by team): admitted, attempted, settled, expired.
+
+Every admitted request ends settled or expired. Holds, charges and costs are
+integer micro-units of ``currency``; usage is a ``pricing.usage.TokenUsage``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import ClassVar
+
+from ledger.envelope import Event, check_usage, freeze_scope_map, non_empty, non_negative
+from ledger.errors import InvalidEvent
+from pricing.usage import TokenUsage
+
+ATTEMPT_OUTCOMES = frozenset(
+    {"ok", "rate_limited", "unavailable", "rejected", "timeout", "client_closed", "interrupted", "auth_failed", "error"}
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestEvent(Event):
+    """An event of one request's life; ``team`` is its partition key."""
+
+    request_id: str  # type: ignore[assignment]  # a field here, a property on Event
+    team: str
+
+    def __post_init__(self) -> None:
+        Event.__post_init__(self)
+        non_empty(self, "request_id", self.request_id)
+        non_empty(self, "team", self.team)
+
+    @property
+    def key(self) -> str:
+        return self.team
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestAdmitted(RequestEvent):
+    """Admission passed: the request holds money on every scope it touches."""
+
+    type: ClassVar[str] = "request.admitted"
+    schema: ClassVar[int] = 2  # 2: ``leases`` (schema 1 is read as funded by no lease)
+
+    key_id: str
+    business_unit: str
+    app: str
+    run_id: str | None
+    alias: str
+    data_class: str
+    est_input_tokens: int
+    max_output_tokens: int
+    holds: Mapping[str, int]
+    currency: str
+    price_version: int
+    pod: str
+    hold_ttl_s: int
+    stream: bool
+    leases: Mapping[str, str] = field(default_factory=dict)  # scope -> lease id that funds its hold (distributed mode)
+
+    def __post_init__(self) -> None:
+        RequestEvent.__post_init__(self)
+        for name in ("est_input_tokens", "max_output_tokens", "price_version", "hold_ttl_s"):
+            non_negative(self, name, getattr(self, name))
+        freeze_scope_map(self, "holds")
+        for scope, lease_id in self.leases.items():
+            if scope not in self.holds:
+                raise InvalidEvent(f"{self.type}.leases[{scope}]: the scope has no hold")
+            non_empty(self, f"leases[{scope}]", lease_id)
+        object.__setattr__(self, "leases", MappingProxyType(dict(self.leases)))
+
+    @property
+    def id(self) -> str:
+        return f"{self.request_id}/admitted"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestAttempted(RequestEvent):
+    """One try at one deployment, with provider-reported usage priced at ``price_version``."""
+
+    type: ClassVar[str] = "request.attempted"
+
+    attempt: int
+    deployment: str
+    provider: str
+    account: str
+    model: str
+    region: str
+    outcome: str
+    status: int
+    ttft_ms: int | None
+    latency_ms: int
+    usage: TokenUsage
+    cost_micro: int
+    currency: str
+    price_version: int
+    error_code: str | None
+
+    def __post_init__(self) -> None:
+        RequestEvent.__post_init__(self)
+        if isinstance(self.attempt, bool) or not isinstance(self.attempt, int) or self.attempt < 1:
+            raise InvalidEvent(f"{self.type}.attempt counts from 1, got {self.attempt!r}")
+        if self.outcome not in ATTEMPT_OUTCOMES:
+            raise InvalidEvent(f"{self.type}.outcome {self.outcome!r} is not one of {sorted(ATTEMPT_OUTCOMES)}")
+        for name in ("status", "latency_ms", "cost_micro", "price_version"):
+            non_negative(self, name, getattr(self, name))
+        if self.ttft_ms is not None:
+            non_negative(self, "ttft_ms", self.ttft_ms)
+        check_usage(self, "usage")
+
+    @property
+    def id(self) -> str:
+        return f"{self.request_id}/attempt/{self.attempt}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestSettled(RequestEvent):
+    """The hold is replaced by the actual cost; ``final_status`` is the HTTP status the client got."""
+
+    type: ClassVar[str] = "request.settled"
+
+    final_status: int
+    attempts: int
+    deployment: str | None
+    usage: TokenUsage
+    cost_micro: int
+    currency: str
+    cost_by_scope: Mapping[str, int]
+    hold_released: Mapping[str, int]
+    overrun_micro: int
+    cache_hit: bool
+    latency_ms: int
+
+    def __post_init__(self) -> None:
+        RequestEvent.__post_init__(self)
+        for name in ("final_status", "attempts", "cost_micro", "overrun_micro", "latency_ms"):
+            non_negative(self, name, getattr(self, name))
+        check_usage(self, "usage")
+        freeze_scope_map(self, "cost_by_scope")
+        freeze_scope_map(self, "hold_released")
+
+    @property
+    def id(self) -> str:
+        return f"{self.request_id}/settled"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HoldExpired(RequestEvent):
+    """A hold never settled within its TTL (pod died): charged in full on each scope."""
+
+    type: ClassVar[str] = "hold.expired"
+
+    charged: Mapping[str, int]
+    currency: str
+
+    def __post_init__(self) -> None:
+        RequestEvent.__post_init__(self)
+        freeze_scope_map(self, "charged")
+
+    @property
+    def id(self) -> str:
+        return f"{self.request_id}/expired"
