@@ -194,7 +194,7 @@ def _parquet(rows: list[dict]) -> bytes:
         elif column in INTEGER_COLUMNS:
             kind = pa.int64()
         elif column in DATETIME_COLUMNS:
-            kind = pa.timestamp("s", tz="UTC")
+            kind = pa.timestamp("ms", tz="UTC")  # Parquet has no second unit
             values[column] = [datetime.strptime(v, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
                               for v in values[column]]
         else:

@@ -67,18 +67,21 @@ def _usage(rng: random.Random, deployment: str) -> TokenUsage:
         output=rng.randint(1, 900), reasoning=rng.choice((0, 0, 128)) if deployment == "oai-mumbai" else 0)
 
 
-def request(i: int, at: datetime, rng: random.Random, *, book: PriceBook = BOOK,
-            fx: FxTable = FX) -> list[Event]:
-    """Admitted, one or two attempts, settled: the events the gateway writes for request ``i``."""
+def request(i: int, at: datetime, rng: random.Random, *, book: PriceBook = BOOK, fx: FxTable = FX,
+            deployments: dict[str, tuple[str, str, str, str]] = DEPLOYMENTS, version: int | None = None) -> list[Event]:
+    """Admitted, one or two attempts, settled: the events the gateway writes for request ``i``.
+
+    ``version`` overrides the price version the events carry; one the book lacks is priced at its latest
+    (events for the tests of a book that does not have their version)."""
     team = sorted(TEAMS)[i % len(TEAMS)]
     bu, apps = TEAMS[team]
     app = apps[(i // len(TEAMS)) % len(apps)]
-    version = book.in_force(at).version
+    version = version or book.in_force(at).version
     rid = f"req-{i:05d}"
-    plan = [rng.choice(sorted(DEPLOYMENTS))]
+    plan = [rng.choice(sorted(deployments))]
     fallback = i % 7 == 0
     if fallback:
-        plan.append(rng.choice([d for d in sorted(DEPLOYMENTS) if d != plan[0]]))
+        plan.append(rng.choice([d for d in sorted(deployments) if d != plan[0]]))
     events: list[Event] = [RequestAdmitted(
         time=at, request_id=rid, team=team, key_id=f"fb-{team[:3]}-{i % 3}", business_unit=bu, app=app,
         run_id=None, alias="chat-default", data_class="internal", est_input_tokens=1000, max_output_tokens=1024,
@@ -86,12 +89,12 @@ def request(i: int, at: datetime, rng: random.Random, *, book: PriceBook = BOOK,
         stream=bool(i % 2))]
     total = 0
     for n, deployment in enumerate(plan, 1):
-        provider, account, model, region = DEPLOYMENTS[deployment]
+        provider, account, model, region = deployments[deployment]
         when = at + timedelta(milliseconds=400 * n)
         failed = fallback and n == 1
         usage = TokenUsage(input=rng.randint(10, 400), output=rng.randint(1, 40)) if failed and i % 2 else (
             TokenUsage() if failed else _usage(rng, deployment))
-        price = book.get(version).price(deployment)
+        price = book.get(min(version, book.latest.version)).price(deployment)
         cost = rate(usage, price, fx.rate(price.currency, CURRENCY, when)) if (
             usage.prompt_tokens or usage.completion_tokens) else 0
         total += cost
