@@ -148,8 +148,7 @@ def export_focus(archive_root: str | Path, month: str, book: PriceBook, fx: FxTa
     start, end = month_bounds(first)
     last = end.date() - timedelta(days=1)
     try:
-        usage = read_usage(_archive_files(root, first, last), _archive_files(root, first - timedelta(days=1), last),
-                           start, end, book, fx, currency)
+        usage = read_usage(_archive_files(root, first - timedelta(days=1), last), start, end, book, fx, currency)
     except duckdb.Error as exc:
         raise FocusError(f"cannot read the archive at {root}: {exc}") from None
     billing = usage.currency or currency
@@ -195,8 +194,6 @@ def _parquet(rows: list[dict]) -> bytes:
             kind = pa.int64()
         elif column in DATETIME_COLUMNS:
             kind = pa.timestamp("ms", tz="UTC")  # Parquet has no second unit
-            values[column] = [datetime.strptime(v, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
-                              for v in values[column]]
         else:
             kind = pa.string()
         fields.append(pa.field(column, kind))

@@ -146,10 +146,6 @@ def month_bounds(first: date) -> tuple[datetime, datetime]:
     return start, datetime.combine(following, time(), timezone.utc)
 
 
-def _iso(at: datetime) -> str:
-    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def tags_json(tags: tuple[tuple[str, str], ...]) -> str:
     """Tags as a canonical JSON object (sorted keys, no spaces): the same tags give the same text."""
     return json.dumps(dict(tags), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -173,15 +169,15 @@ def focus_row(line: ChargeLine, billing_currency: str) -> dict[str, Any]:
         "BillingAccountName": line.provider,
         "BillingAccountType": "Provider",
         "BillingCurrency": billing_currency,
-        "BillingPeriodEnd": _iso(billing_end),
-        "BillingPeriodStart": _iso(billing_start),
+        "BillingPeriodEnd": billing_end,
+        "BillingPeriodStart": billing_start,
         "ChargeCategory": "Usage",
         "ChargeClass": CORRECTION if line.correction_id else None,
         "ChargeDescription": f"{meter} of {line.model} on {line.deployment}, price version "
                              f"{line.price_version}{side}",
         "ChargeFrequency": "Usage-Based",
-        "ChargePeriodEnd": _iso(charge_start + timedelta(days=1)),
-        "ChargePeriodStart": _iso(charge_start),
+        "ChargePeriodEnd": charge_start + timedelta(days=1),
+        "ChargePeriodStart": charge_start,
         "ConsumedQuantity": quantity,
         "ConsumedUnit": CONSUMED_UNIT,
         "ContractedCost": list_cost,
@@ -244,6 +240,8 @@ def csv_value(column: str, value: Any) -> str:
         return ""
     if column in DECIMAL_COLUMNS:
         return decimal_text(value)
+    if column in DATETIME_COLUMNS:
+        return value.strftime("%Y-%m-%dT%H:%M:%SZ")
     return str(value)
 
 

@@ -88,20 +88,20 @@ def _scale(prices: Mapping[tuple[int, str, str], UnitPrice]) -> int:
     return scale
 
 
-def _sql_list(paths: Sequence[Path]) -> str:
-    return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
-
-
 _ATTEMPT_COLUMNS = ("id", "request_id", "event_time", "team", "deployment", "provider", "account", "model", "region",
                     *(f"{kind}_tokens" for kind in TOKEN_TYPES), "cost_micro", "currency", "price_version",
                     "cost_centre", "tags")
 _ADMITTED_COLUMNS = ("request_id", "app", "business_unit", "key_id", "alias", "cost_centre", "tags")
+_COLUMNS = ("type", *_ATTEMPT_COLUMNS, *(c for c in _ADMITTED_COLUMNS if c not in _ATTEMPT_COLUMNS))
 
 
-def _dedupe(files: Sequence[Path], event_type: str, columns: Sequence[str], where: str) -> str:
-    """The events of one type in ``files`` matching ``where``, each id once (the first by partition, offset)."""
-    return (f"SELECT {', '.join(columns)} FROM read_parquet({_sql_list(files)}, hive_partitioning = false) "
-            f"WHERE type = '{event_type}' AND {where} "
+def _events_sql(files: Sequence[Path], since: datetime, end: datetime) -> str:
+    """Admitted and attempted events of [since, end) in ``files``, each id once (the first by partition, offset):
+    one scan of the files for both."""
+    paths = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in files) + "]"
+    return (f"SELECT {', '.join(_COLUMNS)} FROM read_parquet({paths}, hive_partitioning = false) "
+            f"WHERE type IN ('request.attempted', 'request.admitted') "
+            f"AND event_time >= '{since.isoformat()}'::TIMESTAMPTZ AND event_time < '{end.isoformat()}'::TIMESTAMPTZ "
             f"QUALIFY row_number() OVER (PARTITION BY id ORDER BY log_partition, log_offset) = 1")
 
 
@@ -149,16 +149,18 @@ def _tags(text: str | None) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(json.loads(text).items())) if text and text != "null" else ()
 
 
-def read_usage(attempt_files: Sequence[Path], admitted_files: Sequence[Path], start: datetime, end: datetime,
-               book: PriceBook, fx: FxTable, currency: str | None = None) -> Usage:
-    """The charge lines of the attempts in [start, end); ``currency`` (if given) must be the events' currency."""
+def read_usage(files: Sequence[Path], start: datetime, end: datetime, book: PriceBook, fx: FxTable,
+               currency: str | None = None) -> Usage:
+    """The charge lines of the attempts in [start, end) in ``files`` (which also hold the day before ``start``,
+    for admissions); ``currency`` (if given) must be the events' currency."""
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
-        if not attempt_files:
+        if not files:
             return Usage([], currency, 0, 0, Decimal(0))
-        window = f"event_time >= '{start.isoformat()}'::TIMESTAMPTZ AND event_time < '{end.isoformat()}'::TIMESTAMPTZ"
-        con.execute(f"CREATE TEMP TABLE att AS {_dedupe(attempt_files, 'request.attempted', _ATTEMPT_COLUMNS, window)}")
+        con.execute(f"CREATE TEMP TABLE ev AS {_events_sql(files, start - timedelta(days=1), end)}")
+        con.execute(f"CREATE TEMP TABLE att AS SELECT {', '.join(_ATTEMPT_COLUMNS)} FROM ev "
+                    f"WHERE type = 'request.attempted' AND event_time >= '{start.isoformat()}'::TIMESTAMPTZ")
         seen = [c for (c,) in con.execute("SELECT DISTINCT currency FROM att WHERE currency IS NOT NULL "
                                           "ORDER BY 1").fetchall()]
         if len(seen) > 1 or (currency is not None and seen and seen != [currency]):
@@ -176,10 +178,9 @@ def read_usage(attempt_files: Sequence[Path], admitted_files: Sequence[Path], st
                for i, kind in enumerate(TOKEN_TYPES)}}))
         ns = ", ".join(f"CAST(n{i} AS HUGEINT) AS n{i}" for i in range(_N))
         con.execute(f"CREATE TEMP TABLE prices AS SELECT price_version, deployment, {ns} FROM prices_in")
-        before = (start - timedelta(days=1)).isoformat()
-        recent = f"event_time >= '{before}'::TIMESTAMPTZ AND request_id IN (SELECT request_id FROM att)"
-        con.execute(f"CREATE TEMP TABLE adm AS "
-                    f"{_dedupe(admitted_files, 'request.admitted', _ADMITTED_COLUMNS, recent)}")
+        con.execute(f"CREATE TEMP TABLE adm AS SELECT {', '.join(_ADMITTED_COLUMNS)} FROM ev "
+                    "WHERE type = 'request.admitted'")  # one per request: its id is request_id/admitted
+        con.execute("DROP TABLE ev")
         con.execute(_allocation_sql(scale))
         _check_ledger(con, scale)
         count, ledger, total = con.execute("SELECT count(*), coalesce(sum(cost_micro), 0)::BIGINT, "
