@@ -11,19 +11,22 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
+import orjson
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from focus_archive import BOOK, CURRENCY, DEC, FX, NOV, UTC, V1, attempts_in, month_events, request, write_archive
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ledger.codec import encode
 from ledger.events import RequestAttempted
 from pricing.book import FxTable, Price, PriceBook, PriceVersion
 from pricing.rating import exact_cost, rate
 from pricing.usage import TOKEN_TYPES, TokenUsage
 from reconcile.focus import FocusError, export_focus
 from reconcile.focus_columns import COLUMNS, FOCUS_COLUMNS, SKU_METERS, X_COLUMNS
-from streams.archive_schema import SCHEMA_METADATA_KEY
+from streams.archive_schema import SCHEMA, SCHEMA_METADATA_KEY, typed_row
 
 MICRO = Decimal("0.000001")
 METER_TYPE = {meter: kind for kind, meter in SKU_METERS.items()}
@@ -252,3 +255,24 @@ def test_unreadable_or_newer_archive_files_are_named(month, tmp_path):
     files[0].write_bytes(files[0].read_bytes()[:100])
     with pytest.raises(FocusError, match=f"{files[0].name}: not a readable archive file"):
         export_focus(copy, "2026-11", BOOK, FX, tmp_path / "x.csv")
+
+
+def test_cost_centre_and_tags_on_the_admission_reach_tags_and_x_cost_centre(tmp_path):
+    """Rows whose admission carries a cost centre and caller tags (written straight into the archive's typed
+    columns, as the archiver does once events carry them) group by them and show them."""
+    rng = random.Random(11)
+    rows = []
+    for i, tags in enumerate(({"project": "q4", "env": "prod"}, {"env": "prod", "project": "q4"}, {"env": "dev"})):
+        for offset, event in enumerate(request(i, NOV + timedelta(days=2, minutes=i), rng), start=10 * i):
+            wire = orjson.loads(encode(event))
+            row = typed_row(wire, stored_at=NOV, partition=0, offset=offset, text=encode(event).decode())
+            if event.type == "request.admitted":
+                row.update(cost_centre="cc-7", tags=sorted(tags.items()))
+            rows.append(row)
+    folder = tmp_path / "archive" / "date=2026-11-03" / "hour=00"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), folder / "part-0-1-30.parquet")
+    export_focus(tmp_path / "archive", "2026-11", BOOK, FX, tmp_path / "out.csv")
+    out = read_csv(tmp_path / "out.csv")
+    assert {r["x_cost_centre"] for r in out} == {"cc-7"}
+    assert {r["Tags"] for r in out} == {'{"env":"prod","project":"q4"}', '{"env":"dev"}'}
