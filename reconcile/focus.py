@@ -6,6 +6,10 @@ quantities (ConsumedQuantity in ``Tokens``, PricingQuantity in
 ``1000000 Tokens``), plus two rows per correction billed in the month
 (``reconcile.focus_corrections``). Columns: ``reconcile.focus_columns``.
 
+Only provider usage is exported: ``request.attempted`` events, which carry
+tokens and what the provider bills. A ``hold.expired`` charge (a pod died before
+settling) is a budget charge with no usage behind it, so it is not a FOCUS row.
+
 Windows: the month is the half-open UTC interval [first day 00:00, first day of
 the next month 00:00) on each attempt's ``event_time``, so adjacent months never
 share an event, and a day's rows are built once from its events, never
@@ -62,7 +66,7 @@ from reconcile.focus_columns import (
 )
 from reconcile.focus_corrections import Correction, correction_lines, priced_versions, unique
 from reconcile.focus_usage import UnitPrice, read_usage, unit_prices
-from streams.archive import archive_files
+from streams.archive import ArchiveError, archive_files
 from streams.archive_schema import ARCHIVE_SCHEMA_VERSION, schema_version_of
 
 __all__ = ["ExportSummary", "FocusError", "export_focus", "parse_month"]
@@ -149,6 +153,8 @@ def export_focus(archive_root: str | Path, month: str, book: PriceBook, fx: FxTa
     last = end.date() - timedelta(days=1)
     try:
         usage = read_usage(_archive_files(root, first - timedelta(days=1), last), start, end, book, fx, currency)
+    except ArchiveError as exc:
+        raise FocusError(str(exc)) from None
     except duckdb.Error as exc:
         raise FocusError(f"cannot read the archive at {root}: {exc}") from None
     billing = usage.currency or currency
