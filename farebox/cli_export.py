@@ -15,8 +15,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from proxy.control.snapshot import Snapshot
+if TYPE_CHECKING:
+    from farebox.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,8 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=export_focus_command)
 
 
-def live_snapshot(settings) -> Snapshot:  # type: ignore[no-untyped-def]
-    """The snapshot ``farebox serve`` would start with: the config database's head, else the last good on disk."""
+def live_snapshot(settings: Settings) -> Any:
+    """The snapshot ``farebox serve`` would start with: the config database's head, else the last good on disk.
+
+    Returned as ``Any``: naming the snapshot's class would tie this command to the module the proxy keeps it in;
+    only its ``price_book``, ``fx`` and ``currency`` are read."""
     from farebox.control import open_config_db
     from proxy.control.document import compile_document, load_last_good
     from proxy.control.errors import ControlUnavailable
