@@ -85,8 +85,8 @@ X_COLUMNS = (
 )
 COLUMNS = FOCUS_COLUMNS + FOCUS_1_0_COLUMNS + X_COLUMNS
 
-# Inexact traps: a quantity or list cost that could not be held exactly raises instead of rounding.
-_EXACT = Context(prec=80, traps=[Inexact, InvalidOperation])
+# Inexact traps: an amount that could not be held exactly raises instead of rounding.
+EXACT = Context(prec=80, traps=[Inexact, InvalidOperation])
 
 DECIMAL_COLUMNS = frozenset({
     "BilledCost", "CommitmentDiscountQuantity", "ConsumedQuantity", "ContractedCost", "ContractedUnitPrice",
@@ -156,7 +156,7 @@ def focus_row(line: ChargeLine, billing_currency: str) -> dict[str, Any]:
     charge_start = datetime.combine(line.charge_day, time(), timezone.utc)
     billing_start, billing_end = month_bounds(line.billing_month)
     quantity = Decimal(line.tokens)
-    with localcontext(_EXACT):
+    with localcontext(EXACT):
         pricing_quantity = quantity / TOKENS_PER_PRICING_UNIT
         list_cost = line.unit_price * pricing_quantity
     billed = to_decimal(line.billed_micro)

@@ -30,7 +30,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from pathlib import Path
 
 import duckdb
@@ -39,7 +39,7 @@ import pyarrow as pa
 from pricing.book import FxTable, PriceBook
 from pricing.errors import PricingError
 from pricing.usage import TOKEN_TYPES
-from reconcile.focus_columns import ChargeLine, FocusError
+from reconcile.focus_columns import EXACT, ChargeLine, FocusError
 
 _N = len(TOKEN_TYPES)
 _MAX_SCALE = 24  # tokens x n stays far inside HUGEINT (10^38) at this scale
@@ -77,8 +77,15 @@ def unit_prices(book: PriceBook, fx: FxTable, pairs: Sequence[tuple[int, str]], 
             raise FocusError(f"cannot price deployment {deployment!r} at price version {version}: {exc}") from None
         for kind in TOKEN_TYPES:
             per_million = price.per_million(kind)
-            out[(version, deployment, kind)] = UnitPrice(per_million * rate, per_million, price.currency)
+            with localcontext(EXACT):
+                out[(version, deployment, kind)] = UnitPrice(per_million * rate, per_million, price.currency)
     return out
+
+
+def _shift(value: Decimal | int | str, places: int) -> Decimal:
+    """``value`` x 10^places, exactly (``Decimal.scaleb`` rounds to the context's precision)."""
+    with localcontext(EXACT):
+        return Decimal(value).scaleb(places)
 
 
 def _scale(prices: Mapping[tuple[int, str, str], UnitPrice]) -> int:
@@ -174,7 +181,7 @@ def read_usage(files: Sequence[Path], start: datetime, end: datetime, book: Pric
         scale = _scale(prices)
         con.register("prices_in", pa.table({
             "price_version": [v for v, _ in pairs], "deployment": [d for _, d in pairs],
-            **{f"n{i}": [str(int(prices[(v, d, kind)].billing.scaleb(scale))) for v, d in pairs]
+            **{f"n{i}": [str(int(_shift(prices[(v, d, kind)].billing, scale))) for v, d in pairs]
                for i, kind in enumerate(TOKEN_TYPES)}}))
         ns = ", ".join(f"CAST(n{i} AS HUGEINT) AS n{i}" for i in range(_N))
         con.execute(f"CREATE TEMP TABLE prices AS SELECT price_version, deployment, {ns} FROM prices_in")
@@ -186,7 +193,7 @@ def read_usage(files: Sequence[Path], start: datetime, end: datetime, book: Pric
         count, ledger, total = con.execute("SELECT count(*), coalesce(sum(cost_micro), 0)::BIGINT, "
                                            "coalesce(sum(total), 0)::VARCHAR FROM alloc").fetchone()
         lines = [_line(row, prices, start.date()) for row in con.execute(_lines_sql()).fetchall()]
-        return Usage(lines, billing, count, ledger, Decimal(total).scaleb(-scale))
+        return Usage(lines, billing, count, ledger, _shift(total, -scale))
     finally:
         con.close()
 
@@ -198,7 +205,7 @@ def _check_ledger(con: duckdb.DuckDBPyConnection, scale: int) -> None:
         bad = con.execute("SELECT id, price_version, deployment, cost_micro, total::VARCHAR FROM alloc "
                           "WHERE NOT is_ceiling ORDER BY id LIMIT 5").fetchall()
         shown = "; ".join(f"{i} (deployment {d}, price version {v}): the ledger charged {c} micro-units, the "
-                          f"book prices it at {Decimal(t).scaleb(-scale)}" for i, v, d, c, t in bad)
+                          f"book prices it at {_shift(t, -scale)}" for i, v, d, c, t in bad)
         raise FocusError(f"{count} attempt(s) were charged an amount the price book does not give, so the book "
                          f"is not the one they were priced with: {shown}")
 
