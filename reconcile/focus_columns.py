@@ -30,6 +30,8 @@ ListCost = ContractedCost = ListUnitPrice x PricingQuantity exactly.
 BilledCost = EffectiveCost = the ledger's micro-units (see ``reconcile.focus``
 for how they relate).
 
+``FocusError`` is the export's one error: every refusal names what is wrong.
+
 Decimals are exact: ``Decimal`` in, plain fixed-point text in CSV (always with
 a decimal point, so a CSV reader sees a decimal column, not an integer one),
 ``decimal128`` in Parquet at the smallest scale that holds every value of the
@@ -133,8 +135,9 @@ class ChargeLine:
 
     def sort_key(self) -> tuple:
         """Row order: charge day, usage before corrections, then every dimension (a total order)."""
-        return (self.charge_day, self.correction_id is not None, self.deployment, self.model,
-                TOKEN_TYPES.index(self.token_type), self.price_version, self.team, self.app or "",
+        return (self.charge_day, self.correction_id is not None, self.deployment, self.model, self.provider,
+                self.account, self.region, TOKEN_TYPES.index(self.token_type), self.price_version, self.team,
+                self.app or "",
                 self.business_unit or "", self.key_id or "", self.alias or "", self.cost_centre or "", self.tags,
                 self.correction_id or "", self.correction_side or "")
 
