@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from focus_archive import BOOK, CURRENCY, DEC, FX, NOV, UTC, V1, attempts_in, month_events, request, write_archive
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger.codec import encode
@@ -116,7 +116,7 @@ def test_billed_cost_equals_the_ledger_and_each_row_is_priced_from_its_own_token
         assert r["EffectiveCost"] == r["BilledCost"]
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None)
 @given(usages=st.lists(st.tuples(*[st.integers(0, 50_000)] * 5), min_size=1, max_size=6),
        prices=st.tuples(*[st.decimals("0", "40", places=4)] * 5), fx=st.decimals("0.001", "120", places=6))
 def test_allocation_each_attempt_adds_up_to_its_rated_cost(usages, prices, fx):
