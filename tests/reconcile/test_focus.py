@@ -26,6 +26,7 @@ from pricing.rating import exact_cost, rate
 from pricing.usage import TOKEN_TYPES, TokenUsage
 from reconcile.focus import FocusError, export_focus
 from reconcile.focus_columns import COLUMNS, FOCUS_COLUMNS, SKU_METERS, X_COLUMNS
+from streams.archive import ArchiveWriter, Record
 from streams.archive_schema import SCHEMA, SCHEMA_METADATA_KEY, typed_row
 
 MICRO = Decimal("0.000001")
@@ -276,3 +277,20 @@ def test_cost_centre_and_tags_on_the_admission_reach_tags_and_x_cost_centre(tmp_
     out = read_csv(tmp_path / "out.csv")
     assert {r["x_cost_centre"] for r in out} == {"cc-7"}
     assert {r["Tags"] for r in out} == {'{"env":"prod","project":"q4"}', '{"env":"dev"}'}
+
+
+def test_late_arrivals_for_an_exported_day_count_once(tmp_path):
+    """A day exported, then more of its events archived (new files in the same hour folders, overlapping
+    the first batch): the re-export rebuilds the day from its events, so each attempt counts once."""
+    rng = random.Random(23)
+    events = []
+    for i in range(40):
+        events += request(i, NOV + timedelta(days=4, minutes=20 * i), rng)
+    root = write_archive(tmp_path / "archive", events[:60], batch=25)
+    first = export_focus(root, "2026-11", BOOK, FX, tmp_path / "first.csv")
+    ArchiveWriter(root, "late").write([Record(1, n, encode(e)) for n, e in enumerate(events[40:])])
+    again = export_focus(root, "2026-11", BOOK, FX, tmp_path / "again.csv")
+    everything = sum(e.cost_micro for e in events if isinstance(e, RequestAttempted))
+    assert first.ledger_micro < again.ledger_micro == again.billed_micro == everything
+    billed = sum(Decimal(r["BilledCost"]) for r in read_csv(tmp_path / "again.csv"))
+    assert billed == Decimal(everything) * MICRO
