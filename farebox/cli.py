@@ -448,6 +448,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("-n", type=int, default=20)
     s.add_argument("--follow", "-f", action="store_true")
     s.set_defaults(func=_events_tail)
+    __import__("farebox.cli_export", fromlist=["register"]).register(sub)  # farebox export focus
     return p
 
 
