@@ -131,7 +131,7 @@ def compare_tokens(provider_rows: Iterable[UsageRow], ours: Iterable[OurUsage], 
         provider_of.setdefault(row.account, row.provider)
         reported.setdefault((row.account, row.day, row.model), set()).add(row.token_type)
     scope = set(provider_of) | set(accounts or ())
-    mine = _fold_to_provider_grain(_index(r for r in ours if r.account in scope), reported)
+    mine = _fold_to_provider_grain({k: r for k, r in _index(ours).items() if r.account in scope}, reported)
     rows = []
     for key in sorted(set(theirs) | set(mine)):
         our = mine.get(key)
@@ -165,7 +165,7 @@ def compare_money(provider_costs: Iterable[CostRow], ours: Iterable[OurUsage], *
         theirs[key] = (amount + cost.amount, currency)
         provider_of.setdefault(cost.account, cost.provider)
     scope = set(provider_of) | set(accounts or ())
-    mine = [r for r in _index(r for r in ours if r.account in scope).values()]
+    mine = [r for r in _index(ours).values() if r.account in scope]
     covered: set[Key] = set()
     rows = []
     for key, (amount, currency) in theirs.items():
