@@ -109,6 +109,16 @@ class DriftRow:
     causes: tuple[Cause, ...] = ()
     currency: str | None = None
 
+    def to_dict(self) -> dict[str, object]:
+        """JSON-safe form for reports: Decimals as exact strings, the day as ``YYYY-MM-DD``."""
+        return {"measure": self.measure, "provider": self.provider, "account": self.account,
+                "day": self.day.isoformat(), "model": self.model, "token_type": self.token_type,
+                "provider_figure": str(self.provider_figure), "ours": str(self.ours),
+                "difference": str(self.difference),
+                "percent": None if self.percent is None else str(self.percent.quantize(Decimal("0.01"))),
+                "flagged": self.flagged, "causes": [{"code": c.code, "detail": c.detail} for c in self.causes],
+                "currency": self.currency}
+
 
 Key = tuple[str, date, str, str]  # account, day, model, token type
 
@@ -125,11 +135,11 @@ def compare_tokens(provider_rows: Iterable[UsageRow], ours: Iterable[OurUsage], 
     theirs: dict[Key, int] = {}
     provider_of: dict[str, str] = {}
     reported: dict[tuple[str, date, str], set[str]] = {}
-    for row in provider_rows:
-        key = (row.account, row.day, row.model, row.token_type)
-        theirs[key] = theirs.get(key, 0) + row.tokens
-        provider_of.setdefault(row.account, row.provider)
-        reported.setdefault((row.account, row.day, row.model), set()).add(row.token_type)
+    for usage in provider_rows:
+        key = (usage.account, usage.day, usage.model, usage.token_type)
+        theirs[key] = theirs.get(key, 0) + usage.tokens
+        provider_of.setdefault(usage.account, usage.provider)
+        reported.setdefault((usage.account, usage.day, usage.model), set()).add(usage.token_type)
     scope = set(provider_of) | set(accounts or ())
     mine = _fold_to_provider_grain({k: r for k, r in _index(ours).items() if r.account in scope}, reported)
     rows = []

@@ -41,6 +41,7 @@ from reconcile.exports.rows import (
     count,
     decimal_amount,
     obj,
+    opt_text,
     rfc3339_time,
     text,
 )
@@ -76,7 +77,7 @@ def parse_anthropic_usage(pages: Pages, account: str) -> list[UsageRow]:
     """Messages usage pages (raw or parsed, in order) of one organization -> rows for ``account``."""
     sums = UsageSums(PROVIDER, account, USAGE_TYPES)
     for day, rpath, result in _results(pages):
-        model = text(result, "model", rpath, required=False) or _UNGROUPED_MODEL
+        model = opt_text(result, "model", rpath) or _UNGROUPED_MODEL
         sums.add(day, model, "input", count(result, "uncached_input_tokens", rpath))
         sums.add(day, model, "cached_input", count(result, "cache_read_input_tokens", rpath, required=False))
         creation = result.get("cache_creation")
@@ -98,20 +99,20 @@ def parse_anthropic_costs(pages: Pages, account: str) -> list[CostRow]:
     """Cost report pages -> money rows in currency units, summed per (day, model, token type, description)."""
     sums: dict[tuple[date, str | None, str | None, str | None, str], Decimal] = {}
     for day, rpath, result in _results(pages):
-        currency = (text(result, "currency", rpath) or "").upper()
+        currency = text(result, "currency", rpath).upper()
         if currency not in _MINOR_UNITS:
             raise ExportParseError(f"{rpath}.currency", f"unknown currency {currency!r}: its lowest unit is not known")
         amount = decimal_amount(result.get("amount"), f"{rpath}.amount").scaleb(-_MINOR_UNITS[currency])
-        model = text(result, "model", rpath, required=False)
-        raw_type = text(result, "token_type", rpath, required=False)
-        cost_type = text(result, "cost_type", rpath, required=False)
+        model = opt_text(result, "model", rpath)
+        raw_type = opt_text(result, "token_type", rpath)
+        cost_type = opt_text(result, "cost_type", rpath)
         if raw_type is not None:
             token_type: str | None = _COST_TOKEN_TYPES.get(raw_type, raw_type)
         elif cost_type not in (None, "tokens"):
             token_type = cost_type  # web_search, code_execution: billed units farebox does not price
         else:
             token_type = None
-        description = text(result, "description", rpath, required=False)
+        description = opt_text(result, "description", rpath)
         key = (day, model, token_type, description, currency)
         sums[key] = sums.get(key, Decimal(0)) + amount
     ordered = sorted(sums.items(), key=lambda kv: tuple("" if x is None else str(x) for x in kv[0]))

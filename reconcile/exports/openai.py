@@ -46,6 +46,7 @@ from reconcile.exports.rows import (
     count,
     decimal_amount,
     obj,
+    opt_text,
     text,
     unix_time,
 )
@@ -84,7 +85,7 @@ def parse_openai_usage(pages: Pages, account: str) -> list[UsageRow]:
     """Completions usage pages (raw or parsed, in order) of one organization -> rows for ``account``."""
     sums = UsageSums(PROVIDER, account, USAGE_TYPES)
     for day, rpath, result in _buckets(pages, "organization.usage.completions.result"):
-        model = text(result, "model", rpath, required=False) or _UNGROUPED_MODEL
+        model = opt_text(result, "model", rpath) or _UNGROUPED_MODEL
         total_in = count(result, "input_tokens", rpath)
         cached = count(result, "input_cached_tokens", rpath, required=False)
         if cached > total_in:
@@ -106,7 +107,7 @@ def parse_openai_costs(pages: Pages, account: str) -> list[CostRow]:
         amount = obj(result.get("amount"), f"{rpath}.amount")
         value = decimal_amount(amount.get("value"), f"{rpath}.amount.value")
         currency = text(amount, "currency", f"{rpath}.amount")
-        line_item = text(result, "line_item", rpath, required=False)
+        line_item = opt_text(result, "line_item", rpath)
         model, token_type = _line_item(line_item)
         key = (day, model, token_type, line_item, currency.upper())
         sums[key] = sums.get(key, Decimal(0)) + value

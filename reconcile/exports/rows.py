@@ -138,13 +138,17 @@ def count(record: Mapping[str, Any], key: str, where: str, *, required: bool = T
     return value
 
 
-def text(record: Mapping[str, Any], key: str, where: str, *, required: bool = True) -> str | None:
+def text(record: Mapping[str, Any], key: str, where: str) -> str:
+    """A required non-empty string field."""
     value = record.get(key)
-    if value is None and not required:
-        return None
     if not isinstance(value, str) or not value:
         raise ExportParseError(f"{where}.{key}", f"must be a non-empty string, got {value!r}")
     return value
+
+
+def opt_text(record: Mapping[str, Any], key: str, where: str) -> str | None:
+    """A string field that may be absent or null (ungrouped dimensions)."""
+    return None if record.get(key) is None else text(record, key, where)
 
 
 def decimal_amount(value: Any, where: str) -> Decimal:

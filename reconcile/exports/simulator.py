@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import date
 from typing import Any
 
@@ -60,7 +60,7 @@ def _csv_value(key: str, value: str, where: str) -> Any:
     return int(value)
 
 
-def _rows(records: list[Mapping[str, Any]], places: list[str], provider: str) -> list[UsageRow]:
+def _rows(records: Sequence[Mapping[str, Any]], places: Sequence[str], provider: str) -> list[UsageRow]:
     by_account: dict[str, UsageSums] = {}
     for record, where in zip(records, places):
         account = text(record, "account", where)

@@ -54,6 +54,10 @@ def test_estimated_share_is_named():
     assert row.flagged and row.percent == Decimal(20)
     assert row.causes == (Cause("estimated_usage", "25.00% of our 800 tokens (200) were estimated, "
                                                    "not provider-reported"),)
+    assert row.to_dict() == {
+        "measure": "tokens", "provider": "openai", "account": "acme", "day": "2026-11-30", "model": M,
+        "token_type": "output", "provider_figure": "1000", "ours": "800", "difference": "200", "percent": "20.00",
+        "flagged": True, "causes": [{"code": "estimated_usage", "detail": row.causes[0].detail}], "currency": None}
 
 
 def test_a_type_we_never_price_is_flagged_with_its_cause():

@@ -179,6 +179,9 @@ def test_anthropic_errors_name_the_path():
     with pytest.raises(ExportParseError) as err:
         parse_anthropic_usage(page, "a")
     assert err.value.where == "data[0].results[0].cache_creation.ephemeral_1h_input_tokens"
+    with pytest.raises(ExportParseError) as err:
+        parse_anthropic_usage([fixture("anthropic_usage_page1.json"), page], "a")
+    assert err.value.where == "pages[1].data[0].results[0].cache_creation.ephemeral_1h_input_tokens"
     page = json.loads(fixture("anthropic_usage_page2.json"))
     page["data"][0]["ending_at"] = "tomorrow"
     with pytest.raises(ExportParseError, match=r"^data\[0\]\.ending_at: must be an RFC 3339 time"):
