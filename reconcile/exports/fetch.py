@@ -90,6 +90,8 @@ Params = Mapping[str, str] | Sequence[tuple[str, str]]
 async def _pages(session: aiohttp.ClientSession, url: str, params: Params, headers: Mapping[str, str],
                  secret: str) -> list[bytes]:
     """Follow ``has_more`` / ``next_page`` (sent back as ``page``) until the last page."""
+    if not isinstance(secret, str) or not secret.strip():
+        raise ExportFetchError(f"{_path(url)}: no admin API key for this account; the report needs one")
     base = list(params.items()) if isinstance(params, Mapping) else list(params)
     bodies: list[bytes] = []
     cursor: str | None = None

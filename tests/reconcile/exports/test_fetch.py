@@ -161,3 +161,10 @@ async def test_a_cursor_that_is_missing_stops_with_an_error(admin):
     base, session, _ = admin
     with pytest.raises(ExportFetchError, match="has_more is true but next_page is None"):
         await fetch_openai_costs(session, ADMIN_KEY, date(2026, 11, 30), base_url=base)
+
+
+async def test_an_account_without_credentials_is_a_clear_error_before_any_request(admin):
+    base, session, seen = admin
+    with pytest.raises(ExportFetchError, match="no admin API key for this account"):
+        await fetch_anthropic_usage(session, "", date(2026, 11, 30), base_url=base)
+    assert seen == []
