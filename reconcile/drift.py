@@ -18,7 +18,7 @@ Rules a reader must keep:
   to cover an account whose export came back empty);
 * a provider that reports no ``reasoning`` row for an (account, day, model)
   counts reasoning inside output (OpenAI, Anthropic): our ``reasoning`` is
-  folded into our ``output`` for that group before comparing;
+  folded into our ``output`` for that group before comparing, tokens and money;
 * a provider row with model ``"*"`` (a report not grouped by model) is set
   against ours summed over every model of that account and day;
 * a provider cost row is set against ours summed over every row matching its
@@ -175,7 +175,12 @@ def compare_money(provider_costs: Iterable[CostRow], ours: Iterable[OurUsage], *
         theirs[key] = (amount + cost.amount, currency)
         provider_of.setdefault(cost.account, cost.provider)
     scope = set(provider_of) | set(accounts or ())
-    mine = [r for r in _index(ours).values() if r.account in scope]
+    typed: dict[tuple[str, date, str], set[str]] = {}
+    for account, day, model, token_type in theirs:
+        if model is not None and token_type is not None:
+            typed.setdefault((account, day, model), set()).add(token_type)
+    mine = list(_fold_to_provider_grain({k: r for k, r in _index(ours).items() if r.account in scope},
+                                        typed).values())
     covered: set[Key] = set()
     rows = []
     for key, (amount, currency) in theirs.items():

@@ -140,6 +140,14 @@ def test_money_matches_to_the_micro_unit_and_names_a_price_version_mismatch():
     assert out.causes == (Cause("price_version_mismatch", "priced under version(s) 2; version 3 is in force"),)
 
 
+def test_money_folds_our_reasoning_into_output_when_the_provider_bills_it_as_output():
+    provider = [cost("input", "0.001"), cost("output", "0.003")]  # OpenAI line items: no reasoning
+    rows = compare_money(provider, [ours("input", 1000, cost_micro=1_000), ours("output", 500, cost_micro=2_000),
+                                    ours("reasoning", 250, cost_micro=1_000)])
+    assert [(r.token_type, r.ours, r.flagged) for r in rows] == [("input", Decimal("0.001"), False),
+                                                                 ("output", Decimal("0.003"), False)]
+
+
 def test_money_with_several_versions_and_no_current_one():
     (row,) = compare_money([cost("output", "1")], [ours("output", 1, cost_micro=500_000, price_versions={1, 2})])
     assert row.percent == 50 and [c.detail for c in row.causes] == ["priced under several versions: 1, 2"]
