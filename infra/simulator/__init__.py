@@ -3,7 +3,8 @@
 Modules: ``config`` (YAML -> profiles, faults, accounts), ``generation`` (token
 counting rule, deterministic answers, ``x-sim-*`` overrides), ``schema_gen``
 (values satisfying a JSON Schema), ``faults`` (seeded fault draws),
-``billing`` (the "provider invoice"), ``stats`` (test counters),
+``billing`` (the "provider invoice"), ``export_drift`` (per-account errors
+injected into that invoice's export), ``stats`` (test counters),
 ``embeddings`` (deterministic vectors), ``openai_wire`` / ``anthropic_wire``
 (pure request parsing and response bytes), ``handlers`` (aiohttp engine),
 ``app`` (routes, control API, ``run``), ``bench`` (own ceiling).

@@ -4,8 +4,10 @@ Model endpoints: ``POST /v1/chat/completions``, ``POST /v1/embeddings``
 (OpenAI) and ``POST /v1/messages`` (Anthropic). Provider invoice:
 ``GET /v1/usage/export?account=A&date=YYYY-MM-DD[&format=csv]`` (both filters
 optional). Test control: ``GET /_sim/health``, ``GET /_sim/stats``,
-``GET|POST /_sim/models/{model}`` (read / overlay a profile), ``POST /_sim/reset``
-(drops runtime profile changes, stats and billing; restarts the fault RNG).
+``GET|POST /_sim/models/{model}`` (read / overlay a profile),
+``GET|POST /_sim/accounts/{account}`` (read / overlay the account's export
+drift, see ``export_drift``), ``POST /_sim/reset`` (drops runtime profile
+changes, export drift, stats and billing; restarts the fault RNG).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import orjson
 from aiohttp import web
 
 from infra.simulator.config import ConfigError, SimulatorConfig
+from infra.simulator.export_drift import apply_drift
 from infra.simulator.handlers import handle_anthropic_messages, handle_embeddings, handle_openai_chat
 from infra.simulator.state import STATE, SimState
 
@@ -41,7 +44,7 @@ async def usage_export(request: web.Request) -> web.Response:
     if fmt not in ("json", "csv"):
         return _json({"error": {"message": "format must be json or csv", "type": "invalid_request_error",
                                 "param": "format", "code": None}}, 400)
-    rows = state.billing.export(account, date)
+    rows = apply_drift(state.billing.export(account, date), state.drifts)
     if fmt == "csv":
         return web.Response(text=state.billing.to_csv(rows), content_type="text/csv")
     return _json({"object": "usage_export", "account": account, "date": date, "data": rows})
@@ -74,6 +77,39 @@ async def set_model(request: web.Request) -> web.Response:
     return _json({"model": model, "profile": profile.to_dict()})
 
 
+def _known_account(request: web.Request) -> str | None:
+    account = request.match_info["account"]
+    return account if request.app[STATE].has_account(account) else None
+
+
+def _no_account(request: web.Request) -> web.Response:
+    return _json({"error": {"message": f"no account {request.match_info['account']!r}",
+                            "type": "not_found_error", "param": "account", "code": None}}, 404)
+
+
+async def get_account(request: web.Request) -> web.Response:
+    account = _known_account(request)
+    if account is None:
+        return _no_account(request)
+    return _json({"account": account, "drift": request.app[STATE].drift(account).to_dict()})
+
+
+async def set_account(request: web.Request) -> web.Response:
+    """Overlay the JSON body (``export_factor``, ``extra_token_type``, ...) on the account's export drift."""
+    account = _known_account(request)
+    if account is None:
+        return _no_account(request)
+    try:
+        data = orjson.loads(await request.read() or b"{}")
+    except orjson.JSONDecodeError:
+        return _json({"error": {"message": "body must be JSON", "errors": ["<body>: invalid JSON"]}}, 400)
+    try:
+        drift = request.app[STATE].set_drift(account, data)
+    except ConfigError as exc:
+        return _json({"error": {"message": "invalid drift", "errors": exc.errors}}, 400)
+    return _json({"account": account, "drift": drift.to_dict()})
+
+
 async def reset(request: web.Request) -> web.Response:
     request.app[STATE].reset()
     return _json({"status": "reset"})
@@ -95,6 +131,8 @@ def create_app(config: SimulatorConfig) -> web.Application:
     app.router.add_get("/_sim/stats", stats)
     app.router.add_get("/_sim/models/{model:.+}", get_model)
     app.router.add_post("/_sim/models/{model:.+}", set_model)
+    app.router.add_get("/_sim/accounts/{account}", get_account)
+    app.router.add_post("/_sim/accounts/{account}", set_account)
     app.router.add_post("/_sim/reset", reset)
     app.on_cleanup.append(_close_billing)
     return app

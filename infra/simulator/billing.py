@@ -80,8 +80,10 @@ class BillingLedger:
 
     @staticmethod
     def to_csv(rows: list[dict]) -> str:
+        """CSV with a header; a count column only some rows carry (an injected type) is 0 in the others."""
+        extra = sorted({key for row in rows for key in row} - set(CSV_FIELDS))
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+        writer = csv.DictWriter(buf, fieldnames=[*CSV_FIELDS, *extra], restval=0, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
         return buf.getvalue()

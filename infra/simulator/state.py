@@ -1,4 +1,4 @@
-"""Mutable simulator state shared by the handlers: profiles, accounts, RNG, billing, stats."""
+"""Mutable simulator state shared by the handlers: profiles, accounts, RNG, billing, export drift, stats."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from aiohttp import web
 
 from infra.simulator.billing import BillingLedger
 from infra.simulator.config import ModelProfile, SimulatorConfig, parse_profile_update
+from infra.simulator.export_drift import AccountDrift, parse_drift_update
 from infra.simulator.faults import FaultDecider
 from infra.simulator.stats import Stats
 
@@ -23,6 +24,7 @@ class SimState:
         self._accounts = {a.api_key: a.name for a in config.accounts}
         self.faults = FaultDecider(config.seed)
         self.billing = BillingLedger(config.billing_file)
+        self.drifts: dict[str, AccountDrift] = {}
         self.stats = Stats()
 
     def profile(self, model: str) -> ModelProfile:
@@ -35,6 +37,19 @@ class SimState:
         self.overrides[model] = prof
         return prof
 
+    def has_account(self, name: str) -> bool:
+        """Whether ``name`` is an account requests can bill to."""
+        return name in self._accounts.values() if self._accounts else name == DEFAULT_ACCOUNT
+
+    def drift(self, account: str) -> AccountDrift:
+        return self.drifts.get(account, AccountDrift())
+
+    def set_drift(self, account: str, data: Any) -> AccountDrift:
+        """Overlay ``data`` on the account's export drift (raises ConfigError)."""
+        drift = parse_drift_update(data, self.drift(account))
+        self.drifts[account] = drift
+        return drift
+
     def account_for(self, key: str | None) -> str | None:
         """The account a presented key belongs to, or None (the key is never logged)."""
         if not key:
@@ -44,8 +59,9 @@ class SimState:
         return self._accounts.get(key)
 
     def reset(self) -> None:
-        """Clear runtime profile changes, stats and billing; restart the fault RNG."""
+        """Clear runtime profile changes, export drift, stats and billing; restart the fault RNG."""
         self.overrides.clear()
+        self.drifts.clear()
         self.faults.reset()
         self.billing.reset()
         self.stats.reset()

@@ -1,0 +1,305 @@
+"""The pure comparison of a provider's usage export with our own records: tokens and money.
+
+Inputs: the provider's rows (``reconcile.exports.UsageRow`` / ``CostRow``) and
+ours (:class:`OurUsage`, one row per account, UTC day, model and token type,
+built from the archive by ``reconcile/sql/our_usage.sql``). Output: one
+:class:`DriftRow` per key either side reports, with the provider's figure,
+ours, ``difference = provider - ours`` and ``percent = difference / provider
+* 100`` (None when the provider reports nothing); a row is flagged when
+``|percent|`` exceeds the threshold (1% by default) or the provider reports
+nothing where we do. Each flagged row names the likely causes found in our own
+data (:class:`Cause`): usage estimated rather than provider-reported, a token
+type farebox never priced, requests whose hold expired (pod died before
+settling), and, for money, a price version mismatch.
+
+Rules a reader must keep:
+
+* only the accounts the provider rows cover are compared (pass ``accounts``
+  to cover an account whose export came back empty);
+* a provider that reports no ``reasoning`` row for an (account, day, model)
+  counts reasoning inside output (OpenAI, Anthropic): our ``reasoning`` is
+  folded into our ``output`` for that group before comparing, tokens and money;
+* a provider row with model ``"*"`` (a report not grouped by model) is set
+  against ours summed over every model of that account and day;
+* a provider cost row is set against ours summed over every row matching its
+  non-None parts (model, token type); one report is expected to use one grain;
+* money is compared in the provider's currency; ours in another currency is
+  a :class:`DriftInputError` (convert with ``pricing`` FX first), never a guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import date
+from decimal import Decimal
+from typing import Literal
+
+from reconcile.exports.rows import PRICED_TYPES, CostRow, UsageRow
+
+DEFAULT_THRESHOLD = Decimal("1")  # percent
+ANY_MODEL = "*"
+_HUNDRED = Decimal(100)
+
+
+class DriftInputError(ValueError):
+    """Our rows or the provider's cannot be compared as given (duplicate key, currency mismatch)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OurUsage:
+    """Our aggregate for one (account, day, model, token type), from the archive's attempted events.
+
+    ``estimated_tokens`` is the part of ``tokens`` whose usage source was
+    ``estimated``; ``expired_requests`` counts requests of this (account, day,
+    model) whose hold expired, repeated on each of its token-type rows;
+    ``cost_micro`` is what we charged for these tokens in ``currency``;
+    ``price_versions`` the versions that priced them; ``priced`` is False when
+    the deployment's price book has no price of its own for the type.
+    """
+
+    account: str
+    day: date
+    model: str
+    token_type: str
+    tokens: int
+    estimated_tokens: int = 0
+    expired_requests: int = 0
+    cost_micro: int = 0
+    currency: str = "USD"
+    price_versions: frozenset[int] = field(default_factory=frozenset)
+    priced: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "price_versions", frozenset(self.price_versions))
+        for name in ("tokens", "estimated_tokens", "expired_requests", "cost_micro"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise DriftInputError(f"{self._key()}: {name} must be a non-negative integer, got {value!r}")
+        if self.estimated_tokens > self.tokens:
+            raise DriftInputError(f"{self._key()}: estimated_tokens {self.estimated_tokens} > tokens {self.tokens}")
+
+    def _key(self) -> str:
+        return f"{self.account}/{self.day}/{self.model}/{self.token_type}"
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """A likely cause of a flagged row: ``code`` for machines, ``detail`` with our figures for people."""
+
+    code: Literal["estimated_usage", "unpriced_token_type", "expired_holds", "price_version_mismatch"]
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class DriftRow:
+    """One compared key; money figures are in currency units of ``currency``, token figures are counts."""
+
+    measure: Literal["tokens", "money"]
+    provider: str
+    account: str
+    day: date
+    model: str | None
+    token_type: str | None
+    provider_figure: Decimal
+    ours: Decimal
+    difference: Decimal
+    percent: Decimal | None
+    flagged: bool
+    causes: tuple[Cause, ...] = ()
+    currency: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-safe form for reports: Decimals as exact strings, the day as ``YYYY-MM-DD``."""
+        return {"measure": self.measure, "provider": self.provider, "account": self.account,
+                "day": self.day.isoformat(), "model": self.model, "token_type": self.token_type,
+                "provider_figure": str(self.provider_figure), "ours": str(self.ours),
+                "difference": str(self.difference),
+                "percent": None if self.percent is None else str(self.percent.quantize(Decimal("0.01"))),
+                "flagged": self.flagged, "causes": [{"code": c.code, "detail": c.detail} for c in self.causes],
+                "currency": self.currency}
+
+
+Key = tuple[str, date, str, str]  # account, day, model, token type
+
+
+def compare_tokens(provider_rows: Iterable[UsageRow], ours: Iterable[OurUsage], *,
+                   threshold: Decimal = DEFAULT_THRESHOLD, accounts: Iterable[str] | None = None,
+                   unattributed_expired: Mapping[date, int] | None = None) -> list[DriftRow]:
+    """Token drift per (account, day, model, token type), sorted by key.
+
+    ``unattributed_expired`` counts, per day, expired requests that never
+    recorded an attempt (so no account or model is known); they are named as
+    a cause on every flagged row of that day where the provider counts more.
+    """
+    theirs: dict[Key, int] = {}
+    provider_of: dict[str, str] = {}
+    reported: dict[tuple[str, date, str], set[str]] = {}
+    for usage in provider_rows:
+        key = (usage.account, usage.day, usage.model, usage.token_type)
+        theirs[key] = theirs.get(key, 0) + usage.tokens
+        provider_of.setdefault(usage.account, usage.provider)
+        reported.setdefault((usage.account, usage.day, usage.model), set()).add(usage.token_type)
+    scope = set(provider_of) | set(accounts or ())
+    mine = _fold_to_provider_grain({k: r for k, r in _index(ours).items() if r.account in scope}, reported)
+    rows = []
+    for key in sorted(set(theirs) | set(mine)):
+        our = mine.get(key)
+        p, o = Decimal(theirs.get(key, 0)), Decimal(our.tokens if our else 0)
+        if not p and not o:
+            continue
+        row = _drift("tokens", provider_of.get(key[0], ""), key, p, o, threshold)
+        if row.flagged:
+            causes = _usage_causes(key, [our] if our else [], p > o, unattributed_expired or {})
+            row = replace(row, causes=tuple(causes))
+        rows.append(row)
+    return rows
+
+
+def compare_money(provider_costs: Iterable[CostRow], ours: Iterable[OurUsage], *,
+                  threshold: Decimal = DEFAULT_THRESHOLD, accounts: Iterable[str] | None = None,
+                  current_price_version: int | None = None,
+                  unattributed_expired: Mapping[date, int] | None = None) -> list[DriftRow]:
+    """Money drift at the grain of the provider's cost rows, plus our charges no provider row covers.
+
+    ``current_price_version``, when given, is the version that should have
+    priced the day; rows priced under any other are named as a cause.
+    """
+    theirs: dict[tuple[str, date, str | None, str | None], tuple[Decimal, str]] = {}
+    provider_of: dict[str, str] = {}
+    for cost in provider_costs:
+        key = (cost.account, cost.day, cost.model, cost.token_type)
+        amount, currency = theirs.get(key, (Decimal(0), cost.currency))
+        if currency != cost.currency:
+            raise DriftInputError(f"{key}: provider rows in both {currency} and {cost.currency}")
+        theirs[key] = (amount + cost.amount, currency)
+        provider_of.setdefault(cost.account, cost.provider)
+    scope = set(provider_of) | set(accounts or ())
+    typed: dict[tuple[str, date, str], set[str]] = {}
+    for account, day, model, token_type in theirs:
+        if model is not None and token_type is not None:
+            typed.setdefault((account, day, model), set()).add(token_type)
+    mine = list(_fold_to_provider_grain({k: r for k, r in _index(ours).items() if r.account in scope},
+                                        typed).values())
+    covered: set[Key] = set()
+    rows = []
+    for key, (amount, currency) in theirs.items():
+        matched = [r for r in mine if _covers(key, r)]
+        covered.update((r.account, r.day, r.model, r.token_type) for r in matched)
+        rows.append(_money_row(provider_of[key[0]], key, amount, currency, matched, threshold,
+                               current_price_version, unattributed_expired or {}))
+    for r in mine:
+        if (r.account, r.day, r.model, r.token_type) not in covered and r.cost_micro:
+            key = (r.account, r.day, r.model, r.token_type)
+            rows.append(_money_row(provider_of.get(r.account, ""), key, Decimal(0), r.currency, [r], threshold,
+                                   current_price_version, unattributed_expired or {}))
+    return sorted(rows, key=lambda d: (d.account, d.day, d.model or "", d.token_type or ""))
+
+
+def _index(ours: Iterable[OurUsage]) -> dict[Key, OurUsage]:
+    out: dict[Key, OurUsage] = {}
+    for r in ours:
+        key = (r.account, r.day, r.model, r.token_type)
+        if key in out:
+            raise DriftInputError(f"our rows repeat the key {r._key()}: aggregate them first")
+        out[key] = r
+    return out
+
+
+def _fold_to_provider_grain(mine: dict[Key, OurUsage],
+                            reported: Mapping[tuple[str, date, str], set[str]]) -> dict[Key, OurUsage]:
+    """Collapse ours to model ``*`` where the provider did not group by model; fold reasoning into output."""
+    ungrouped = {(acct, day) for acct, day, model in reported if model == ANY_MODEL}
+    out: dict[Key, OurUsage] = {}
+    for (acct, day, model, token_type), r in mine.items():
+        model = ANY_MODEL if (acct, day) in ungrouped else model
+        types = reported.get((acct, day, model))
+        if token_type == "reasoning" and types is not None and "reasoning" not in types:
+            token_type = "output"
+        key = (acct, day, model, token_type)
+        out[key] = _merge(out[key], r, model, token_type) if key in out else replace(r, model=model,
+                                                                                       token_type=token_type)
+    return out
+
+
+def _merge(a: OurUsage, b: OurUsage, model: str, token_type: str) -> OurUsage:
+    if a.currency != b.currency:
+        raise DriftInputError(f"{a._key()}: our rows in both {a.currency} and {b.currency}")
+    same_group = a.model == b.model  # the expired count is per (account, day, model): add it once per model
+    return OurUsage(a.account, a.day, model, token_type, a.tokens + b.tokens,
+                    a.estimated_tokens + b.estimated_tokens,
+                    max(a.expired_requests, b.expired_requests) if same_group else a.expired_requests + b.expired_requests,
+                    a.cost_micro + b.cost_micro, a.currency, a.price_versions | b.price_versions, a.priced and b.priced)
+
+
+def _covers(key: tuple[str, date, str | None, str | None], r: OurUsage) -> bool:
+    account, day, model, token_type = key
+    return (r.account == account and r.day == day and (model is None or model == r.model)
+            and (token_type is None or token_type == r.token_type))
+
+
+def _drift(measure: Literal["tokens", "money"], provider: str, key: tuple[str, date, str | None, str | None],
+           p: Decimal, o: Decimal, threshold: Decimal, currency: str | None = None) -> DriftRow:
+    difference = p - o
+    percent = difference / p * _HUNDRED if p else None
+    flagged = abs(percent) > threshold if percent is not None else o != 0
+    return DriftRow(measure, provider, key[0], key[1], key[2], key[3], p, o, difference, percent, flagged,
+                    currency=currency)
+
+
+def _money_row(provider: str, key: tuple[str, date, str | None, str | None], amount: Decimal, currency: str,
+               matched: list[OurUsage], threshold: Decimal, current: int | None,
+               unattributed: Mapping[date, int]) -> DriftRow:
+    for r in matched:
+        if r.currency != currency:
+            raise DriftInputError(f"{r._key()}: ours in {r.currency}, the provider's in {currency}; convert first")
+    ours = Decimal(sum(r.cost_micro for r in matched)).scaleb(-6)
+    row = _drift("money", provider, key, amount, ours, threshold, currency)
+    if not row.flagged:
+        return row
+    causes = _usage_causes(key, matched, amount > ours, unattributed)
+    versions = frozenset().union(*(r.price_versions for r in matched)) if matched else frozenset()
+    if current is not None and versions - {current}:
+        causes.append(Cause("price_version_mismatch", f"priced under version(s) {_list(versions)}; "
+                                                       f"version {current} is in force"))
+    elif current is None and len(versions) > 1:
+        causes.append(Cause("price_version_mismatch", f"priced under several versions: {_list(versions)}"))
+    return replace(row, causes=tuple(causes))
+
+
+def _usage_causes(key: tuple[str, date, str | None, str | None], matched: list[OurUsage], provider_more: bool,
+                  unattributed: Mapping[date, int]) -> list[Cause]:
+    """Causes visible in our own rows: estimated share, unpriced type, expired holds.
+
+    Expired holds lose usage, so they are named only where the provider counts more than we do."""
+    causes: list[Cause] = []
+    tokens = sum(r.tokens for r in matched)
+    estimated = sum(r.estimated_tokens for r in matched)
+    if estimated:
+        share = Decimal(estimated) / Decimal(tokens) * _HUNDRED
+        causes.append(Cause("estimated_usage", f"{_pct(share)}% of our {tokens} tokens ({estimated}) were "
+                                               "estimated, not provider-reported"))
+    token_type = key[3]
+    unpriced = [r.token_type for r in matched if not r.priced]
+    if token_type is not None and token_type not in PRICED_TYPES:
+        causes.append(Cause("unpriced_token_type", f"the provider billed {token_type!r}, a type farebox never "
+                                                   "prices or records"))
+    elif unpriced:
+        causes.append(Cause("unpriced_token_type", f"{_list(unpriced)} had no price of its own in our price book"))
+    expired = sum({r.model: r.expired_requests for r in matched}.values())  # repeated per token type
+    if expired and provider_more:
+        causes.append(Cause("expired_holds", f"{expired} request(s) here expired before settling (pod died); "
+                                             "usage after the pod died is not in our figures"))
+    loose = unattributed.get(key[1], 0)
+    if loose and provider_more:
+        causes.append(Cause("expired_holds", f"{loose} request(s) that day expired before any attempt was "
+                                             "recorded; their account and model are unknown to us"))
+    return causes
+
+
+def _pct(value: Decimal) -> str:
+    return str(value.quantize(Decimal("0.01")))
+
+
+def _list(values: Iterable[object]) -> str:
+    return ", ".join(str(v) for v in sorted(values))  # type: ignore[type-var]
