@@ -15,7 +15,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from focus_archive import BOOK, CURRENCY, DEC, FX, NOV, UTC, V1, attempts_in, month_events, request, write_archive
+from tests.reconcile.focus_archive import BOOK, CURRENCY, DEC, FX, NOV, UTC, V1, attempts_in, month_events, request, write_archive
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from focus_archive import NOV, request, write_archive
+from tests.reconcile.focus_archive import NOV, request, write_archive
 
 from farebox.cli import main
 from farebox.cli_export import live_snapshot
