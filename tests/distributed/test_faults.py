@@ -1,4 +1,4 @@
-"""Distributed mode under faults (issue 4): a pod killed mid-stream, Kafka stopped under load.
+"""Distributed mode under faults: a pod killed mid-stream, Kafka stopped under load.
 
 Real processes as in ``test_cluster``: the session's Kafka broker (Maven jars),
 a Redis per cluster, a Faust worker, 3 gateway pods and the simulator. Every

@@ -1,4 +1,4 @@
-"""Distributed mode: the Faust worker killed with SIGKILL and started again (issue 4 fault test).
+"""Distributed mode: the Faust worker killed with SIGKILL and started again.
 
 Real processes as in ``test_faults`` (its fixture and helpers). A worker with
 the same id and data dir must recover the same balances from its changelogs,

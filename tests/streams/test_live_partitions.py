@@ -3,7 +3,7 @@
 Against a real broker and aiokafka's own fetcher: records of two partitions
 are buffered, then Faust's active set becomes empty (a rebalance pauses
 everything). Given the bare set, aiokafka drains every partition (the trap
-behind the recovery stall of issue 4); given the view, it drains nothing and
+that would stall a table recovery); given the view, it drains nothing and
 the records stay buffered until their partition is active again. The first
 test pins aiokafka's behaviour: if an upgrade changes it, the view can go.
 """
