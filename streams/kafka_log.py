@@ -32,8 +32,9 @@ sender task cancelled, connections closed), so nothing still queued in it can
 be delivered later and overtake the spool; (3) new appends go to the spool
 until it is fully replayed. A produce request already on the wire at
 fail-over may still be written, but it precedes its own spooled copy. So the
-first occurrence of each event in a partition is in append order. Duplicates are possible (a batch on the wire when Kafka went
-away may have been written, and is replayed): the producer skips spooled
+first occurrence of each event in a partition is in append order. Duplicates
+are possible (a batch on the wire when Kafka went away may have been written,
+and is replayed): the producer skips spooled
 records whose id it has seen acknowledged (this session, or in the last
 ``dedupe_window`` records per partition read at connect), and consumers dedupe
 by event id for the rest.

@@ -38,7 +38,8 @@ class _Batcher:
         self.resumed = True
 
 
-def _worker(assigned: set, request_states: dict, scope_ledger: dict, projections_port: object = None):  # type: ignore[no-untyped-def]
+def _worker(assigned: set, request_states: dict, scope_ledger: dict,
+            projections_port: object = None) -> SimpleNamespace:
     consumer = SimpleNamespace(assignment=lambda: assigned, topic_partitions=lambda topic: 3)
     return SimpleNamespace(cfg=CFG, app=SimpleNamespace(consumer=consumer), request_states=request_states,
                            scope_ledger=scope_ledger, projections=projections_port)
