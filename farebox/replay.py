@@ -45,11 +45,12 @@ async def _kafka_events(bootstrap: str, topic: str, start: date, end: date) -> t
     and how many records could not be read (skipped)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
+    from streams.kafka_clients import partitions_of
+
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
     try:
-        cluster = await consumer._client.fetch_all_metadata()  # noqa: SLF001 (no public call)
-        tps = [TopicPartition(topic, p) for p in sorted(cluster.partitions_for_topic(topic) or ())]
+        tps = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)

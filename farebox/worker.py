@@ -15,7 +15,9 @@ from farebox.control import open_config_db
 from farebox.settings import Settings
 from ledger.leases import LeasePolicy
 from proxy.control.snapshot import Snapshot
-from streams.faust_app import Worker, WorkerConfig, create_app
+from streams.kafka_internals import UntestedVersions, check_versions
+from streams.worker.app import create_app
+from streams.worker.state import Worker, WorkerConfig
 
 log = logging.getLogger("farebox.worker")
 
@@ -69,6 +71,12 @@ def build_worker(settings: Settings) -> Worker:
 
 
 def run_worker(settings: Settings, loglevel: str = "warning") -> None:
+    """Run the worker until it is stopped. Exits non-zero, naming the versions, if a library whose internals
+    the worker relies on is not at a tested version (``streams.kafka_internals.TESTED_VERSIONS``)."""
+    try:
+        check_versions()
+    except UntestedVersions as exc:
+        raise SystemExit(f"error: {exc}") from None
     import faust
     import uvloop
 

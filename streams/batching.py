@@ -1,11 +1,10 @@
 """Per-event consumption with the side effects flushed in batches, acknowledged after their flush.
 
-Faust delivers events to an agent cheaply one at a time (``stream.events()``:
-about 8,400 records/s on this 2-core machine with no work at all), and three
-times slower through ``Stream.take_events`` (its buffer is a per-event
-processor coroutine). The worker wants the cheap path *and* batches: a
-request's events should update its state in memory and be written to the
-table once, and entries of many events should travel in one record.
+Faust delivers events to an agent cheapest one at a time (``stream.events()``);
+``Stream.take_events`` costs a processor coroutine per event. The worker wants
+the cheap path *and* batches: a request's events update its state in memory
+and are written to the table once, and entries of many events travel in one
+record.
 
 ``Batcher`` runs an agent's stream with manual acknowledgements
 (``stream.noack()``): ``handle`` folds each event into the agent's pending

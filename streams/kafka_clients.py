@@ -1,8 +1,9 @@
-"""aiokafka glue the Kafka event log and the archiver share: reads by offset, recent ids, clean stops.
+"""aiokafka glue the Kafka event log, the archiver and replay share: partitions, reads by offset, recent ids,
+clean stops.
 
-Everything here that touches an aiokafka private attribute says why; each is a
-gap in aiokafka's public API (no "abort" for a producer, no metadata call on a
-consumer without a subscription, a consumer stop that can skip its cleanup).
+Public API only; where aiokafka has none (a metadata call on a consumer without
+a subscription, an "abort" for a producer, a consumer stop that can skip its
+cleanup) the private reach is in ``streams.kafka_internals``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import logging
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from streams.kafka_internals import close_consumer_parts, cluster_metadata, drop_producer_sender
+
 log = logging.getLogger(__name__)
 
 ID_HEADER = "fb-id"  # every record carries its event id here, so consumers dedupe without parsing
@@ -19,7 +22,7 @@ ID_HEADER = "fb-id"  # every record carries its event id here, so consumers dedu
 
 async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
     """The topic's partitions, asked of the cluster (a consumer with no subscription knows none)."""
-    cluster = await consumer._client.fetch_all_metadata()  # noqa: SLF001
+    cluster = await cluster_metadata(consumer)
     return sorted(cluster.partitions_for_topic(topic) or ())
 
 
@@ -88,9 +91,7 @@ async def stop_consumer(consumer: AIOKafkaConsumer) -> None:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             raise
-        if consumer._fetcher is not None:  # noqa: SLF001
-            await consumer._fetcher.close()  # noqa: SLF001
-        await consumer._client.close()  # noqa: SLF001
+        await close_consumer_parts(consumer)
 
 
 async def abandon_producer(producer: AIOKafkaProducer) -> None:
@@ -101,12 +102,7 @@ async def abandon_producer(producer: AIOKafkaProducer) -> None:
     can overtake the spool's replay); the batches' futures are left unresolved
     and go with the producer. Then the connections are closed.
     """
-    producer._closed = True  # noqa: SLF001 (no public "abort"; also silences its unclosed warning)
-    sender = getattr(producer, "_sender", None)
-    task = getattr(sender, "sender_task", None)
-    if task is not None and not task.done():
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    await drop_producer_sender(producer)
     try:
         await producer.client.close()
     except Exception:  # noqa: BLE001 (best effort on a producer we are throwing away)

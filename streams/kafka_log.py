@@ -17,9 +17,9 @@ Modes (``mode``):
 * ``spool``: Kafka is unreachable (connect failed, a send failed, or the
   oldest unacknowledged send is older than ``spool_after_s``). Appends go to
   ``streams.spool.Spool`` and resolve with ``SPOOLED`` (0) once fsynced. A
-  background task reconnects (``replaying``) and replays the spool in file
-  order while appends keep going to the spool. Once the replay is within
-  ``_CUT_OVER_BYTES`` of the end it stops spooling (``draining``: new appends
+  background task reconnects (``replaying``, ``streams.kafka_replay``) and
+  replays the spool in file order while appends keep going to the spool.
+  Once the replay is near the end it stops spooling (``draining``: new appends
   wait in the outbox, unsent, for a few milliseconds), sends the rest, and
   only when every spooled record is acknowledged switches to ``direct``,
   truncates the spool and sends the outbox behind it.
@@ -32,8 +32,9 @@ sender task cancelled, connections closed), so nothing still queued in it can
 be delivered later and overtake the spool; (3) new appends go to the spool
 until it is fully replayed. A produce request already on the wire at
 fail-over may still be written, but it precedes its own spooled copy. So the
-first occurrence of each event in a partition is in append order. Duplicates are possible (a batch on the wire when Kafka went
-away may have been written, and is replayed): the producer skips spooled
+first occurrence of each event in a partition is in append order. Duplicates
+are possible (a batch on the wire when Kafka went away may have been written,
+and is replayed): the producer skips spooled
 records whose id it has seen acknowledged (this session, or in the last
 ``dedupe_window`` records per partition read at connect), and consumers dedupe
 by event id for the rest.
@@ -58,10 +59,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import struct
 import time
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from collections import deque
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -70,52 +69,19 @@ from aiokafka.errors import KafkaError
 from ledger.codec import decode, encode
 from ledger.events import Event
 from streams.eventlog import EventLogClosed, EventLogFailed, StreamsError
-from streams.kafka_clients import ID_HEADER, abandon_producer, partitions_of, read_range, recent_ids, stop_consumer
+from streams.kafka_clients import ID_HEADER, abandon_producer, partitions_of, read_range, stop_consumer
+from streams.kafka_outbox import SPOOLED, Item, SentIds, unpack
+from streams.kafka_replay import SpoolReplay
 from streams.spool import Spool
 
 log = logging.getLogger(__name__)
-
-SPOOLED = 0  # the offset a spooled (not yet replayed) append resolves with
-_PACK = struct.Struct("<HHH")  # lengths of id, topic, key (0xFFFF: no key); the value follows
-_NO_KEY = 0xFFFF
-_SCAN_TIMEOUT_S = 60.0  # reading the last ``dedupe_window`` ids of every partition at connect
-_CUT_OVER_BYTES = 256 * 1024  # replay this close to the spool's end: stop spooling, finish, go direct
 
 
 class KafkaUnavailable(StreamsError):
     """Kafka could not be reached for a read (appends never raise this: they spool)."""
 
 
-@dataclass(slots=True, eq=False)
-class _Item:
-    id: str
-    topic: str
-    key: bytes | None
-    value: bytes
-    future: asyncio.Future[int]
-    since: float = field(default_factory=time.monotonic)
-
-    def pack(self) -> bytes:
-        id_b, topic_b = self.id.encode(), self.topic.encode()
-        key_len = _NO_KEY if self.key is None else len(self.key)
-        return _PACK.pack(len(id_b), len(topic_b), key_len) + id_b + topic_b + (self.key or b"") + self.value
-
-
-def _unpack(record: bytes) -> tuple[str, str, bytes | None, bytes]:
-    id_len, topic_len, key_len = _PACK.unpack_from(record)
-    pos = _PACK.size
-    event_id = record[pos : pos + id_len].decode()
-    pos += id_len
-    topic = record[pos : pos + topic_len].decode()
-    pos += topic_len
-    key = None
-    if key_len != _NO_KEY:
-        key = record[pos : pos + key_len]
-        pos += key_len
-    return event_id, topic, key, record[pos:]
-
-
-class KafkaEventLog:
+class KafkaEventLog(SpoolReplay):
     """Create inside a running event loop; it connects in the background (see the module docstring)."""
 
     def __init__(
@@ -142,7 +108,6 @@ class KafkaEventLog:
         self._spool_after = spool_after_s
         self._backoff = reconnect_backoff_s
         self._window = dedupe_window
-        self._index_size = index_size
         self._client_id = client_id
 
         self._spool = Spool.open(spool_path)
@@ -151,11 +116,11 @@ class KafkaEventLog:
         self._producer: AIOKafkaProducer | None = None
         self._reader: AIOKafkaConsumer | None = None
         self._read_partitions: int | None = None
-        self._outbox: deque[_Item] = deque()
-        self._inflight: deque[_Item] = deque()  # direct sends, append order; done ones popped lazily
-        self._index: OrderedDict[str, int | asyncio.Future[int]] = OrderedDict()
+        self._outbox: deque[Item] = deque()
+        self._inflight: deque[Item] = deque()  # direct sends, append order; done ones popped lazily
+        self._index = SentIds(index_size)
         for _, record in self._spool.read_all():
-            self._index[_unpack(record)[0]] = SPOOLED
+            self._index.remember(unpack(record)[0], SPOOLED)
         self._pending: set[asyncio.Future[int]] = set()
         self._last_offset = 0
         self._closing = False
@@ -182,7 +147,7 @@ class KafkaEventLog:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
-        item = _Item(event.id, topic, key.encode(), encode(event), future)
+        item = Item(event.id, topic, key.encode(), encode(event), future)
         if self.mode in ("spool", "replaying"):
             if not self._dedupe(item):
                 self._spool_item(item)
@@ -259,25 +224,14 @@ class KafkaEventLog:
     def spooled_bytes(self) -> int:
         return self._spool.durable_end
 
-    # --- dedupe -----------------------------------------------------------------------
+    # --- dedupe (streams.kafka_outbox.SentIds) ---------------------------------------------
 
-    def _dedupe(self, item: _Item) -> bool:
+    def _dedupe(self, item: Item) -> bool:
         """True when the id is known: the item's future then follows the first one's."""
-        known = self._index.get(item.id)
-        if known is None:
-            self._index[item.id] = item.future
-            if len(self._index) > self._index_size:
-                self._index.popitem(last=False)
-            return False
-        if isinstance(known, int):
-            item.future.set_result(known)
-        else:
-            known.add_done_callback(functools.partial(_copy, target=item.future))
-        return True
+        return self._index.claim(item)
 
     def _remember(self, event_id: str, offset: int) -> None:
-        if offset or not isinstance(self._index.get(event_id), int):
-            self._index[event_id] = offset
+        self._index.remember(event_id, offset)
 
     # --- direct mode ------------------------------------------------------------------
 
@@ -301,7 +255,7 @@ class KafkaEventLog:
                     continue
                 delivery.add_done_callback(lambda d, it=item, p=producer: self._on_delivery(it, p, d))
 
-    def _on_delivery(self, item: _Item, producer: AIOKafkaProducer, delivery: asyncio.Future) -> None:
+    def _on_delivery(self, item: Item, producer: AIOKafkaProducer, delivery: asyncio.Future) -> None:
         if delivery.cancelled() or delivery.exception() is not None:
             if producer is self._producer:
                 self._fail_over(delivery.exception() or KafkaError("send cancelled"))
@@ -350,7 +304,7 @@ class KafkaEventLog:
 
     # --- spool mode -------------------------------------------------------------------
 
-    def _spool_item(self, item: _Item) -> None:
+    def _spool_item(self, item: Item) -> None:
         try:
             written = self._spool.append(item.pack())
         except StreamsError as exc:
@@ -360,7 +314,7 @@ class KafkaEventLog:
             return
         written.add_done_callback(functools.partial(self._on_spooled, item))
 
-    def _on_spooled(self, item: _Item, written: asyncio.Future[int]) -> None:
+    def _on_spooled(self, item: Item, written: asyncio.Future[int]) -> None:
         if item.future.done():  # acknowledged by Kafka after all (a send on the wire at fail-over)
             return
         if written.exception() is not None:
@@ -376,99 +330,6 @@ class KafkaEventLog:
             if not self._dedupe(item):
                 self._spool_item(item)
 
-    def _start_connector(self) -> None:
-        if self._connector is None or self._connector.done():
-            self._connector = asyncio.get_running_loop().create_task(self._connect(), name="kafka-log-connect")
-
-    async def _connect(self) -> None:
-        """Until ``direct``: connect, learn recent ids, replay the spool, switch over."""
-        while True:
-            producer = AIOKafkaProducer(
-                bootstrap_servers=self.bootstrap, client_id=self._client_id, acks="all",
-                enable_idempotence=True, linger_ms=self._linger_ms, max_batch_size=256 * 1024,
-                request_timeout_ms=max(int(self._spool_after * 4000), 5000),
-            )
-            try:
-                await self._open(producer)
-                self._producer = producer
-                if self.mode == "connecting" and self._spool.empty:
-                    self.mode = "direct"
-                    self._wakeup.set()
-                    return
-                if self.mode == "connecting":  # leftovers in the spool: new appends queue behind them
-                    self.mode = "spool"
-                    self._drain_outbox_to_spool()
-                self.mode = "replaying"
-                await self._replay(producer)
-                return
-            except asyncio.CancelledError:  # close(): a producer that is not the log's own is dropped here
-                if self._producer is not producer:
-                    await abandon_producer(producer)
-                raise
-            except Exception as exc:  # noqa: BLE001 (whatever went wrong, keep spooling and retry)
-                level = logging.INFO if isinstance(exc, (KafkaError, OSError, asyncio.TimeoutError)) else logging.ERROR
-                log.log(level, "Kafka at %s not reachable (%r); retrying in %ss", self.bootstrap, exc, self._backoff)
-                if self._producer is producer:
-                    self._producer = None
-                if self.mode in ("connecting", "replaying", "draining"):
-                    self.mode = "spool"
-                    self._drain_outbox_to_spool()
-                await abandon_producer(producer)
-                await asyncio.sleep(self._backoff)
-
-    async def _open(self, producer: AIOKafkaProducer) -> None:
-        await asyncio.wait_for(producer.start(), timeout=max(self._spool_after, 1.0))
-        await asyncio.wait_for(self._scan_tail(), timeout=_SCAN_TIMEOUT_S)  # appends spool meanwhile
-
-    async def _scan_tail(self) -> None:
-        """Index the ids of the last ``dedupe_window`` records of each partition we write to."""
-        ids, ends = await recent_ids(self.bootstrap, sorted(set(self._topics.values())), self._window,
-                                     client_id=f"{self._client_id}-scan")
-        for event_id, offset in ids:
-            self._remember(event_id, offset)
-        if self._read_tp in ends:
-            self._last_offset = max(self._last_offset, ends[self._read_tp])
-
-    async def _replay(self, producer: AIOKafkaProducer) -> None:
-        """Send the spool in file order; switch to ``direct`` once all of it is acknowledged."""
-        while True:
-            records = await asyncio.to_thread(self._spool.read, self._replay_pos)
-            if self.mode == "replaying" and self._spool.durable_end - self._replay_pos < _CUT_OVER_BYTES:
-                # caught up: hold new appends in the outbox (unsent) so the spool stops growing;
-                # they go to Kafka after the spool's last record, so order is kept
-                self.mode = "draining"
-            if not records:
-                if self._spool.pending == 0 and self._replay_pos == self._spool.durable_end:
-                    # nothing spooled is unacknowledged and no await separates this check from the switch
-                    self.mode = "direct"
-                    self._spool.truncate()
-                    self._replay_pos = 0
-                    self._wakeup.set()
-                    log.warning("Kafka at %s is back: spool replayed", self.bootstrap)
-                    return
-                await asyncio.sleep(0.005)
-                continue
-            sent = []
-            for _, record in records:
-                event_id, topic, key, value = _unpack(record)
-                known = self._index.get(event_id)
-                if isinstance(known, int) and known > SPOOLED:
-                    continue  # already in Kafka (acked late, or found in the tail scan)
-                delivery = await producer.send(topic, value, key, headers=[(ID_HEADER, event_id.encode())])
-                sent.append((event_id, delivery))
-            if sent:
-                deliveries = [d for _, d in sent]
-                done, waiting = await asyncio.wait(deliveries, timeout=max(self._spool_after * 4, 5.0))
-                failed = [d for d in done if d.exception() is not None]
-                if waiting or failed:
-                    raise failed[0].exception() if failed else KafkaError("spool replay not acknowledged in time")
-                for event_id, delivery in sent:
-                    meta = delivery.result()
-                    self._remember(event_id, meta.offset + 1)
-                    if meta.topic == self._read_tp.topic and meta.partition == self._read_tp.partition:
-                        self._last_offset = max(self._last_offset, meta.offset + 1)
-            self._replay_pos = records[-1][0]
-
     async def _reader_consumer(self) -> AIOKafkaConsumer:
         if self._reader is None:
             reader = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
@@ -483,11 +344,3 @@ class KafkaEventLog:
             self._reader = reader
         return self._reader
 
-
-def _copy(source: asyncio.Future[int], target: asyncio.Future[int]) -> None:
-    if target.done():
-        return
-    if source.cancelled() or source.exception() is not None:
-        target.set_exception(source.exception() or EventLogFailed("cancelled"))
-    else:
-        target.set_result(source.result())

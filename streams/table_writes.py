@@ -9,10 +9,9 @@ partitions and write each touched key once per flush, after the batch;
 ``Table.__setitem__`` / ``__delitem__`` do (send the changelog record, update
 the in-memory store) with the partition of the event that produced the value.
 
-It does not go through ``Table.send_changelog``: that builds a Faust
-``FutureMessage`` per record and queues it in the producer buffer, whose task
-hands records to aiokafka one at a time (~70 us a record, most of a flush).
-Here a flush's records are serialized exactly as the table's changelog codec
+It does not go through ``Table.send_changelog``, which builds a Faust
+``FutureMessage`` per record and hands records to aiokafka one at a time
+(most of a flush's cost). Here a flush's records are serialized exactly as the table's changelog codec
 does (``json`` key and value, the defaults of ``app.Table``; a delete is a
 tombstone, a null value) and appended to one aiokafka ``BatchBuilder`` per
 changelog partition (more when one fills up), submitted with ``send_batch``;
@@ -38,6 +37,8 @@ from typing import Any
 import faust
 import orjson
 from aiokafka.partitioner import DefaultPartitioner
+
+from streams.kafka_internals import aiokafka_producer
 
 
 class TableWrites:
@@ -78,7 +79,7 @@ class TableWrites:
         records, self.records = self.records, {}
         if not records:
             return []
-        producer = self.app.producer._ensure_producer()  # type: ignore[attr-defined]  # the aiokafka producer
+        producer = aiokafka_producer(self.app)
         sent = []
         for (topic, partition), items in records.items():
             batch = producer.create_batch()
@@ -107,9 +108,9 @@ def key_partition(key: str, partitions: int) -> int:
 async def send_keyed(app: faust.App, topic: str, records: list[tuple[bytes, bytes]]) -> list[asyncio.Future]:
     """Produce keyed records now, partitioned by key as ``Topic.send`` would (the producer's partitioner).
 
-    Straight to the aiokafka producer (a ``Topic.send(force=True)`` costs about half a millisecond a
-    record in Faust's plumbing); the futures resolve when Kafka has each record."""
-    producer = app.producer._ensure_producer()  # type: ignore[attr-defined]
+    Straight to the aiokafka producer (``streams.kafka_internals.aiokafka_producer``), not through Faust's
+    per-record plumbing; the futures resolve when Kafka has each record."""
+    producer = aiokafka_producer(app)
     return [await producer.send(topic, value=value, key=key) for key, value in records]
 
 

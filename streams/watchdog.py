@@ -1,27 +1,20 @@
 """The worker's recovery watchdog: a table recovery that reads nothing is rewound, then the worker ends.
 
 After partitions move, Faust re-reads the newly assigned changelog partitions
-into the tables before the agents go on. In the worker-join test that read
-sometimes never started (about 1 run in 10 under load): Faust logged "No
-event received for active tp ... since recovery start" every few seconds and
-the worker folded nothing more. The report this module logs showed why: for
-each such partition aiokafka's position was already at the high-water mark,
-while Faust's read offset for it was unset (it had delivered none of them).
-The records had been drained from aiokafka's buffer during the rebalance and
-dropped by Faust's delivery loop; Faust's recovery seeks only when it starts,
-so it waited for them forever. The cause (aiokafka reads an empty set of
-partitions as "all of them") is fixed in ``streams.faust_patches.LivePartitions``.
+into the tables before the agents go on. If that read stops (records drained
+from aiokafka's buffer and dropped by Faust's delivery loop, which Faust's
+recovery never seeks back for: ``streams.kafka_internals.LivePartitions``
+prevents the known way; this module guards against any other), the worker
+would fold nothing more while looking alive.
 
-The watchdog stays, for that or any other way a recovery can stop reading:
-when recovery has read nothing for ``rewind_s`` it logs that report and seeks
-the partitions recovery waits for back to their first unread offsets, as
-Faust's recovery did when it started (re-reading is harmless: a record at or
-below the offset read is skipped). Before the fix, that cured each stall seen
-in the tests within a second. If recovery still reads nothing after
-``stall_s``, the worker ends with ``EXIT_STALLED`` for its supervisor to start
-it again: a restarted worker recovers from the changelogs
-(tests/distributed/test_worker_restart.py), and nothing of the stalled
-generation was acknowledged, so nothing is lost.
+Invariants: when recovery has read nothing for ``rewind_s``, the watchdog logs
+what Faust and aiokafka know of each partition recovery waits for and seeks
+those partitions back to their first unread offsets, as Faust's recovery does
+when it starts (re-reading is harmless: a record at or below the offset read
+is skipped). If recovery still reads nothing after ``stall_s``, the worker
+ends with ``EXIT_STALLED`` for its supervisor to start it again: a restarted
+worker recovers from the changelogs, and nothing of the stalled generation was
+acknowledged, so nothing is lost.
 
 ``StallClock`` is the decision, pure; ``watch`` is the loop around a Faust app.
 """
@@ -33,6 +26,8 @@ import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
+
+from streams.kafka_internals import partition_report
 
 log = logging.getLogger("farebox.worker")
 
@@ -79,43 +74,16 @@ def recovery_progress(recovery: Any) -> tuple:
 
 
 def recovery_report(app: Any) -> list[str]:
-    """What Faust and aiokafka know about each partition recovery still waits for (read-only; best effort:
-    these are library internals, read only to explain a stall)."""
+    """What Faust and aiokafka know about each partition recovery still waits for (read-only; best effort)."""
     recovery = app.tables.recovery
-    consumer = app.consumer
-    lines = [f"generation {app.consumer_generation_id}, flow active {getattr(consumer, 'flow_active', '?')}, "
+    lines = [f"generation {app.consumer_generation_id}, flow active {getattr(app.consumer, 'flow_active', '?')}, "
              f"flow control active {app.flow_control.is_active()}, "
              f"changelog queue {app.tables.changelog_queue.qsize()}"]
-    try:
-        aio = consumer._thread._consumer
-        assignment = aio._subscription.subscription.assignment
-        fetcher = aio._fetcher
-    except AttributeError:
-        aio = assignment = fetcher = None
     for tp, remaining in sorted(recovery.active_remaining().items()):
-        if remaining <= 0:
-            continue
-        line = (f"{tp.topic}[{tp.partition}]: read {recovery.active_offsets.get(tp)}, "
-                f"high-water {recovery.active_highwaters.get(tp)}, "
-                f"active {tp in consumer._active_partitions}, paused {tp in consumer._paused_partitions}, "
-                f"read offset {consumer._read_offset.get(tp)}")
-        if assignment is not None:
-            state = assignment.state_value(_aiotp(tp))
-            if state is None:
-                line += ", not in aiokafka's assignment"
-            else:
-                line += (f", aiokafka: paused {state.paused}, position "
-                         f"{state.position if state.has_valid_position else None}, "
-                         f"awaiting reset {state.awaiting_reset}, high-water {state.highwater}, "
-                         f"last fetch {state.timestamp}, buffered {_aiotp(tp) in getattr(fetcher, '_records', {})}")
-        lines.append(line)
+        if remaining > 0:
+            lines.append(f"{tp.topic}[{tp.partition}]: read {recovery.active_offsets.get(tp)}, "
+                         f"high-water {recovery.active_highwaters.get(tp)}, {partition_report(app, tp)}")
     return lines
-
-
-def _aiotp(tp: Any) -> Any:
-    from aiokafka.structs import TopicPartition
-
-    return TopicPartition(tp.topic, tp.partition)
 
 
 def _exit_stalled() -> None:

@@ -1,4 +1,4 @@
-"""Distributed mode under faults (issue 4): a pod killed mid-stream, Kafka stopped under load.
+"""Distributed mode under faults: a pod killed mid-stream, Kafka stopped under load.
 
 Real processes as in ``test_cluster``: the session's Kafka broker (Maven jars),
 a Redis per cluster, a Faust worker, 3 gateway pods and the simulator. Every
@@ -41,7 +41,7 @@ from ledger.codec import decode
 from ledger.events import Event
 from ledger.leases import ENTRIES_TYPE, ENTRY_TYPE, ScopeEntry, entries_of
 from streams.dead_letters import READ_ERRORS
-from streams.kafka_log import _unpack
+from streams.kafka_outbox import unpack
 from streams.spool import scan
 from tests.distributed.cluster import TEAMS, Cluster, running_cluster, wait_until
 from tests.harness import ROOT
@@ -221,7 +221,7 @@ def _spooled_ids(path: Path) -> list[str]:
     if not path.exists():
         return []
     records, _ = scan(path.read_bytes())
-    return [_unpack(record)[0] for _, record in records]
+    return [unpack(record)[0] for _, record in records]
 
 
 def _replay(cluster: Cluster) -> str:

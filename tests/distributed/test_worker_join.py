@@ -1,4 +1,4 @@
-"""Distributed mode: partitions move between workers while requests flow (issue 4).
+"""Distributed mode: partitions move between workers while requests flow.
 
 A second worker joins the consumer group under open traffic (the group
 rebalances: some partitions go to it), then the first worker is stopped (they
@@ -40,7 +40,7 @@ from tests.infra.kafka.support import session_broker
 pytestmark = pytest.mark.e2e
 
 # A worker whose table recovery reads nothing this long ends itself (streams.watchdog) and the test's supervisor
-# starts it again: the recovery stall seen now and then after the second move (issue 4) costs seconds, not the ledger.
+# starts it again: a stalled table recovery costs seconds, not the ledger.
 STALL_S = 15
 
 

@@ -1,4 +1,4 @@
-"""Distributed mode: the Faust worker killed with SIGKILL and started again (issue 4 fault test).
+"""Distributed mode: the Faust worker killed with SIGKILL and started again.
 
 Real processes as in ``test_faults`` (its fixture and helpers). A worker with
 the same id and data dir must recover the same balances from its changelogs,
@@ -11,7 +11,7 @@ commit, after the table's changelog write. The agents now produce with
 ``force=True`` and wait for Kafka's ack before their table writes. It later
 lost one request's entries now and then (about 1 run in 4, then none in 45
 runs) while a rebalance could drop or overwrite state with unwritten changes
-(``streams.agents.forget``, ``streams.batching`` pause on revocation); it is a
+(``streams.worker.rebalance``, ``streams.batching`` pause on revocation); it is a
 plain test again, counted like any other.
 """
 

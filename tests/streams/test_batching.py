@@ -85,7 +85,7 @@ def test_a_failed_completion_leaves_it_and_later_flushes_unacked() -> None:
 
 
 async def test_a_failed_flush_reports_once_to_on_failure():
-    """The worker passes ``on_failure`` = stop the process (``streams.agents.stop_worker``)."""
+    """The worker passes ``on_failure`` = stop the process (``streams.worker.delivery.stop_worker``)."""
     class Stream:
         def __init__(self, n: int) -> None:
             self.n, self.acked = n, []

@@ -1,9 +1,9 @@
-"""``streams.faust_patches.LivePartitions``: aiokafka drains only what Faust has active, even when that is nothing.
+"""``streams.kafka_internals.LivePartitions``: aiokafka drains only what Faust has active, even when that is nothing.
 
 Against a real broker and aiokafka's own fetcher: records of two partitions
 are buffered, then Faust's active set becomes empty (a rebalance pauses
 everything). Given the bare set, aiokafka drains every partition (the trap
-behind the recovery stall of issue 4); given the view, it drains nothing and
+that would stall a table recovery); given the view, it drains nothing and
 the records stay buffered until their partition is active again. The first
 test pins aiokafka's behaviour: if an upgrade changes it, the view can go.
 """
@@ -15,7 +15,7 @@ import uuid
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from infra.kafka.topics import TopicSpec, create_topics
-from streams.faust_patches import LivePartitions, _fetch_only_active
+from streams.kafka_internals import LivePartitions, fetch_only_active
 
 RECORDS = 5
 
@@ -78,8 +78,8 @@ async def test_the_worker_consumer_fetches_through_the_view() -> None:
 
     from faust.transport.drivers import aiokafka as driver
 
-    _fetch_only_active()
-    _fetch_only_active()
+    fetch_only_active()
+    fetch_only_active()
     seen: list = []
 
     async def fetched_records(partitions, timeout=0, max_records=None):  # type: ignore[no-untyped-def]

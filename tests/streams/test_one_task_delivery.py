@@ -1,4 +1,4 @@
-"""``streams.faust_patches._one_task_delivery``: Faust's delivery loop hands a record over in one task.
+"""``streams.kafka_internals.one_task_delivery``: Faust's delivery loop hands a record over in one task.
 
 The loop calls ``consumer.wait_first(callback(message), suspend_flow.wait())``.
 With the patch the delivery runs in one task, awaited directly; a rebalance
@@ -13,7 +13,7 @@ import asyncio
 import pytest
 from faust.transport.drivers import aiokafka as driver
 
-from streams.faust_patches import _one_task_delivery
+from streams.kafka_internals import one_task_delivery
 
 
 class Consumer:
@@ -30,12 +30,12 @@ class Consumer:
 
 
 def wait_first(consumer: Consumer, *coros, timeout=None):  # type: ignore[no-untyped-def]
-    _one_task_delivery()
+    one_task_delivery()
     return driver.Consumer.wait_first(consumer, *coros, timeout=timeout)
 
 
 def stop_flow(consumer: Consumer) -> None:
-    _one_task_delivery()
+    one_task_delivery()
     driver.Consumer.stop_flow(consumer)
 
 

@@ -1,4 +1,4 @@
-"""``streams.faust_patches._strict_commits``: Faust's consumer commits only what the agents acknowledged.
+"""``streams.kafka_internals.strict_commits``: Faust's consumer commits only what the agents acknowledged.
 
 Faust's own ``_new_offset`` (what ``commit`` writes) lets one unacknowledged
 offset through at the head, and counts a gap in the delivered offsets as
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from faust.transport.drivers import aiokafka as driver
 from intervaltree import IntervalTree
 
-from streams.faust_patches import _strict_commits
+from streams.kafka_internals import strict_commits
 
 TP = ("fb.requests", 0)
 
@@ -30,7 +30,7 @@ def consumer(committed: int | None, acked: list[int]) -> SimpleNamespace:
 
 
 def new_offset(state: SimpleNamespace) -> int | None:
-    _strict_commits()
+    strict_commits()
     return driver.Consumer._new_offset(state, TP)
 
 
@@ -63,7 +63,7 @@ def test_a_jump_in_delivered_offsets_is_not_acknowledged():
     delivered after its seek) and records 178..416 as a gap; the agent handles 177..179 only. With Faust's own
     bookkeeping the commits go 179, 180, then 417: past 180..416, which no agent handled."""
     state = consumer(177, [])
-    _strict_commits()
+    strict_commits()
     asyncio.run(driver.Consumer._add_gap(state, TP, 177, 416))
     assert not state._gap[TP]
     state._acked[TP], state._acked_index[TP] = [177, 178, 179], {177, 178, 179}

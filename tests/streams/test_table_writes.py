@@ -68,7 +68,7 @@ def test_partition_view_writes_to_its_partition(app: faust.App) -> None:
 
 
 async def test_key_partition_is_where_a_producer_puts_the_key(kafka_broker) -> None:
-    """The worker projects only the scopes of its partitions (``streams.agents.forget``), found by
+    """The worker projects only the scopes of its partitions (``streams.worker.rebalance.forget``), found by
     ``key_partition``: it must agree with where Kafka really has each scope's records."""
     from aiokafka import AIOKafkaProducer
 

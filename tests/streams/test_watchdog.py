@@ -1,4 +1,4 @@
-"""streams.watchdog: a table recovery that reads nothing for ``stall_s`` ends the worker (issue 4)."""
+"""streams.watchdog: a table recovery that reads nothing for ``stall_s`` ends the worker."""
 
 from __future__ import annotations
 
