@@ -2,7 +2,7 @@
 
 The worker's agents read each record in a step of its own (the codec, a
 batch's rows) before they fold it. A worker that raises stops
-(``streams.agents.stop_worker``) and gets the same record again when it is
+(``streams.worker.delivery.stop_worker``) and gets the same record again when it is
 restarted, so before this one malformed record (an event type from a newer
 pod, a corrupted write, a bug) stopped the ledger for good. Now a record that
 the read step refuses (``READ_ERRORS``) is produced unchanged, key and value,

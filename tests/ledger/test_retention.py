@@ -2,7 +2,7 @@
 
 The model below is the worker's request agent without Kafka: a dict for the
 ``requests`` table, one ``ClosedRequests`` per partition, ``split`` and
-``forget_due`` exactly as ``streams.agents`` calls them, ``index_states`` for a
+``forget_due`` exactly as ``streams.worker.split`` calls them, ``index_states`` for a
 restart. The property test delivers duplicates arbitrarily late (a pod's
 spool replayed after any outage) and first deliveries within the retention;
 the scope balances must equal those of the same events without duplicates
@@ -32,7 +32,7 @@ def ts(dt: datetime) -> float:
 
 
 class RequestProcessor:
-    """The request agent's steps over a dict table (what ``streams.agents.split_requests`` does)."""
+    """The request agent's steps over a dict table (what ``streams.worker.split`` does)."""
 
     def __init__(self, retention_s: float = R, batch: int = 3) -> None:
         self.table: dict = {}

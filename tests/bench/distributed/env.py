@@ -29,6 +29,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from infra.kafka.topics import create_topics, farebox_topics
 from infra.process import free_port
 from streams.kafka_clients import stop_consumer
+from streams.kafka_internals import cluster_metadata
 from streams.kafka_log import KafkaEventLog
 from tests.distributed.cluster import TEAMS, _mutate
 from tests.harness import spawn, stop, test_config
@@ -96,7 +97,7 @@ class WorkerEnv:
         assert self._consumer is not None
         deadline = time.monotonic() + timeout
         while True:
-            cluster = await self._consumer._client.fetch_all_metadata()  # noqa: SLF001 (as streams.kafka_clients)
+            cluster = await cluster_metadata(self._consumer)
             leaders = [cluster.leader_for_partition(tp) for tps in self._tps.values() for tp in tps]
             if all(leader is not None and leader >= 0 for leader in leaders) or time.monotonic() > deadline:
                 return
