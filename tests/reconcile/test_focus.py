@@ -15,7 +15,6 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from tests.reconcile.focus_archive import BOOK, CURRENCY, DEC, FX, NOV, UTC, V1, attempts_in, month_events, request, write_archive
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +27,19 @@ from reconcile.focus import FocusError, export_focus
 from reconcile.focus_columns import COLUMNS, FOCUS_COLUMNS, SKU_METERS, X_COLUMNS
 from streams.archive import ArchiveWriter, Record
 from streams.archive_schema import SCHEMA, SCHEMA_METADATA_KEY, typed_row
+from tests.reconcile.focus_archive import (
+    BOOK,
+    CURRENCY,
+    DEC,
+    FX,
+    NOV,
+    UTC,
+    V1,
+    attempts_in,
+    month_events,
+    request,
+    write_archive,
+)
 
 MICRO = Decimal("0.000001")
 METER_TYPE = {meter: kind for kind, meter in SKU_METERS.items()}

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.reconcile.focus_archive import NOV, request, write_archive
 
 from farebox.cli import main
 from farebox.cli_export import live_snapshot
 from farebox.settings import load_settings
 from ledger.events import RequestAttempted
 from reconcile.focus_corrections import Correction, write_corrections
+from tests.reconcile.focus_archive import NOV, request, write_archive
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "farebox.yaml"

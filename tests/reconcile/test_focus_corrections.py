@@ -9,10 +9,10 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from tests.reconcile.focus_archive import BOOK, CURRENCY, FX, UTC, month_events, write_archive
 
 from reconcile.focus import FocusError, export_focus
 from reconcile.focus_corrections import Correction, read_corrections, write_corrections
+from tests.reconcile.focus_archive import BOOK, CURRENCY, FX, UTC, month_events, write_archive
 
 MICRO = Decimal("0.000001")
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 from datetime import date, datetime
 
 import pytest
-from tests.reconcile.focus_archive import BOOK, CURRENCY, FX, UTC, month_events, write_archive
-from tests.reconcile.focus_validator_run import run_validator
 
 from reconcile.focus import export_focus
 from reconcile.focus_columns import DECIMAL_COLUMNS
 from reconcile.focus_corrections import Correction
+from tests.reconcile.focus_archive import BOOK, CURRENCY, FX, UTC, month_events, write_archive
+from tests.reconcile.focus_validator_run import run_validator
 
 
 @pytest.fixture(scope="module")
