@@ -1,0 +1,95 @@
+"""Reading the archive: the live files of a date range, rows deduplicated by event id.
+
+``archive_files`` is the one way to list the live files: the hourly part files
+and the compacted daily files under ``date=YYYY-MM-DD/``, less any file whose
+removal the manifest records (compaction or retention, crashed before its
+delete). Readers refuse a file of a newer archive schema or one that is not
+readable Parquet, naming it (``ArchiveError``); nothing is rewritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import date, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from streams.archive_manifest import Manifest
+from streams.archive_schema import ARCHIVE_SCHEMA_VERSION, SCHEMA, schema_version_of
+from streams.archive_write import UNREADABLE_SCHEMA
+
+
+def day_files(root: Path, day: date) -> list[Path]:
+    """Every Parquet file of one event date on disk (hourly parts and daily files), in name order."""
+    folder = root / f"date={day:%Y-%m-%d}"
+    if not folder.is_dir():
+        return []
+    return sorted(folder.glob("hour=*/part-*.parquet")) + sorted(folder.glob("day-*.parquet"))
+
+
+def archive_files(root: str | Path, start: date, end: date) -> list[Path]:
+    """The live Parquet files whose event date is in [start, end], by date, then name."""
+    root = Path(root)
+    removed = Manifest(root).read().removed
+    files: list[Path] = []
+    day = start
+    while day <= end:
+        files += [p for p in day_files(root, day) if p.relative_to(root).as_posix() not in removed]
+        day += timedelta(days=1)
+    return files
+
+
+def archive_days(root: str | Path) -> list[date]:
+    """Every event date with a folder in the archive, in order."""
+    days = []
+    for folder in Path(root).glob("date=*"):
+        try:
+            days.append(date.fromisoformat(folder.name.removeprefix("date=")))
+        except ValueError:
+            continue
+    return sorted(days)
+
+
+class ArchiveError(Exception):
+    """An archive file this build cannot read: corrupt, truncated, or of a newer schema. Names the file."""
+
+
+def read_file(path: Path, schema: pa.Schema) -> pa.Table:
+    try:
+        if schema is SCHEMA:
+            version = schema_version_of(pq.read_schema(path).metadata)
+            if version > ARCHIVE_SCHEMA_VERSION:
+                raise ArchiveError(f"{path}: archive schema {version} is newer than this build reads "
+                                   f"({ARCHIVE_SCHEMA_VERSION}); upgrade farebox to read it")
+        return pq.read_table(path, schema=schema)
+    except (pa.ArrowException, OSError) as exc:
+        raise ArchiveError(f"{path}: not a readable archive file ({exc})") from None
+
+
+def first_of_each(files: list[Path], schema: pa.Schema, key: Callable[[pa.Table], Iterable]) -> pa.Table:
+    """The rows of ``files`` by partition and offset, keeping the first row of each ``key``."""
+    if not files:
+        return schema.empty_table()
+    table = pa.concat_tables(read_file(f, schema) for f in files)
+    table = table.sort_by([("log_partition", "ascending"), ("log_offset", "ascending")])
+    seen: set = set()
+    keep = []
+    for value in key(table):
+        keep.append(value not in seen)
+        seen.add(value)
+    return table.filter(pa.array(keep, type=pa.bool_()))
+
+
+def read_unreadable(root: str | Path) -> pa.Table:
+    """Every unreadable record archived (``_unreadable/``), by partition and offset, each once."""
+    files = sorted((Path(root) / "_unreadable").glob("part-*.parquet"))
+    return first_of_each(files, UNREADABLE_SCHEMA, lambda t: zip(t.column("log_partition").to_pylist(),
+                                                                  t.column("log_offset").to_pylist()))
+
+
+def read_archive(root: str | Path, start: date, end: date, *, columns: list[str] | None = None) -> pa.Table:
+    """Rows with event date in [start, end], each event id once (the first by partition and offset)."""
+    table = first_of_each(archive_files(root, start, end), SCHEMA, lambda t: t.column("id").to_pylist())
+    return table if columns is None else table.select(columns)
