@@ -91,14 +91,20 @@ def differences(rebuilt: dict[str, ScopeLedger], live: dict[str, dict[str, str]]
 
 
 def replay(settings: Settings, start: str, end: str, *, source: str = "archive", archive: str | None = None,
-           now: datetime | None = None) -> int:
+           now: datetime | None = None, archive_first: bool = False) -> int:
+    """Embedded mode: ``farebox.replay_embedded``. Distributed: the archive (or Kafka) against Redis."""
+    if settings.mode == "embedded":
+        from farebox.replay_embedded import replay_embedded
+
+        return replay_embedded(settings, start, end, archive=archive, archive_first=archive_first)
     d = settings.distributed
     first, last = date.fromisoformat(start), date.fromisoformat(end)
     tz = ZoneInfo(settings.snapshot.budgets.timezone)
     if source == "archive":
-        from streams.archive import read_unreadable
+        from streams.archive import read_unreadable, require_archive
 
-        root = Path(archive) if archive else settings.state_dir / "archive"
+        root = Path(archive) if archive else settings.archive_root
+        require_archive(root)
         events: Iterable[Event] = archived_events(root, first, last)
         unreadable = read_unreadable(root).num_rows
     else:

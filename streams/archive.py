@@ -43,7 +43,14 @@ from __future__ import annotations
 
 from streams.archive_kafka import KafkaArchiver
 from streams.archive_manifest import Manifest, Verdict, verify
-from streams.archive_read import ArchiveError, archive_days, archive_files, read_archive, read_unreadable
+from streams.archive_read import (
+    ArchiveError,
+    archive_days,
+    archive_files,
+    read_archive,
+    read_unreadable,
+    require_archive,
+)
 from streams.archive_schema import SCHEMA
 from streams.archive_write import (
     UNREADABLE_SCHEMA,
@@ -56,5 +63,5 @@ from streams.archive_write import (
 __all__ = [
     "SCHEMA", "UNREADABLE_SCHEMA", "ArchiveError", "ArchiveWriter", "KafkaArchiver", "Manifest", "Record", "Verdict",
     "archive_days", "archive_files", "archive_from_log", "archived_offset", "read_archive", "read_unreadable",
-    "verify",
+    "require_archive", "verify",
 ]

@@ -30,7 +30,7 @@ import fcntl
 import hashlib
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -114,6 +114,20 @@ def replay_manifest(text: bytes) -> Replayed:
     return out
 
 
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (created if needed), released on exit or when the process dies.
+
+    Per open file: taking it twice in one thread deadlocks, so hold one lock per purpose."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 class Manifest:
     """The manifest of one archive root; ``append`` and ``locked`` are safe across processes."""
 
@@ -121,16 +135,9 @@ class Manifest:
         self.root = Path(root)
         self.path = self.root / MANIFEST
 
-    @contextmanager
-    def locked(self) -> Iterator[None]:
-        """Hold the root's manifest lock (exclusive ``flock``; released when the process dies)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+    def locked(self) -> AbstractContextManager[None]:
+        """Hold the root's manifest lock (see ``file_lock``)."""
+        return file_lock(self.root / LOCK)
 
     def read(self) -> Replayed:
         try:

@@ -41,6 +41,16 @@ def archive_files(root: str | Path, start: date, end: date) -> list[Path]:
     return files
 
 
+def require_archive(root: str | Path) -> None:
+    """Raise ``ArchiveError`` when ``root`` holds no archive at all (no manifest, no dated files), so a
+    replay says so instead of reporting every live balance as a difference."""
+    root = Path(root)
+    if not Manifest(root).exists() and not any(root.glob("date=*/**/*.parquet")):
+        raise ArchiveError(f"the archive at {root} is empty: nothing has been archived yet (embedded: "
+                           f"`farebox serve` archives as it runs, `farebox archive flush` now; distributed: "
+                           f"run `farebox archiver`)")
+
+
 def archive_days(root: str | Path) -> list[date]:
     """Every event date with a folder in the archive, in order."""
     days = []

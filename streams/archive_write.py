@@ -190,7 +190,7 @@ async def archive_from_log(log: EventLog, root: str | Path, *, state_path: str |
                            between_write_and_commit: Callable[[], None] | None = None) -> int:
     """Archive everything after the last archived offset (kept in ``_state/log.json``); events archived.
 
-    One archiver per root at a time: callers hold ``Manifest(root).locked()``
+    One log archiver per root at a time: callers hold ``file_lock(root / "_state" / "log.lock")``
     or are the only writer (``farebox.archiving`` does the former)."""
     from ledger.codec import encode
 
