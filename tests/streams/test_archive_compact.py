@@ -1,0 +1,150 @@
+"""Compaction and retention: new files plus manifest entries, never an edit; crash-safe; a changed file refused."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import date, timedelta
+from pathlib import Path
+
+import orjson
+import pytest
+from stream_events import T0, make_event
+
+from ledger.codec import encode
+from streams import archive_compact
+from streams.archive import ArchiveError, ArchiveWriter, Manifest, Record, archive_files, read_archive, verify
+from streams.archive_compact import compact, expire
+
+ALL_DAYS = (date(2026, 10, 1), date(2026, 10, 9))
+DAY1, DAY2, DAY3 = date(2026, 10, 3), date(2026, 10, 4), date(2026, 10, 5)
+
+
+def spread_event(i: int):
+    """Events 7 minutes apart: 600 cover 2026-10-03 10:00 to 2026-10-06."""
+    return dataclasses.replace(make_event(i, team=f"t{i % 4}"), time=T0 + timedelta(minutes=7 * i))
+
+
+def archived(root: Path, first: int, last: int, batch: int = 50) -> None:
+    writer = ArchiveWriter(root, "log")
+    for start in range(first, last, batch):
+        writer.write([Record(0, n + 1, encode(spread_event(n))) for n in range(start, min(start + batch, last))])
+
+
+def files_on_disk(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*.parquet")}
+
+
+def ids(root: Path) -> list[str]:
+    return read_archive(root, *ALL_DAYS).column("id").to_pylist()
+
+
+def test_closed_days_become_one_daily_file_each_and_reads_do_not_change(tmp_path) -> None:
+    archived(tmp_path, 0, 600)
+    before = ids(tmp_path)
+    hourly_day1 = [p for p in archive_files(tmp_path, DAY1, DAY1)]
+    assert len(hourly_day1) > 10
+    done = compact(tmp_path, before=DAY3)
+    assert done.compacted_days == [DAY1, DAY2] and len(done.written) == 2
+    for day in (DAY1, DAY2):
+        [daily] = archive_files(tmp_path, day, day)
+        assert daily.name.startswith("day-") and daily.parent.name == f"date={day}"
+    assert all(not p.exists() for p in hourly_day1)  # replaced files deleted once recorded
+    assert len(archive_files(tmp_path, DAY3, DAY3)) > 1  # not before the cut-off: untouched
+    assert ids(tmp_path) == before
+    entry = orjson.loads((tmp_path / "_manifest.jsonl").read_bytes().splitlines()[-1])
+    assert entry["action"] == "compact" and len(entry["files"]) == 1 and entry["removes"]
+    assert verify(tmp_path).intact
+    assert compact(tmp_path, before=DAY3).compacted_days == []  # idempotent
+
+
+def test_late_events_for_a_compacted_day_are_merged_into_a_new_daily_file(tmp_path) -> None:
+    archived(tmp_path, 0, 200)
+    compact(tmp_path, before=DAY3)
+    [old] = archive_files(tmp_path, DAY1, DAY1)
+    late = dataclasses.replace(make_event(9001, team="t1"), time=T0 + timedelta(hours=3))
+    ArchiveWriter(tmp_path, "log").write([Record(0, 9001, encode(late))])
+    ArchiveWriter(tmp_path, "kafka-x").write([Record(2, 5, encode(spread_event(3)))])  # a duplicate id elsewhere
+    assert len(archive_files(tmp_path, DAY1, DAY1)) == 3
+    compact(tmp_path, before=DAY3)
+    [new] = archive_files(tmp_path, DAY1, DAY1)
+    assert new != old and not old.exists()
+    day = read_archive(tmp_path, DAY1, DAY1).column("id").to_pylist()
+    assert late.id in day and len(day) == len(set(day))
+    assert verify(tmp_path).intact
+
+
+def test_killed_before_the_manifest_entry_the_orphan_output_is_dropped(tmp_path, monkeypatch) -> None:
+    archived(tmp_path, 0, 300)
+    before, disk = ids(tmp_path), files_on_disk(tmp_path)
+
+    class Crash(BaseException):
+        pass
+
+    def crash(*args, **kwargs):
+        raise Crash
+
+    with monkeypatch.context() as m:
+        m.setattr(Manifest, "append_locked", crash)
+        with pytest.raises(Crash):
+            compact(tmp_path, before=DAY3)
+    orphan = files_on_disk(tmp_path) - disk
+    assert len(orphan) == 1 and [p for p in verify(tmp_path).problems] == [f"unlisted: {orphan.pop()} (in no "
+                                                                             f"manifest entry)"]
+    assert ids(tmp_path) == before  # the old files are still live
+    done = compact(tmp_path, before=DAY3)
+    assert done.leftovers_deleted == 1 and done.compacted_days == [DAY1, DAY2]
+    assert verify(tmp_path).intact and ids(tmp_path) == before
+
+
+def test_killed_after_the_manifest_entry_the_replaced_files_are_skipped_then_deleted(tmp_path, monkeypatch) -> None:
+    archived(tmp_path, 0, 300)
+    before = ids(tmp_path)
+    with monkeypatch.context() as m:
+        m.setattr(archive_compact, "_delete", lambda paths: None)  # killed before the deletes
+        compact(tmp_path, before=DAY2)
+    leftovers = [p for p in (tmp_path / f"date={DAY1}").rglob("part-*.parquet")]
+    assert leftovers and archive_files(tmp_path, DAY1, DAY1)[0].name.startswith("day-")
+    assert len(archive_files(tmp_path, DAY1, DAY1)) == 1  # readers skip the superseded files
+    assert ids(tmp_path) == before
+    verdict = verify(tmp_path)
+    assert verdict.intact and len(verdict.notes) == len(leftovers)
+    assert all(n.startswith("superseded: ") for n in verdict.notes)
+    (tmp_path / archive_compact.JOURNAL).unlink(missing_ok=True)
+    assert compact(tmp_path, before=DAY2).leftovers_deleted == len(leftovers)
+    assert not any(p.exists() for p in leftovers) and not verify(tmp_path).notes
+
+
+def test_a_changed_file_is_never_compacted(tmp_path) -> None:
+    archived(tmp_path, 0, 200)
+    victim = archive_files(tmp_path, DAY1, DAY1)[2]
+    data = bytearray(victim.read_bytes())
+    data[100] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    disk = files_on_disk(tmp_path)
+    manifest = (tmp_path / "_manifest.jsonl").read_bytes()
+    with pytest.raises(ArchiveError, match="changed since manifest entry") as info:
+        compact(tmp_path, before=DAY3)
+    assert str(victim) in str(info.value)
+    assert files_on_disk(tmp_path) == disk and (tmp_path / "_manifest.jsonl").read_bytes() == manifest
+
+
+def test_a_broken_chain_stops_compaction(tmp_path) -> None:
+    archived(tmp_path, 0, 200)
+    lines = (tmp_path / "_manifest.jsonl").read_bytes().splitlines()
+    (tmp_path / "_manifest.jsonl").write_bytes(b"\n".join(lines[1:]) + b"\n")
+    with pytest.raises(ArchiveError, match="does not chain"):
+        compact(tmp_path, before=DAY3)
+
+
+def test_retention_drops_old_days_and_records_it(tmp_path) -> None:
+    archived(tmp_path, 0, 600)
+    compact(tmp_path, before=DAY2)
+    done = expire(tmp_path, before=DAY3)
+    assert done.expired > 1
+    assert archive_files(tmp_path, DAY1, DAY2) == [] and not (tmp_path / f"date={DAY1}").exists()
+    assert {e.date() for e in read_archive(tmp_path, *ALL_DAYS).column("event_time").to_pylist()} >= {DAY3}
+    entry = json.loads((tmp_path / "_manifest.jsonl").read_text().splitlines()[-1])
+    assert entry["action"] == "expire" and entry["before"] == str(DAY3) and not entry["files"]
+    assert verify(tmp_path).intact
+    assert expire(tmp_path, before=DAY3).expired == 0
