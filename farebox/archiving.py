@@ -83,7 +83,7 @@ class EmbeddedArchiver:
         self.poll_s = min(poll_s, self.cfg.flush_interval_s)
         self.archived = archived_offset(self.root)
         self.caught_up_at = time.monotonic()
-        self.last_pass = 0.0
+        self.last_pass = float("-inf")  # the first due check runs a pass
         self.housekept_on: date | None = None
         if registry is not None:
             Gauge("farebox_archive_lag_events", "Events in the log not yet in the Parquet archive.",

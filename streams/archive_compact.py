@@ -34,7 +34,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from streams.archive_manifest import Manifest, Replayed, sha256_file
+from streams.archive_manifest import Manifest, Replayed, file_entry, sha256_file
 from streams.archive_read import ArchiveError, archive_days, day_files, first_of_each
 from streams.archive_schema import SCHEMA
 from streams.archive_write import fsync_path, write_atomic
@@ -77,7 +77,10 @@ def _delete(paths: list[Path]) -> None:
         fsync_path(folder)
         for empty in (folder, folder.parent):  # an emptied hour=, then date= folder
             if empty.name.startswith(("hour=", "date=")) and empty.is_dir() and not any(empty.iterdir()):
-                empty.rmdir()
+                try:
+                    empty.rmdir()
+                except OSError:  # a writer just put a file there (or made the folder again): keep it
+                    pass
 
 
 def finish(root: Path, manifest: Manifest) -> int:
@@ -123,7 +126,7 @@ def compact(root: str | Path, *, before: date, now: datetime | None = None) -> H
             write_atomic(root / JOURNAL, json.dumps({"output": manifest.relative(output),
                                                      "replaces": replaced}).encode())
             write_atomic(output, data)
-            manifest.append_locked("compact", files=manifest.describe([output], {output: table.num_rows}),
+            manifest.append_locked("compact", files=[file_entry(manifest.relative(output), data, table.num_rows)],
                                    removes=replaced, now=now)
             _delete([root / p for p in replaced])
             (root / JOURNAL).unlink()

@@ -51,6 +51,11 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def file_entry(path: str, data: bytes, rows: int) -> dict[str, Any]:
+    """How an entry lists one file: its path under the root, SHA-256, size and row count."""
+    return {"path": path, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "rows": rows}
+
+
 def entry_hash(entry: dict[str, Any]) -> str:
     """The hash an entry carries: SHA-256 of its canonical JSON without the ``hash`` field."""
     body = {k: v for k, v in entry.items() if k != "hash"}
@@ -150,11 +155,6 @@ class Manifest:
 
     def relative(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix()
-
-    def describe(self, paths: list[Path], rows: dict[Path, int] | None = None) -> list[dict[str, Any]]:
-        """The ``files`` field for ``paths`` (their SHA-256 and size as they are on disk now)."""
-        return [{"path": self.relative(p), "sha256": sha256_file(p), "bytes": p.stat().st_size,
-                 **({"rows": rows[p]} if rows and p in rows else {})} for p in paths]
 
     def append(self, action: str, **fields: Any) -> dict[str, Any]:
         """Append one chained entry, taking the lock."""

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ledger.codec import from_dict
-from streams.archive_manifest import Manifest
+from streams.archive_manifest import Manifest, file_entry
 from streams.archive_schema import SCHEMA, typed_row
 from streams.dead_letters import READ_ERRORS, reason_of
 from streams.eventlog import EventLog
@@ -67,9 +67,16 @@ def fsync_path(path: Path) -> None:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Write, fsync, rename over ``path``, fsync the folder: all or nothing after a crash."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
+    for attempt in range(3):  # compaction removes emptied hour= folders: make it again if it just went
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            f = open(tmp, "wb")
+            break
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
+    with f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -145,24 +152,23 @@ class ArchiveWriter:
                 continue
             at = row["event_time"]
             groups[(record.partition, f"{at:%Y-%m-%d}", f"{at:%H}")].append(row)
-        written: dict[Path, int] = {}
+        files: list[dict] = []
         for partition, rows in sorted(unreadable.items()):
             name = f"part-{partition}-{rows[0]['log_offset']:020d}-{rows[-1]['log_offset']:020d}.parquet"
-            written[self._write_rows(self.root / "_unreadable" / name, rows, UNREADABLE_SCHEMA)] = len(rows)
+            files.append(self._write_rows(self.root / "_unreadable" / name, rows, UNREADABLE_SCHEMA))
         for (partition, day, hour), rows in sorted(groups.items()):
             rows.sort(key=lambda r: r["log_offset"])
             name = f"part-{partition}-{rows[0]['log_offset']:020d}-{rows[-1]['log_offset']:020d}.parquet"
-            written[self._write_rows(self.root / f"date={day}" / f"hour={hour}" / name, rows, SCHEMA)] = len(rows)
-        paths = list(written)
+            files.append(self._write_rows(self.root / f"date={day}" / f"hour={hour}" / name, rows, SCHEMA))
         extents = {str(p): list(fl) for p, fl in sorted(extents_of(records).items())}
-        self.manifest.append("add", source=self.source, extents=extents,
-                             files=self.manifest.describe(paths, written), now=stored_at)
-        return paths
+        self.manifest.append("add", source=self.source, extents=extents, files=files, now=stored_at)
+        return [self.root / f["path"] for f in files]
 
-    @staticmethod
-    def _write_rows(path: Path, rows: list[dict], schema: pa.Schema) -> Path:
-        write_atomic(path, parquet_bytes(rows, schema))
-        return path
+    def _write_rows(self, path: Path, rows: list[dict], schema: pa.Schema) -> dict:
+        """Write one file; its manifest listing (hashed from the bytes written, not read back)."""
+        data = parquet_bytes(rows, schema)
+        write_atomic(path, data)
+        return file_entry(self.manifest.relative(path), data, len(rows))
 
     def done(self) -> None:
         """Step 5: the batch is committed."""

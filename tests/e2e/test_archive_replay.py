@@ -69,3 +69,25 @@ def test_serve_archives_as_it_runs_and_replay_equals_live(tmp_path) -> None:
     checked = farebox("archive", "verify", "--config", str(stack.config))
     assert checked.returncode == 0 and "intact" in checked.stdout, checked.stdout + checked.stderr
     assert verify(root).intact
+
+
+def test_lag_is_on_metrics_and_the_shutdown_pass_archives_the_rest(tmp_path) -> None:
+    """Passes far apart: the requests stay unarchived (lag on /metrics) until SIGTERM's final pass."""
+
+    def slow_archive(tree: dict) -> None:
+        tree["archive"] = {"flush_interval_s": 3600, "flush_events": 1_000_000}
+
+    with running_stack(tmp_path / "stack", mutate=slow_archive) as stack:
+        with openai.OpenAI(base_url=stack.gateway_url + "/v1", api_key=stack.key, max_retries=0) as client:
+            for i in range(5):
+                client.chat.completions.create(model="chat-openai", messages=[{"role": "user", "content": f"{i}"}])
+        time.sleep(0.5)
+        assert metric(stack.gateway_url, "farebox_archive_lag_events") >= 15  # admitted, attempted, settled x 5
+        assert metric(stack.gateway_url, "farebox_archive_lag_seconds") > 0
+        assert stop(stack.gateway) == 0
+        events = read_events(stack.events_path)
+    today = datetime.now(timezone.utc).date()
+    assert sorted(read_archive(tmp_path / "stack" / "archive", today, today).column("id").to_pylist()) == sorted(
+        e.id for e in events)
+    done = farebox("replay", "--config", str(stack.config), "--from", str(today), "--to", str(today))
+    assert done.returncode == 0 and "0 difference(s)" in done.stdout, done.stdout + done.stderr
