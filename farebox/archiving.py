@@ -49,11 +49,12 @@ def housekeep(root: Path, cfg: ArchiveSettings, now: datetime) -> Housekeeping:
     """Retention first (nothing is compacted only to be dropped), then compaction of the closed days."""
     done = Housekeeping()
     if cfg.retention_days is not None:
-        done = expire(root, before=now.date() - timedelta(days=cfg.retention_days), now=now)
+        dropped = expire(root, before=now.date() - timedelta(days=cfg.retention_days), now=now)
+        done.expired, done.leftovers_deleted = dropped.expired, dropped.leftovers_deleted
     if cfg.compact:
         merged = compact(root, before=now.date(), now=now)
-        merged.expired, merged.leftovers_deleted = done.expired, done.leftovers_deleted + merged.leftovers_deleted
-        done = merged
+        done.compacted_days, done.written, done.replaced = merged.compacted_days, merged.written, merged.replaced
+        done.leftovers_deleted += merged.leftovers_deleted
     return done
 
 

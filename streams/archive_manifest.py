@@ -103,8 +103,8 @@ def replay_manifest(text: bytes) -> Replayed:
             out.chain_problems.append(f"manifest entry {n} has seq {entry.get('seq')!r}: entries were "
                                       f"removed or inserted, chain broken")
         if entry.get("prev") != prev:
-            out.chain_problems.append(f"manifest entry {n} does not chain to entry {n - 1} "
-                                      f"(prev {str(entry.get('prev'))[:12]}… != {prev[:12]}…): chain broken")
+            out.chain_problems.append(f"manifest entry {n} does not chain to the entry before it "
+                                      f"(prev {str(entry.get('prev'))[:12]}… != {prev[:12] or '?'}…): chain broken")
         if entry.get("hash") != entry_hash(entry):
             out.chain_problems.append(f"manifest entry {n} was edited (its hash does not match its content): "
                                       f"chain broken")

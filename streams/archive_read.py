@@ -43,12 +43,18 @@ def archive_files(root: str | Path, start: date, end: date) -> list[Path]:
 
 def require_archive(root: str | Path) -> None:
     """Raise ``ArchiveError`` when ``root`` holds no archive at all (no manifest, no dated files), so a
-    replay says so instead of reporting every live balance as a difference."""
+    replay says so instead of reporting every live balance as a difference, or when its manifest does
+    not chain (the archive cannot be trusted until ``farebox archive verify`` is clean)."""
     root = Path(root)
-    if not Manifest(root).exists() and not any(root.glob("date=*/**/*.parquet")):
+    manifest = Manifest(root)
+    if not manifest.exists() and not any(root.glob("date=*/**/*.parquet")):
         raise ArchiveError(f"the archive at {root} is empty: nothing has been archived yet (embedded: "
                            f"`farebox serve` archives as it runs, `farebox archive flush` now; distributed: "
                            f"run `farebox archiver`)")
+    problems = manifest.read().chain_problems
+    if problems:
+        raise ArchiveError(f"{manifest.path}: the manifest does not chain ({problems[0]}); the archive cannot "
+                           f"be trusted — run `farebox archive verify`")
 
 
 def archive_days(root: str | Path) -> list[date]:

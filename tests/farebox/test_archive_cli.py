@@ -121,6 +121,13 @@ def test_bad_archives_are_clear_errors_and_nothing_is_rewritten(config, capsys) 
         code, _, err = run(capsys, *argv)
         assert code == 2 and str(path) in err, err
     assert path.read_bytes() == written[: len(written) // 3]
+    manifest = settings.archive_root / "_manifest.jsonl"
+    lines = manifest.read_bytes().splitlines()
+    manifest.write_bytes(b"\n".join(lines[1:]) + b"\n")  # the first entry dropped
+    code, _, err = replay(capsys, config)
+    assert code == 2 and "the manifest does not chain (manifest entry 1 has seq 2" in err
+    code, out, _ = run(capsys, "archive", "verify", "--config", str(config))
+    assert code == 1 and "chain broken" in out
     code, _, err = replay(capsys, config, "--source", "kafka")
     assert code == 2 and "distributed" in err
     code, _, err = run(capsys, "replay", "--config", str(config), "--from", "2026-13-01", "--to", str(DAY))
