@@ -31,13 +31,10 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from streams.archive_manifest import Manifest, Replayed, file_entry, sha256_file
 from streams.archive_read import ArchiveError, archive_days, day_files, first_of_each
 from streams.archive_schema import SCHEMA
-from streams.archive_write import fsync_path, write_atomic
+from streams.archive_write import fsync_path, parquet_bytes, write_atomic
 
 log = logging.getLogger("farebox.archive")
 
@@ -118,9 +115,7 @@ def compact(root: str | Path, *, before: date, now: datetime | None = None) -> H
                 continue
             _checked(manifest, state, files)
             table = first_of_each(files, SCHEMA, lambda t: t.column("id").to_pylist())
-            sink = pa.BufferOutputStream()
-            pq.write_table(table, sink, compression="zstd")
-            data = sink.getvalue().to_pybytes()
+            data = parquet_bytes(table)
             output = root / f"date={day:%Y-%m-%d}" / f"day-{hashlib.sha256(data).hexdigest()[:16]}.parquet"
             replaced = [manifest.relative(p) for p in files if p != output]
             write_atomic(root / JOURNAL, json.dumps({"output": manifest.relative(output),

@@ -33,9 +33,9 @@ import pyarrow.parquet as pq
 
 from ledger.codec import from_dict
 from streams.archive_manifest import Manifest, file_entry
-from streams.archive_schema import SCHEMA, typed_row
+from streams.archive_schema import typed_table
 from streams.dead_letters import READ_ERRORS, reason_of
-from streams.eventlog import EventLog
+from streams.sqlite_log import SqliteEventLog
 
 UNREADABLE_SCHEMA = pa.schema([
     ("log_partition", pa.int32()),
@@ -84,19 +84,19 @@ def write_atomic(path: Path, data: bytes) -> None:
     fsync_path(path.parent)
 
 
-def parquet_bytes(rows: list[dict], schema: pa.Schema) -> bytes:
+def parquet_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), sink, compression="zstd")
+    pq.write_table(table, sink, compression="zstd")
     return sink.getvalue().to_pybytes()
 
 
-def _row(record: Record, stored_at: datetime) -> dict:
-    """The archive row of an event record (``streams.archive_schema``); raises one of ``READ_ERRORS`` if it
-    is not an event ``ledger.codec`` reads (what the worker would send to its dead-letter topic)."""
+def _wire(record: Record, trusted: bool) -> dict:
+    """The event's wire form; unless ``trusted`` (the SQLite log, which only ``ledger.codec`` writes), checked
+    as the worker reads it: raises one of ``READ_ERRORS`` for what it would send to its dead-letter topic."""
     wire = orjson.loads(record.value)
-    from_dict(wire)  # the whole event, as the worker reads it
-    return typed_row(wire, stored_at=stored_at, partition=record.partition, offset=record.offset,
-                     text=record.value.decode())
+    if not trusted:
+        from_dict(wire)
+    return wire
 
 
 def extents_of(records: list[Record]) -> Extents:
@@ -133,42 +133,44 @@ class ArchiveWriter:
         want = [first, last]
         return any(e.get("extents", {}).get(str(partition)) == want for e in self.manifest.read().sources(self.source))
 
-    def write(self, records: list[Record], now: datetime | None = None) -> list[Path]:
+    def write(self, records: list[Record], now: datetime | None = None, *, trusted: bool = False) -> list[Path]:
         """Steps 2 and 3: one file per (partition, date, hour) group, then their manifest entry.
 
         The same records make the same file names."""
         if not records:
             return []
         stored_at = now or datetime.now(timezone.utc)
-        groups: dict[tuple[int, str, str], list[dict]] = defaultdict(list)
+        groups: dict[tuple[int, str, str], list[tuple[Record, dict]]] = defaultdict(list)
         unreadable: dict[int, list[dict]] = defaultdict(list)
         for record in records:
             try:
-                row = _row(record, stored_at)
+                wire = _wire(record, trusted)
+                at = wire["time"]  # UTC ISO-8601 (ledger.codec.format_time): the date and hour are its prefix
+                groups[(record.partition, at[:10], at[11:13])].append((record, wire))
             except READ_ERRORS as exc:
                 unreadable[record.partition].append({
                     "log_partition": record.partition, "log_offset": record.offset, "stored_at": stored_at,
                     "reason": reason_of(exc), "value": record.value})
-                continue
-            at = row["event_time"]
-            groups[(record.partition, f"{at:%Y-%m-%d}", f"{at:%H}")].append(row)
         files: list[dict] = []
         for partition, rows in sorted(unreadable.items()):
             name = f"part-{partition}-{rows[0]['log_offset']:020d}-{rows[-1]['log_offset']:020d}.parquet"
-            files.append(self._write_rows(self.root / "_unreadable" / name, rows, UNREADABLE_SCHEMA))
-        for (partition, day, hour), rows in sorted(groups.items()):
-            rows.sort(key=lambda r: r["log_offset"])
-            name = f"part-{partition}-{rows[0]['log_offset']:020d}-{rows[-1]['log_offset']:020d}.parquet"
-            files.append(self._write_rows(self.root / f"date={day}" / f"hour={hour}" / name, rows, SCHEMA))
+            table = pa.Table.from_pylist(rows, schema=UNREADABLE_SCHEMA)
+            files.append(self._write_table(self.root / "_unreadable" / name, table))
+        for (partition, day, hour), group in sorted(groups.items()):
+            group.sort(key=lambda rw: rw[0].offset)
+            table = typed_table([w for _, w in group], [r.value.decode() for r, _ in group], stored_at=stored_at,
+                                partitions=[partition] * len(group), offsets=[r.offset for r, _ in group])
+            name = f"part-{partition}-{group[0][0].offset:020d}-{group[-1][0].offset:020d}.parquet"
+            files.append(self._write_table(self.root / f"date={day}" / f"hour={hour}" / name, table))
         extents = {str(p): list(fl) for p, fl in sorted(extents_of(records).items())}
         self.manifest.append("add", source=self.source, extents=extents, files=files, now=stored_at)
         return [self.root / f["path"] for f in files]
 
-    def _write_rows(self, path: Path, rows: list[dict], schema: pa.Schema) -> dict:
+    def _write_table(self, path: Path, table: pa.Table) -> dict:
         """Write one file; its manifest listing (hashed from the bytes written, not read back)."""
-        data = parquet_bytes(rows, schema)
+        data = parquet_bytes(table)
         write_atomic(path, data)
-        return file_entry(self.manifest.relative(path), data, len(rows))
+        return file_entry(self.manifest.relative(path), data, table.num_rows)
 
     def done(self) -> None:
         """Step 5: the batch is committed."""
@@ -191,15 +193,14 @@ def archived_offset(root: str | Path) -> int:
         return 0
 
 
-async def archive_from_log(log: EventLog, root: str | Path, *, state_path: str | Path | None = None,
+async def archive_from_log(log: SqliteEventLog, root: str | Path, *, state_path: str | Path | None = None,
                            batch_size: int = 5000,
                            between_write_and_commit: Callable[[], None] | None = None) -> int:
     """Archive everything after the last archived offset (kept in ``_state/log.json``); events archived.
 
-    One log archiver per root at a time: callers hold ``file_lock(root / "_state" / "log.lock")``
-    or are the only writer (``farebox.archiving`` does the former)."""
-    from ledger.codec import encode
-
+    The stored JSON is copied as it is (the log holds only what ``ledger.codec`` encoded). One log
+    archiver per root at a time: callers hold ``file_lock(root / "_state" / "log.lock")`` or are the only
+    writer (``farebox.archiving`` does the former)."""
     writer = ArchiveWriter(root, "log")
     state = Path(state_path) if state_path else state_path_of(root)
     try:
@@ -210,20 +211,20 @@ async def archive_from_log(log: EventLog, root: str | Path, *, state_path: str |
     pending = writer.pending().get(0)
     if pending is not None:  # recovery: exactly the journaled batch again, unless the manifest lists it
         first, end = pending
-        rows = await log.read(after=first - 1, limit=end - first + 1)
+        rows = await log.read_payloads(after=first - 1, limit=end - first + 1)
         if not writer.listed(0, first, end):
-            writer.write([Record(0, offset, encode(event)) for offset, event in rows])
+            writer.write([Record(0, offset, payload) for offset, payload in rows], trusted=True)
         last = end
         write_atomic(state, orjson.dumps({"last_offset": last}))
         writer.done()
         archived += len(rows)
     while True:
-        rows = await log.read(after=last, limit=batch_size)
+        rows = await log.read_payloads(after=last, limit=batch_size)
         if not rows:
             return archived
         first, end = rows[0][0], rows[-1][0]
         writer.journal({0: (first, end)})
-        writer.write([Record(0, offset, encode(event)) for offset, event in rows])
+        writer.write([Record(0, offset, payload) for offset, payload in rows], trusted=True)
         if between_write_and_commit is not None:
             between_write_and_commit()
         write_atomic(state, orjson.dumps({"last_offset": end}))
