@@ -84,7 +84,8 @@ def finish(root: Path, manifest: Manifest) -> int:
     """Complete what a crash interrupted: drop an unlisted compaction output, delete files whose removal
     is recorded (only while they are the very file removed). Caller holds the lock; files deleted."""
     journal = root / JOURNAL
-    state = manifest.repair()
+    manifest.repair()
+    state = manifest.read()
     deleted = 0
     if journal.exists():
         plan = json.loads(journal.read_text())

@@ -164,12 +164,12 @@ class Manifest:
     def append_locked(self, action: str, *, files: list[dict[str, Any]] | None = None,
                       removes: list[str] | None = None, now: datetime | None = None, **extra: Any) -> dict[str, Any]:
         """Append one chained entry; the caller holds ``locked()`` (flock is per open file: a nested
-        ``locked`` in the same process would wait on itself)."""
-        state = self.repair()
-        entry: dict[str, Any] = {"seq": len(state.entries) + 1,
+        ``locked`` in the same process would wait on itself). Reads only the last entry, not the whole file."""
+        seq, prev = self.repair()
+        entry: dict[str, Any] = {"seq": seq + 1,
                                  "at": (now or datetime.now(timezone.utc)).isoformat(timespec="microseconds"),
                                  "action": action, **extra, "files": files or [], "removes": removes or [],
-                                 "prev": state.last_hash}
+                                 "prev": prev}
         entry["hash"] = entry_hash(entry)
         line = orjson.dumps(entry, option=orjson.OPT_SORT_KEYS) + b"\n"
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -180,18 +180,62 @@ class Manifest:
             os.close(fd)
         return entry
 
-    def repair(self) -> Replayed:
-        """Drop an incomplete last line left by a crash while appending (only ever the tail)."""
-        state = self.read()
-        if state.torn_tail:
-            data = self.path.read_bytes()
-            keep = data[: data.rfind(b"\n") + 1]
-            with open(self.path, "r+b") as f:
-                f.truncate(len(keep))
+    def repair(self) -> tuple[int, str]:
+        """Drop an incomplete last line left by a crash while appending (only ever the tail); the last
+        entry's (seq, hash), or (0, GENESIS) when there is none. The caller holds the lock."""
+        try:
+            f = open(self.path, "r+b")
+        except FileNotFoundError:
+            return 0, GENESIS
+        with f:
+            size = f.seek(0, os.SEEK_END)
+            line, good = _last_line(f, size)
+            if good < size:
+                f.truncate(good)
                 f.flush()
                 os.fsync(f.fileno())
-            state = replay_manifest(keep)
-        return state
+        if not line:
+            return 0, GENESIS
+        try:
+            last = orjson.loads(line)
+            return int(last["seq"]), str(last["hash"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{self.path}: the last manifest entry is unreadable ({exc}); nothing appended — "
+                             f"run `farebox archive verify`") from None
+
+    def removed_paths(self) -> set[str]:
+        """The paths some entry removed (compaction, retention), without checking the chain: what readers
+        skip. A removed path is never listed again (outputs are named by content; a batch is rewritten
+        only while unlisted), so only entries that remove something are parsed."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return set()
+        removed: set[str] = set()
+        for line in data.splitlines():
+            if b'"removes":[]' not in line:
+                try:
+                    removed.update(orjson.loads(line).get("removes", ()))
+                except (ValueError, AttributeError):  # torn or tampered: verify reports it
+                    continue
+        return removed
+
+
+def _last_line(f: Any, size: int) -> tuple[bytes, int]:
+    """The last complete (newline-ended) line of an open file, and the length up to its end."""
+    buf, pos = b"", size
+    while pos > 0:
+        step = min(1 << 16, pos)
+        pos -= step
+        f.seek(pos)
+        buf = f.read(step) + buf
+        end = buf.rfind(b"\n")
+        if end < 0:
+            continue
+        start = buf.rfind(b"\n", 0, end)
+        if start >= 0 or pos == 0:
+            return buf[start + 1:end], pos + end + 1
+    return b"", 0
 
 
 # --- verification ------------------------------------------------------------------------

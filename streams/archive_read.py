@@ -32,7 +32,7 @@ def day_files(root: Path, day: date) -> list[Path]:
 def archive_files(root: str | Path, start: date, end: date) -> list[Path]:
     """The live Parquet files whose event date is in [start, end], by date, then name."""
     root = Path(root)
-    removed = Manifest(root).read().removed
+    removed = Manifest(root).removed_paths()
     files: list[Path] = []
     day = start
     while day <= end:

@@ -163,3 +163,18 @@ def test_an_empty_archive_is_named_as_such(tmp_path) -> None:
         require_archive(tmp_path / "nothing")
     write_batches(tmp_path / "some", batches=1)
     require_archive(tmp_path / "some")
+
+
+def test_appends_chain_after_entries_longer_than_one_read(tmp_path) -> None:
+    """The writer reads only the last entry, backwards from the end: a 400 KB compaction entry included."""
+    write_batches(tmp_path, batches=1)
+    manifest = Manifest(tmp_path)
+    gone = [f"date=2026-10-0{i % 9 + 1}/hour=00/part-{i:060d}.parquet" for i in range(5000)]
+    manifest.append("expire", removes=gone)
+    with open(tmp_path / "_manifest.jsonl", "ab") as f:
+        f.write(b'{"seq": 3, "torn')
+    manifest.append("expire", removes=[])
+    entries = manifest_lines(tmp_path)
+    assert [e["seq"] for e in entries] == [1, 2, 3] and entries[2]["prev"] == entries[1]["hash"]
+    assert not manifest.read().chain_problems
+    assert manifest.removed_paths() == set(gone) == set(manifest.read().removed)
