@@ -92,3 +92,24 @@ class KafkaArchiver:
             return self.archived
         finally:
             await stop_consumer(consumer)
+
+
+async def archiver_lag(bootstrap: str, topic: str, group_id: str) -> int:
+    """Records of ``topic`` the archiver's consumer group has not committed yet (end offsets minus committed
+    offsets, every partition): what a replay from the archive cannot see."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from streams.kafka_clients import partitions_of, stop_consumer
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False)
+    try:
+        await consumer.start()
+        tps = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)]
+        consumer.assign(tps)  # manual assignment: no group join, so a running archiver is not disturbed
+        ends = await consumer.end_offsets(tps)
+        lag = 0
+        for tp in tps:
+            lag += max(ends[tp] - (await consumer.committed(tp) or 0), 0)
+        return lag
+    finally:
+        await stop_consumer(consumer)

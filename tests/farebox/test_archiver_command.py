@@ -13,6 +13,7 @@ from datetime import date, datetime, timedelta, timezone
 from infra.kafka.topics import TopicSpec, create_topics
 from ledger.events import HoldExpired
 from streams.archive import read_archive, verify
+from streams.archive_kafka import archiver_lag
 from streams.kafka_log import KafkaEventLog
 from tests.farebox.test_settings import ROOT, write
 from tests.infra.kafka.support import session_broker
@@ -65,7 +66,10 @@ def test_archiver_runs_until_sigterm_and_resumes_from_its_offsets(tmp_path) -> N
     assert "farebox archiver stopped: 40 event(s) archived" in out
     more = [expiry(i) for i in range(40, 55)]
     asyncio.run(produce(broker.bootstrap, topic, tmp_path / "spool2", more))
+    group = f"archiver-{topic}"
+    assert asyncio.run(archiver_lag(broker.bootstrap, topic, group)) == 15  # what replay reports as lag
     out = run_until(55)
+    assert asyncio.run(archiver_lag(broker.bootstrap, topic, group)) == 0
     assert "stopped: 15 event(s) archived" in out  # its consumer group's offsets: nothing twice
     table = read_archive(root, *days)
     assert sorted(table.column("id").to_pylist()) == sorted(e.id for e in first + more)
