@@ -15,7 +15,8 @@ oldest unarchived event).
 
 Distributed: ``run_kafka_archiver`` runs ``KafkaArchiver`` on the requests
 topic as its own consumer group until SIGTERM/SIGINT, then flushes its batch
-and commits; the same housekeeping runs between batches.
+and commits; a task beside it runs the same daily housekeeping (in a thread;
+the manifest lock keeps it and the writer apart).
 """
 
 from __future__ import annotations
@@ -123,14 +124,16 @@ class EmbeddedArchiver:
         return archived
 
     async def run(self) -> None:
-        """Until cancelled: a pass whenever one is due. A failed pass is logged and retried next time."""
+        """Until cancelled: a pass whenever one is due (or the daily housekeeping is, even with no traffic).
+        A failed pass is logged and retried next time."""
         while True:
-            if self.due():
+            if self.due() or housekeeping_due(self.cfg, datetime.now(timezone.utc), self.housekept_on):
                 try:
                     await asyncio.to_thread(self.flush_sync)
                 except Exception:  # noqa: BLE001 - the gateway keeps serving; the lag gauge shows the failure
                     log.exception("archive pass failed at offset %d", self.archived)
                     self.last_pass = time.monotonic()
+                    await asyncio.sleep(self.cfg.flush_interval_s)  # retry at the normal pace, not every poll
             await asyncio.sleep(self.poll_s)
 
 
