@@ -71,7 +71,8 @@ def _verify(args: argparse.Namespace) -> int:
     for line in verdict.notes:
         print(f"note: {line}")
     if verdict.intact:
-        print(f"archive {root}: intact — {verdict.files} file(s), {verdict.entries} manifest entries, chain unbroken")
+        print(f"archive {root}: intact — {verdict.files} file(s), {verdict.entries} manifest entries, chain unbroken, "
+              f"head {verdict.head}")
         return 0
     print(f"archive {root}: NOT intact — {len(verdict.problems)} problem(s) in {verdict.files} listed file(s) and "
           f"{verdict.entries} manifest entries")

@@ -19,6 +19,10 @@ Invariants:
 * the live files are those added and not later removed; a later add of the
   same path (a batch rewritten after a crash) supersedes the earlier hash.
 
+The chain shows any edit of history; a manifest rewritten as a whole with
+fresh hashes is caught by comparing its head (the last entry's hash, printed
+by ``farebox archive verify``) with one recorded earlier, outside the archive.
+
 A crash while appending leaves at most an incomplete last line (no newline);
 the next writer drops it before appending (``repair``), and the files it would
 have listed show as unlisted until their batch is rewritten and listed.
@@ -248,6 +252,7 @@ class Verdict:
     root: Path
     files: int = 0
     entries: int = 0
+    head: str = GENESIS  # the last entry's hash: record it elsewhere to detect a wholly rewritten manifest
     empty: bool = False
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -269,7 +274,7 @@ def verify(root: str | Path) -> Verdict:
     verdict = Verdict(root)
     state = Manifest(root).read()
     on_disk = {p.relative_to(root).as_posix() for p in root.rglob("*.parquet")} if root.is_dir() else set()
-    verdict.entries, verdict.files = len(state.entries), len(state.live)
+    verdict.entries, verdict.files, verdict.head = len(state.entries), len(state.live), state.last_hash
     if not state.entries and not on_disk and not state.torn_tail:
         verdict.empty = True
         return verdict

@@ -56,6 +56,7 @@ def test_every_file_is_listed_with_its_hash_and_the_entries_chain(tmp_path) -> N
     assert entries[1]["extents"] == {"0": [31, 60]} and entries[1]["source"] == "log"
     verdict = verify(tmp_path)
     assert verdict.intact and verdict.files == len(paths) and not verdict.notes
+    assert verdict.head == entries[-1]["hash"]  # what an auditor records to catch a rewritten manifest
 
 
 def test_a_flipped_byte_a_deleted_file_and_an_added_file_are_each_named(tmp_path) -> None:
