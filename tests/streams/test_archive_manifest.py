@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -179,3 +182,28 @@ def test_appends_chain_after_entries_longer_than_one_read(tmp_path) -> None:
     assert [e["seq"] for e in entries] == [1, 2, 3] and entries[2]["prev"] == entries[1]["hash"]
     assert not manifest.read().chain_problems
     assert manifest.removed_paths() == set(gone) == set(manifest.read().removed)
+
+
+WRITER = """
+import sys
+from streams.archive import ArchiveWriter, Record
+from ledger.codec import encode
+from stream_events import make_event
+root, source, base = sys.argv[1], sys.argv[2], int(sys.argv[3])
+writer = ArchiveWriter(root, source)
+for b in range(15):
+    writer.write([Record(base, n, encode(make_event(base * 1000 + n))) for n in range(b * 4, b * 4 + 4)])
+"""
+
+
+def test_writers_in_several_processes_share_one_chain(tmp_path) -> None:
+    """The manifest lock: two archivers (e.g. two topics) appending at once leave one unbroken chain."""
+    here = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parents[1]), str(here)])}
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), f"kafka-t{i}", str(i)], env=env)
+             for i in (1, 2)]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    entries = manifest_lines(tmp_path)
+    assert [e["seq"] for e in entries] == list(range(1, 31))
+    assert {e["source"] for e in entries} == {"kafka-t1", "kafka-t2"}
+    assert verify(tmp_path).intact
