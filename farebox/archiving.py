@@ -5,9 +5,10 @@ archive every ``archive.flush_interval_s`` or as soon as ``flush_events`` are
 pending, and once more at shutdown after the log closed (so every accepted
 event is archived). Each pass runs in a worker thread with its own read-only
 connection to the log file, under the root's log-archiver lock, so the event
-loop only schedules it and a request never waits on Parquet. After a pass,
-from ``compact_hour_utc`` on, it compacts the days before today once a day
-and applies retention. Its lag is on ``/metrics``:
+loop only schedules it and a request never waits on Parquet. After a pass
+it merges each closed hour's batch files into one (``Housekeeper``) and,
+from ``compact_hour_utc`` on, once a day compacts the days before today and
+applies retention. Its lag is on ``/metrics``:
 ``farebox_archive_lag_events`` (log offset minus archived offset) and
 ``farebox_archive_lag_seconds`` (0 when caught up, else the time since the
 archive last held everything the log held: an upper bound on the age of the
@@ -33,17 +34,14 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from farebox.settings import ArchiveSettings, Settings
 from streams.archive import ArchiveError, archive_from_log, archived_offset
-from streams.archive_compact import Housekeeping, compact, expire
+from streams.archive_compact import Housekeeping, compact, compact_hours, expire
 from streams.archive_manifest import file_lock
 from streams.sqlite_log import SqliteEventLog
 
 log = logging.getLogger("farebox.archive")
 
 
-def housekeeping_due(cfg: ArchiveSettings, now: datetime, last_day: date | None) -> bool:
-    """Once a UTC day, from ``compact_hour_utc`` on (compaction or retention configured)."""
-    wanted = cfg.compact or cfg.retention_days is not None
-    return wanted and now.hour >= cfg.compact_hour_utc and last_day != now.date()
+HOUR_GRACE = timedelta(minutes=10)  # an hour's files are merged this long after it ends (late batches)
 
 
 def housekeep(root: Path, cfg: ArchiveSettings, now: datetime) -> Housekeeping:
@@ -57,6 +55,47 @@ def housekeep(root: Path, cfg: ArchiveSettings, now: datetime) -> Housekeeping:
         done.compacted_days, done.written, done.replaced = merged.compacted_days, merged.written, merged.replaced
         done.leftovers_deleted += merged.leftovers_deleted
     return done
+
+
+class Housekeeper:
+    """When to compact and expire: each closed hour's files once the hour is ``HOUR_GRACE`` old, and the
+    daily ``housekeep`` once a UTC day from ``compact_hour_utc`` on. ``run`` blocks: call it in a thread."""
+
+    def __init__(self, root: Path, cfg: ArchiveSettings) -> None:
+        self.root, self.cfg = root, cfg
+        self.daily_on: date | None = None
+        self.hours_before: datetime | None = None
+
+    def _hours_mark(self, now: datetime) -> datetime:
+        return (now - HOUR_GRACE).replace(minute=0, second=0, microsecond=0)
+
+    def _hours_due(self, now: datetime) -> bool:
+        return self.cfg.compact and self._hours_mark(now) != self.hours_before
+
+    def _daily_due(self, now: datetime) -> bool:
+        wanted = self.cfg.compact or self.cfg.retention_days is not None
+        return wanted and now.hour >= self.cfg.compact_hour_utc and self.daily_on != now.date()
+
+    def due(self, now: datetime) -> bool:
+        return self._hours_due(now) or self._daily_due(now)
+
+    def run(self, now: datetime) -> None:
+        """What is due at ``now``; a changed or unreadable file is refused and logged (archiving goes on)."""
+        try:
+            if self._hours_due(now):
+                self.hours_before = self._hours_mark(now)
+                hours = compact_hours(self.root, before=self.hours_before, now=now)
+                if hours.compacted_hours:
+                    log.info("archive: merged %d closed hour(s) (%d files replaced)", hours.compacted_hours,
+                             hours.replaced)
+            if self._daily_due(now):
+                self.daily_on = now.date()
+                done = housekeep(self.root, self.cfg, now)
+                if done.compacted_days or done.expired:
+                    log.info("archive: compacted %d day(s) (%d files replaced), expired %d file(s)",
+                             len(done.compacted_days), done.replaced, done.expired)
+        except ArchiveError as exc:
+            log.error("archive housekeeping refused: %s", exc)
 
 
 def archive_log_once(log_path: Path, root: Path, batch_size: int) -> int:
@@ -86,7 +125,7 @@ class EmbeddedArchiver:
         self.archived = archived_offset(self.root)
         self.caught_up_at = time.monotonic()
         self.last_pass = float("-inf")  # the first due check runs a pass
-        self.housekept_on: date | None = None
+        self.housekeeper = Housekeeper(self.root, self.cfg)
         if registry is not None:
             Gauge("farebox_archive_lag_events", "Events in the log not yet in the Parquet archive.",
                   registry=registry).set_function(self.lag_events)
@@ -112,22 +151,15 @@ class EmbeddedArchiver:
         if self.archived >= self.last_offset():
             self.caught_up_at = started  # every event appended before the pass began is archived
         now = datetime.now(timezone.utc)
-        if housekeeping_due(self.cfg, now, self.housekept_on):
-            self.housekept_on = now.date()
-            try:
-                done = housekeep(self.root, self.cfg, now)
-                if done.compacted_days or done.expired:
-                    log.info("archive: compacted %d day(s) (%d files replaced), expired %d file(s)",
-                             len(done.compacted_days), done.replaced, done.expired)
-            except ArchiveError as exc:  # a changed or unreadable file: refuse, say so, keep archiving
-                log.error("archive housekeeping refused: %s", exc)
+        if self.housekeeper.due(now):
+            self.housekeeper.run(now)
         return archived
 
     async def run(self) -> None:
         """Until cancelled: a pass whenever one is due (or the daily housekeeping is, even with no traffic).
         A failed pass is logged and retried next time."""
         while True:
-            if self.due() or housekeeping_due(self.cfg, datetime.now(timezone.utc), self.housekept_on):
+            if self.due() or self.housekeeper.due(datetime.now(timezone.utc)):
                 try:
                     await asyncio.to_thread(self.flush_sync)
                 except Exception:  # noqa: BLE001 - the gateway keeps serving; the lag gauge shows the failure
@@ -171,15 +203,10 @@ async def run_kafka_archiver(settings: Settings, stop: asyncio.Event | None = No
                              batch_size=cfg.flush_events, flush_interval_s=cfg.flush_interval_s)
 
     async def housekeeping() -> None:
-        housekept_on: date | None = None
+        keeper = Housekeeper(settings.archive_root, cfg)
         while not stop.is_set():
-            now = datetime.now(timezone.utc)
-            if housekeeping_due(cfg, now, housekept_on):
-                housekept_on = now.date()
-                try:
-                    await asyncio.to_thread(housekeep, settings.archive_root, cfg, now)
-                except ArchiveError as exc:
-                    log.error("archive housekeeping refused: %s", exc)
+            if keeper.due(now := datetime.now(timezone.utc)):
+                await asyncio.to_thread(keeper.run, now)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=60)
             except asyncio.TimeoutError:

@@ -38,7 +38,7 @@ class ArchiveSettings:
     flush_interval_s: float = 5.0  # archive pending events at least this often
     flush_events: int = 5000  # ... or as soon as this many are pending
     retention_days: int | None = None  # drop files of event dates older than this (None: keep forever)
-    compact: bool = True  # merge each closed day's small files into one daily file
+    compact: bool = True  # merge each closed hour's batch files into one, and each closed day's into one
     compact_hour_utc: int = 1  # from this UTC hour on, once a day, compact the days before today
     group_id: str = "farebox-archiver"  # distributed: the archiver's consumer group
 

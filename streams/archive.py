@@ -3,7 +3,8 @@
 Layout under the archive root (default ``<state_dir>/archive``)::
 
     date=2026-10-03/hour=10/part-<partition>-<first offset>-<last offset>.parquet   # one batch, one hour
-    date=2026-10-03/day-<sha256 prefix>.parquet     # compacted: the day's files merged (streams.archive_compact)
+    date=2026-10-03/hour=10/hour-<sha256 prefix>.parquet   # a closed hour's batch files merged
+    date=2026-10-03/day-<sha256 prefix>.parquet     # a closed day's files merged (streams.archive_compact)
     _unreadable/part-<partition>-<first>-<last>.parquet   # records that are not events
     _manifest.jsonl                 # every file and its SHA-256, hash-chained (streams.archive_manifest)
     _manifest.lock                  # flock held while appending to the manifest or compacting
@@ -25,7 +26,7 @@ keep each event id once. SQL over the files (DuckDB) reads the same set with
 
     read_parquet('<root>/date=*/**/*.parquet', hive_partitioning = false)
 
-deduplicated by ``id``: ``hive_partitioning = false`` because hourly and daily
+deduplicated by ``id``: ``hive_partitioning = false`` because hour and day
 files sit at different depths (the typed ``event_time`` column replaces the
 path's date and hour). A replaced file can outlive its manifest entry only
 when a crash came between the entry and the delete (the next compaction

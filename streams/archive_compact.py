@@ -1,9 +1,11 @@
 """Compaction and retention: new files and manifest entries, never an edit in place.
 
-**Compaction** merges the live files of each closed event date (hourly part
-files, an earlier daily file, late arrivals) into one daily file
-``date=D/day-<sha256 prefix>.parquet``, each event id once (the first by
-partition and offset, as readers keep it). Order, under the manifest lock:
+**Compaction** merges the live files of each closed event date (batch files,
+hour files, an earlier daily file, late arrivals) into one daily file
+``date=D/day-<sha256 prefix>.parquet``, and, while a day is open, the files of
+each closed hour into ``date=D/hour=H/hour-<sha256 prefix>.parquet``; each
+event id once (the first by partition and offset, as readers keep it). Order,
+under the manifest lock:
 
 1. check every file to be merged against its listed SHA-256 (a changed file
    is never laundered into a new one: the day is refused, naming the file);
@@ -28,7 +30,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
 from streams.archive_manifest import Manifest, Replayed, file_entry, sha256_file
@@ -46,6 +48,7 @@ class Housekeeping:
     """What one compaction or retention run did."""
 
     compacted_days: list[date] = field(default_factory=list)
+    compacted_hours: int = 0
     written: list[Path] = field(default_factory=list)
     replaced: int = 0
     expired: int = 0
@@ -99,9 +102,27 @@ def finish(root: Path, manifest: Manifest) -> int:
     return deleted + len(leftovers)
 
 
+def _merge(root: Path, manifest: Manifest, state: Replayed, files: list[Path], output_dir: Path, prefix: str,
+           now: datetime | None) -> tuple[Path, int]:
+    """Steps 1-5 above for one group of live files: the merged file written and listed, the rest deleted."""
+    _checked(manifest, state, files)
+    table = first_of_each(files, SCHEMA, lambda t: t.column("id").to_pylist())
+    data = parquet_bytes(table)
+    output = output_dir / f"{prefix}-{hashlib.sha256(data).hexdigest()[:16]}.parquet"
+    replaced = [manifest.relative(p) for p in files if p != output]
+    write_atomic(root / JOURNAL, json.dumps({"output": manifest.relative(output), "replaces": replaced}).encode())
+    write_atomic(output, data)
+    manifest.append_locked("compact", files=[file_entry(manifest.relative(output), data, table.num_rows)],
+                           removes=replaced, now=now)
+    _delete([root / p for p in replaced])
+    (root / JOURNAL).unlink()
+    return output, len(replaced)
+
+
 def compact(root: str | Path, *, before: date, now: datetime | None = None) -> Housekeeping:
-    """Merge each event date before ``before`` that has more than one live file (or an hourly file only)
-    into one daily file. Raises ``ArchiveError`` naming a changed or unreadable file; nothing is rewritten."""
+    """Merge the live files of each event date before ``before`` that has more than one into one daily file
+    ``date=D/day-….parquet``. Raises ``ArchiveError`` naming a changed or unreadable file; nothing is
+    rewritten."""
     root = Path(root)
     manifest = Manifest(root)
     done = Housekeeping()
@@ -112,24 +133,40 @@ def compact(root: str | Path, *, before: date, now: datetime | None = None) -> H
             if day >= before:
                 break
             files = [p for p in day_files(root, day) if manifest.relative(p) in state.live]
-            if not files or (len(files) == 1 and files[0].name.startswith("day-")):
+            if len(files) < 2:
                 continue
-            _checked(manifest, state, files)
-            table = first_of_each(files, SCHEMA, lambda t: t.column("id").to_pylist())
-            data = parquet_bytes(table)
-            output = root / f"date={day:%Y-%m-%d}" / f"day-{hashlib.sha256(data).hexdigest()[:16]}.parquet"
-            replaced = [manifest.relative(p) for p in files if p != output]
-            write_atomic(root / JOURNAL, json.dumps({"output": manifest.relative(output),
-                                                     "replaces": replaced}).encode())
-            write_atomic(output, data)
-            manifest.append_locked("compact", files=[file_entry(manifest.relative(output), data, table.num_rows)],
-                                   removes=replaced, now=now)
-            _delete([root / p for p in replaced])
-            (root / JOURNAL).unlink()
+            output, replaced = _merge(root, manifest, state, files, root / f"date={day:%Y-%m-%d}", "day", now)
             state = manifest.read()
             done.compacted_days.append(day)
             done.written.append(output)
-            done.replaced += len(replaced)
+            done.replaced += replaced
+    return done
+
+
+def compact_hours(root: str | Path, *, before: datetime, now: datetime | None = None) -> Housekeeping:
+    """Merge the live files of each hour that ended by ``before`` and has more than one into one file
+    ``date=D/hour=H/hour-….parquet``: a day's many small batch files become at most 24 while it is open."""
+    root = Path(root)
+    manifest = Manifest(root)
+    done = Housekeeping()
+    with manifest.locked():
+        done.leftovers_deleted = finish(root, manifest)
+        state = manifest.read()
+        for day in archive_days(root):
+            for folder in sorted((root / f"date={day:%Y-%m-%d}").glob("hour=*")):
+                hour = folder.name.removeprefix("hour=")
+                if not hour.isdigit():
+                    continue
+                if datetime(day.year, day.month, day.day, tzinfo=timezone.utc) + timedelta(hours=int(hour) + 1) > before:
+                    continue
+                files = [p for p in sorted(folder.glob("*.parquet")) if manifest.relative(p) in state.live]
+                if len(files) < 2:
+                    continue
+                output, replaced = _merge(root, manifest, state, files, folder, "hour", now)
+                state = manifest.read()
+                done.compacted_hours += 1
+                done.written.append(output)
+                done.replaced += replaced
     return done
 
 

@@ -1,7 +1,8 @@
 """Reading the archive: the live files of a date range, rows deduplicated by event id.
 
-``archive_files`` is the one way to list the live files: the hourly part files
-and the compacted daily files under ``date=YYYY-MM-DD/``, less any file whose
+``archive_files`` is the one way to list the live files: the batch and hour
+files under ``date=YYYY-MM-DD/hour=HH/`` and the daily files under
+``date=YYYY-MM-DD/``, less any file whose
 removal the manifest records (compaction or retention, crashed before its
 delete). Readers refuse a file of a newer archive schema or one that is not
 readable Parquet, naming it (``ArchiveError``); nothing is rewritten.
@@ -22,11 +23,12 @@ from streams.archive_write import UNREADABLE_SCHEMA
 
 
 def day_files(root: Path, day: date) -> list[Path]:
-    """Every Parquet file of one event date on disk (hourly parts and daily files), in name order."""
+    """Every Parquet file of one event date on disk (batch and hour files by hour, then daily files), in name
+    order."""
     folder = root / f"date={day:%Y-%m-%d}"
     if not folder.is_dir():
         return []
-    return sorted(folder.glob("hour=*/part-*.parquet")) + sorted(folder.glob("day-*.parquet"))
+    return sorted(folder.glob("hour=*/*.parquet")) + sorted(folder.glob("day-*.parquet"))
 
 
 def archive_files(root: str | Path, start: date, end: date) -> list[Path]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import date, datetime, timezone
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from farebox.archiving import EmbeddedArchiver
+from farebox.archiving import EmbeddedArchiver, Housekeeper
 from farebox.cli import main
 from farebox.settings import load_settings
 from ledger.events import RequestAdmitted, RequestSettled, TokenUsage
@@ -172,3 +173,29 @@ def test_archive_settings_are_parsed_and_every_problem_reported(tmp_path) -> Non
                      "archive.retention_days: must be >= 1", "archive.colour: unknown field"):
         assert fragment in str(err.value)
     assert yaml.safe_load(bad.read_text())["archive"]["colour"] == "red"
+
+
+def test_housekeeper_merges_an_hour_after_its_grace_and_a_day_from_compact_hour(config) -> None:
+    settings = load_settings(config)  # compact_hour_utc: 1
+    append(settings.event_log_path, requests(40))  # all in 2026-11-20 09:xx, 7 events a file
+    main(["archive", "flush", "--config", str(config)])
+    root, keeper = settings.archive_root, Housekeeper(settings.archive_root, settings.archive)
+    names = lambda: sorted(p.name[:5] for p in archive_files(root, DAY, DAY))  # noqa: E731
+    assert len(names()) > 5
+
+    def at(day: int, hour: int, minute: int) -> datetime:
+        return datetime(2026, 11, day, hour, minute, tzinfo=timezone.utc)
+
+    keeper.run(at(20, 10, 5))  # 09:00-10:00 ended 5 minutes ago: inside the grace
+    assert len(names()) > 5
+    assert keeper.due(at(20, 10, 15)) and not keeper.due(at(20, 10, 5))
+    keeper.run(at(20, 10, 15))
+    assert names() == ["hour-"]
+    later = [dataclasses.replace(e, time=at(20, 11, 30)) for e in requests(1, start=50)]  # another hour
+    append(settings.event_log_path, later)
+    main(["archive", "flush", "--config", str(config)])
+    keeper.run(at(21, 0, 30))  # before compact_hour_utc: the day stays as it is
+    assert names() == ["hour-", "part-"] and not keeper.due(at(21, 0, 40))
+    keeper.run(at(21, 1, 0))
+    assert len(names()) == 1 and names()[0].startswith("day-")
+    assert main(["archive", "verify", "--config", str(config)]) == 0

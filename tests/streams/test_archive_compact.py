@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
 import orjson
@@ -14,7 +14,7 @@ from stream_events import T0, make_event
 from ledger.codec import encode
 from streams import archive_compact
 from streams.archive import ArchiveError, ArchiveWriter, Manifest, Record, archive_files, read_archive, verify
-from streams.archive_compact import compact, expire
+from streams.archive_compact import compact, compact_hours, expire
 
 ALL_DAYS = (date(2026, 10, 1), date(2026, 10, 9))
 DAY1, DAY2, DAY3 = date(2026, 10, 3), date(2026, 10, 4), date(2026, 10, 5)
@@ -148,3 +148,22 @@ def test_retention_drops_old_days_and_records_it(tmp_path) -> None:
     assert entry["action"] == "expire" and entry["before"] == str(DAY3) and not entry["files"]
     assert verify(tmp_path).intact
     assert expire(tmp_path, before=DAY3).expired == 0
+
+
+def test_closed_hours_of_an_open_day_are_merged_one_file_each(tmp_path) -> None:
+    archived(tmp_path, 0, 300, batch=3)  # ~3 batch files per hour
+    before = ids(tmp_path)
+    cut = datetime(2026, 10, 4, 5, 0, tzinfo=timezone.utc)  # 2026-10-04 is open, its hours 00-04 are closed
+    done = compact_hours(tmp_path, before=cut)
+    assert done.compacted_hours == 14 + 5 and done.replaced > 2 * done.compacted_hours
+    for folder in sorted((tmp_path / f"date={DAY2}").glob("hour=*")):
+        names = [p.name for p in folder.glob("*.parquet")]
+        if folder.name < "hour=05":
+            assert len(names) == 1 and names[0].startswith("hour-"), folder
+        else:
+            assert all(n.startswith("part-") for n in names) and len(names) > 1, folder
+    assert ids(tmp_path) == before and verify(tmp_path).intact
+    assert compact_hours(tmp_path, before=cut).compacted_hours == 0
+    compact(tmp_path, before=DAY2)  # the day closes: its hour files become one day file
+    assert [p.name[:4] for p in archive_files(tmp_path, DAY1, DAY1)] == ["day-"]
+    assert ids(tmp_path) == before and verify(tmp_path).intact
