@@ -83,9 +83,10 @@ def _delete(paths: list[Path]) -> None:
                     pass
 
 
-def finish(root: Path, manifest: Manifest) -> int:
+def finish(root: Path, manifest: Manifest) -> tuple[int, Replayed]:
     """Complete what a crash interrupted: drop an unlisted compaction output, delete files whose removal
-    is recorded (only while they are the very file removed). Caller holds the lock; files deleted."""
+    is recorded (only while they are the very file removed). Caller holds the lock; the number of files
+    deleted, and the manifest as read."""
     journal = root / JOURNAL
     manifest.repair()
     state = manifest.read()
@@ -99,7 +100,7 @@ def finish(root: Path, manifest: Manifest) -> int:
     leftovers = [root / p for p, (_, sha) in state.removed.items()
                  if sha is not None and (root / p).exists() and sha256_file(root / p) == sha]
     _delete(leftovers)
-    return deleted + len(leftovers)
+    return deleted + len(leftovers), state
 
 
 def _merge(root: Path, manifest: Manifest, state: Replayed, files: list[Path], output_dir: Path, prefix: str,
@@ -112,10 +113,13 @@ def _merge(root: Path, manifest: Manifest, state: Replayed, files: list[Path], o
     replaced = [manifest.relative(p) for p in files if p != output]
     write_atomic(root / JOURNAL, json.dumps({"output": manifest.relative(output), "replaces": replaced}).encode())
     write_atomic(output, data)
-    manifest.append_locked("compact", files=[file_entry(manifest.relative(output), data, table.num_rows)],
-                           removes=replaced, now=now)
+    entry = manifest.append_locked("compact", files=[file_entry(manifest.relative(output), data, table.num_rows)],
+                                   removes=replaced, now=now)
     _delete([root / p for p in replaced])
     (root / JOURNAL).unlink()
+    for path in replaced:  # keep ``state`` what a re-read would give, without re-reading the manifest
+        state.removed[path] = (entry["seq"], state.live.pop(path)[0])
+    state.live[manifest.relative(output)] = (entry["files"][0]["sha256"], entry["seq"])
     return output, len(replaced)
 
 
@@ -127,8 +131,7 @@ def compact(root: str | Path, *, before: date, now: datetime | None = None) -> H
     manifest = Manifest(root)
     done = Housekeeping()
     with manifest.locked():
-        done.leftovers_deleted = finish(root, manifest)
-        state = manifest.read()
+        done.leftovers_deleted, state = finish(root, manifest)
         for day in archive_days(root):
             if day >= before:
                 break
@@ -136,7 +139,6 @@ def compact(root: str | Path, *, before: date, now: datetime | None = None) -> H
             if len(files) < 2:
                 continue
             output, replaced = _merge(root, manifest, state, files, root / f"date={day:%Y-%m-%d}", "day", now)
-            state = manifest.read()
             done.compacted_days.append(day)
             done.written.append(output)
             done.replaced += replaced
@@ -150,8 +152,7 @@ def compact_hours(root: str | Path, *, before: datetime, now: datetime | None = 
     manifest = Manifest(root)
     done = Housekeeping()
     with manifest.locked():
-        done.leftovers_deleted = finish(root, manifest)
-        state = manifest.read()
+        done.leftovers_deleted, state = finish(root, manifest)
         for day in archive_days(root):
             for folder in sorted((root / f"date={day:%Y-%m-%d}").glob("hour=*")):
                 hour = folder.name.removeprefix("hour=")
@@ -163,7 +164,6 @@ def compact_hours(root: str | Path, *, before: datetime, now: datetime | None = 
                 if len(files) < 2:
                     continue
                 output, replaced = _merge(root, manifest, state, files, folder, "hour", now)
-                state = manifest.read()
                 done.compacted_hours += 1
                 done.written.append(output)
                 done.replaced += replaced
@@ -176,8 +176,7 @@ def expire(root: str | Path, *, before: date, now: datetime | None = None) -> Ho
     manifest = Manifest(root)
     done = Housekeeping()
     with manifest.locked():
-        done.leftovers_deleted = finish(root, manifest)
-        state = manifest.read()
+        done.leftovers_deleted, state = finish(root, manifest)
         files = [p for day in archive_days(root) if day < before
                  for p in day_files(root, day) if manifest.relative(p) in state.live]
         if files:
