@@ -19,9 +19,11 @@ next run deletes it (the replaced files are untouched and still live).
 Killed after 4, the replaced files are recorded as removed but still on disk:
 readers skip them (``archive_files``) and the next run deletes them.
 
-**Retention** drops the live files of dates before a cut-off: one ``expire``
-entry naming them, then the deletes (a crash between is finished by the next
-run, as above). ``_unreadable/`` files are kept.
+**Retention** drops the live files of dates before a cut-off: the journal,
+one ``expire`` entry naming them, the deletes, the journal removed (a crash
+between is finished by the next run, as above). ``_unreadable/`` files are
+kept. While the journal exists readers consult the manifest for removed
+files (``archive_files``); otherwise every removed file is already gone.
 """
 
 from __future__ import annotations
@@ -33,14 +35,14 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
-from streams.archive_manifest import Manifest, Replayed, file_entry, sha256_file
+from streams.archive_manifest import HOUSEKEEPING_JOURNAL, Manifest, Replayed, file_entry, sha256_file
 from streams.archive_read import ArchiveError, archive_days, day_files, first_of_each
 from streams.archive_schema import SCHEMA
 from streams.archive_write import fsync_path, parquet_bytes, write_atomic
 
 log = logging.getLogger("farebox.archive")
 
-JOURNAL = Path("_journal") / "compact.json"
+JOURNAL = Path(HOUSEKEEPING_JOURNAL)
 
 
 @dataclass
@@ -93,7 +95,7 @@ def finish(root: Path, manifest: Manifest) -> tuple[int, Replayed]:
     deleted = 0
     if journal.exists():
         plan = json.loads(journal.read_text())
-        if plan["output"] not in state.live:
+        if plan["output"] is not None and plan["output"] not in state.live:
             (root / plan["output"]).unlink(missing_ok=True)
             deleted += 1
         journal.unlink()
@@ -180,8 +182,10 @@ def expire(root: str | Path, *, before: date, now: datetime | None = None) -> Ho
         files = [p for day in archive_days(root) if day < before
                  for p in day_files(root, day) if manifest.relative(p) in state.live]
         if files:
-            manifest.append_locked("expire", removes=[manifest.relative(p) for p in files], now=now,
-                                   before=before.isoformat())
+            removes = [manifest.relative(p) for p in files]
+            write_atomic(root / JOURNAL, json.dumps({"output": None, "replaces": removes}).encode())
+            manifest.append_locked("expire", removes=removes, now=now, before=before.isoformat())
             _delete(files)
+            (root / JOURNAL).unlink()
             done.expired = len(files)
     return done

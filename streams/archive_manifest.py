@@ -44,6 +44,7 @@ import orjson
 
 MANIFEST = "_manifest.jsonl"
 LOCK = "_manifest.lock"
+HOUSEKEEPING_JOURNAL = "_journal/compact.json"  # present from before a compact/expire entry until its deletes are done
 GENESIS = "0" * 64
 
 
@@ -79,9 +80,6 @@ class Replayed:
     @property
     def last_hash(self) -> str:
         return self.entries[-1]["hash"] if self.entries else GENESIS
-
-    def sources(self, source: str) -> Iterator[dict[str, Any]]:
-        return (e for e in self.entries if e.get("source") == source)
 
 
 def replay_manifest(text: bytes) -> Replayed:
@@ -207,6 +205,23 @@ class Manifest:
             raise ValueError(f"{self.path}: the last manifest entry is unreadable ({exc}); nothing appended — "
                              f"run `farebox archive verify`") from None
 
+    def last_entry_of(self, source: str) -> dict[str, Any] | None:
+        """The newest entry written by ``source``, read backwards from the end (recovery: is the journaled
+        batch, always that source's newest, already listed?)."""
+        needle = b'"source":' + orjson.dumps(source)
+        try:
+            f = open(self.path, "rb")
+        except FileNotFoundError:
+            return None
+        with f:
+            for line in _lines_backwards(f, f.seek(0, os.SEEK_END)):
+                if needle in line:
+                    try:
+                        return orjson.loads(line)
+                    except ValueError:
+                        continue
+        return None
+
     def removed_paths(self) -> set[str]:
         """The paths some entry removed (compaction, retention), without checking the chain: what readers
         skip. A removed path is never listed again (outputs are named by content; a batch is rewritten
@@ -223,6 +238,26 @@ class Manifest:
                 except (ValueError, AttributeError):  # torn or tampered: verify reports it
                     continue
         return removed
+
+
+def _lines_backwards(f: Any, size: int) -> Iterator[bytes]:
+    """The complete (newline-ended) lines of an open file, last first; a torn tail is skipped."""
+    buf, pos, tail_found = b"", size, False
+    while pos > 0:
+        step = min(1 << 20, pos)
+        pos -= step
+        f.seek(pos)
+        buf = f.read(step) + buf
+        if not tail_found:
+            end = buf.rfind(b"\n")
+            if end < 0:
+                continue
+            buf, tail_found = buf[: end + 1], True
+        lines = buf.split(b"\n")  # [partial or first line, complete lines..., b""]
+        yield from reversed(lines[1:-1])
+        buf = lines[0] + b"\n"
+    if tail_found and buf != b"\n":
+        yield buf[:-1]
 
 
 def _last_line(f: Any, size: int) -> tuple[bytes, int]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from streams.archive_manifest import Manifest
+from streams.archive_manifest import HOUSEKEEPING_JOURNAL, Manifest
 from streams.archive_schema import ARCHIVE_SCHEMA_VERSION, SCHEMA, schema_version_of
 from streams.archive_write import UNREADABLE_SCHEMA
 
@@ -34,7 +34,8 @@ def day_files(root: Path, day: date) -> list[Path]:
 def archive_files(root: str | Path, start: date, end: date) -> list[Path]:
     """The live Parquet files whose event date is in [start, end], by date, then name."""
     root = Path(root)
-    removed = Manifest(root).removed_paths()
+    # a removed file outlives its manifest entry only while the housekeeping journal is there (crash safety)
+    removed = Manifest(root).removed_paths() if (root / HOUSEKEEPING_JOURNAL).exists() else set()
     files: list[Path] = []
     day = start
     while day <= end:

@@ -129,9 +129,10 @@ class ArchiveWriter:
         write_atomic(self._journal, orjson.dumps({str(p): list(fl) for p, fl in extents.items()}))
 
     def listed(self, partition: int, first: int, last: int) -> bool:
-        """Whether the manifest already lists this source's batch first..last of ``partition`` (step 3 done)."""
-        want = [first, last]
-        return any(e.get("extents", {}).get(str(partition)) == want for e in self.manifest.read().sources(self.source))
+        """Whether the manifest already lists this source's batch first..last of ``partition`` (step 3 done).
+        The journaled batch is the newest this source wrote, so only its newest entry is looked at."""
+        entry = self.manifest.last_entry_of(self.source)
+        return entry is not None and entry.get("extents", {}).get(str(partition)) == [first, last]
 
     def write(self, records: list[Record], now: datetime | None = None, *, trusted: bool = False) -> list[Path]:
         """Steps 2 and 3: one file per (partition, date, hour) group, then their manifest entry.

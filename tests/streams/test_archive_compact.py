@@ -100,19 +100,48 @@ def test_killed_before_the_manifest_entry_the_orphan_output_is_dropped(tmp_path,
 def test_killed_after_the_manifest_entry_the_replaced_files_are_skipped_then_deleted(tmp_path, monkeypatch) -> None:
     archived(tmp_path, 0, 300)
     before = ids(tmp_path)
+
+    class Crash(BaseException):
+        pass
+
+    def crash(paths):
+        if paths:  # the replaced or expired files (finish's leftovers are none here)
+            raise Crash
+
     with monkeypatch.context() as m:
-        m.setattr(archive_compact, "_delete", lambda paths: None)  # killed before the deletes
-        compact(tmp_path, before=DAY2)
+        m.setattr(archive_compact, "_delete", crash)  # killed before the deletes: the journal stays
+        with pytest.raises(Crash):
+            compact(tmp_path, before=DAY2)
     leftovers = [p for p in (tmp_path / f"date={DAY1}").rglob("part-*.parquet")]
-    assert leftovers and archive_files(tmp_path, DAY1, DAY1)[0].name.startswith("day-")
-    assert len(archive_files(tmp_path, DAY1, DAY1)) == 1  # readers skip the superseded files
+    assert leftovers and (tmp_path / archive_compact.JOURNAL).exists()
+    assert [p.name[:4] for p in archive_files(tmp_path, DAY1, DAY1)] == ["day-"]  # readers skip the replaced
     assert ids(tmp_path) == before
     verdict = verify(tmp_path)
     assert verdict.intact and len(verdict.notes) == len(leftovers)
     assert all(n.startswith("superseded: ") for n in verdict.notes)
-    (tmp_path / archive_compact.JOURNAL).unlink(missing_ok=True)
     assert compact(tmp_path, before=DAY2).leftovers_deleted == len(leftovers)
     assert not any(p.exists() for p in leftovers) and not verify(tmp_path).notes
+    assert not (tmp_path / archive_compact.JOURNAL).exists()
+
+
+def test_retention_killed_before_its_deletes_is_finished_and_never_read(tmp_path, monkeypatch) -> None:
+    archived(tmp_path, 0, 600)
+
+    class Crash(BaseException):
+        pass
+
+    def crash(paths):
+        if paths:  # the replaced or expired files (finish's leftovers are none here)
+            raise Crash
+
+    with monkeypatch.context() as m:
+        m.setattr(archive_compact, "_delete", crash)
+        with pytest.raises(Crash):
+            expire(tmp_path, before=DAY2)
+    assert list((tmp_path / f"date={DAY1}").rglob("*.parquet"))  # still on disk...
+    assert archive_files(tmp_path, DAY1, DAY1) == []  # ...but expired for every reader
+    assert expire(tmp_path, before=DAY2).leftovers_deleted > 0
+    assert not (tmp_path / f"date={DAY1}").exists() and verify(tmp_path).intact
 
 
 def test_a_changed_file_is_never_compacted(tmp_path) -> None:

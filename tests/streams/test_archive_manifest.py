@@ -207,3 +207,21 @@ def test_writers_in_several_processes_share_one_chain(tmp_path) -> None:
     assert [e["seq"] for e in entries] == list(range(1, 31))
     assert {e["source"] for e in entries} == {"kafka-t1", "kafka-t2"}
     assert verify(tmp_path).intact
+
+
+def test_the_newest_entry_of_a_source_is_found_from_the_end(tmp_path) -> None:
+    manifest = Manifest(tmp_path)
+    manifest.append("add", source="a", extents={"0": [1, 5]})
+    manifest.append("expire", removes=[f"date=2026-10-01/hour=00/{i:090d}.parquet" for i in range(12_000)])  # >1 MB
+    manifest.append("add", source="b", extents={"0": [1, 9]})
+    manifest.append("add", source="a", extents={"0": [6, 8]})
+    for i in range(50):
+        manifest.append("add", source="b", extents={"0": [10 + i, 10 + i]})
+    with open(tmp_path / "_manifest.jsonl", "ab") as f:
+        f.write(b'{"source":"a","extents":{"0":[9,9]')  # torn: not an entry
+    assert manifest.last_entry_of("a")["extents"] == {"0": [6, 8]}
+    assert manifest.last_entry_of("b")["extents"] == {"0": [59, 59]}
+    assert manifest.last_entry_of("c") is None
+    assert Manifest(tmp_path / "none").last_entry_of("a") is None
+    writer = ArchiveWriter(tmp_path, "a")
+    assert writer.listed(0, 6, 8) and not writer.listed(0, 1, 5)
