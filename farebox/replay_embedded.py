@@ -24,9 +24,11 @@ from datetime import date
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import orjson
+
 from farebox.settings import Settings
 from ledger.balances import Ledger, ScopeBalance
-from ledger.codec import decode
+from ledger.codec import decode, from_dict
 from ledger.events import Event
 from streams.archive import archived_offset, read_archive, read_unreadable, require_archive
 from streams.sqlite_log import SqliteEventLog
@@ -54,19 +56,20 @@ def differences(archive: dict[tuple[str, str], ScopeBalance], live: dict[tuple[s
     return out
 
 
-def in_window(event: Event, first: date, last: date) -> bool:
-    return first <= event.time.date() <= last
-
-
 async def log_events(path: Path, first: date, last: date, page: int = 10_000) -> tuple[list[Event], int]:
-    """The log's events dated [first, last], in offset order, and the log's last offset."""
+    """The log's events dated [first, last], in offset order, and the log's last offset. Only events in
+    the window are decoded (their UTC date is the prefix of the stored ``time``)."""
+    lo, hi = first.isoformat(), last.isoformat()
     log = SqliteEventLog.open(path, readonly=True)
     try:
         head = log.last_offset
         out: list[Event] = []
         after = 0
-        while after < head and (rows := await log.read(after=after, limit=page)):
-            out += [event for offset, event in rows if offset <= head and in_window(event, first, last)]
+        while after < head and (rows := await log.read_payloads(after=after, limit=page)):
+            for offset, payload in rows:
+                wire = orjson.loads(payload)
+                if offset <= head and lo <= wire["time"][:10] <= hi:
+                    out.append(from_dict(wire))
             after = rows[-1][0]
         return out, head
     finally:

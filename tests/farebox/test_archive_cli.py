@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -72,9 +72,12 @@ def replay(capsys, config: Path, *extra: str) -> tuple[int, str, str]:
 def test_replay_equals_live_then_reports_lag_then_archive_first(config, capsys) -> None:
     settings = load_settings(config)
     append(settings.event_log_path, requests(40))
+    next_day = [dataclasses.replace(e, time=e.time + timedelta(days=1)) for e in requests(10, start=100)]
+    append(settings.event_log_path, next_day)  # outside the window: read from neither side
     assert run(capsys, "archive", "flush", "--config", str(config))[0] == 0
     code, out, _ = replay(capsys, config)
     assert code == 0 and "read 72 archived event(s), skipped 0 unreadable" in out and "0 difference(s)" in out
+    assert "the log holds 72 event(s) in the window" in out
     append(settings.event_log_path, requests(3, start=40))
     code, out, _ = replay(capsys, config)
     assert code == 1
