@@ -16,7 +16,7 @@ oldest unarchived event).
 
 Distributed: ``run_kafka_archiver`` runs ``KafkaArchiver`` on the requests
 topic as its own consumer group until SIGTERM/SIGINT, then flushes its batch
-and commits; a task beside it runs the same daily housekeeping (in a thread;
+and commits; a task beside it runs the same ``Housekeeper`` (in a thread;
 the manifest lock keeps it and the writer apart).
 """
 
