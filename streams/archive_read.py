@@ -83,6 +83,8 @@ def read_file(path: Path, schema: pa.Schema) -> pa.Table:
                 raise ArchiveError(f"{path}: archive schema {version} is newer than this build reads "
                                    f"({ARCHIVE_SCHEMA_VERSION}); upgrade farebox to read it")
         return pq.read_table(path, schema=schema)
+    except FileNotFoundError:
+        raise  # replaced by a compaction since it was listed: the caller lists again
     except (pa.ArrowException, OSError) as exc:
         raise ArchiveError(f"{path}: not a readable archive file ({exc})") from None
 
@@ -109,6 +111,15 @@ def read_unreadable(root: str | Path) -> pa.Table:
 
 
 def read_archive(root: str | Path, start: date, end: date, *, columns: list[str] | None = None) -> pa.Table:
-    """Rows with event date in [start, end], each event id once (the first by partition and offset)."""
-    table = first_of_each(archive_files(root, start, end), SCHEMA, lambda t: t.column("id").to_pylist())
-    return table if columns is None else table.select(columns)
+    """Rows with event date in [start, end], each event id once (the first by partition and offset).
+
+    A file compacted away between listing and reading is not an error: the files are listed again."""
+    missing = None
+    for _ in range(5):
+        try:
+            table = first_of_each(archive_files(root, start, end), SCHEMA, lambda t: t.column("id").to_pylist())
+        except FileNotFoundError as exc:
+            missing = exc.filename
+            continue
+        return table if columns is None else table.select(columns)
+    raise ArchiveError(f"{missing}: archive files kept disappearing while being read")

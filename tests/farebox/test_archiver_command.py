@@ -40,7 +40,7 @@ def test_archiver_runs_until_sigterm_and_resumes_from_its_offsets(tmp_path) -> N
     asyncio.run(create_topics(broker.bootstrap, [TopicSpec(topic, partitions=2)]))
     config = write(tmp_path, lambda t: t.update(
         mode="distributed", distributed={"bootstrap": broker.bootstrap, "requests_topic": topic},
-        archive={"flush_interval_s": 0.2, "group_id": f"archiver-{topic}"}))
+        archive={"flush_interval_s": 0.2, "group_id": f"archiver-{topic}", "compact": False}))
     first = [expiry(i) for i in range(40)]
     asyncio.run(produce(broker.bootstrap, topic, tmp_path / "spool", first))
     root, days = tmp_path / "archive", (date(2026, 11, 20), date(2026, 11, 21))

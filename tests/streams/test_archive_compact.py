@@ -196,3 +196,21 @@ def test_closed_hours_of_an_open_day_are_merged_one_file_each(tmp_path) -> None:
     compact(tmp_path, before=DAY2)  # the day closes: its hour files become one day file
     assert [p.name[:4] for p in archive_files(tmp_path, DAY1, DAY1)] == ["day-"]
     assert ids(tmp_path) == before and verify(tmp_path).intact
+
+
+def test_a_reader_racing_a_compaction_lists_again(tmp_path, monkeypatch) -> None:
+    from streams import archive_read
+
+    archived(tmp_path, 0, 300)
+    before = ids(tmp_path)
+    stale = archive_files(tmp_path, *ALL_DAYS)
+    compact(tmp_path, before=DAY3)  # deletes files the stale listing names
+    calls = []
+
+    def listing(root, start, end):
+        calls.append(1)
+        return stale if len(calls) == 1 else archive_files(root, start, end)
+
+    monkeypatch.setattr(archive_read, "archive_files", listing)
+    assert archive_read.read_archive(tmp_path, *ALL_DAYS).column("id").to_pylist() == before
+    assert len(calls) == 2
