@@ -214,3 +214,20 @@ def test_a_reader_racing_a_compaction_lists_again(tmp_path, monkeypatch) -> None
     monkeypatch.setattr(archive_read, "archive_files", listing)
     assert archive_read.read_archive(tmp_path, *ALL_DAYS).column("id").to_pylist() == before
     assert len(calls) == 2
+
+
+def test_the_documented_duckdb_glob_reads_the_same_events_in_every_layout(tmp_path) -> None:
+    """The finance contract (streams/archive.py): the glob, no hive columns, dedupe by id."""
+    import duckdb
+
+    archived(tmp_path, 0, 600, batch=7)
+    compact(tmp_path, before=DAY2)  # a day file
+    compact_hours(tmp_path, before=datetime(2026, 10, 4, 6, tzinfo=timezone.utc))  # hour files
+    ArchiveWriter(tmp_path, "kafka-x").write([Record(1, 3, encode(spread_event(5)))])  # a duplicate id
+    query = (f"SELECT count(*), count(DISTINCT id), sum(amount_micro) FROM "
+             f"read_parquet('{tmp_path}/date=*/**/*.parquet', hive_partitioning = false)")
+    [(rows, distinct, _)] = duckdb.sql(query).fetchall()
+    table = read_archive(tmp_path, *ALL_DAYS)
+    assert rows == table.num_rows + 1 and distinct == table.num_rows == 600
+    assert list(tmp_path.glob("date=*/day-*.parquet")) and list(tmp_path.glob("date=*/hour=*/hour-*.parquet"))
+    assert list(tmp_path.glob("date=*/hour=*/part-*.parquet"))  # all three kinds side by side
