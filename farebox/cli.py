@@ -13,6 +13,7 @@
     farebox config check PATH | farebox config apply PATH [--allow-large-price-change]
     farebox db upgrade|downgrade|current --config PATH [--revision R]
     farebox events tail --config PATH [-n N] [--follow]
+    farebox archiver | archive flush|verify|compact | replay: see farebox/cli_archive.py
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import asyncio
 import json
 import sys
 
+from farebox.cli_archive import register as register_archive_commands
 from proxy.control.problems import ConfigError
 from proxy.errors import GatewayError
 
@@ -41,13 +43,6 @@ def _worker(args: argparse.Namespace) -> int:
 
     run_worker(load_settings(args.config), loglevel=args.loglevel)
     return 0
-
-
-def _replay(args: argparse.Namespace) -> int:
-    from farebox.replay import replay
-    from farebox.settings import load_settings
-
-    return replay(load_settings(args.config), args.start, args.end, source=args.source, archive=args.archive)
 
 
 def _simulator(args: argparse.Namespace) -> int:
@@ -313,13 +308,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--loglevel", default="warning")
     s.set_defaults(func=_worker)
 
-    s = sub.add_parser("replay", help="rebuild scope balances from the archive (or Kafka) and compare with live")
-    s.add_argument("--config", required=True)
-    s.add_argument("--from", dest="start", required=True, help="first event date, YYYY-MM-DD (UTC)")
-    s.add_argument("--to", dest="end", required=True, help="last event date, YYYY-MM-DD (UTC)")
-    s.add_argument("--source", choices=("archive", "kafka"), default="archive")
-    s.add_argument("--archive", help="the archive root (default: <state_dir>/archive)")
-    s.set_defaults(func=_replay)
+    register_archive_commands(sub)  # archiver, archive flush|verify|compact, replay
 
     s = sub.add_parser("simulator", help="run the provider simulator (OpenAI and Anthropic dialects)")
     s.add_argument("--config")

@@ -8,7 +8,9 @@ projections the worker wrote to Redis. Prints every difference; exit 0 when
 there is none, 1 otherwise. Records that are not events the codec reads are
 skipped, as the worker skips them (``streams.dead_letters``), and counted in
 the summary line: from Kafka those read, from the archive those it keeps under
-``_unreadable/``.
+``_unreadable/``. From the archive it also reports the archiver group's lag
+(records of the topic it has not committed), so differences that are only
+that lag are not mistaken for tampering. Embedded mode: ``farebox.replay_embedded``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ledger.events import Event
 from ledger.leases import ScopeLedger
 from ledger.periods import period_of
 from ledger.splitting import rebuild_balances
+from streams.archive_kafka import archiver_lag
 from streams.dead_letters import READ_ERRORS
 from streams.projections import RedisProjections
 
@@ -92,14 +95,20 @@ def differences(rebuilt: dict[str, ScopeLedger], live: dict[str, dict[str, str]]
 
 
 def replay(settings: Settings, start: str, end: str, *, source: str = "archive", archive: str | None = None,
-           now: datetime | None = None) -> int:
+           now: datetime | None = None, archive_first: bool = False) -> int:
+    """Embedded mode: ``farebox.replay_embedded``. Distributed: the archive (or Kafka) against Redis."""
+    if settings.mode == "embedded":
+        from farebox.replay_embedded import replay_embedded
+
+        return replay_embedded(settings, start, end, archive=archive, archive_first=archive_first)
     d = settings.distributed
     first, last = date.fromisoformat(start), date.fromisoformat(end)
     tz = ZoneInfo(settings.snapshot.budgets.timezone)
     if source == "archive":
-        from streams.archive import read_unreadable
+        from streams.archive import read_unreadable, require_archive
 
-        root = Path(archive) if archive else settings.state_dir / "archive"
+        root = Path(archive) if archive else settings.archive_root
+        require_archive(root)
         events: Iterable[Event] = archived_events(root, first, last)
         unreadable = read_unreadable(root).num_rows
     else:
@@ -119,4 +128,8 @@ def replay(settings: Settings, start: str, end: str, *, source: str = "archive",
         print(line)
     skipped = f", {unreadable} unreadable record(s) skipped" if unreadable else ""
     print(f"replay {first}..{last} from {source}: {len(rebuilt)} scopes, {len(diffs)} difference(s){skipped}")
+    if source == "archive" and (lag := asyncio.run(archiver_lag(d.bootstrap, d.requests_topic,
+                                                                settings.archive.group_id))):
+        print(f"note: the archiver ({settings.archive.group_id}) is {lag} record(s) behind {d.requests_topic}; "
+              f"differences may be only that lag")
     return 0 if not diffs else 1

@@ -25,7 +25,21 @@ from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.problems import ConfigError, Problems, Reader
 from proxy.control.snapshot import Secrets, Snapshot
 
-SETTINGS_SECTIONS = ("server", "event_log", "state_dir", "secrets_file", "control_db", "mode", "distributed")
+SETTINGS_SECTIONS = ("server", "event_log", "state_dir", "secrets_file", "control_db", "mode", "distributed",
+                     "archive")
+
+
+@dataclass(frozen=True)
+class ArchiveSettings:
+    """The Parquet archive (``streams/archive.py``): where, how often, how long, when to compact."""
+
+    path: Path | None = None  # None: <state_dir>/archive
+    flush_interval_s: float = 5.0  # archive pending events at least this often
+    flush_events: int = 5000  # ... or as soon as this many are pending
+    retention_days: int | None = None  # drop files of event dates older than this (None: keep forever)
+    compact: bool = True  # merge each closed hour's batch files into one, and each closed day's into one
+    compact_hour_utc: int = 1  # from this UTC hour on, once a day, compact the days before today
+    group_id: str = "farebox-archiver"  # distributed: the archiver's consumer group
 
 
 @dataclass(frozen=True)
@@ -80,6 +94,11 @@ class Settings:
     price_change_factor: Decimal = Decimal(2)
     mode: str = "embedded"  # embedded | distributed
     distributed: DistributedSettings = field(default_factory=DistributedSettings)
+    archive: ArchiveSettings = field(default_factory=ArchiveSettings)
+
+    @property
+    def archive_root(self) -> Path:
+        return self.archive.path or self.state_dir / "archive"
 
     @property
     def safe_db_url(self) -> str:
@@ -174,6 +193,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         worker_stall_s=d.number("worker_stall_s", dflt.worker_stall_s, 0),
     )
     d.reject_unknown()
+    archive = _archive_settings(root.child("archive"), base)
     root.skip(*CONTROL_SECTIONS)
     root.reject_unknown()
     control_tree = {k: tree[k] for k in CONTROL_SECTIONS if k in tree}
@@ -205,7 +225,27 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         price_change_factor=factor or Decimal(2),
         mode=mode,
         distributed=dist,
+        archive=archive,
     )
+
+
+def _archive_settings(a: Reader, base: Path) -> ArchiveSettings:
+    dflt = ArchiveSettings()
+    path = a.str("path", None)
+    hour = a.int("compact_hour_utc", dflt.compact_hour_utc, 0)
+    if hour is not None and hour > 23:
+        a.problems.add(a.at("compact_hour_utc"), f"must be an hour of the day, 0-23, got {hour}")
+    out = ArchiveSettings(
+        path=base / path if path else None,
+        flush_interval_s=a.number("flush_interval_s", dflt.flush_interval_s, 0.05),
+        flush_events=a.int("flush_events", dflt.flush_events, 1),
+        retention_days=a.int("retention_days", None, 1),
+        compact=a.bool("compact", dflt.compact),
+        compact_hour_utc=hour,
+        group_id=a.str("group_id", dflt.group_id),
+    )
+    a.reject_unknown()
+    return out
 
 
 def resolve_secrets(settings: Settings, names: Iterable[str], env: Mapping[str, str] | None = None

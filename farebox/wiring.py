@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 
 from aiohttp import web
 
+from farebox.archiving import embedded_archive_ctx
 from farebox.control import open_config_db
 from farebox.reload import SnapshotFollower, follow_ctx
 from farebox.settings import Settings, load_secrets
@@ -121,6 +122,7 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
 
     # cleanup_ctx unwinds in reverse: the log is registered first so it closes last.
     app.cleanup_ctx.insert(0, event_log_ctx)
+    app.cleanup_ctx.insert(0, embedded_archive_ctx(settings, events, runtime.metrics.registry))  # after the log
     app.cleanup_ctx.append(functools.partial(follow_ctx, follower=follower, emit=runtime.emit, db=db))
     return app
 

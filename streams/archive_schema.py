@@ -33,7 +33,7 @@ message naming it; any change to the columns bumps the version.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -147,3 +147,33 @@ def schema_version_of(metadata: Mapping[bytes, bytes] | None) -> int:
     """The archive schema version a Parquet file declares (1: written before versions were recorded)."""
     raw = (metadata or {}).get(SCHEMA_METADATA_KEY)
     return int(raw) if raw is not None else 1
+
+
+def typed_table(wires: Sequence[Mapping[str, Any]], texts: Sequence[str], *, stored_at: datetime,
+                partitions: Sequence[int], offsets: Sequence[int]) -> pa.Table:
+    """The archive rows of many events, built column by column: the same table as
+    ``pa.Table.from_pylist([typed_row(...) for each], schema=SCHEMA)``, several times faster (the writer's
+    hot path). ``typed_row`` stays the definition; a property test holds the two equal."""
+    n = len(wires)
+    cols: dict[str, list[Any]] = {name: [None] * n for name in COLUMNS}
+    ids, types, schemas, times = cols["id"], cols["type"], cols["schema"], cols["event_time"]
+    renamed, direct, scope_maps = _RENAMED, _DIRECT, _SCOPE_MAPS
+    for i, wire in enumerate(wires):
+        ids[i], types[i], schemas[i], times[i] = wire["id"], wire["type"], wire["schema"], wire["time"]
+        for field, value in wire.items():
+            column = renamed.get(field, field)
+            if column in direct:
+                cols[column][i] = value
+            elif field in scope_maps:
+                cols[scope_maps[field]][i] = _scope_list(value)
+            elif field == "tags":
+                cols["tags"][i] = sorted(value.items())
+            elif field == "usage":
+                for kind in TOKEN_TYPES:
+                    cols[f"{kind}_tokens"][i] = value[kind]
+                cols["usage_source"][i] = value["source"]
+    cols["event_time"] = pa.array(times, pa.string()).cast(SCHEMA.field("event_time").type)
+    cols["stored_at"] = [stored_at] * n
+    cols["log_partition"], cols["log_offset"], cols["event"] = list(partitions), list(offsets), list(texts)
+    return pa.Table.from_arrays([c if isinstance(c := cols[f.name], pa.Array) else pa.array(c, type=f.type)
+                                 for f in SCHEMA], schema=SCHEMA)

@@ -134,6 +134,12 @@ class SqliteEventLog:
             raise EventLogClosed(f"the event log {self.path} is closed")
         return await asyncio.to_thread(self._read, after, limit)
 
+    async def read_payloads(self, after: int = 0, limit: int = 1000) -> list[tuple[int, bytes]]:
+        """As ``read``, but the stored JSON bytes, undecoded (``ledger.codec`` wrote them: the archiver copies)."""
+        if self._reader_closed:
+            raise EventLogClosed(f"the event log {self.path} is closed")
+        return await asyncio.to_thread(self._read_payloads, after, limit)
+
     async def close(self) -> None:
         if self._writer is not None and self._close_barrier is None:
             self._closed = True
@@ -160,9 +166,11 @@ class SqliteEventLog:
     # --- internals -------------------------------------------------------------
 
     def _read(self, after: int, limit: int) -> list[tuple[int, Event]]:
+        return [(offset, decode(payload)) for offset, payload in self._read_payloads(after, limit)]
+
+    def _read_payloads(self, after: int, limit: int) -> list[tuple[int, bytes]]:
         with self._read_lock:
-            rows = self._reader.execute(_READ, (after, limit)).fetchall()
-        return [(offset, decode(payload)) for offset, payload in rows]
+            return self._reader.execute(_READ, (after, limit)).fetchall()
 
     def _raise_if_failed(self) -> None:
         if self._failure is not None:

@@ -18,9 +18,9 @@ import redis
 
 from infra.redis.server import RedisServer
 from ledger.codec import decode
-from streams.archive import KafkaArchiver, read_archive
+from streams.archive import read_archive
 from tests.distributed.cluster import TEAMS, running_cluster, wait_until
-from tests.harness import stop
+from tests.harness import spawn, stop
 from tests.infra.kafka.support import read_records, session_broker
 
 pytestmark = pytest.mark.e2e
@@ -54,14 +54,16 @@ async def _fire(cluster, n: int) -> Counter:
     return statuses
 
 
-def test_three_pods_one_worker_money_exact_and_replay_equals_live(tmp_path, redis_server):
+def test_three_pods_one_worker_money_exact_and_replay_equals_live(tmp_path, redis_server, request):
     broker = session_broker()
     # alpha can afford only part of its traffic: refusals must come before its hard limit
     limits = {"alpha": "1.00", "beta": "100000.00", "gamma": "100000.00"}
     with running_cluster(tmp_path, broker.bootstrap, redis_server.url, limits=limits,
                          lease={"lease_share": 4, "lease_last_pct": 5},
                          sim_defaults={"ttft_ms": 20, "tokens_per_s": 2000, "output_tokens": 24}) as cluster:
-        statuses = asyncio.run(_fire(cluster, N))
+        archiver = spawn(["farebox", "archiver", "--config", str(cluster.config)], tmp_path / "archiver.log")
+        request.addfinalizer(lambda: stop(archiver))
+        statuses = asyncio.run(_fire(cluster, N))  # archived as it goes, by the README recipe's own process
         for proc in cluster.pods:  # graceful: leases returned, events flushed
             assert stop(proc, timeout=40) == 0
         cluster.pods = [None] * len(cluster.pods)  # type: ignore[list-item]
@@ -80,11 +82,13 @@ def test_three_pods_one_worker_money_exact_and_replay_equals_live(tmp_path, redi
         admitted = {e.request_id for e in events if e.type == "request.admitted"}
         settled = {e.request_id for e in events if e.type == "request.settled"}
         assert admitted and admitted == settled  # every admitted request settled; nothing leaked
-        archive = tmp_path / "archive"
-        asyncio.run(KafkaArchiver(broker.bootstrap, cluster.requests_topic, archive,
-                                  group_id=f"{cluster.prefix}archiver").run(until_caught_up=True))
+        archive = tmp_path / "archive"  # the default, <state_dir>/archive
         today = date.today()
-        table = read_archive(archive, today - timedelta(days=1), today + timedelta(days=1), columns=["id", "event"])
+        window = (today - timedelta(days=1), today + timedelta(days=1))
+        wait_until(lambda: set(read_archive(archive, *window, columns=["id"]).column("id").to_pylist()) == set(ids),
+                   60, what="the archiver caught up")
+        assert stop(archiver, timeout=30) == 0  # SIGTERM: a clean stop
+        table = read_archive(archive, *window, columns=["id", "event"])
         archived = Counter(table.column("id").to_pylist())
         assert set(archived) == set(ids) and max(archived.values()) == 1  # exactly once by id in the archive
         first = {}
@@ -105,6 +109,6 @@ def test_three_pods_one_worker_money_exact_and_replay_equals_live(tmp_path, redi
                        f"--from {today - timedelta(days=1)} --to {today + timedelta(days=1)} --archive {archive}")
         report = out.read()
         assert out.close() is None, report  # exit 0: replay equals live
-        assert "0 difference(s)" in report
+        assert "0 difference(s)" in report and "behind" not in report  # the archiver had caught up
         print(f"\n{N} requests: {dict(statuses)}; duplicates in Kafka: {sum(v - 1 for v in ids.values())}; "
               f"alpha settled {int(rows['alpha']['settled']) / 1e6:.2f} of {limits['alpha']}; {report.strip()}")

@@ -1,0 +1,223 @@
+"""The archive always runs: in-process beside ``farebox serve`` (embedded), or ``farebox archiver`` (distributed).
+
+Embedded: ``EmbeddedArchiver`` copies the SQLite event log into the Parquet
+archive every ``archive.flush_interval_s`` or as soon as ``flush_events`` are
+pending, and once more at shutdown after the log closed (so every accepted
+event is archived). Each pass runs in a worker thread with its own read-only
+connection to the log file, under the root's log-archiver lock, so the event
+loop only schedules it and a request never waits on Parquet. After a pass
+it merges each closed hour's batch files into one (``Housekeeper``) and,
+from ``compact_hour_utc`` on, once a day compacts the days before today and
+applies retention. Its lag is on ``/metrics``:
+``farebox_archive_lag_events`` (log offset minus archived offset) and
+``farebox_archive_lag_seconds`` (0 when caught up, else the time since the
+archive last held everything the log held: an upper bound on the age of the
+oldest unarchived event).
+
+Distributed: ``run_kafka_archiver`` runs ``KafkaArchiver`` on the requests
+topic as its own consumer group until SIGTERM/SIGINT, then flushes its batch
+and commits; a task beside it runs the same ``Housekeeper`` (in a thread;
+the manifest lock keeps it and the writer apart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+from typing import AsyncIterator, Callable
+
+from prometheus_client import CollectorRegistry, Gauge
+
+from farebox.settings import ArchiveSettings, Settings
+from streams.archive import ArchiveError, archive_from_log, archived_offset
+from streams.archive_compact import Housekeeping, compact, compact_hours, expire
+from streams.archive_manifest import file_lock
+from streams.sqlite_log import SqliteEventLog
+
+log = logging.getLogger("farebox.archive")
+
+
+HOUR_GRACE = timedelta(minutes=10)  # an hour's files are merged this long after it ends (late batches)
+
+
+def housekeep(root: Path, cfg: ArchiveSettings, now: datetime) -> Housekeeping:
+    """Retention first (nothing is compacted only to be dropped), then compaction of the closed days."""
+    done = Housekeeping()
+    if cfg.retention_days is not None:
+        dropped = expire(root, before=now.date() - timedelta(days=cfg.retention_days), now=now)
+        done.expired, done.leftovers_deleted = dropped.expired, dropped.leftovers_deleted
+    if cfg.compact:
+        merged = compact(root, before=now.date(), now=now)
+        done.compacted_days, done.written, done.replaced = merged.compacted_days, merged.written, merged.replaced
+        done.leftovers_deleted += merged.leftovers_deleted
+    return done
+
+
+class Housekeeper:
+    """When to compact and expire: each closed hour's files once the hour is ``HOUR_GRACE`` old, and the
+    daily ``housekeep`` once a UTC day from ``compact_hour_utc`` on. ``run`` blocks: call it in a thread."""
+
+    def __init__(self, root: Path, cfg: ArchiveSettings) -> None:
+        self.root, self.cfg = root, cfg
+        self.daily_on: date | None = None
+        self.hours_before: datetime | None = None
+
+    def _hours_mark(self, now: datetime) -> datetime:
+        return (now - HOUR_GRACE).replace(minute=0, second=0, microsecond=0)
+
+    def _hours_due(self, now: datetime) -> bool:
+        return self.cfg.compact and self._hours_mark(now) != self.hours_before
+
+    def _daily_due(self, now: datetime) -> bool:
+        wanted = self.cfg.compact or self.cfg.retention_days is not None
+        return wanted and now.hour >= self.cfg.compact_hour_utc and self.daily_on != now.date()
+
+    def due(self, now: datetime) -> bool:
+        return self._hours_due(now) or self._daily_due(now)
+
+    def run(self, now: datetime) -> None:
+        """What is due at ``now``; a changed or unreadable file is refused and logged (archiving goes on)."""
+        try:
+            if self._hours_due(now):
+                self.hours_before = self._hours_mark(now)
+                hours = compact_hours(self.root, before=self.hours_before, now=now)
+                if hours.compacted_hours:
+                    log.info("archive: merged %d closed hour(s) (%d files replaced)", hours.compacted_hours,
+                             hours.replaced)
+            if self._daily_due(now):
+                self.daily_on = now.date()
+                done = housekeep(self.root, self.cfg, now)
+                if done.compacted_days or done.expired:
+                    log.info("archive: compacted %d day(s) (%d files replaced), expired %d file(s)",
+                             len(done.compacted_days), done.replaced, done.expired)
+        except ArchiveError as exc:
+            log.error("archive housekeeping refused: %s", exc)
+
+
+def archive_log_once(log_path: Path, root: Path, batch_size: int) -> int:
+    """One pass (blocking; run it in a thread): archive what the log holds beyond the archived offset."""
+
+    async def run() -> int:
+        events = SqliteEventLog.open(log_path, readonly=True)
+        try:
+            with file_lock(root / "_state" / "log.lock"):  # one log archiver per root (serve, replay --archive-first)
+                return await archive_from_log(events, root, batch_size=batch_size)
+        finally:
+            await events.close()
+
+    return asyncio.run(run())
+
+
+class EmbeddedArchiver:
+    """Archives the embedded log in passes off the event loop; ``last_offset`` reads the live log's head."""
+
+    def __init__(self, settings: Settings, last_offset: Callable[[], int],
+                 registry: CollectorRegistry | None = None, poll_s: float = 0.25) -> None:
+        self.cfg = settings.archive
+        self.root = settings.archive_root
+        self.log_path = settings.event_log_path
+        self.last_offset = last_offset
+        self.poll_s = min(poll_s, self.cfg.flush_interval_s)
+        self.archived = archived_offset(self.root)
+        self.caught_up_at = time.monotonic()
+        self.last_pass = float("-inf")  # the first due check runs a pass
+        self.housekeeper = Housekeeper(self.root, self.cfg)
+        if registry is not None:
+            Gauge("farebox_archive_lag_events", "Events in the log not yet in the Parquet archive.",
+                  registry=registry).set_function(self.lag_events)
+            Gauge("farebox_archive_lag_seconds", "Seconds since the archive last held the whole log (0: caught up).",
+                  registry=registry).set_function(self.lag_seconds)
+
+    def lag_events(self) -> int:
+        return max(self.last_offset() - self.archived, 0)
+
+    def lag_seconds(self) -> float:
+        return 0.0 if self.lag_events() == 0 else time.monotonic() - self.caught_up_at
+
+    def due(self) -> bool:
+        lag = self.lag_events()
+        return lag >= self.cfg.flush_events or (lag > 0 and time.monotonic() - self.last_pass >= self.cfg.flush_interval_s)
+
+    def flush_sync(self) -> int:
+        """One pass plus housekeeping when due; blocking. Events archived."""
+        started = time.monotonic()
+        archived = archive_log_once(self.log_path, self.root, self.cfg.flush_events)
+        self.archived = archived_offset(self.root)
+        self.last_pass = time.monotonic()
+        if self.archived >= self.last_offset():
+            self.caught_up_at = started  # every event appended before the pass began is archived
+        now = datetime.now(timezone.utc)
+        if self.housekeeper.due(now):
+            self.housekeeper.run(now)
+        return archived
+
+    async def run(self) -> None:
+        """Until cancelled: a pass whenever one is due (or the daily housekeeping is, even with no traffic).
+        A failed pass is logged and retried next time."""
+        while True:
+            if self.due() or self.housekeeper.due(datetime.now(timezone.utc)):
+                try:
+                    await asyncio.to_thread(self.flush_sync)
+                except Exception:  # noqa: BLE001 - the gateway keeps serving; the lag gauge shows the failure
+                    log.exception("archive pass failed at offset %d", self.archived)
+                    self.last_pass = time.monotonic()
+                    await asyncio.sleep(self.cfg.flush_interval_s)  # retry at the normal pace, not every poll
+            await asyncio.sleep(self.poll_s)
+
+
+def embedded_archive_ctx(settings: Settings, events: SqliteEventLog, registry: CollectorRegistry):
+    """An aiohttp cleanup context: register it so it unwinds after the event log closed (its final pass
+    then sees every accepted event)."""
+
+    async def ctx(app) -> AsyncIterator[None]:  # type: ignore[no-untyped-def]
+        archiver = EmbeddedArchiver(settings, lambda: events.last_offset, registry)
+        task = asyncio.create_task(archiver.run())
+        yield
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        try:
+            await asyncio.to_thread(archiver.flush_sync)
+        except Exception:  # noqa: BLE001 - the log is intact; the next start archives the rest
+            log.exception("final archive pass failed; the next start archives the rest")
+
+    return ctx
+
+
+# --- distributed -----------------------------------------------------------------------------
+
+
+async def run_kafka_archiver(settings: Settings, stop: asyncio.Event | None = None) -> int:
+    """``farebox archiver``: archive the requests topic until SIGTERM/SIGINT (or ``stop``); events archived."""
+    from streams.archive import KafkaArchiver
+
+    cfg, d = settings.archive, settings.distributed
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    archiver = KafkaArchiver(d.bootstrap, d.requests_topic, settings.archive_root, group_id=cfg.group_id,
+                             batch_size=cfg.flush_events, flush_interval_s=cfg.flush_interval_s)
+
+    async def housekeeping() -> None:
+        keeper = Housekeeper(settings.archive_root, cfg)
+        while not stop.is_set():
+            if keeper.due(now := datetime.now(timezone.utc)):
+                await asyncio.to_thread(keeper.run, now)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=60)
+            except asyncio.TimeoutError:
+                pass
+
+    print(f"farebox archiver: {d.requests_topic} -> {settings.archive_root} (group {cfg.group_id})", flush=True)
+    keeper = asyncio.create_task(housekeeping())
+    try:
+        return await archiver.run(stop)
+    finally:
+        stop.set()
+        await keeper
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)

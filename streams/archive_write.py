@@ -1,0 +1,234 @@
+"""Writing the archive: batches of log records -> immutable Parquet files, listed in the manifest.
+
+The flush order of one batch (exactly once per event id, and every file
+listed; see ``streams.archive`` for the layout):
+
+1. journal the batch's extent (partition -> first, last offset): write, fsync, rename;
+2. write its files: one per (partition, date, hour) of the rows, each to a
+   temp name, fsync, rename, fsync the folder;
+3. append a manifest entry listing the files with their SHA-256 and the extent;
+4. commit: the Kafka consumer offsets (last + 1), or the state file in embedded mode;
+5. remove the journal.
+
+Recovery reads the journal. Killed before 3: the files are on disk but
+unlisted (``farebox archive verify`` names them); the batch is re-read
+exactly (first..last) and rewritten under the same names, then listed.
+Killed between 3 and 4: the manifest already lists the batch; it is not
+rewritten, only committed. Either way each event id is archived once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ledger.codec import from_dict
+from streams.archive_manifest import Manifest, file_entry
+from streams.archive_schema import typed_table
+from streams.dead_letters import READ_ERRORS, reason_of
+from streams.sqlite_log import SqliteEventLog
+
+UNREADABLE_SCHEMA = pa.schema([
+    ("log_partition", pa.int32()),
+    ("log_offset", pa.int64()),
+    ("stored_at", pa.timestamp("us", tz="UTC")),
+    ("reason", pa.string()),
+    ("value", pa.binary()),
+])
+
+Extents = dict[int, tuple[int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One event as read from a log: where it was, and its JSON bytes (``ledger.codec`` wire form)."""
+
+    partition: int
+    offset: int
+    value: bytes
+
+
+def fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write, fsync, rename over ``path``, fsync the folder: all or nothing after a crash."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    for attempt in range(3):  # compaction removes emptied hour= folders: make it again if it just went
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            f = open(tmp, "wb")
+            break
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
+    with f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_path(path.parent)
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def _wire(record: Record, trusted: bool) -> dict:
+    """The event's wire form; unless ``trusted`` (the SQLite log, which only ``ledger.codec`` writes), checked
+    as the worker reads it: raises one of ``READ_ERRORS`` for what it would send to its dead-letter topic."""
+    wire = orjson.loads(record.value)
+    if not trusted:
+        from_dict(wire)
+    return wire
+
+
+def extents_of(records: list[Record]) -> Extents:
+    extents: Extents = {}
+    for record in records:
+        first, last = extents.get(record.partition, (record.offset, record.offset))
+        extents[record.partition] = (min(first, record.offset), max(last, record.offset))
+    return extents
+
+
+class ArchiveWriter:
+    """Writes batches of one source (a topic, or the embedded log) with the flush order above."""
+
+    def __init__(self, root: str | Path, source: str) -> None:
+        self.root = Path(root)
+        self.source = source.replace("/", "_")
+        self.manifest = Manifest(self.root)
+        self._journal = self.root / "_journal" / f"{self.source}.json"
+
+    def pending(self) -> Extents:
+        """Batches journaled but not known to be committed: partition -> (first, last offset)."""
+        try:
+            data = json.loads(self._journal.read_text())
+        except FileNotFoundError:
+            return {}
+        return {int(p): (int(first), int(last)) for p, (first, last) in data.items()}
+
+    def journal(self, extents: Extents) -> None:
+        """Step 1: record what is about to be written."""
+        write_atomic(self._journal, orjson.dumps({str(p): list(fl) for p, fl in extents.items()}))
+
+    def listed(self, partition: int, first: int, last: int) -> bool:
+        """Whether the manifest already lists this source's batch first..last of ``partition`` (step 3 done).
+        The journaled batch is the newest this source wrote, so only its newest entry is looked at."""
+        entry = self.manifest.last_entry_of(self.source)
+        return entry is not None and entry.get("extents", {}).get(str(partition)) == [first, last]
+
+    def write(self, records: list[Record], now: datetime | None = None, *, trusted: bool = False) -> list[Path]:
+        """Steps 2 and 3: one file per (partition, date, hour) group, then their manifest entry.
+
+        The same records make the same file names."""
+        if not records:
+            return []
+        stored_at = now or datetime.now(timezone.utc)
+        groups: dict[tuple[int, str, str], list[tuple[Record, dict]]] = defaultdict(list)
+        unreadable: dict[int, list[dict]] = defaultdict(list)
+        for record in records:
+            try:
+                wire = _wire(record, trusted)
+                at = wire["time"]  # UTC ISO-8601 (ledger.codec.format_time): the date and hour are its prefix
+                groups[(record.partition, at[:10], at[11:13])].append((record, wire))
+            except READ_ERRORS as exc:
+                unreadable[record.partition].append({
+                    "log_partition": record.partition, "log_offset": record.offset, "stored_at": stored_at,
+                    "reason": reason_of(exc), "value": record.value})
+        files: list[dict] = []
+        for partition, rows in sorted(unreadable.items()):
+            name = f"part-{partition}-{rows[0]['log_offset']:020d}-{rows[-1]['log_offset']:020d}.parquet"
+            table = pa.Table.from_pylist(rows, schema=UNREADABLE_SCHEMA)
+            files.append(self._write_table(self.root / "_unreadable" / name, table))
+        for (partition, day, hour), group in sorted(groups.items()):
+            group.sort(key=lambda rw: rw[0].offset)
+            table = typed_table([w for _, w in group], [r.value.decode() for r, _ in group], stored_at=stored_at,
+                                partitions=[partition] * len(group), offsets=[r.offset for r, _ in group])
+            name = f"part-{partition}-{group[0][0].offset:020d}-{group[-1][0].offset:020d}.parquet"
+            files.append(self._write_table(self.root / f"date={day}" / f"hour={hour}" / name, table))
+        extents = {str(p): list(fl) for p, fl in sorted(extents_of(records).items())}
+        self.manifest.append("add", source=self.source, extents=extents, files=files, now=stored_at)
+        return [self.root / f["path"] for f in files]
+
+    def _write_table(self, path: Path, table: pa.Table) -> dict:
+        """Write one file; its manifest listing (hashed from the bytes written, not read back)."""
+        data = parquet_bytes(table)
+        write_atomic(path, data)
+        return file_entry(self.manifest.relative(path), data, table.num_rows)
+
+    def done(self) -> None:
+        """Step 5: the batch is committed."""
+        self._journal.unlink(missing_ok=True)
+
+
+# --- embedded mode: the SQLite log -> Parquet -------------------------------------------------
+
+
+def state_path_of(root: str | Path) -> Path:
+    """Where embedded mode keeps the last archived log offset."""
+    return Path(root) / "_state" / "log.json"
+
+
+def archived_offset(root: str | Path) -> int:
+    """The last log offset the embedded archive has committed (0: none)."""
+    try:
+        return int(json.loads(state_path_of(root).read_text())["last_offset"])
+    except FileNotFoundError:
+        return 0
+
+
+async def archive_from_log(log: SqliteEventLog, root: str | Path, *, state_path: str | Path | None = None,
+                           batch_size: int = 5000,
+                           between_write_and_commit: Callable[[], None] | None = None) -> int:
+    """Archive everything after the last archived offset (kept in ``_state/log.json``); events archived.
+
+    The stored JSON is copied as it is (the log holds only what ``ledger.codec`` encoded). One log
+    archiver per root at a time: callers hold ``file_lock(root / "_state" / "log.lock")`` or are the only
+    writer (``farebox.archiving`` does the former)."""
+    writer = ArchiveWriter(root, "log")
+    state = Path(state_path) if state_path else state_path_of(root)
+    try:
+        last = int(json.loads(state.read_text())["last_offset"])
+    except FileNotFoundError:
+        last = 0
+    archived = 0
+    pending = writer.pending().get(0)
+    if pending is not None:  # recovery: exactly the journaled batch again, unless the manifest lists it
+        first, end = pending
+        rows = await log.read_payloads(after=first - 1, limit=end - first + 1)
+        if not writer.listed(0, first, end):
+            writer.write([Record(0, offset, payload) for offset, payload in rows], trusted=True)
+        last = end
+        write_atomic(state, orjson.dumps({"last_offset": last}))
+        writer.done()
+        archived += len(rows)
+    while True:
+        rows = await log.read_payloads(after=last, limit=batch_size)
+        if not rows:
+            return archived
+        first, end = rows[0][0], rows[-1][0]
+        writer.journal({0: (first, end)})
+        writer.write([Record(0, offset, payload) for offset, payload in rows], trusted=True)
+        if between_write_and_commit is not None:
+            between_write_and_commit()
+        write_atomic(state, orjson.dumps({"last_offset": end}))
+        writer.done()
+        last = end
+        archived += len(rows)

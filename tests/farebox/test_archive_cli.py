@@ -1,0 +1,204 @@
+"""The archive commands and embedded replay as an auditor runs them: exit codes, messages, nothing rewritten."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from farebox.archiving import EmbeddedArchiver, Housekeeper
+from farebox.cli import main
+from farebox.settings import load_settings
+from ledger.events import RequestAdmitted, RequestSettled, TokenUsage
+from proxy.control.problems import ConfigError
+from streams.archive import archive_files
+from streams.archive_schema import SCHEMA_METADATA_KEY
+from streams.sqlite_log import SqliteEventLog
+from tests.farebox.test_settings import write
+
+DAY = date(2026, 11, 20)
+
+
+def requests(n: int, start: int = 0) -> list:
+    out = []
+    for i in range(start, start + n):
+        at = datetime(2026, 11, 20, 9, i % 60, tzinfo=timezone.utc)
+        team = ("platform", "payments")[i % 2]
+        scopes = {f"team:{team}": 5_000, "bu:retail": 5_000}
+        out.append(RequestAdmitted(
+            time=at, request_id=f"r{i}", team=team, key_id="fb-k", business_unit="retail", app="bot", run_id=None,
+            alias="chat-default", data_class="internal", est_input_tokens=10, max_output_tokens=64, holds=scopes,
+            currency="INR", price_version=1, pod="p", hold_ttl_s=600, stream=False))
+        if i % 5:  # every fifth request stays open: a hold
+            out.append(RequestSettled(
+                time=at, request_id=f"r{i}", team=team, final_status=200, attempts=1, deployment="d",
+                usage=TokenUsage(input=10, output=20), cost_micro=1_000 + i, currency="INR",
+                cost_by_scope={s: 1_000 + i for s in scopes}, hold_released=scopes, overrun_micro=0,
+                cache_hit=False, latency_ms=5))
+    return out
+
+
+def append(path: Path, events: list) -> None:
+    async def run() -> None:
+        log = SqliteEventLog.open(path)
+        for e in events:
+            log.append(e)
+        await log.close()
+
+    asyncio.run(run())
+
+
+@pytest.fixture
+def config(tmp_path) -> Path:
+    return write(tmp_path, lambda t: t.update(event_log={"path": str(tmp_path / "events.sqlite")},
+                                              archive={"flush_events": 7}))
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def replay(capsys, config: Path, *extra: str) -> tuple[int, str, str]:
+    return run(capsys, "replay", "--config", str(config), "--from", str(DAY), "--to", str(DAY), *extra)
+
+
+def test_replay_equals_live_then_reports_lag_then_archive_first(config, capsys) -> None:
+    settings = load_settings(config)
+    append(settings.event_log_path, requests(40))
+    next_day = [dataclasses.replace(e, time=e.time + timedelta(days=1)) for e in requests(10, start=100)]
+    append(settings.event_log_path, next_day)  # outside the window: read from neither side
+    assert run(capsys, "archive", "flush", "--config", str(config))[0] == 0
+    code, out, _ = replay(capsys, config)
+    assert code == 0 and "read 72 archived event(s), skipped 0 unreadable" in out and "0 difference(s)" in out
+    assert "the log holds 72 event(s) in the window" in out
+    append(settings.event_log_path, requests(3, start=40))
+    code, out, _ = replay(capsys, config)
+    assert code == 1
+    assert "team:platform 2026-11 requests: archive 20 != live 22" in out  # r40 and r42 (r41 is payments)
+    assert "bu:retail 2026-11 settled: archive " in out
+    assert "the archive is 5 event(s) behind the log" in out
+    code, out, _ = replay(capsys, config, "--archive-first")
+    assert code == 0 and out.startswith("archived 5 pending event(s) first") and "behind" not in out
+
+
+def test_a_tampered_archive_is_a_difference_and_verify_names_it(config, capsys) -> None:
+    settings = load_settings(config)
+    append(settings.event_log_path, requests(20))
+    main(["archive", "flush", "--config", str(config)])
+    capsys.readouterr()
+    victim = archive_files(settings.archive_root, DAY, DAY)[0]
+    victim.unlink()
+    code, out, _ = replay(capsys, config)
+    assert code == 1 and "difference(s)" in out and "archive" in out.splitlines()[0]
+    code, out, _ = run(capsys, "archive", "verify", "--config", str(config))
+    assert code == 1 and f"missing: {victim.relative_to(settings.archive_root).as_posix()}" in out
+    assert "NOT intact" in out
+
+
+def test_bad_archives_are_clear_errors_and_nothing_is_rewritten(config, capsys) -> None:
+    settings = load_settings(config)
+    code, _, err = replay(capsys, config)
+    assert code == 2 and "no event log" in err
+    append(settings.event_log_path, requests(10))
+    code, _, err = replay(capsys, config)
+    assert code == 2 and "is empty: nothing has been archived yet" in err
+    code, _, err = run(capsys, "archive", "verify", "--config", str(config))
+    assert code == 2 and "is empty" in err
+    main(["archive", "flush", "--config", str(config)])
+    capsys.readouterr()
+    path = archive_files(settings.archive_root, DAY, DAY)[0]
+    newer = pq.read_table(path).replace_schema_metadata({SCHEMA_METADATA_KEY: b"99"})
+    pq.write_table(newer, path)
+    written = path.read_bytes()
+    code, _, err = replay(capsys, config)
+    assert code == 2 and "archive schema 99 is newer" in err and str(path) in err
+    path.write_bytes(written[: len(written) // 3])  # truncated
+    for argv in (["replay", "--config", str(config), "--from", str(DAY), "--to", str(DAY)],
+                 ["archive", "compact", "--config", str(config), "--before", "2026-11-30"]):
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and str(path) in err, err
+    assert path.read_bytes() == written[: len(written) // 3]
+    manifest = settings.archive_root / "_manifest.jsonl"
+    lines = manifest.read_bytes().splitlines()
+    manifest.write_bytes(b"\n".join(lines[1:]) + b"\n")  # the first entry dropped
+    code, _, err = replay(capsys, config)
+    assert code == 2 and "the manifest does not chain (manifest entry 1 has seq 2" in err
+    code, out, _ = run(capsys, "archive", "verify", "--config", str(config))
+    assert code == 1 and "chain broken" in out
+    code, _, err = replay(capsys, config, "--source", "kafka")
+    assert code == 2 and "distributed" in err
+    code, _, err = run(capsys, "replay", "--config", str(config), "--from", "2026-13-01", "--to", str(DAY))
+    assert code == 2 and "month must be in 1..12" in err
+
+
+def test_compact_command_merges_closed_days(config, capsys) -> None:
+    settings = load_settings(config)
+    append(settings.event_log_path, requests(30))
+    main(["archive", "flush", "--config", str(config)])
+    assert len(archive_files(settings.archive_root, DAY, DAY)) > 1
+    code, out, _ = run(capsys, "archive", "compact", "--config", str(config))
+    assert code == 0 and "2026-11-20" in out
+    assert [p.name[:4] for p in archive_files(settings.archive_root, DAY, DAY)] == ["day-"]
+    assert run(capsys, "archive", "verify", "--config", str(config))[0] == 0
+    assert replay(capsys, config)[0] == 0
+
+
+def test_embedded_archiver_passes_and_lag(config) -> None:
+    settings = load_settings(config)
+    append(settings.event_log_path, requests(10))
+    head = [18]
+    archiver = EmbeddedArchiver(settings, lambda: head[0])
+    assert archiver.lag_events() == 18 and archiver.due()  # flush_events: 7
+    assert archiver.flush_sync() == 18
+    assert archiver.lag_events() == 0 and archiver.lag_seconds() == 0 and not archiver.due()
+    head[0] = 20
+    assert archiver.lag_events() == 2 and archiver.lag_seconds() > 0
+
+
+def test_archive_settings_are_parsed_and_every_problem_reported(tmp_path) -> None:
+    settings = load_settings(write(tmp_path))
+    assert settings.archive_root == tmp_path / "archive" and settings.archive.compact
+    path = write(tmp_path, lambda t: t.update(archive={"path": "arch", "retention_days": 400, "compact": False}))
+    loaded = load_settings(path)
+    assert loaded.archive_root == tmp_path / "arch" and loaded.archive.retention_days == 400
+    bad = write(tmp_path, lambda t: t.update(archive={"flush_interval_s": 0, "compact_hour_utc": 24,
+                                                      "retention_days": 0, "colour": "red"}))
+    with pytest.raises(ConfigError) as err:
+        load_settings(bad)
+    for fragment in ("archive.flush_interval_s: must be >= 0.05", "archive.compact_hour_utc: must be an hour",
+                     "archive.retention_days: must be >= 1", "archive.colour: unknown field"):
+        assert fragment in str(err.value)
+    assert yaml.safe_load(bad.read_text())["archive"]["colour"] == "red"
+
+
+def test_housekeeper_merges_an_hour_after_its_grace_and_a_day_from_compact_hour(config) -> None:
+    settings = load_settings(config)  # compact_hour_utc: 1
+    append(settings.event_log_path, requests(40))  # all in 2026-11-20 09:xx, 7 events a file
+    main(["archive", "flush", "--config", str(config)])
+    root, keeper = settings.archive_root, Housekeeper(settings.archive_root, settings.archive)
+    names = lambda: sorted(p.name[:5] for p in archive_files(root, DAY, DAY))  # noqa: E731
+    assert len(names()) > 5
+
+    def at(day: int, hour: int, minute: int) -> datetime:
+        return datetime(2026, 11, day, hour, minute, tzinfo=timezone.utc)
+
+    keeper.run(at(20, 10, 5))  # 09:00-10:00 ended 5 minutes ago: inside the grace
+    assert len(names()) > 5
+    assert keeper.due(at(20, 10, 15)) and not keeper.due(at(20, 10, 5))
+    keeper.run(at(20, 10, 15))
+    assert names() == ["hour-"]
+    later = [dataclasses.replace(e, time=at(20, 11, 30)) for e in requests(1, start=50)]  # another hour
+    append(settings.event_log_path, later)
+    main(["archive", "flush", "--config", str(config)])
+    keeper.run(at(21, 0, 30))  # before compact_hour_utc: the day stays as it is
+    assert names() == ["hour-", "part-"] and not keeper.due(at(21, 0, 40))
+    keeper.run(at(21, 1, 0))
+    assert len(names()) == 1 and names()[0].startswith("day-")
+    assert main(["archive", "verify", "--config", str(config)]) == 0
