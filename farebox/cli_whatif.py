@@ -19,11 +19,11 @@ import argparse
 import sys
 from datetime import date, datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from ledger.admission import ScopeLimit
-from reconcile.whatif import Proposal, WhatIfError
+if TYPE_CHECKING:  # imported when the command runs: the archive reader pulls in pyarrow
+    from reconcile.whatif import Proposal
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,8 +46,10 @@ def load_proposal(path: str | Path, snapshot: Any) -> Proposal:
     checked against the live snapshot's teams, business units and aliases (``snapshot`` is ``Any``: only
     those three are read)."""
     from farebox.settings import read_yaml
+    from ledger.admission import ScopeLimit
     from proxy.control.policies import read_budgets
     from proxy.control.problems import Problems, Reader
+    from reconcile.whatif import Proposal
 
     tree: Any = read_yaml(Path(path))
     where = ""
@@ -67,6 +69,8 @@ def load_proposal(path: str | Path, snapshot: Any) -> Proposal:
 
 
 def _day(text: str, flag: str) -> datetime:
+    from reconcile.whatif import WhatIfError
+
     try:
         return datetime.combine(date.fromisoformat(text), datetime.min.time(), timezone.utc)
     except ValueError:
@@ -76,7 +80,7 @@ def _day(text: str, flag: str) -> datetime:
 def whatif_command(args: argparse.Namespace) -> int:
     from farebox.cli_export import live_snapshot
     from farebox.settings import load_settings
-    from reconcile.whatif import read_traffic, replay, window
+    from reconcile.whatif import WhatIfError, read_traffic, replay, window
     from reconcile.whatif_report import to_json, to_table
 
     try:
