@@ -10,8 +10,9 @@ attempts: a settled request's ``cost_by_scope``, an expired one's full hold, an
 open one's hold; an attempt really refused but admitted under the proposal is
 charged its hold (its actual cost is unknown: the worst case, counted in
 ``worst_case``). A scope is listed when it refused anything, really or under
-the proposal, or its spend differs. A per-request cap refusal names no scope:
-it is listed under ``CAP``.
+the proposal, or, for teams and business units, when its spend differs (the
+JSON lists every scope whose spend differs, keys and runs too). A per-request
+cap refusal names no scope: it is listed under ``CAP``.
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ class Totals:
         return self.newly_refused == 0 and self.newly_admitted == 0
 
 
-def scope_rows(whatif: WhatIf) -> list[ScopeRow]:
-    """The listed scopes (see the module docstring), by scope id."""
+def scope_rows(whatif: WhatIf, *, every: bool = False) -> list[ScopeRow]:
+    """The listed scopes (see the module docstring), by scope id; ``every``: each scope whose spend differs."""
     rows: dict[str, ScopeRow] = {}
 
     def row(scope: str | None) -> ScopeRow:
@@ -89,7 +90,8 @@ def scope_rows(whatif: WhatIf) -> list[ScopeRow]:
             r = row(scope)
             r.spend_real_micro += real.get(scope, 0)
             r.spend_proposed_micro += proposed.get(scope, 0)
-    listed = [r for r in rows.values() if r.refused or r.really_refused or r.difference_micro]
+    listed = [r for r in rows.values() if r.refused or r.really_refused or (
+        r.difference_micro and (every or r.scope.startswith(("team:", "bu:"))))]
     return sorted(listed, key=lambda r: r.scope)
 
 
@@ -135,7 +137,7 @@ def to_json(whatif: WhatIf, currency: str) -> bytes:
                     "refused": r.refused, "really_refused": r.really_refused, "newly_refused": r.newly_refused,
                     "newly_admitted_worst_case": r.newly_admitted, "spend_real_micro": r.spend_real_micro,
                     "spend_proposed_micro": r.spend_proposed_micro, "difference_micro": r.difference_micro}
-                   for r in scope_rows(whatif)],
+                   for r in scope_rows(whatif, every=True)],
         "changes": [_change(o) for o in whatif.outcomes if o.real.admitted != o.proposed.admitted],
         "refusals": [{"request_id": o.request_id, "time": format_time(o.time), **_verdict(o.proposed)}
                      for o in whatif.refused("proposed")],

@@ -72,7 +72,7 @@ def test_the_real_budgets_reproduce_the_real_refusals_to_the_request(tmp_path, p
     t = totals(result)
     assert t.same_as_reality and t.difference_micro == 0 and t.spend_real_micro > 0
     assert t.attempts == sum(1 for a in asks if start <= a.at < end)
-    assert all(r.difference_micro == 0 for r in scope_rows(result))
+    assert all(r.difference_micro == 0 for r in scope_rows(result, every=True))
 
 
 def test_the_window_starts_from_the_real_balances_of_its_month(tmp_path):
@@ -154,8 +154,9 @@ def test_a_what_if_checked_by_hand():
     # Per scope (real -> proposed):
     #   bu:x    8 -> 5 (-3); key:k1: r1 r3 r4 r5 = 8 -> r1 = 2 (-6); key:k2: 0 -> r2's hold 3 (+3);
     #   team:a  8 -> 5 (-3), refused 3 from r3 at 10:03, all 3 newly refused.
-    rows = {r.scope: r for r in scope_rows(result)}
+    rows = {r.scope: r for r in scope_rows(result, every=True)}
     assert set(rows) == {"bu:x", "key:k1", "key:k2", "team:a"}
+    assert [r.scope for r in scope_rows(result)] == ["bu:x", "key:k2", "team:a"]  # keys only when they refuse
     assert {s: (r.spend_real_micro // INR, r.spend_proposed_micro // INR, r.difference_micro // INR)
             for s, r in rows.items()} == {"bu:x": (8, 5, -3), "key:k1": (8, 2, -6), "key:k2": (0, 3, 3),
                                           "team:a": (8, 5, -3)}
