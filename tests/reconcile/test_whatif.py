@@ -8,12 +8,12 @@ from zoneinfo import ZoneInfo
 
 import orjson
 import pytest
-from tests.reconcile.whatif_traffic import UTC, Ask, Budgets, archive, run_gateway
 
 from ledger.admission import ScopeLimit
 from ledger.refusals import RequestRefused
 from reconcile.whatif import Proposal, WhatIfError, read_traffic, replay, window
 from reconcile.whatif_report import CAP, scope_rows, to_json, to_table, totals
+from tests.reconcile.whatif_traffic import UTC, Ask, Budgets, archive, run_gateway
 
 KOLKATA = ZoneInfo("Asia/Kolkata")
 INR = 1_000_000  # micro-units in one rupee
