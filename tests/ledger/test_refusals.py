@@ -82,3 +82,10 @@ def test_its_archive_row_uses_the_existing_columns():
         "budget_exhausted", "team:payments")
     assert row["holds"] == [{"scope": s, "micro": 410_000}
                             for s in ("bu:retail", "key:fb-pay-1", "run:run-7", "team:payments")]
+
+
+def test_the_distributed_splitter_ignores_it():
+    from ledger.splitting import split
+
+    result = split(refused(), None, ZoneInfo("Asia/Kolkata"))
+    assert result.entries == [] and result.state is None
