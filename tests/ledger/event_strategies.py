@@ -67,6 +67,14 @@ def events_of(cls: type[Event]) -> st.SearchStrategy[Event]:
         return st.builds(cls, **kwargs).flatmap(
             lambda e: st.dictionaries(st.sampled_from(sorted(e.holds)), text, max_size=4).map(
                 lambda leases: dataclasses.replace(e, leases=leases)) if e.holds else st.just(e))
+    if cls.type == "request.refused":  # a code, and the short scope among the holds (none for the cap)
+        kwargs.pop("error_code"), kwargs.pop("scope")
+        return st.builds(cls, error_code=st.just("request_cost_cap_exceeded"), scope=st.none(), **kwargs) | (
+            st.builds(cls, error_code=st.just("request_cost_cap_exceeded"), scope=st.none(), **kwargs).filter(
+                lambda e: bool(e.holds)).flatmap(lambda e: st.builds(
+                    dataclasses.replace, st.just(e), error_code=st.sampled_from(["budget_exhausted",
+                                                                                 "run_calls_exhausted"]),
+                    scope=st.sampled_from(sorted(e.holds)))))
     return st.builds(cls, **kwargs)
 
 
