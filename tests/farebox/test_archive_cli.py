@@ -14,7 +14,8 @@ import yaml
 from farebox.archiving import EmbeddedArchiver, Housekeeper
 from farebox.cli import main
 from farebox.settings import load_settings
-from ledger.events import RequestAdmitted, RequestSettled, TokenUsage
+from ledger.events import RequestAdmitted, RequestSettled
+from pricing.usage import TokenUsage
 from proxy.control.problems import ConfigError
 from streams.archive import archive_files
 from streams.archive_schema import SCHEMA_METADATA_KEY
