@@ -25,7 +25,9 @@ from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.problems import ConfigError, Problems, Reader
 from proxy.control.snapshot import Secrets, Snapshot
 
-SETTINGS_SECTIONS = ("server", "event_log", "state_dir", "secrets_file", "control_db", "mode", "distributed")
+SETTINGS_SECTIONS = ("server", "event_log", "state_dir", "secrets_file", "control_db", "mode", "distributed",
+                     "reconcile")
+EXPORT_SOURCES = ("simulator", "openai", "anthropic")  # who serves an account's usage export
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,25 @@ class DistributedSettings:
 
 
 @dataclass(frozen=True)
+class ExportSource:
+    """Where ``farebox reconcile`` reads one provider account's usage export; the key is a secret's name."""
+
+    source: str  # one of EXPORT_SOURCES
+    admin_key_env: str | None = None  # required for openai / anthropic
+    base_url: str | None = None  # None: the provider's own API (simulator: the deployment's host)
+
+
+@dataclass(frozen=True)
+class ReconcileSettings:
+    """``reconcile``: the drift threshold (percent, > 0) and per-account export sources.
+
+    An account not listed whose deployments' provider starts with ``sim`` reads the simulator it is served by."""
+
+    drift_threshold_pct: Decimal = Decimal(1)
+    accounts: Mapping[str, ExportSource] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Settings:
     config_path: Path
     host: str
@@ -80,6 +101,7 @@ class Settings:
     price_change_factor: Decimal = Decimal(2)
     mode: str = "embedded"  # embedded | distributed
     distributed: DistributedSettings = field(default_factory=DistributedSettings)
+    reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
 
     @property
     def safe_db_url(self) -> str:
@@ -174,6 +196,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         worker_stall_s=d.number("worker_stall_s", dflt.worker_stall_s, 0),
     )
     d.reject_unknown()
+    reconcile = _reconcile_settings(root.child("reconcile"), problems)
     root.skip(*CONTROL_SECTIONS)
     root.reject_unknown()
     control_tree = {k: tree[k] for k in CONTROL_SECTIONS if k in tree}
@@ -205,7 +228,26 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         price_change_factor=factor or Decimal(2),
         mode=mode,
         distributed=dist,
+        reconcile=reconcile,
     )
+
+
+def _reconcile_settings(r: Reader, problems: Problems) -> ReconcileSettings:
+    threshold = r.decimal("drift_threshold_pct", Decimal(1))
+    if threshold is not None and threshold <= 0:
+        problems.add(r.at("drift_threshold_pct"), "must be > 0")
+    accounts = {}
+    acc = r.child("accounts")
+    for name in acc.data:
+        a = acc.child(name)
+        source = a.str("source", choices=EXPORT_SOURCES)
+        key_env = a.str("admin_key_env", None)
+        if source in ("openai", "anthropic") and key_env is None:
+            problems.add(a.at("admin_key_env"), f"is required for a {source} export (the admin key's name)")
+        accounts[str(name)] = ExportSource(source or "simulator", key_env, a.str("base_url", None))
+        a.reject_unknown()
+    r.reject_unknown()
+    return ReconcileSettings(threshold or Decimal(1), accounts)
 
 
 def resolve_secrets(settings: Settings, names: Iterable[str], env: Mapping[str, str] | None = None

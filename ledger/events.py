@@ -29,6 +29,7 @@ from __future__ import annotations
 from ledger.envelope import Event
 from ledger.lease_events import LeaseEvent, LeaseExpired, LeaseGranted, LeaseRequested, LeaseReturned
 from ledger.notices import BudgetThresholdCrossed, ConfigPublished
+from ledger.reconcile_events import ReconcileReported
 from ledger.request_events import (
     ATTEMPT_OUTCOMES,
     HoldExpired,
@@ -68,4 +69,5 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     LeaseExpired,
     ConfigPublished,
     BudgetThresholdCrossed,
+    ReconcileReported,
 )
