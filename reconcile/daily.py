@@ -32,13 +32,13 @@ from reconcile.exports import (
     CostRow,
     ExportParseError,
     UsageRow,
+    fetch,
     parse_anthropic_costs,
     parse_anthropic_usage,
     parse_openai_costs,
     parse_openai_usage,
     parse_simulator_export,
 )
-from reconcile.exports import fetch
 from reconcile.our_usage import our_usage_rows, unattributed_expired
 from streams.archive import ArchiveError, archive_files, read_archive
 
