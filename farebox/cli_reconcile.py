@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
+import os
 import sys
+from contextlib import contextmanager
 from datetime import date, datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:
     from farebox.settings import Settings
@@ -85,6 +88,22 @@ def report_path(settings: Settings, day: date, only: str | None, out: str | None
     return settings.state_dir / "reconcile" / (f"{day.isoformat()}.{only}.json" if only else f"{day.isoformat()}.json")
 
 
+@contextmanager
+def log_archiver_lock(root: Path) -> Iterator[None]:
+    """An exclusive flock on ``<root>/_state/log.lock``: one embedded log archiver per archive root at a time.
+
+    The same file and lock kind as every other pass that archives the SQLite log into ``root``, so a
+    reconciliation never interleaves its batch with another archiver's."""
+    path = root / "_state" / "log.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def reconcile_command(args: argparse.Namespace) -> int:
     from farebox.cli_export import live_snapshot
     from farebox.settings import load_settings
@@ -130,7 +149,8 @@ async def _run(settings: Settings, snapshot: Any, plans: list[ExportPlan], day: 
     archive = Path(args.archive) if args.archive else settings.state_dir / "archive"
     log = SqliteEventLog.open(settings.event_log_path)
     try:
-        await archive_from_log(log, archive)
+        with log_archiver_lock(archive):
+            await archive_from_log(log, archive)
         require_archive(archive, day)
         async with aiohttp.ClientSession() as session:
             usage, costs = await fetch_exports(plans, day, session)
