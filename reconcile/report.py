@@ -42,11 +42,11 @@ CSV_COLUMNS = ("measure", "provider", "account", "day", "model", "token_type", "
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    """The compared rows of ``day`` over ``accounts`` (sorted); ``sources`` maps each account to its provider."""
+    """The compared rows of ``day`` over ``accounts`` (sorted); ``providers`` names each account's provider."""
 
     day: date
     accounts: tuple[str, ...]
-    sources: Mapping[str, str]
+    providers: Mapping[str, str]
     threshold: Decimal
     rows: tuple[DriftRow, ...]
 
@@ -57,24 +57,24 @@ class Report:
     def content(self) -> dict[str, object]:
         """The JSON-safe content the hash covers: every figure, nothing about the run."""
         return {"day": self.day.isoformat(), "accounts": list(self.accounts),
-                "sources": {a: self.sources[a] for a in self.accounts}, "threshold_pct": str(self.threshold),
+                "providers": {a: self.providers[a] for a in self.accounts}, "threshold_pct": str(self.threshold),
                 "rows": [r.to_dict() for r in self.rows]}
 
 
-def build_report(day: date, sources: Mapping[str, str], usage: Iterable[UsageRow], costs: Iterable[CostRow],
+def build_report(day: date, providers: Mapping[str, str], usage: Iterable[UsageRow], costs: Iterable[CostRow],
                  ours: Iterable[OurUsage], ours_money: Iterable[OurUsage], *, threshold: Decimal,
                  unattributed_expired: Mapping[date, int] | None = None,
                  current_price_version: int | None = None) -> Report:
-    """Token rows for every account in ``sources``; money rows for the accounts ``costs`` cover.
+    """Token rows for every account in ``providers``; money rows for the accounts ``costs`` cover.
 
     ``ours`` is in the budget currency (only its tokens are read here);
     ``ours_money`` is the same usage priced in the provider's currency. Rows of
     days other than ``day`` are left out (a provider may return a wider range).
     """
-    accounts = tuple(sorted(sources))
-    usage = [u for u in usage if u.day == day and u.account in sources]
-    costs = [c for c in costs if c.day == day and c.account in sources]
-    ours = [o for o in ours if o.day == day and o.account in sources]
+    accounts = tuple(sorted(providers))
+    usage = [u for u in usage if u.day == day and u.account in providers]
+    costs = [c for c in costs if c.day == day and c.account in providers]
+    ours = [o for o in ours if o.day == day and o.account in providers]
     expired = {day: (unattributed_expired or {}).get(day, 0)}
     rows = compare_tokens(usage, ours, threshold=threshold, accounts=accounts, unattributed_expired=expired)
     billed = {c.account for c in costs}
@@ -82,15 +82,8 @@ def build_report(day: date, sources: Mapping[str, str], usage: Iterable[UsageRow
         money_ours = [o for o in ours_money if o.day == day and o.account in billed]
         rows += compare_money(costs, money_ours, threshold=threshold, accounts=sorted(billed),
                               current_price_version=current_price_version, unattributed_expired=expired)
-    rows = [_named(r, sources) for r in rows]
-    return Report(day, accounts, dict(sources), threshold, tuple(rows))
-
-
-def _named(row: DriftRow, sources: Mapping[str, str]) -> DriftRow:
-    """A row of ours that no provider row matched has no provider name: use the account's source."""
-    if row.provider:
-        return row
-    return replace(row, provider=sources.get(row.account, ""))
+    rows = [r if r.provider else replace(r, provider=providers[r.account]) for r in rows]  # rows only we have
+    return Report(day, accounts, dict(providers), threshold, tuple(rows))
 
 
 def content_hash(report: Report) -> str:

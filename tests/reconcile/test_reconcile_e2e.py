@@ -2,7 +2,7 @@
 
 Each scenario runs its own stack (export drift and faults are per account and
 per day, so they must not leak): clean traffic reconciles with nothing
-flagged; an export scaled by 0.97 is flagged at about 3%; streams cut
+flagged; an export scaled by 0.97 is flagged at about 3%, a token type the gateway never sees is named unpriced; streams cut
 mid-way by the simulator make our usage estimated and the flagged row names
 that share; a gateway killed mid-stream loses usage the simulator billed and
 the row names the expired hold.
@@ -105,6 +105,15 @@ def test_clean_day_then_a_scaled_export(tmp_path: Path):
         status, one, _ = reconcile(stack, "--account", ANTHROPIC_ACCOUNT)
         assert status == 0 and one["accounts"] == [ANTHROPIC_ACCOUNT]
         assert (tmp_path / "reconcile" / f"{report['day']}.{ANTHROPIC_ACCOUNT}.json").exists()
+
+        # a token type the gateway never sees, billed 10 per request on the other account
+        httpx.post(f"{stack.sim_url}/_sim/accounts/{ANTHROPIC_ACCOUNT}",
+                   json={"extra_token_type": "input_audio"}).raise_for_status()
+        status, extra, _ = reconcile(stack, "--account", ANTHROPIC_ACCOUNT)
+        assert status == 1
+        (row,) = [r for r in extra["rows"] if r["flagged"]]
+        assert (row["token_type"], row["provider_figure"], row["ours"]) == ("input_audio", "30", "0")
+        assert [c["code"] for c in row["causes"]] == ["unpriced_token_type"]
 
 
 def test_streams_cut_mid_way_are_flagged_as_estimated_usage(tmp_path: Path):

@@ -17,7 +17,7 @@ from reconcile.report import build_report, content_hash, exit_code, render, repo
 
 DAY = date(2026, 11, 20)
 NOW = datetime(2026, 11, 21, 0, 15, tzinfo=timezone.utc)
-SOURCES = {"acct-sim": "sim-openai", "acct-oai": "openai"}
+PROVIDERS = {"acct-sim": "sim-openai", "acct-oai": "openai"}
 
 
 def usage(account: str, token_type: str, tokens: int, day: date = DAY, provider: str = "x") -> UsageRow:
@@ -39,7 +39,7 @@ def build(provider_output: int = 1000, *, extra_ours: list[OurUsage] | None = No
     mine = [ours("acct-sim", "input", 500, 88_000), ours("acct-sim", "output", 1000, 880_000, estimated=100),
             ours("acct-oai", "input", 200, 35_200), *(extra_ours or [])]
     mine_usd = [ours("acct-oai", "input", 200, 400, "USD"), ours("acct-sim", "input", 500, 1000, "USD")]
-    return build_report(DAY, SOURCES, provider, costs, mine, mine_usd, threshold=Decimal(1),
+    return build_report(DAY, PROVIDERS, provider, costs, mine, mine_usd, threshold=Decimal(1),
                         current_price_version=1)
 
 
