@@ -141,12 +141,14 @@ async def _run(settings: Settings, snapshot: Any, plans: list[ExportPlan], day: 
                args: argparse.Namespace) -> tuple[Any, Path, str]:
     import aiohttp
 
-    from reconcile.daily import currencies, fetch_exports, our_side, require_archive
+    from reconcile.daily import ReconcileInputError, currencies, fetch_exports, our_side, require_archive
     from reconcile.report import build_report, report_json, reported_event
     from streams.archive import archive_from_log
     from streams.sqlite_log import SqliteEventLog
 
     archive = Path(args.archive) if args.archive else settings.state_dir / "archive"
+    if not settings.event_log_path.exists():
+        raise ReconcileInputError(f"no event log at {settings.event_log_path}: has the gateway run with this config?")
     log = SqliteEventLog.open(settings.event_log_path)
     try:
         with log_archiver_lock(archive):

@@ -208,6 +208,11 @@ def test_a_day_with_no_archive_exit_2_before_any_request(config, admin, capsys):
     assert admin.hits == 0
 
 
+def test_no_event_log_exit_2(config, capsys):
+    assert run(config) == 2
+    assert "no event log at" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--date", "2026-11-31"], "--date must be a day YYYY-MM-DD"),
     (["--date", DAY.isoformat(), "--account", "acct-nobody"], "account 'acct-nobody' is in no deployment"),
