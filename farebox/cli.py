@@ -103,6 +103,7 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_events_tail)
     __import__("farebox.cli_export", fromlist=["register"]).register(sub)  # farebox export focus
     __import__("farebox.cli_whatif", fromlist=["register"]).register(sub)  # farebox whatif
+    __import__("farebox.cli_reconcile", fromlist=["register"]).register(sub)  # farebox reconcile
     return p
 
 

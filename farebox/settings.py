@@ -26,7 +26,8 @@ from proxy.control.problems import ConfigError, Problems, Reader
 from proxy.control.snapshot import Secrets, Snapshot
 
 SETTINGS_SECTIONS = ("server", "event_log", "state_dir", "secrets_file", "control_db", "mode", "distributed",
-                     "archive")
+                     "archive", "reconcile")
+EXPORT_SOURCES = ("simulator", "openai", "anthropic")  # who serves an account's usage export
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,25 @@ class DistributedSettings:
 
 
 @dataclass(frozen=True)
+class ExportSource:
+    """Where ``farebox reconcile`` reads one provider account's usage export; the key is a secret's name."""
+
+    source: str  # one of EXPORT_SOURCES
+    admin_key_env: str | None = None  # required for openai / anthropic
+    base_url: str | None = None  # None: the provider's own API (simulator: the deployment's host)
+
+
+@dataclass(frozen=True)
+class ReconcileSettings:
+    """``reconcile``: the drift threshold (percent, > 0) and per-account export sources.
+
+    An account not listed whose deployments' provider starts with ``sim`` reads the simulator it is served by."""
+
+    drift_threshold_pct: Decimal = Decimal(1)
+    accounts: Mapping[str, ExportSource] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Settings:
     config_path: Path
     host: str
@@ -99,6 +119,7 @@ class Settings:
     @property
     def archive_root(self) -> Path:
         return self.archive.path or self.state_dir / "archive"
+    reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
 
     @property
     def safe_db_url(self) -> str:
@@ -194,6 +215,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     )
     d.reject_unknown()
     archive = _archive_settings(root.child("archive"), base)
+    reconcile = _reconcile_settings(root.child("reconcile"), problems)
     root.skip(*CONTROL_SECTIONS)
     root.reject_unknown()
     control_tree = {k: tree[k] for k in CONTROL_SECTIONS if k in tree}
@@ -226,6 +248,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         mode=mode,
         distributed=dist,
         archive=archive,
+        reconcile=reconcile,
     )
 
 
@@ -246,6 +269,24 @@ def _archive_settings(a: Reader, base: Path) -> ArchiveSettings:
     )
     a.reject_unknown()
     return out
+
+
+def _reconcile_settings(r: Reader, problems: Problems) -> ReconcileSettings:
+    threshold = r.decimal("drift_threshold_pct", Decimal(1))
+    if threshold is not None and threshold <= 0:
+        problems.add(r.at("drift_threshold_pct"), "must be > 0")
+    accounts = {}
+    acc = r.child("accounts")
+    for name in acc.data:
+        a = acc.child(name)
+        source = a.str("source", choices=EXPORT_SOURCES)
+        key_env = a.str("admin_key_env", None)
+        if source in ("openai", "anthropic") and key_env is None:
+            problems.add(a.at("admin_key_env"), f"is required for a {source} export (the admin key's name)")
+        accounts[str(name)] = ExportSource(source or "simulator", key_env, a.str("base_url", None))
+        a.reject_unknown()
+    r.reject_unknown()
+    return ReconcileSettings(threshold or Decimal(1), accounts)
 
 
 def resolve_secrets(settings: Settings, names: Iterable[str], env: Mapping[str, str] | None = None

@@ -29,6 +29,7 @@ from __future__ import annotations
 from ledger.envelope import Event
 from ledger.lease_events import LeaseEvent, LeaseExpired, LeaseGranted, LeaseRequested, LeaseReturned
 from ledger.notices import BudgetThresholdCrossed, ConfigPublished
+from ledger.reconcile_events import ReconcileReported
 from ledger.refusals import RequestRefused
 from ledger.request_events import (
     ATTEMPT_OUTCOMES,
@@ -55,6 +56,8 @@ __all__ = [
     "RequestAttempted",
     "RequestEvent",
     "RequestSettled",
+    "RequestRefused",
+    "ReconcileReported",
 ]
 
 # Every event type the codec reads and writes.
@@ -70,4 +73,5 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     ConfigPublished,
     BudgetThresholdCrossed,
     RequestRefused,
+    ReconcileReported,
 )
