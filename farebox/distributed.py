@@ -33,15 +33,15 @@ from proxy.admission.wallet import WalletPolicy, Wallets
 from proxy.api.app import create_app
 from proxy.control.errors import ControlUnavailable
 from proxy.control.service import ControlService
-from proxy.control.snapshot import Secrets, Snapshot
 from proxy.routing.breaker_sync import sync_ctx as breaker_sync_ctx
+from proxy.snapshot import Secrets, Snapshot
 from streams.kafka_log import KafkaEventLog
 
 log = logging.getLogger("farebox")
 
 
 async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = None) -> web.Application:
-    from farebox.wiring import build_runtime, first_snapshot
+    from farebox.pod import build_runtime, first_snapshot
 
     d = settings.distributed
     try:

@@ -44,7 +44,7 @@ from proxy.control.document import compile_document, content_hash, save_last_goo
 from proxy.control.errors import ConfigRejected, ControlUnavailable
 from proxy.control.problems import ConfigError
 from proxy.control.publish import SnapshotFeed, SnapshotPublisher
-from proxy.control.snapshot import Secrets, Snapshot
+from proxy.snapshot import Secrets, Snapshot
 from streams.config_topic import KafkaSnapshotFeed, KafkaSnapshotPublisher
 
 log = logging.getLogger("farebox.reload")

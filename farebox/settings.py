@@ -24,7 +24,7 @@ from pricing.errors import PricingError
 from proxy.control import statefile
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.problems import ConfigError, Problems, Reader
-from proxy.control.snapshot import Secrets, Snapshot
+from proxy.snapshot import Secrets, Snapshot
 
 SETTINGS_SECTIONS = ("server", "event_log", "state_dir", "secrets_file", "control_db", "mode", "distributed")
 

@@ -11,13 +11,13 @@ import asyncio
 import functools
 import gc
 import logging
-import random
 from typing import AsyncIterator
 from zoneinfo import ZoneInfo
 
 from aiohttp import web
 
 from farebox.control import open_config_db
+from farebox.pod import build_runtime, first_snapshot
 from farebox.reload import SnapshotFollower, follow_ctx
 from farebox.settings import Settings, load_secrets
 from pricing.tokenizer import encoding_for_model, preload
@@ -25,43 +25,14 @@ from proxy.admission.budgets import BudgetGate
 from proxy.admission.limits import MemoryBuckets
 from proxy.admission.sweeper import sweep_forever
 from proxy.api.app import create_app
-from proxy.control.document import load_last_good
 from proxy.control.errors import ControlUnavailable
-from proxy.control.problems import ConfigError
 from proxy.control.service import ControlService
-from proxy.control.snapshot import Secrets, Snapshot
-from proxy.runtime import ProxyOptions, Runtime
+from proxy.snapshot import Secrets, Snapshot
 from streams.checkpoints import CheckpointStore
 from streams.runner import EmbeddedLedgerRunner
 from streams.sqlite_log import SqliteEventLog
 
 log = logging.getLogger("farebox")
-
-
-def build_runtime(settings: Settings, secrets: Secrets, events, snapshot: Snapshot | None = None) -> Runtime:
-    options = ProxyOptions(
-        pod_id=settings.pod_id, max_body_bytes=settings.max_body_bytes, hold_ttl_s=settings.hold_ttl_s,
-        max_in_flight=settings.max_in_flight, drain_timeout_s=settings.drain_timeout_s,
-    )
-    return Runtime(snapshot=snapshot or settings.snapshot, secrets=secrets, events=events, options=options,
-                   rng=random.Random())
-
-
-def first_snapshot(settings: Settings, follower: SnapshotFollower) -> Snapshot:
-    """From the config database; if it is unreachable, from the last good snapshot on local disk."""
-    if follower.db is not None:
-        try:
-            head = follower.db.head()
-            if head is not None:
-                return follower.adopt_sync(head[0], follower.db.document(head[0]), "database")
-        except ControlUnavailable:
-            follower.db_ok = False
-    saved = load_last_good(settings.state_dir)
-    if saved is None:
-        raise ConfigError([f"the config database ({settings.safe_db_url}) is unreachable and there is no last good "
-                           f"snapshot in {settings.state_dir}"], str(settings.config_path))
-    log.warning("config database unreachable: serving the last good snapshot %d from disk", saved[0])
-    return follower.adopt_sync(saved[0], saved[1], "disk")
 
 
 async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web.Application:

@@ -17,9 +17,9 @@ from pricing.rating import rate
 from pricing.usage import TokenUsage
 from proxy.admission.plan import Plan
 from proxy.admission.ratelimit import Draw, settlement
-from proxy.control.snapshot import Alias, Deployment, KeyRecord, Snapshot
 from proxy.errors import UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
 from proxy.runtime import Runtime
+from proxy.snapshot import Alias, Deployment, KeyRecord, Snapshot
 
 
 def scopes_of(key: KeyRecord, run_id: str | None) -> list[str]:

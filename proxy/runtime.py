@@ -20,9 +20,9 @@ from aiohttp import web
 from pricing.calibration import Estimator
 from proxy.admission.budgets import BudgetGate
 from proxy.admission.limits import Buckets
-from proxy.control.snapshot import Secrets, Snapshot
 from proxy.metrics import Metrics
 from proxy.routing.state import RoutingState
+from proxy.snapshot import Secrets, Snapshot
 from proxy.upstream.relay import UpstreamClient
 
 log = logging.getLogger("farebox.proxy")

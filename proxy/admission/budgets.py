@@ -18,8 +18,8 @@ from ledger.balances import Ledger
 from ledger.events import BudgetThresholdCrossed
 from ledger.periods import period_of
 from pricing.money import format_money
-from proxy.control.snapshot import BudgetLimit, Snapshot
 from proxy.errors import InvalidRequest, RateLimited
+from proxy.snapshot import BudgetLimit, Snapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,10 +29,10 @@ from proxy.admission.ratelimit import (
     refusal,
     request_draws,
 )
-from proxy.control.snapshot import Deployment, Snapshot
 from proxy.errors import GatewayError
 from proxy.metering import Meter
 from proxy.runtime import Runtime
+from proxy.snapshot import Deployment, Snapshot
 
 
 @dataclass

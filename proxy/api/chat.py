@@ -21,14 +21,15 @@ from proxy.admission.gate import admit, budget_period
 from proxy.admission.plan import chat_input_estimates, output_cap
 from proxy.api import streaming
 from proxy.api.streaming import ClientWatch
-from proxy.api.validate import ChatCall, parse_json_object, validate_chat
-from proxy.control.snapshot import Alias, Deployment, KeyRecord, Snapshot
+from proxy.api.validate import ChatCall, validate_chat
+from proxy.body import parse_json_object
 from proxy.errors import GatewayError, UnsupportedParameter
 from proxy.metering import Meter, scopes_of
 from proxy.routing.chain import allows_fallback, chain_for, key_deployments, key_regions
 from proxy.routing.failover import settled_answer
 from proxy.routing.router import chat_needs, sticky_key
 from proxy.runtime import RUNTIME, Runtime
+from proxy.snapshot import Alias, Deployment, KeyRecord, Snapshot
 from proxy.upstream.base import UNREPORTED
 from proxy.upstream.dialects import get_dialect
 from proxy.upstream.relay import Timeouts, forwarded_headers

@@ -9,14 +9,15 @@ from proxy.admission.auth import allowed_alias, data_class
 from proxy.admission.gate import admit
 from proxy.admission.plan import embeddings_input_estimate
 from proxy.api.streaming import ClientWatch
-from proxy.api.validate import parse_json_object, validate_embeddings
-from proxy.control.snapshot import Deployment
+from proxy.api.validate import validate_embeddings
+from proxy.body import parse_json_object
 from proxy.errors import GatewayError
 from proxy.metering import Meter
 from proxy.routing.chain import allows_fallback, chain_for, key_deployments, key_regions
 from proxy.routing.failover import settled_answer
 from proxy.routing.router import Needs
 from proxy.runtime import RUNTIME
+from proxy.snapshot import Deployment
 from proxy.upstream.dialects import get_dialect
 from proxy.upstream.relay import Timeouts, forwarded_headers
 

@@ -35,12 +35,12 @@ from aiohttp import web
 from pricing.tokens import estimate_tokens
 from pricing.usage import TokenUsage
 from proxy.api.validate import ChatCall
-from proxy.control.snapshot import Alias, Deployment
 from proxy.errors import GatewayError, UpstreamError
 from proxy.metering import ClientGone, Drained, Meter
 from proxy.routing.failover import CLIENT_CLOSED, DRAIN, first_answer
 from proxy.routing.state import FAILED, NEUTRAL, OK
 from proxy.runtime import RUNTIME, Runtime
+from proxy.snapshot import Alias, Deployment
 from proxy.upstream.dialects import get_dialect
 from proxy.upstream.relay import HEARTBEAT, Timeouts, UpstreamStream, forwarded_headers
 from proxy.upstream.sse import DONE

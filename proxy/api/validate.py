@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from proxy.errors import InvalidRequest
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -33,18 +31,6 @@ class EmbeddingsCall:
     alias: str
     body: dict[str, Any]
     texts: tuple[str, ...]  # for estimating input tokens
-
-
-def parse_json_object(raw: bytes) -> dict[str, Any]:
-    if not raw.strip():
-        raise InvalidRequest("The request body is empty; expected a JSON object.", code="invalid_json")
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
-    return body
 
 
 def _bad(param: str, message: str) -> InvalidRequest:

@@ -16,13 +16,12 @@ from aiohttp import web
 
 from ledger.periods import period_of
 from pricing.money import to_decimal
-from proxy.admission.auth import require_role
-from proxy.api.validate import parse_json_object
+from proxy.body import parse_json_object
+from proxy.control.admin_access import allowed, control
 from proxy.control.errors import ConfigRejected
 from proxy.control.policies import budget_limit_from, check_scope
 from proxy.control.problems import Problems, Reader
-from proxy.control.snapshot import AdminToken
-from proxy.errors import GatewayError, InvalidRequest, PermissionDenied
+from proxy.errors import GatewayError, InvalidRequest
 from proxy.runtime import RUNTIME, Runtime
 
 
@@ -95,27 +94,6 @@ async def put_budget(request: web.Request) -> web.Response:
         raise ConfigRejected(problems.items, "budget")
     await control(request).set_budget(token.name, scope, body)
     return web.json_response(budget_view(rt, scope))
-
-
-def control(request: web.Request) -> Any:
-    """The pod's control service (admin writes); 501 on a pod built without one."""
-    svc = request.app[RUNTIME].control
-    if svc is None:
-        raise GatewayError("This pod has no control store for admin writes.", status=501, code="control_unavailable")
-    return svc
-
-
-async def allowed(request: web.Request, action: str, obj: str, *roles: str) -> AdminToken:
-    """The caller's token if its role may do this; a refusal is audited (outcome ``denied``) and is a 403."""
-    token: AdminToken = request["admin"]
-    try:
-        require_role(token, *roles)
-    except PermissionDenied:
-        svc = request.app[RUNTIME].control
-        if svc is not None and action:
-            await svc.denied(token.name, action, obj)
-        raise
-    return token
 
 
 def add_routes(app: web.Application) -> None:

@@ -34,8 +34,8 @@ from proxy.control.errors import ConfigRejected, ControlConflict, ControlNotFoun
 from proxy.control.keys import MintedKey, mint_admin_token, mint_key
 from proxy.control.policies import BUDGET_ENVS, KEY_ENVS, budget_limit_from
 from proxy.control.problems import Problems, Reader
-from proxy.control.snapshot import ADMIN_ROLES, DATA_CLASSES
 from proxy.control.validate import check_price_change
+from proxy.snapshot import ADMIN_ROLES, DATA_CLASSES
 
 KEY_FIELDS = ("team", "app", "aliases", "env", "data_class_ceiling", "default_data_class", "rpm", "input_tpm",
               "output_tpm", "expires_at", "regions", "deployments")

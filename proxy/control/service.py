@@ -27,12 +27,20 @@ Adopt = Callable[[int, dict[str, Any]], Awaitable[None]]
 
 
 class ControlService:
+    """Implements ``proxy.ports.ControlStore``; built once, with everything it tells and reads."""
+
     def __init__(self, db: ConfigDB, *, price_change_factor: Decimal = Decimal(2),
-                 publisher: SnapshotPublisher | None = None, adopt: Adopt | None = None) -> None:
+                 publisher: SnapshotPublisher | None = None, adopt: Adopt | None = None,
+                 status: Callable[[], dict[str, Any]] | None = None) -> None:
         self.db = db
         self.factor = price_change_factor
         self.publisher = publisher or DatabasePublisher()
         self.adopt = adopt
+        self._status = status
+
+    def snapshot_status(self) -> dict[str, Any]:
+        """How this pod follows the config (the follower's status); {} without a follower (the CLI)."""
+        return self._status() if self._status is not None else {}
 
     def now(self) -> datetime:
         return self.db.now()

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from proxy.admission.limits import BucketSpec
-from proxy.control.snapshot import Alias, Deployment, KeyRecord, Snapshot
 from proxy.errors import GatewayError
 from proxy.routing.router import Needs, NoDeploymentAvailable, ProviderCapacity, route
 from proxy.runtime import Runtime
+from proxy.snapshot import Alias, Deployment, KeyRecord, Snapshot
 
 LOW_WATER = 0.2  # below this share of a mirror bucket left, weight shrinks in proportion
 HEADROOM_TTL_S = 0.25  # reuse a deployment's reading this long (each peek may be a Redis round trip)

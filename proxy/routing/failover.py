@@ -19,13 +19,13 @@ from typing import Awaitable, Callable, Generic, Sequence, TypeVar
 
 from pricing.usage import TokenUsage
 from proxy.admission.gate import reserve_deployment
-from proxy.control.snapshot import Deployment
 from proxy.errors import GatewayError, UpstreamError, UpstreamUnavailable
 from proxy.metering import ClientGone, Drained, HedgeLost, Meter
 from proxy.routing.attempts import backoff_s, hedge_delay_s, verdict
 from proxy.routing.chain import key_deployments, key_regions
 from proxy.routing.router import blocked_list, pinned_refusal, unavailable
 from proxy.routing.state import NEUTRAL, OK
+from proxy.snapshot import Deployment
 from proxy.upstream.base import ChatResult
 
 T = TypeVar("T")

@@ -17,8 +17,8 @@ from typing import AsyncIterator, Mapping
 import aiohttp
 import orjson
 
-from proxy.control.snapshot import Alias, Deployment, Secrets
 from proxy.errors import GatewayError, UpstreamError, UpstreamUnavailable
+from proxy.snapshot import Alias, Deployment, Secrets
 from proxy.upstream.base import Dialect, StreamTranslator, UpstreamRequest
 from proxy.upstream.sse import SSEParser
 

@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from proxy.control.snapshot import Alias, BreakerPolicy, Deployment
+from proxy.snapshot import Alias, BreakerPolicy, Deployment
 from proxy.errors import GatewayError, UpstreamUnavailable
 from proxy.routing.attempts import verdict
 from proxy.routing.router import Needs, route

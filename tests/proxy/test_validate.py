@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.api.validate import parse_json_object, validate_chat, validate_embeddings
+from proxy.api.validate import validate_chat, validate_embeddings
+from proxy.body import parse_json_object
 from proxy.errors import InvalidRequest
 
 MSG = [{"role": "user", "content": "hi"}]

@@ -17,7 +17,7 @@ from proxy.control.errors import ConfigRejected, ControlConflict
 from proxy.control.keys import mint_key
 from proxy.control.legacy import import_files
 from proxy.control.service import ControlService
-from proxy.control.snapshot import hash_key
+from proxy.snapshot import hash_key
 
 ROOT = Path(__file__).resolve().parents[3]
 
