@@ -11,21 +11,32 @@ import random
 
 from farebox.reload import SnapshotFollower
 from farebox.settings import Settings
+from proxy.admission.budget_port import BudgetPort
+from proxy.admission.limits import Buckets
 from proxy.control.document import load_last_good
 from proxy.control.errors import ControlUnavailable
 from proxy.control.problems import ConfigError
-from proxy.runtime import ProxyOptions, Runtime
+from proxy.ports import ControlStore
+from proxy.recorder import Recorder
+from proxy.runtime import PodState, ProxyOptions, Runtime
 from proxy.snapshot import Secrets, Snapshot
+from proxy.upstream.relay import UpstreamClient
 
 log = logging.getLogger("farebox")
 
 
-def build_runtime(settings: Settings, secrets: Secrets, events, snapshot: Snapshot | None = None) -> Runtime:
-    options = ProxyOptions(
+def options_of(settings: Settings) -> ProxyOptions:
+    return ProxyOptions(
         pod_id=settings.pod_id, max_body_bytes=settings.max_body_bytes, hold_ttl_s=settings.hold_ttl_s,
         max_in_flight=settings.max_in_flight, drain_timeout_s=settings.drain_timeout_s,
     )
-    return Runtime(snapshot=snapshot or settings.snapshot, secrets=secrets, events=events, options=options,
+
+
+def build_runtime(settings: Settings, secrets: Secrets, pod: PodState, *, recorder: Recorder, budgets: BudgetPort,
+                  limits: Buckets, control: ControlStore | None) -> Runtime:
+    """The pod's runtime, once, with one adapter per port; the recorder's metrics are the pod's."""
+    return Runtime(pod=pod, secrets=secrets, options=options_of(settings), recorder=recorder, budgets=budgets,
+                   limits=limits, upstream=UpstreamClient(secrets), control=control, metrics=recorder.metrics,
                    rng=random.Random())
 
 

@@ -21,12 +21,15 @@ from farebox.pod import build_runtime, first_snapshot
 from farebox.reload import SnapshotFollower, follow_ctx
 from farebox.settings import Settings, load_secrets
 from pricing.tokenizer import encoding_for_model, preload
-from proxy.admission.budgets import BudgetGate
+from proxy.admission.budgets import LedgerBudgets
 from proxy.admission.limits import MemoryBuckets
 from proxy.admission.sweeper import sweep_forever
 from proxy.api.app import create_app
 from proxy.control.errors import ControlUnavailable
 from proxy.control.service import ControlService
+from proxy.metrics import Metrics
+from proxy.recorder import Recorder
+from proxy.runtime import PodState
 from proxy.snapshot import Secrets, Snapshot
 from streams.checkpoints import CheckpointStore
 from streams.runner import EmbeddedLedgerRunner
@@ -60,18 +63,28 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
     store = CheckpointStore(f"{settings.event_log_path}.checkpoints")
     runner = EmbeddedLedgerRunner(events, store, ZoneInfo(snapshot.budgets.timezone))
     ledger = await runner.start()
-    runtime = build_runtime(settings, secrets, events, snapshot)
-    runtime.budgets = BudgetGate(ledger)
-    runtime.on_durable = runner.acknowledged  # the checkpointed ledger folds what the log acknowledged
-    runtime.limits = MemoryBuckets()  # one process: exact in-process buckets
-    follower.swap, follower.emit = runtime.swap, runtime.emit
+    # Append first, then fold what the log took into the live ledger admission decides on; the
+    # checkpointed ledger folds what the log acknowledged as durable.
+    recorder = Recorder(events, Metrics(), fold=ledger.apply, on_durable=runner.acknowledged)
+    if db is None:  # started from disk: admin writes answer 503 until a restart finds the database
+        from proxy.control.db.store import ConfigDB
+
+        db = ConfigDB(settings.control_db_url)
+        follower.db = db
+    control = ControlService(db, price_change_factor=settings.price_change_factor, adopt=follower.adopt,
+                             status=follower.status)
+    pod = PodState(snapshot)
+    runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=LedgerBudgets(ledger),
+                            limits=MemoryBuckets(), control=control)  # one process: exact in-process buckets
+    follower.swap, follower.emit = pod.swap, recorder.emit
     # Load exact tokenizers now, not on the first request (tens of ms each).
     preload(*{e for d in snapshot.deployments.values() if (e := encoding_for_model(d.model, d.tokenizer))})
     app = create_app(runtime)
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         follower = asyncio.create_task(runner.follow())
-        sweeper = asyncio.create_task(sweep_forever(runtime, settings.sweep_interval_s))
+        sweeper = asyncio.create_task(sweep_forever(ledger, recorder.emit, recorder.metrics, runtime.clock,
+                                                    settings.sweep_interval_s))
         yield
         for task in (follower, sweeper):
             task.cancel()
@@ -82,17 +95,9 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
             await events.close()
             store.close()
 
-    if db is None:  # started from disk: admin writes answer 503 until a restart finds the database
-        from proxy.control.db.store import ConfigDB
-
-        db = ConfigDB(settings.control_db_url)
-        follower.db = db
-    runtime.control = ControlService(db, price_change_factor=settings.price_change_factor, adopt=follower.adopt)
-    runtime.control.follower = follower  # type: ignore[attr-defined]  # GET /admin/v1/snapshot reads its status
-
     # cleanup_ctx unwinds in reverse: the log is registered first so it closes last.
     app.cleanup_ctx.insert(0, event_log_ctx)
-    app.cleanup_ctx.append(functools.partial(follow_ctx, follower=follower, emit=runtime.emit, db=db))
+    app.cleanup_ctx.append(functools.partial(follow_ctx, follower=follower, emit=recorder.emit, db=db))
     return app
 
 

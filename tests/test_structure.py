@@ -99,7 +99,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def _proxy_part(module: str) -> str | None:
-    """``proxy.admission.gate`` -> ``proxy.admission``; ``proxy.runtime`` -> ``proxy.runtime``."""
+    """``proxy.admission.budgets`` -> ``proxy.admission``; ``proxy.runtime`` -> ``proxy.runtime``."""
     parts = module.split(".")
     if parts[0] != "proxy" or len(parts) < 2:
         return None
@@ -132,7 +132,7 @@ def test_no_import_cycle_between_proxy_subpackages():
     assert not cycles, "cycles between parts of proxy/:\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
-MODE_TEST = re.compile(r"\.(budgets|wallets|ledger)\s+is\s+(not\s+)?None|\bisinstance\([^)]*\b(Wallets|BudgetGate|"
+MODE_TEST = re.compile(r"\.(budgets|wallets|ledger)\s+is\s+(not\s+)?None|\bisinstance\([^)]*\b(Wallets|"
                        r"LedgerBudgets|LeaseBudgets)\b|\bmode\s*==\s*[\"'](embedded|distributed)[\"']")
 
 
