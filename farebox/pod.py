@@ -34,10 +34,9 @@ def options_of(settings: Settings) -> ProxyOptions:
 
 def build_runtime(settings: Settings, secrets: Secrets, pod: PodState, *, recorder: Recorder, budgets: BudgetPort,
                   limits: Buckets, control: ControlStore | None) -> Runtime:
-    """The pod's runtime, once, with one adapter per port; the recorder's metrics are the pod's."""
+    """The pod's runtime, once, with one adapter per port."""
     return Runtime(pod=pod, secrets=secrets, options=options_of(settings), recorder=recorder, budgets=budgets,
-                   limits=limits, upstream=UpstreamClient(secrets), control=control, metrics=recorder.metrics,
-                   rng=random.Random())
+                   limits=limits, upstream=UpstreamClient(secrets), control=control, rng=random.Random())
 
 
 def first_snapshot(settings: Settings, follower: SnapshotFollower) -> Snapshot:

@@ -73,7 +73,6 @@ class Runtime:
     limits: Buckets  # token buckets: in-process, or Redis shared by pods
     upstream: UpstreamClient  # its session opens with the app
     control: ControlStore | None = None  # admin writes (None: a pod without a config database)
-    metrics: Metrics = field(default_factory=Metrics)
     estimator: Estimator = field(default_factory=Estimator)  # input tokens; calibrated per key
     routing: RoutingState = field(default_factory=RoutingState)  # breakers, health, 429 pauses, retry budgets
     rng: random.Random = field(default_factory=random.Random)
@@ -86,6 +85,11 @@ class Runtime:
     @property
     def snapshot(self) -> Snapshot:
         return self.pod.snapshot
+
+    @property
+    def metrics(self) -> Metrics:
+        """The pod's metrics: the recorder's, so append failures and request counts share one registry."""
+        return self.recorder.metrics
 
     def now_us(self) -> int:
         return int(self.clock() * 1_000_000)

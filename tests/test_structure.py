@@ -132,8 +132,12 @@ def test_no_import_cycle_between_proxy_subpackages():
     assert not cycles, "cycles between parts of proxy/:\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
-MODE_TEST = re.compile(r"\.(budgets|wallets|ledger)\s+is\s+(not\s+)?None|\bisinstance\([^)]*\b(Wallets|"
-                       r"LedgerBudgets|LeaseBudgets)\b|\bmode\s*==\s*[\"'](embedded|distributed)[\"']")
+MODE_TEST = re.compile(
+    r"\.(budgets|wallets|ledger|limits)\s+is\s+(not\s+)?None"  # a port missing or present means a mode
+    r"|\b(getattr|hasattr)\([^)]*[\"'](budgets|wallets|ledger|follower|publisher)[\"']"  # ... asked sideways
+    r"|\bisinstance\([^)]*\b(Wallets|LedgerBudgets|LeaseBudgets|MemoryBuckets|RedisBuckets)\b"  # ... by adapter
+    r"|\bmode\s*[!=]=\s*[\"'](embedded|distributed)[\"']"  # ... or by name
+)
 
 
 def test_no_mode_branch_outside_the_composition_root():
@@ -151,7 +155,10 @@ def test_the_mode_test_pattern_matches_what_it_must():
     assert MODE_TEST.search("if rt.budgets is not None:")
     assert MODE_TEST.search("elif rt.wallets is not None:")
     assert MODE_TEST.search('if settings.mode == "distributed":')
+    assert MODE_TEST.search('follower = getattr(rt.control, "follower", None)')
+    assert MODE_TEST.search("if isinstance(rt.limits, RedisBuckets):")
     assert not MODE_TEST.search("limit = snap.budgets.limit_for(scope)")
+    assert not MODE_TEST.search("funding = await rt.budgets.admit(snap, ask)")
 
 
 def test_no_module_over_400_lines_outside_tests():

@@ -108,4 +108,4 @@ def runtime(snap: Snapshot, *, budgets: Any = None, limits: Buckets | None = Non
     return Runtime(pod=PodState(snap), secrets=SECRETS, options=ProxyOptions(pod_id="pod-test"), recorder=recorder,
                    budgets=budgets if budgets is not None else ScriptedBudgets(),
                    limits=limits if limits is not None else MemoryBuckets(), upstream=UpstreamClient(SECRETS),
-                   metrics=recorder.metrics, clock=clock)
+                   clock=clock)
