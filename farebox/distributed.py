@@ -108,7 +108,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     return app
 
 
-def _grant(body: bytes) -> LeaseGranted | None:
+def _grant(body: bytes | str) -> LeaseGranted | None:
     event = from_dict(orjson.loads(body))
     return event if isinstance(event, LeaseGranted) else None
 

@@ -54,7 +54,7 @@ AUTHORITATIVE = ("database", "topic")  # sources a pod does not re-adopt the sam
 
 class SnapshotFollower:
     def __init__(self, settings: Settings, db: ConfigDB | None, swap: Callable[[Snapshot], None],
-                 secrets: Secrets, emit: Callable[[Any], None] | None = None, *,
+                 secrets: Secrets, emit: Callable[[Any], object] | None = None, *,
                  feed: SnapshotFeed | None = None, publisher: SnapshotPublisher | None = None,
                  db_poll_s: float | None = None) -> None:
         self.settings = settings
@@ -233,7 +233,7 @@ async def config_topic_ctx(app: Any, follower: SnapshotFollower) -> AsyncIterato
         await feed.close()
 
 
-async def follow_ctx(app: Any, follower: SnapshotFollower, emit: Callable[[Any], None],
+async def follow_ctx(app: Any, follower: SnapshotFollower, emit: Callable[[Any], object],
                      db: ConfigDB | None) -> AsyncIterator[None]:
     """A pod's lifetime (aiohttp cleanup context, via ``functools.partial``): record the snapshot it
     starts on (``config.published``), follow newer ones, and close the config database at the end."""

@@ -116,6 +116,12 @@ def tune_gc() -> None:
     gc.freeze()
 
 
+def _ready(line: str, _aiohttp_banner: str) -> None:
+    """Once listening: tune the collector, then say so (tests and scripts wait for this line)."""
+    tune_gc()
+    print(line, flush=True)
+
+
 def serve(settings: Settings, secrets: Secrets | None = None) -> None:
     loop = new_loop()
     ready = (
@@ -134,7 +140,7 @@ def serve(settings: Settings, secrets: Secrets | None = None) -> None:
         host=settings.host,
         port=settings.port,
         loop=loop,
-        print=lambda _: (tune_gc(), print(ready, flush=True)),
+        print=functools.partial(_ready, ready),
         access_log=None,
         shutdown_timeout=settings.drain_timeout_s + 10.0,  # longer than the drain, which ends streams itself
         backlog=1024,  # aiohttp's default 128 overflows under bursts; a full queue costs 1-3 s client retries

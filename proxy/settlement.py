@@ -15,6 +15,7 @@ hold is ``overrun``, recorded in ``request.settled``, never hidden.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -67,7 +68,7 @@ class Tab:
     stream: bool
     scopes: list[str]
     plan: Plan | None = None
-    holds: dict[str, int] = field(default_factory=dict)
+    holds: Mapping[str, int] = field(default_factory=dict)
     leases: dict[str, str] = field(default_factory=dict)  # scope -> lease funding its hold (lease wallets)
     attempts: int = 0
     total_usage: TokenUsage = field(default_factory=TokenUsage)

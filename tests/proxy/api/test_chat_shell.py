@@ -114,3 +114,17 @@ async def test_embeddings_take_the_same_path(pod: Pod) -> None:
     body = await resp.json()
     assert resp.status == 200 and len(body["data"]) == 2 and body["model"] == "embed-default"
     assert pod.log.types() == ["request.admitted", "request.attempted", "request.settled"]
+
+
+async def test_a_stream_cut_after_its_first_bytes_ends_with_one_error_event_and_is_settled(pod: Pod) -> None:
+    resp = await pod.post("/v1/chat/completions", {**CHAT, "stream": True}, **{"x-sim-fault": "disconnect"})
+    assert resp.status == 200  # the caller already had the first chunks: no failover, no second answer
+    events = [line[6:] for line in (await resp.text()).split("\n\n") if line.startswith("data: ")]
+    errors = [e for e in events if e.startswith('{"error"')]
+    assert len(errors) == 1 and events[-1] == errors[0] and "[DONE]" not in events
+    assert pod.log.types() == ["request.admitted", "request.attempted", "request.settled"]
+    attempted, settled = pod.log.events[1], pod.log.events[2]
+    error = orjson.loads(errors[0])["error"]
+    assert attempted.outcome == "unavailable" and attempted.error_code == error["code"] == "provider_unavailable"
+    assert attempted.usage.source == "estimated" and attempted.usage.output > 0  # what was relayed is billed
+    assert settled.final_status == 503 and settled.cost_micro == attempted.cost_micro > 0
