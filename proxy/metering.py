@@ -34,14 +34,6 @@ class Meter:
         self.dep_draws: dict[str, list[Draw]] = {}  # ... and of each deployment tried
         self.estimates: dict[str, Estimate] = {}  # input-token estimate per candidate, for calibration
 
-    @property
-    def attempts(self) -> int:
-        return self.tab.attempts
-
-    @property
-    def plan(self) -> Plan | None:
-        return self.tab.plan
-
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self.rt.clock(), timezone.utc)
 

@@ -77,19 +77,17 @@ class Runtime:
     routing: RoutingState = field(default_factory=RoutingState)  # breakers, health, 429 pauses, retry budgets
     rng: random.Random = field(default_factory=random.Random)
     clock: Callable[[], float] = time.time
+    metrics: Metrics = field(init=False)  # the recorder's: append failures and request counts share one registry
     limit_settler: LimitSettler = field(init=False)
 
     def __post_init__(self) -> None:
+        # Derived once, stored as plain fields: no property call on the hot path.
+        object.__setattr__(self, "metrics", self.recorder.metrics)
         object.__setattr__(self, "limit_settler", LimitSettler(self.limits, self.clock))
 
     @property
     def snapshot(self) -> Snapshot:
         return self.pod.snapshot
-
-    @property
-    def metrics(self) -> Metrics:
-        """The pod's metrics: the recorder's, so append failures and request counts share one registry."""
-        return self.recorder.metrics
 
     def now_us(self) -> int:
         return int(self.clock() * 1_000_000)

@@ -97,7 +97,7 @@ def cost_of(snapshot: Snapshot, price_version: int, dep: Deployment, usage: Toke
     return rate(usage, price, snapshot.fx.rate(price.currency, snapshot.currency, now))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per request: plain slots, no frozen-init cost
 class AttemptRecord:
     event: RequestAttempted
     cost: int
@@ -131,7 +131,7 @@ def count(tab: Tab, record: AttemptRecord) -> None:
     tab.path.append({"deployment": record.event.deployment, "outcome": record.outcome, "code": record.code})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per request: plain slots, no frozen-init cost
 class Settlement:
     event: RequestSettled
     charges: dict[str, int]  # scope -> what it is charged (the whole cost, on every scope)

@@ -37,7 +37,7 @@ from proxy.errors import InvalidRequest
 from proxy.snapshot import BudgetLimit, Snapshot
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per request: plain slots, no frozen-init cost
 class BudgetAsk:
     """One request's hold: the same amount on every scope it touches (innermost first)."""
 
@@ -49,7 +49,7 @@ class BudgetAsk:
     now_s: float  # the pod's clock, epoch seconds
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per request: plain slots, no frozen-init cost
 class Funding:
     """A funded hold. ``events`` are recorded right after ``request.admitted`` (threshold notices)."""
 

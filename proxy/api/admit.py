@@ -30,7 +30,7 @@ from proxy.runtime import Runtime
 from proxy.snapshot import Deployment, Snapshot
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per request: plain slots, no frozen-init cost
 class Admitted:
     plan: Plan
     headers: dict[str, str]

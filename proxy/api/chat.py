@@ -35,7 +35,7 @@ from proxy.upstream.relay import Timeouts, forwarded_headers
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     rt = request.app[RUNTIME]
-    snap = rt.snapshot  # one snapshot for the whole request, even if a swap happens meanwhile
+    snap = rt.pod.snapshot  # one snapshot for the whole request, even if a swap happens meanwhile
     key = request["key"]
     call = validate_chat(parse_json_object(await request.read()))
     alias = allowed_alias(snap, key, call.alias, "chat")
@@ -64,7 +64,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 return await watch.run(streaming.relay(request, rt, call, cands, chain, meter, admitted.headers, watch))
             return await watch.run(_complete(request, rt, call, cands, chain, meter, admitted.headers))
         except GatewayError as exc:
-            exc.headers["x-fb-attempts"] = str(meter.attempts)
+            exc.headers["x-fb-attempts"] = str(meter.tab.attempts)
             raise
 
 
@@ -98,9 +98,9 @@ async def _complete(
     request: web.Request, rt: Runtime, call: ChatCall, cands: list[Deployment], chain: Chain, meter: Meter,
     headers: dict[str, str],
 ) -> web.Response:
-    assert meter.plan is not None
+    assert meter.tab.plan is not None
     upstream, timeouts = rt.upstream, Timeouts.of(chain.alias)
-    est_in, max_out = meter.plan.est_input_tokens, meter.plan.max_output_tokens
+    est_in, max_out = meter.tab.plan.est_input_tokens, meter.tab.plan.max_output_tokens
 
     async def attempt(dep: Deployment):
         dialect = get_dialect(dep.dialect)

@@ -23,7 +23,7 @@ from proxy.upstream.relay import Timeouts, forwarded_headers
 
 async def create_embeddings(request: web.Request) -> web.StreamResponse:
     rt = request.app[RUNTIME]
-    snap = rt.snapshot
+    snap = rt.pod.snapshot
     key = request["key"]
     call = validate_embeddings(parse_json_object(await request.read()))
     alias = allowed_alias(snap, key, call.alias, "embeddings")
@@ -55,5 +55,5 @@ async def create_embeddings(request: web.Request) -> web.StreamResponse:
         try:
             return await watch.run(answer())
         except GatewayError as exc:
-            exc.headers["x-fb-attempts"] = str(meter.attempts)
+            exc.headers["x-fb-attempts"] = str(meter.tab.attempts)
             raise

@@ -43,9 +43,9 @@ async def plan(rt: Runtime, snap: Snapshot, alias: Alias, needs: Needs, sticky: 
 
 def tries(rt: Runtime, meter: Meter) -> Tries:
     """After admission: the attempt loop's view of this request."""
-    assert meter.plan is not None
+    assert meter.tab.plan is not None
     return Tries(meter, functools.partial(clear_deployment, rt, meter), rt.routing, rt.rng,
-                 meter.plan.est_input_tokens)
+                 meter.tab.plan.est_input_tokens)
 
 
 async def settled_answer(
@@ -71,4 +71,4 @@ async def settled_answer(
 
 
 def route_headers(meter: Meter, dep: Deployment) -> dict[str, str]:
-    return {"x-fb-deployment": dep.id, "x-fb-attempts": str(meter.attempts)}
+    return {"x-fb-deployment": dep.id, "x-fb-attempts": str(meter.tab.attempts)}

@@ -84,8 +84,8 @@ async def relay(
     request: web.Request, rt: Runtime, call: ChatCall, cands: list[Deployment], chain: Chain,
     meter: Meter, headers: dict[str, str], watch: ClientWatch,
 ) -> web.StreamResponse:
-    assert meter.plan is not None
-    upstream, timeouts, plan = rt.upstream, Timeouts.of(chain.alias), meter.plan
+    assert meter.tab.plan is not None
+    upstream, timeouts, plan = rt.upstream, Timeouts.of(chain.alias), meter.tab.plan
 
     async def attempt(dep: Deployment) -> UpstreamStream:
         dialect = get_dialect(dep.dialect)
@@ -118,8 +118,8 @@ async def _pipe(
     dep: Deployment, stream: UpstreamStream, started: float, headers: dict[str, str], watch: ClientWatch,
 ) -> int:
     """Relay the opened stream; returns the status to settle with. Reports the attempt's outcome once."""
-    assert meter.plan is not None
-    state, est_in = rt.routing, meter.plan.est_input_tokens
+    assert meter.tab.plan is not None
+    state, est_in = rt.routing, meter.tab.plan.est_input_tokens
     ttft = time.monotonic() - started
     resp = web.StreamResponse(
         status=200,
@@ -130,7 +130,7 @@ async def _pipe(
             "x-request-id": request["client_request_id"] or meter.tab.request_id,
             "x-fb-request-id": meter.tab.request_id,
             "x-fb-deployment": dep.id,
-            "x-fb-attempts": str(meter.attempts + 1),
+            "x-fb-attempts": str(meter.tab.attempts + 1),
         },
     )
     request["stream_response"] = resp

@@ -48,7 +48,7 @@ class AttemptMeter(Protocol):
 Clear = Callable[[Deployment], Awaitable[GatewayError | None]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per request: plain slots, no frozen-init cost
 class Tries:
     """What running a chain needs from the request's shell."""
 
