@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import AsyncIterator
@@ -23,26 +24,29 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from farebox.control import open_config_db
+from farebox.pod import build_runtime, first_snapshot
 from farebox.reload import SnapshotFollower, attach_config_topic, config_topic_ctx, follow_ctx
 from farebox.settings import Settings, load_secrets
 from ledger.codec import from_dict
 from ledger.events import LeaseGranted
+from proxy.admission.lease_budgets import LeaseBudgets
 from proxy.admission.limits.redis_buckets import RedisBuckets
 from proxy.admission.scope_states import ScopeStates
 from proxy.admission.wallet import WalletPolicy, Wallets
 from proxy.api.app import create_app
 from proxy.control.errors import ControlUnavailable
 from proxy.control.service import ControlService
-from proxy.control.snapshot import Secrets, Snapshot
+from proxy.metrics import Metrics
+from proxy.recorder import Recorder
 from proxy.routing.breaker_sync import sync_ctx as breaker_sync_ctx
+from proxy.runtime import PodState
+from proxy.snapshot import Secrets, Snapshot
 from streams.kafka_log import KafkaEventLog
 
 log = logging.getLogger("farebox")
 
 
 async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = None) -> web.Application:
-    from farebox.wiring import build_runtime, first_snapshot
-
     d = settings.distributed
     try:
         db = await asyncio.to_thread(open_config_db, settings)
@@ -57,22 +61,30 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     events = KafkaEventLog(d.bootstrap, Path(d.spool_dir) / settings.pod_id, requests_topic=d.requests_topic,
                            scope_topic=d.scope_topic, config_topic=d.config_topic,
                            client_id=f"farebox-{settings.pod_id}")
-    runtime = build_runtime(settings, secrets, events, snapshot)
-    runtime.limits = RedisBuckets.from_url(d.redis_url, pods=d.pods)
-    wallets = Wallets(settings.pod_id, runtime.emit, lambda: datetime.fromtimestamp(runtime.clock(), timezone.utc),
+    recorder = Recorder(events, Metrics())  # the worker projects the ledger; this pod keeps none
+    limits = RedisBuckets.from_url(d.redis_url, pods=d.pods)
+    clock = time.time
+    wallets = Wallets(settings.pod_id, recorder.emit, lambda: datetime.fromtimestamp(clock(), timezone.utc),
                       WalletPolicy(lease_wait_s=d.lease_wait_s, low_water_pct=d.low_water_pct,
                                    emergency_micro=d.emergency_micro),
                       kafka_up=lambda: events.mode in ("direct", "connecting"),
-                      observe_rtt=runtime.metrics.lease_round_trip_seconds.observe)
-    runtime.wallets = wallets
-    follower.swap, follower.emit = runtime.swap, runtime.emit
+                      observe_rtt=recorder.metrics.lease_round_trip_seconds.observe)
+    # -- config topic (farebox/reload.py): the control service tells it about every change --
+    publisher = attach_config_topic(follower, settings)
+    control = None if db is None else ControlService(
+        db, price_change_factor=settings.price_change_factor, publisher=publisher, adopt=follower.adopt,
+        status=follower.status)
+    pod = PodState(snapshot)
+    runtime = build_runtime(settings, secrets, pod, recorder=recorder,
+                            budgets=LeaseBudgets(wallets, settings.hold_ttl_s), limits=limits, control=control)
+    follower.swap, follower.emit = pod.swap, recorder.emit
     app = create_app(runtime)
     redis = aioredis.Redis.from_url(d.redis_url)
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
-        await runtime.limits.start()  # type: ignore[union-attr]
+        await limits.start()
         yield
-        await runtime.limits.close()  # type: ignore[union-attr]
+        await limits.close()
         await events.close()
 
     async def wallet_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -86,27 +98,17 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
         wallets.close()  # requests have finished: give back every unspent slice
         await redis.aclose()
 
-    runtime.control = ControlService(db, price_change_factor=settings.price_change_factor, adopt=follower.adopt) \
-        if db is not None else None
-    if runtime.control is not None:
-        runtime.control.follower = follower  # type: ignore[attr-defined]
-
     app.cleanup_ctx.insert(0, event_log_ctx)
     app.cleanup_ctx.insert(1, wallet_ctx)
-    app.cleanup_ctx.append(functools.partial(follow_ctx, follower=follower, emit=runtime.emit, db=db))
-
-    # -- config topic and shared circuit breakers (farebox/reload.py, proxy/routing/breaker_sync.py) --
-    publisher = attach_config_topic(follower, settings)
-    if runtime.control is not None:
-        runtime.control.publisher = publisher
+    app.cleanup_ctx.append(functools.partial(follow_ctx, follower=follower, emit=recorder.emit, db=db))
     app.cleanup_ctx.append(functools.partial(config_topic_ctx, follower=follower))
-    if d.share_breakers:
-        app.cleanup_ctx.append(breaker_sync_ctx(d.redis_url, runtime.routing, lambda: runtime.snapshot.deployments,
+    if d.share_breakers:  # shared circuit breakers (proxy/routing/breaker_sync.py)
+        app.cleanup_ctx.append(breaker_sync_ctx(d.redis_url, runtime.routing, lambda: pod.snapshot.deployments,
                                                 settings.pod_id, d.breaker_probe_grace_s))
     return app
 
 
-def _grant(body: bytes) -> LeaseGranted | None:
+def _grant(body: bytes | str) -> LeaseGranted | None:
     event = from_dict(orjson.loads(body))
     return event if isinstance(event, LeaseGranted) else None
 

@@ -42,7 +42,7 @@ from proxy.control.document import compile_document, content_hash, save_last_goo
 from proxy.control.errors import ControlUnavailable
 from proxy.control.problems import ConfigError
 from proxy.control.publish import SnapshotFeed, SnapshotPublisher
-from proxy.control.snapshot import Secrets, Snapshot
+from proxy.snapshot import Secrets, Snapshot
 from streams.config_topic import KafkaSnapshotFeed, KafkaSnapshotPublisher
 
 log = logging.getLogger("farebox.reload")
@@ -52,7 +52,7 @@ AUTHORITATIVE = ("database", "topic")  # sources a pod does not re-adopt the sam
 
 class SnapshotFollower:
     def __init__(self, settings: Settings, db: ConfigDB | None, swap: Callable[[Snapshot], None],
-                 secrets: Secrets, emit: Callable[[Any], None] | None = None, *,
+                 secrets: Secrets, emit: Callable[[Any], object] | None = None, *,
                  feed: SnapshotFeed | None = None, publisher: SnapshotPublisher | None = None,
                  db_poll_s: float | None = None) -> None:
         self.settings = settings
@@ -224,7 +224,7 @@ async def config_topic_ctx(app: Any, follower: SnapshotFollower) -> AsyncIterato
         await feed.close()
 
 
-async def follow_ctx(app: Any, follower: SnapshotFollower, emit: Callable[[Any], None],
+async def follow_ctx(app: Any, follower: SnapshotFollower, emit: Callable[[Any], object],
                      db: ConfigDB | None) -> AsyncIterator[None]:
     """A pod's lifetime (aiohttp cleanup context, via ``functools.partial``): record the snapshot it
     starts on (``config.published``), follow newer ones, and close the config database at the end."""

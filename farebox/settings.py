@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from pricing.errors import PricingError
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.problems import ConfigError, Problems, Reader
-from proxy.control.snapshot import Secrets, Snapshot
+from proxy.snapshot import Secrets, Snapshot
 
 SETTINGS_SECTIONS = ("server", "event_log", "state_dir", "secrets_file", "control_db", "mode", "distributed",
                      "archive", "reconcile")

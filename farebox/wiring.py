@@ -11,7 +11,6 @@ import asyncio
 import functools
 import gc
 import logging
-import random
 from typing import AsyncIterator
 from zoneinfo import ZoneInfo
 
@@ -19,50 +18,25 @@ from aiohttp import web
 
 from farebox.archiving import embedded_archive_ctx
 from farebox.control import open_config_db
+from farebox.pod import build_runtime, first_snapshot
 from farebox.reload import SnapshotFollower, follow_ctx
 from farebox.settings import Settings, load_secrets
 from pricing.tokenizer import encoding_for_model, preload
-from proxy.admission.budgets import BudgetGate
+from proxy.admission.budgets import LedgerBudgets
 from proxy.admission.limits import MemoryBuckets
 from proxy.admission.sweeper import sweep_forever
 from proxy.api.app import create_app
-from proxy.control.document import load_last_good
 from proxy.control.errors import ControlUnavailable
-from proxy.control.problems import ConfigError
 from proxy.control.service import ControlService
-from proxy.control.snapshot import Secrets, Snapshot
-from proxy.runtime import ProxyOptions, Runtime
+from proxy.metrics import Metrics
+from proxy.recorder import Recorder
+from proxy.runtime import PodState
+from proxy.snapshot import Secrets, Snapshot
 from streams.checkpoints import CheckpointStore
 from streams.runner import EmbeddedLedgerRunner
 from streams.sqlite_log import SqliteEventLog
 
 log = logging.getLogger("farebox")
-
-
-def build_runtime(settings: Settings, secrets: Secrets, events, snapshot: Snapshot | None = None) -> Runtime:
-    options = ProxyOptions(
-        pod_id=settings.pod_id, max_body_bytes=settings.max_body_bytes, hold_ttl_s=settings.hold_ttl_s,
-        max_in_flight=settings.max_in_flight, drain_timeout_s=settings.drain_timeout_s,
-    )
-    return Runtime(snapshot=snapshot or settings.snapshot, secrets=secrets, events=events, options=options,
-                   rng=random.Random())
-
-
-def first_snapshot(settings: Settings, follower: SnapshotFollower) -> Snapshot:
-    """From the config database; if it is unreachable, from the last good snapshot on local disk."""
-    if follower.db is not None:
-        try:
-            head = follower.db.head()
-            if head is not None:
-                return follower.adopt_sync(head[0], follower.db.document(head[0]), "database")
-        except ControlUnavailable:
-            follower.db_ok = False
-    saved = load_last_good(settings.state_dir)
-    if saved is None:
-        raise ConfigError([f"the config database ({settings.safe_db_url}) is unreachable and there is no last good "
-                           f"snapshot in {settings.state_dir}"], str(settings.config_path))
-    log.warning("config database unreachable: serving the last good snapshot %d from disk", saved[0])
-    return follower.adopt_sync(saved[0], saved[1], "disk")
 
 
 async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web.Application:
@@ -90,18 +64,28 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
     store = CheckpointStore(f"{settings.event_log_path}.checkpoints")
     runner = EmbeddedLedgerRunner(events, store, ZoneInfo(snapshot.budgets.timezone))
     ledger = await runner.start()
-    runtime = build_runtime(settings, secrets, events, snapshot)
-    runtime.budgets = BudgetGate(ledger)
-    runtime.on_durable = runner.acknowledged  # the checkpointed ledger folds what the log acknowledged
-    runtime.limits = MemoryBuckets()  # one process: exact in-process buckets
-    follower.swap, follower.emit = runtime.swap, runtime.emit
+    # Append first, then fold what the log took into the live ledger admission decides on; the
+    # checkpointed ledger folds what the log acknowledged as durable.
+    recorder = Recorder(events, Metrics(), fold=ledger.apply, on_durable=runner.acknowledged)
+    if db is None:  # started from disk: admin writes answer 503 until a restart finds the database
+        from proxy.control.db.store import ConfigDB
+
+        db = ConfigDB(settings.control_db_url)
+        follower.db = db
+    control = ControlService(db, price_change_factor=settings.price_change_factor, adopt=follower.adopt,
+                             status=follower.status)
+    pod = PodState(snapshot)
+    runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=LedgerBudgets(ledger),
+                            limits=MemoryBuckets(), control=control)  # one process: exact in-process buckets
+    follower.swap, follower.emit = pod.swap, recorder.emit
     # Load exact tokenizers now, not on the first request (tens of ms each).
     preload(*{e for d in snapshot.deployments.values() if (e := encoding_for_model(d.model, d.tokenizer))})
     app = create_app(runtime)
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         follower = asyncio.create_task(runner.follow())
-        sweeper = asyncio.create_task(sweep_forever(runtime, settings.sweep_interval_s))
+        sweeper = asyncio.create_task(sweep_forever(ledger, recorder.emit, recorder.metrics, runtime.clock,
+                                                    settings.sweep_interval_s))
         yield
         for task in (follower, sweeper):
             task.cancel()
@@ -112,18 +96,10 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
             await events.close()
             store.close()
 
-    if db is None:  # started from disk: admin writes answer 503 until a restart finds the database
-        from proxy.control.db.store import ConfigDB
-
-        db = ConfigDB(settings.control_db_url)
-        follower.db = db
-    runtime.control = ControlService(db, price_change_factor=settings.price_change_factor, adopt=follower.adopt)
-    runtime.control.follower = follower  # type: ignore[attr-defined]  # GET /admin/v1/snapshot reads its status
-
     # cleanup_ctx unwinds in reverse: the log is registered first so it closes last.
     app.cleanup_ctx.insert(0, event_log_ctx)
-    app.cleanup_ctx.insert(0, embedded_archive_ctx(settings, events, runtime.metrics.registry))  # after the log
-    app.cleanup_ctx.append(functools.partial(follow_ctx, follower=follower, emit=runtime.emit, db=db))
+    app.cleanup_ctx.insert(0, embedded_archive_ctx(settings, events, recorder.metrics.registry))  # after the log
+    app.cleanup_ctx.append(functools.partial(follow_ctx, follower=follower, emit=recorder.emit, db=db))
     return app
 
 
@@ -140,6 +116,12 @@ def tune_gc() -> None:
     every later collection, so a full collection scans only what requests allocated since."""
     gc.collect()
     gc.freeze()
+
+
+def _ready(line: str, _aiohttp_banner: str) -> None:
+    """Once listening: tune the collector, then say so (tests and scripts wait for this line)."""
+    tune_gc()
+    print(line, flush=True)
 
 
 def serve(settings: Settings, secrets: Secrets | None = None) -> None:
@@ -160,7 +142,7 @@ def serve(settings: Settings, secrets: Secrets | None = None) -> None:
         host=settings.host,
         port=settings.port,
         loop=loop,
-        print=lambda _: (tune_gc(), print(ready, flush=True)),
+        print=functools.partial(_ready, ready),
         access_log=None,
         shutdown_timeout=settings.drain_timeout_s + 10.0,  # longer than the drain, which ends streams itself
         backlog=1024,  # aiohttp's default 128 overflows under bursts; a full queue costs 1-3 s client retries

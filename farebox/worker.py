@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 from farebox.control import open_config_db
 from farebox.settings import Settings
 from ledger.leases import LeasePolicy
-from proxy.control.snapshot import Snapshot
+from proxy.snapshot import Snapshot
 from streams.kafka_internals import UntestedVersions, check_versions
 from streams.worker.app import create_app
 from streams.worker.state import Worker, WorkerConfig

@@ -15,6 +15,10 @@ Hierarchy::
         UpstreamUnavailable (502/503) 5xx, timeouts, connection errors
         UpstreamRejected (400)        bad request / context length / policy
         UpstreamAuth (502)            the provider refused *our* credentials
+      EventLogUnavailable (503)       the event log refused to record the admission
+
+    AttemptCut                        not an answer: why the gateway ended an attempt itself
+      ClientGone, HedgeLost, Drained
 
 Adapters turn provider and aiohttp exceptions into these at the boundary;
 ``to_body()`` is the OpenAI error shape every caller sees. Messages never
@@ -148,3 +152,35 @@ class UpstreamRejected(UpstreamError):
 class UpstreamAuth(UpstreamError):
     status = 502
     code = "provider_auth_failed"
+
+
+class EventLogUnavailable(GatewayError):
+    """``request.admitted`` could not be recorded: nothing is served that the ledger cannot see."""
+
+    status = 503
+    code = "event_log_unavailable"
+    retryable = True
+
+
+class AttemptCut(Exception):
+    """An attempt the gateway ended itself; metered as ``client_closed`` with this ``code``."""
+
+    code = "cut"
+
+
+class ClientGone(AttemptCut):
+    """The caller disconnected mid-stream."""
+
+    code = "client_gone"
+
+
+class HedgeLost(AttemptCut):
+    """A hedged attempt cancelled because another deployment answered first."""
+
+    code = "hedge_lost"
+
+
+class Drained(AttemptCut):
+    """A stream ended by the pod's graceful drain deadline."""
+
+    code = "drained"

@@ -5,8 +5,8 @@ All answers come from the in-memory snapshot; no database on the hot path.
 
 from __future__ import annotations
 
-from proxy.control.snapshot import DATA_CLASSES, AdminToken, Alias, KeyRecord, Snapshot, hash_key
 from proxy.errors import AuthenticationFailed, InvalidRequest, NotFound, PermissionDenied
+from proxy.snapshot import DATA_CLASSES, AdminToken, Alias, KeyRecord, Snapshot, hash_key
 
 _RANK = {name: i for i, name in enumerate(DATA_CLASSES)}
 

@@ -1,93 +1,77 @@
-"""Money at admission, embedded mode: exact holds against the in-process ledger.
+"""Budget money, embedded mode: exact holds on the in-process ledger (the ``BudgetPort`` adapter).
 
-``BudgetGate.admit`` decides with ``ledger.decide_admit`` and returns the
-events to record; the caller must record them (``Runtime.emit`` applies them
-to the ledger) before its next ``await`` — that is what makes the check and
-the hold one atomic step on the event loop. Refusals are 429
+``decide_hold`` is the pure decision: from the snapshot, the ask and the
+ledger as it stands, the funding (with its threshold notices) or the
+caller-facing refusal. ``LedgerBudgets.admit`` runs it without suspending;
+the hold exists once the caller records ``request.admitted`` and the
+recorder folds the appended event into the same ledger (events -> ledger,
+one direction). Because decision and record share one event-loop turn, two
+concurrent requests can never both take the last of a budget.
+
+Settlement needs nothing from this adapter: the appended ``request.settled``
+folds into the ledger and releases the hold. Refusals are 429
 ``budget_exhausted`` without Retry-After (waiting will not help).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-from zoneinfo import ZoneInfo
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 
-from ledger.admission import AdmitDecision, decide_admit, exceeds_cost_cap, threshold_events
+from ledger.admission import AdmitDecision, decide_admit, threshold_events
 from ledger.balances import Ledger
-from ledger.events import BudgetThresholdCrossed
-from ledger.periods import period_of
 from pricing.money import format_money
-from proxy.control.snapshot import BudgetLimit, Snapshot
-from proxy.errors import InvalidRequest, RateLimited
+from proxy.admission.budget_port import (
+    BudgetAsk,
+    Funding,
+    ScopeState,
+    budget_period,
+    check_cost_cap,
+    limits_for,
+)
+from proxy.errors import RateLimited
+from proxy.snapshot import BudgetLimit, Snapshot
 
 
-@dataclass(frozen=True, slots=True)
-class BudgetVerdict:
-    period: str
-    decision: AdmitDecision
-    notices: list[BudgetThresholdCrossed]
-
-    def remaining_micro(self) -> int | None:
-        """The tightest remaining budget across limited scopes after this hold (None: unlimited)."""
-        left = [v for v in self.decision.remaining.values() if v is not None]
-        return min(left) if left else None
-
-
-def limits_for(snapshot: Snapshot, scopes: list[str]) -> dict[str, BudgetLimit]:
-    out = {}
-    for scope in scopes:
-        limit = snapshot.budgets.limit_for(scope)
-        if limit is not None and (limit.limit_micro is not None or limit.max_calls is not None):
-            out[scope] = limit
-    return out
+def decide_hold(ledger: Ledger, snapshot: Snapshot, ask: BudgetAsk, period: str) -> Funding:
+    """Fund ``ask`` against the ledger as it stands, or raise the refusal. Pure: reads, never writes."""
+    check_cost_cap(snapshot, ask)
+    limits = limits_for(snapshot, ask.scopes)
+    decision = decide_admit(ledger, scopes=ask.scopes, amount_micro=ask.hold_micro, limits=limits, period=period)
+    if not decision.ok:
+        raise _refusal(decision, limits, period, ask.hold_micro, snapshot.currency)
+    notices = threshold_events(decision, limits=limits, period=period, request_id=ask.request_id,
+                               currency=snapshot.currency, now=datetime.fromtimestamp(ask.now_s, timezone.utc))
+    left = [v for v in decision.remaining.values() if v is not None]
+    soft = bool(notices) or any(ledger.threshold_crossed(s, period) for s in ask.scopes
+                                if snapshot.budgets.limit_for(s))
+    return Funding({}, list(notices), min(left) if left else None, soft)
 
 
-class BudgetGate:
+class LedgerBudgets:
+    """``BudgetPort`` over the live in-process ledger, which only the recorder's fold writes."""
+
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
-        self._zones: dict[str, ZoneInfo] = {}
 
-    def zone(self, name: str) -> ZoneInfo:
-        if name not in self._zones:
-            self._zones[name] = ZoneInfo(name)
-        return self._zones[name]
+    async def admit(self, snapshot: Snapshot, ask: BudgetAsk) -> Funding:
+        return decide_hold(self.ledger, snapshot, ask, budget_period(snapshot, ask.now_s))
 
-    def admit(
-        self, snapshot: Snapshot, *, request_id: str, scopes: list[str], amount_micro: int, now: datetime,
-        est_input: int, max_output: int,
-    ) -> BudgetVerdict:
-        """Decide; raises the caller-facing error on refusal. Nothing is held until the events are recorded."""
-        self.check_cap(snapshot, amount_micro, est_input, max_output)
-        ccy = snapshot.currency
-        period = period_of(now, self.zone(snapshot.budgets.timezone))
-        limits = limits_for(snapshot, scopes)
-        decision = decide_admit(self.ledger, scopes=scopes, amount_micro=amount_micro, limits=limits, period=period)
-        if not decision.ok:
-            raise _refusal(decision, limits, period, amount_micro, ccy)
-        notices = threshold_events(
-            decision, limits=limits, period=period, request_id=request_id, currency=ccy, now=now
-        )
-        return BudgetVerdict(period, decision, notices)
+    def settle(self, request_id: str, charges: Mapping[str, int]) -> None:
+        """Nothing to do: ``request.settled``, once appended, folds into the ledger."""
 
-    @staticmethod
-    def check_cap(snapshot: Snapshot, amount_micro: int, est_input: int, max_output: int) -> None:
-        """The per-request cap (denial of wallet): a 400 naming max_completion_tokens."""
-        cap = snapshot.budgets.per_request_cap_micro
-        ccy = snapshot.currency
-        if exceeds_cost_cap(amount_micro, cap):
-            assert cap is not None
-            raise InvalidRequest(
-                f"This request may cost up to {format_money(amount_micro, ccy)} ({est_input:,} input + "
-                f"{max_output:,} max output tokens), above the per-request cap of {format_money(cap, ccy)}. "
-                "Lower max_completion_tokens or shorten the prompt.",
-                code="request_cost_cap_exceeded",
-                param="max_completion_tokens",
-            )
+    def release(self, request_id: str) -> None:
+        """Nothing to do: an admission the log refused was never folded, so nothing is held."""
 
-    def downgrade_for(self, snapshot: Snapshot, scopes: list[str], now: datetime) -> str | None:
+    def state(self, snapshot: Snapshot, scope: str, period: str | None, now_s: float) -> ScopeState | None:
+        period = period or budget_period(snapshot, now_s)
+        bal = self.ledger.balance(scope, period)
+        return ScopeState(period, bal.settled, bal.held, bal.overrun, bal.requests,
+                          self.ledger.threshold_crossed(scope, period))
+
+    def downgrade_target(self, snapshot: Snapshot, scopes: Sequence[str], now_s: float) -> str | None:
         """The cheaper alias to serve instead, once a scope past its soft threshold asks for one."""
-        period = period_of(now, self.zone(snapshot.budgets.timezone))
+        period = budget_period(snapshot, now_s)
         for scope in scopes:
             limit = snapshot.budgets.limit_for(scope)
             if limit and limit.downgrade_alias and self.ledger.threshold_crossed(scope, period):

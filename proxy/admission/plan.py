@@ -16,8 +16,8 @@ from pricing.errors import PricingError
 from pricing.rating import worst_case
 from pricing.tokenizer import encoding_for_model
 from pricing.tokens import estimate_tokens
-from proxy.control.snapshot import Alias, Deployment, Snapshot
 from proxy.errors import GatewayError, InvalidRequest
+from proxy.snapshot import Alias, Deployment, Snapshot
 
 
 @dataclass(frozen=True, slots=True)

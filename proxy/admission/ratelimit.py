@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from pricing.usage import TokenUsage
 from proxy.admission.limits import BucketSpec, Reservation
-from proxy.control.snapshot import Deployment, KeyRecord, Snapshot
 from proxy.errors import RateLimited
+from proxy.snapshot import Deployment, KeyRecord, Snapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from proxy.control.snapshot import BudgetLimit, Snapshot
+from proxy.snapshot import BudgetLimit, Snapshot
 
 
 @dataclass(frozen=True, slots=True)

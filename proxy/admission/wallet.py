@@ -40,7 +40,7 @@ import asyncio
 import itertools
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -77,7 +77,7 @@ class BudgetUnavailable(GatewayError):
 
 
 class Wallets:
-    def __init__(self, pod: str, emit: Callable[[Event], None], clock: Callable[[], datetime],
+    def __init__(self, pod: str, emit: Callable[[Event], object], clock: Callable[[], datetime],
                  policy: WalletPolicy, kafka_up: Callable[[], bool] = lambda: True,
                  states: ScopeStates | None = None, observe_rtt: Callable[[float], None] = lambda s: None) -> None:
         self.pod = pod
@@ -175,7 +175,7 @@ class Wallets:
         self.funded[request_id] = funding
         return {scope: lease.lease_id for scope, lease in funding.items()}
 
-    def settle(self, request_id: str, charges: dict[str, int]) -> None:
+    def settle(self, request_id: str, charges: Mapping[str, int]) -> None:
         """A funded request finished: give ``hold - charge`` back to its leases; return idle ones."""
         funded = self.funded.pop(request_id, None)
         if not funded:

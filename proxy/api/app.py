@@ -18,12 +18,11 @@ import orjson
 from aiohttp import web
 
 from proxy.admission.auth import authenticate, authenticate_admin
-from proxy.api import chat, embeddings, models, protocol_errors, streaming
+from proxy.api import chat, embeddings, models, protocol_errors, watch
 from proxy.control import admin
 from proxy.errors import GatewayError, NotFound, PayloadTooLarge
 from proxy.metrics import CONTENT_TYPE_LATEST
 from proxy.runtime import RUNTIME, Runtime
-from proxy.upstream.relay import UpstreamClient
 
 log = logging.getLogger("farebox.proxy")
 
@@ -106,18 +105,18 @@ async def protection_middleware(request: web.Request, handler: Handler) -> web.S
         return await handler(request)
     rt = request.app[RUNTIME]
     cap = rt.options.max_in_flight
-    if rt.draining:
+    if rt.pod.draining:
         return error_response(GatewayError("This gateway pod is shutting down; retry on another.", status=503,
                                            code="server_shutting_down", headers={"Retry-After": "1", "Connection": "close"}))
-    if cap and rt.in_flight >= cap:
+    if cap and rt.pod.in_flight >= cap:
         return error_response(GatewayError(f"This gateway pod is at its limit of {cap} requests in flight; retry shortly.",
                                            status=503, code="server_overloaded", headers={"Retry-After": "1"}))
-    rt.in_flight += 1
+    rt.pod.in_flight += 1
     try:
         return await handler(request)
     finally:
-        rt.in_flight -= 1
-        if rt.in_flight == 0 and rt.draining:
+        rt.pod.in_flight -= 1
+        if rt.pod.in_flight == 0 and rt.pod.draining:
             request.app[DRAINED].set()
 
 
@@ -134,28 +133,28 @@ async def drain(app: web.Application) -> None:
     must be longer, only waits for that.
     """
     rt = app[RUNTIME]
-    rt.draining = True
-    if rt.in_flight == 0:
+    rt.pod.draining = True
+    if rt.pod.in_flight == 0:
         return
-    log.info("draining: %d requests in flight, up to %.0fs", rt.in_flight, rt.options.drain_timeout_s)
+    log.info("draining: %d requests in flight, up to %.0fs", rt.pod.in_flight, rt.options.drain_timeout_s)
     try:
         await asyncio.wait_for(app[DRAINED].wait(), rt.options.drain_timeout_s)
         return
     except TimeoutError:
         pass
-    log.warning("drain deadline passed: ending %d requests", rt.in_flight)
-    rt.drain_expired = True
+    log.warning("drain deadline passed: ending %d requests", rt.pod.in_flight)
+    rt.pod.drain_expired = True
     try:
         await asyncio.wait_for(app[DRAINED].wait(), 5.0)
     except TimeoutError:
-        log.error("%d requests still in flight after the drain deadline", rt.in_flight)
+        log.error("%d requests still in flight after the drain deadline", rt.pod.in_flight)
 
 
 async def health(request: web.Request) -> web.Response:
     rt = request.app[RUNTIME]
     return web.json_response({
-        "status": "draining" if rt.draining else "ok", "pod": rt.options.pod_id, "snapshot": rt.snapshot.version,
-        "in_flight": rt.in_flight, "routing": rt.routing.summary(rt.routing.clock()),
+        "status": "draining" if rt.pod.draining else "ok", "pod": rt.options.pod_id, "snapshot": rt.snapshot.version,
+        "in_flight": rt.pod.in_flight, "routing": rt.routing.summary(rt.routing.clock()),
     })
 
 
@@ -171,10 +170,10 @@ def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSes
     app[RUNTIME] = runtime
     app[DRAINED] = asyncio.Event()
     app.on_shutdown.append(drain)
-    app.on_cleanup.append(streaming.stop_watching)
+    app.on_cleanup.append(watch.stop_watching)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
-    runtime.metrics.in_flight.set_function(lambda: runtime.in_flight)
+    runtime.metrics.in_flight.set_function(lambda: runtime.pod.in_flight)
     runtime.metrics.snapshot_version.set_function(lambda: runtime.snapshot.version)
     app.router.add_post("/v1/chat/completions", chat.chat_completions)
     app.router.add_post("/v1/embeddings", embeddings.create_embeddings)
@@ -184,7 +183,7 @@ def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSes
 
     async def upstream_ctx(app: web.Application) -> AsyncIterator[None]:
         session = session_factory() if session_factory else default_session()
-        runtime.upstream = UpstreamClient(session, runtime.secrets)
+        runtime.upstream.open(session)
         yield
         await session.close()
 

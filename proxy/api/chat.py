@@ -8,27 +8,26 @@ candidates in ``proxy/routing/``.
 
 from __future__ import annotations
 
-import asyncio
-from datetime import datetime, timezone
-
 import orjson
 from aiohttp import web
 
 from pricing.tokens import estimate_tokens
 from pricing.usage import TokenUsage
 from proxy.admission.auth import allowed_alias, data_class
-from proxy.admission.gate import admit, budget_period
 from proxy.admission.plan import chat_input_estimates, output_cap
 from proxy.api import streaming
-from proxy.api.streaming import ClientWatch
-from proxy.api.validate import ChatCall, parse_json_object, validate_chat
-from proxy.control.snapshot import Alias, Deployment, KeyRecord, Snapshot
+from proxy.api.admit import admit
+from proxy.api.shell import open_meter, plan, route_headers, settled_answer
+from proxy.api.validate import ChatCall, validate_chat
+from proxy.api.watch import ClientWatch
+from proxy.body import parse_json_object
 from proxy.errors import GatewayError, UnsupportedParameter
-from proxy.metering import Meter, scopes_of
-from proxy.routing.chain import allows_fallback, chain_for, key_deployments, key_regions
-from proxy.routing.failover import settled_answer
+from proxy.metering import Meter
+from proxy.routing.chain import Chain, allows_fallback, key_deployments, key_regions
 from proxy.routing.router import chat_needs, sticky_key
 from proxy.runtime import RUNTIME, Runtime
+from proxy.settlement import scopes_of
+from proxy.snapshot import Alias, Deployment, KeyRecord, Snapshot
 from proxy.upstream.base import UNREPORTED
 from proxy.upstream.dialects import get_dialect
 from proxy.upstream.relay import Timeouts, forwarded_headers
@@ -36,7 +35,7 @@ from proxy.upstream.relay import Timeouts, forwarded_headers
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     rt = request.app[RUNTIME]
-    snap = rt.snapshot  # one snapshot for the whole request, even if a swap happens meanwhile
+    snap = rt.pod.snapshot  # one snapshot for the whole request, even if a swap happens meanwhile
     key = request["key"]
     call = validate_chat(parse_json_object(await request.read()))
     alias = allowed_alias(snap, key, call.alias, "chat")
@@ -51,35 +50,27 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     estimates = chat_input_estimates(rt.estimator, call.body, key.key_id, alias_deps)
     est_in = max(e.tokens for e in estimates.values())
     needs = chat_needs(call.body, cls, est_in + max_out, key_regions(key), key_deployments(key))
-    chain = await chain_for(rt, snap, alias, needs, sticky_key(request.headers.get("x-fb-session"), call.body),
-                            allows_fallback(request.headers))
+    chain = await plan(rt, snap, alias, needs, sticky_key(request.headers.get("x-fb-session"), call.body),
+                       allows_fallback(request.headers))
     cands = honouring(chain.deployments, call.body)
-    meter = Meter(rt, snap, request["request_id"], key, alias, run_id=run_id, data_class=cls, stream=call.stream)
+    meter = open_meter(rt, snap, request, key, alias, run_id=run_id, data_class=cls, stream=call.stream)
     meter.estimates = estimates
-    admitted = await admit(rt, snap, meter, cands, est_in, max_out)
+    admitted = await admit(rt, meter, cands, est_in, max_out)
     if downgraded is not None:
         admitted.headers["x-fb-downgraded-from"] = downgraded_from
-    with ClientWatch(request, rt) as watch:
+    with ClientWatch(request, rt.pod) as watch:
         try:
             if call.stream:
-                return await watch.run(streaming.relay(
-                    request, rt, call, alias, cands, meter, admitted.headers, watch, chain.max_attempts))
-            return await watch.run(_complete(request, rt, call, alias, cands, meter, admitted.headers, chain.max_attempts))
+                return await watch.run(streaming.relay(request, rt, call, cands, chain, meter, admitted.headers, watch))
+            return await watch.run(_complete(request, rt, call, cands, chain, meter, admitted.headers))
         except GatewayError as exc:
-            exc.headers["x-fb-attempts"] = str(meter.attempts)
+            exc.headers["x-fb-attempts"] = str(meter.tab.attempts)
             raise
 
 
 def _downgrade(rt: Runtime, snap: Snapshot, key: KeyRecord, alias: Alias, run_id: str | None) -> Alias | None:
     """Past a soft threshold with ``downgrade_alias`` set, the cheaper chat alias to serve instead."""
-    now = datetime.fromtimestamp(rt.clock(), timezone.utc)
-    if rt.budgets is not None:
-        target = rt.budgets.downgrade_for(snap, scopes_of(key, run_id), now)
-    elif rt.wallets is not None:  # distributed: the worker's projection says which scopes are past soft
-        target = rt.wallets.states.downgrade_for(snap, scopes_of(key, run_id), budget_period(snap, rt.clock()),
-                                                 asyncio.get_running_loop().time())
-    else:
-        return None
+    target = rt.budgets.downgrade_target(snap, scopes_of(key, run_id), rt.clock())
     if target is None or target == alias.name:
         return None
     cheaper = snap.aliases.get(target)
@@ -104,11 +95,12 @@ def honouring(cands: list[Deployment], body: dict) -> list[Deployment]:
 
 
 async def _complete(
-    request: web.Request, rt: Runtime, call: ChatCall, alias: Alias,
-    cands: list[Deployment], meter: Meter, headers: dict[str, str], max_attempts: int,
+    request: web.Request, rt: Runtime, call: ChatCall, cands: list[Deployment], chain: Chain, meter: Meter,
+    headers: dict[str, str],
 ) -> web.Response:
-    assert rt.upstream is not None and meter.plan is not None
-    upstream, timeouts, max_out = rt.upstream, Timeouts.of(alias), meter.plan.max_output_tokens
+    assert meter.tab.plan is not None
+    upstream, timeouts = rt.upstream, Timeouts.of(chain.alias)
+    est_in, max_out = meter.tab.plan.est_input_tokens, meter.tab.plan.max_output_tokens
 
     async def attempt(dep: Deployment):
         dialect = get_dialect(dep.dialect)
@@ -118,15 +110,15 @@ async def _complete(
         )
         result = dialect.parse_chat(await upstream.complete(dialect, req, timeouts))
         if result.usage is UNREPORTED:
-            result.usage = _estimated(result.body, meter.plan.est_input_tokens)
+            result.usage = _estimated(result.body, est_in)
         return result
 
-    dep, result = await settled_answer(cands, meter, attempt, max_attempts=max_attempts)
+    dep, result = await settled_answer(rt, meter, cands, chain, attempt)
     body = {
-        "id": f"chatcmpl-{meter.request_id}",
+        "id": f"chatcmpl-{meter.tab.request_id}",
         "object": "chat.completion",
         "created": int(rt.clock()),
-        "model": alias.name,
+        "model": chain.alias.name,
         **result.body,
         "usage": result.usage.to_openai(),
         "x_farebox": meter.x_farebox(dep),
@@ -145,7 +137,3 @@ def _estimated(body: dict, est_input: int) -> TokenUsage:
         for call in msg.get("tool_calls") or ():
             chars += len((call.get("function") or {}).get("arguments") or "")
     return TokenUsage(input=est_input, output=estimate_tokens(chars), source="estimated")
-
-
-def route_headers(meter: Meter, dep: Deployment) -> dict[str, str]:
-    return {"x-fb-deployment": dep.id, "x-fb-attempts": str(meter.attempts)}

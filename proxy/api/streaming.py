@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Awaitable, Iterable
+from typing import Any, Iterable
 
 import aiohttp
 import orjson
@@ -34,101 +34,23 @@ from aiohttp import web
 
 from pricing.tokens import estimate_tokens
 from pricing.usage import TokenUsage
+from proxy.api.shell import tries
 from proxy.api.validate import ChatCall
-from proxy.control.snapshot import Alias, Deployment
-from proxy.errors import GatewayError, UpstreamError
-from proxy.metering import ClientGone, Drained, Meter
-from proxy.routing.failover import CLIENT_CLOSED, DRAIN, first_answer
+from proxy.api.watch import ClientWatch
+from proxy.errors import ClientGone, Drained, GatewayError, UpstreamError
+from proxy.metering import Meter
+from proxy.routing.chain import Chain
+from proxy.routing.failover import DRAIN, first_answer
 from proxy.routing.state import FAILED, NEUTRAL, OK
-from proxy.runtime import RUNTIME, Runtime
+from proxy.runtime import Runtime
+from proxy.snapshot import Deployment
 from proxy.upstream.dialects import get_dialect
 from proxy.upstream.relay import HEARTBEAT, Timeouts, UpstreamStream, forwarded_headers
 from proxy.upstream.sse import DONE
 
 _CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError, ConnectionError)
-POLL_S = 0.02  # how often a waiting request checks that its caller is still there
 STREAM_BUFFER_BYTES = 64 * 1024
 HEARTBEAT_BYTES = b": keep-alive\n\n"
-
-
-class ClientWatch:
-    """Cancels the request's task when its caller disconnects or the pod's drain deadline passes.
-
-    aiohttp only notices a departed caller on the next write; a request waiting
-    on a slow provider would keep the upstream open. The task is cancelled with
-    the reason as message (``client_closed`` / ``drain``), which the attempt
-    and relay code read to meter the cut attempt.
-
-    One poller per pod checks every open watch each ``POLL_S`` (``watch_all``):
-    a poller task per request would be cancelled at every request's end, and
-    each cancelled sleep leaves a reference cycle (task, exception, traceback,
-    frame) holding the request until a full garbage collection — the
-    gateway's longest pauses under load.
-    """
-
-    def __init__(self, request: web.Request, rt: Runtime) -> None:
-        self.request, self.rt = request, rt
-        self.task = asyncio.current_task()
-        self.fired: str | None = None
-
-    def __enter__(self) -> "ClientWatch":
-        self.rt.watches.add(self)
-        if self.rt.watch_task is None or self.rt.watch_task.done():
-            self.rt.watch_task = asyncio.get_running_loop().create_task(watch_all(self.rt))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.rt.watches.discard(self)
-
-    def gone(self) -> bool:
-        transport = self.request.transport
-        return transport is None or transport.is_closing()
-
-    def check(self) -> bool:
-        """Fire if the caller left or the drain deadline passed; True when it fired."""
-        reason = CLIENT_CLOSED if self.gone() else DRAIN if self.rt.drain_expired else None
-        if reason is None or self.task is None:
-            return False
-        self.fired = reason
-        self.task.cancel(reason)
-        return True
-
-    def absorb(self) -> str:
-        """Inside ``except CancelledError``: our own cancellation is handled, not propagated."""
-        if self.fired is None or self.task is None:
-            raise asyncio.CancelledError
-        self.task.uncancel()
-        return self.fired
-
-    async def run(self, work: Awaitable[web.StreamResponse]) -> web.StreamResponse:
-        """Await the handler's work; if the watch fired, the (already settled) response or a 499."""
-        try:
-            return await work
-        except asyncio.CancelledError:
-            reason = self.absorb()
-            resp = self.request.get("stream_response")
-            if resp is not None:
-                return resp
-            if reason == DRAIN:
-                raise GatewayError("The gateway pod is shutting down; retry.", status=503, code="server_shutting_down",
-                                   headers={"Retry-After": "1"}) from None
-            return web.Response(status=499)  # never reaches the departed caller
-
-
-async def watch_all(rt: Runtime) -> None:
-    """The pod's one watch poller; runs while requests are open, until the app's cleanup cancels it."""
-    while True:
-        await asyncio.sleep(POLL_S)
-        for watch in [w for w in rt.watches if w.fired is None]:
-            if watch.check():
-                rt.watches.discard(watch)
-
-
-async def stop_watching(app: web.Application) -> None:
-    rt = app[RUNTIME]
-    if rt.watch_task is not None:
-        rt.watch_task.cancel()
-        await asyncio.gather(rt.watch_task, return_exceptions=True)
 
 
 class Stamp:
@@ -159,12 +81,11 @@ def _usage(stream: UpstreamStream, est_input: int) -> TokenUsage:
 
 
 async def relay(
-    request: web.Request, rt: Runtime, call: ChatCall, alias: Alias,
-    cands: list[Deployment], meter: Meter, headers: dict[str, str], watch: ClientWatch,
-    max_attempts: int | None = None,
+    request: web.Request, rt: Runtime, call: ChatCall, cands: list[Deployment], chain: Chain,
+    meter: Meter, headers: dict[str, str], watch: ClientWatch,
 ) -> web.StreamResponse:
-    assert rt.upstream is not None and meter.plan is not None
-    upstream, timeouts, plan = rt.upstream, Timeouts.of(alias), meter.plan
+    assert meter.tab.plan is not None
+    upstream, timeouts, plan = rt.upstream, Timeouts.of(chain.alias), meter.tab.plan
 
     async def attempt(dep: Deployment) -> UpstreamStream:
         dialect = get_dialect(dep.dialect)
@@ -177,7 +98,7 @@ async def relay(
     dep: Deployment | None = None
     status = 500
     try:
-        dep, stream, started = await first_answer(cands, meter, attempt, streaming=True, max_attempts=max_attempts)
+        dep, stream, started = await first_answer(cands, chain, tries(rt, meter), attempt, streaming=True)
     except GatewayError as exc:
         meter.settle(exc.status, None)
         raise
@@ -185,7 +106,7 @@ async def relay(
         meter.settle(499 if watch.fired != DRAIN else 503, None)
         raise
     try:
-        status = await _pipe(request, rt, call, alias, meter, dep, stream, started, headers, watch)
+        status = await _pipe(request, rt, call, chain.alias.name, meter, dep, stream, started, headers, watch)
     finally:
         stream.close()
         meter.settle(status, dep)
@@ -193,12 +114,12 @@ async def relay(
 
 
 async def _pipe(
-    request: web.Request, rt: Runtime, call: ChatCall, alias: Alias, meter: Meter,
+    request: web.Request, rt: Runtime, call: ChatCall, alias: str, meter: Meter,
     dep: Deployment, stream: UpstreamStream, started: float, headers: dict[str, str], watch: ClientWatch,
 ) -> int:
     """Relay the opened stream; returns the status to settle with. Reports the attempt's outcome once."""
-    assert meter.plan is not None
-    state, est_in = rt.routing, meter.plan.est_input_tokens
+    assert meter.tab.plan is not None
+    state, est_in = rt.routing, meter.tab.plan.est_input_tokens
     ttft = time.monotonic() - started
     resp = web.StreamResponse(
         status=200,
@@ -206,14 +127,14 @@ async def _pipe(
             **headers,
             "Content-Type": "text/event-stream",
             "Cache-Control": "no-cache",
-            "x-request-id": request["client_request_id"] or meter.request_id,
-            "x-fb-request-id": meter.request_id,
+            "x-request-id": request["client_request_id"] or meter.tab.request_id,
+            "x-fb-request-id": meter.tab.request_id,
             "x-fb-deployment": dep.id,
-            "x-fb-attempts": str(meter.attempts + 1),
+            "x-fb-attempts": str(meter.tab.attempts + 1),
         },
     )
     request["stream_response"] = resp
-    stamp = Stamp(meter.request_id, int(rt.clock()), alias.name)
+    stamp = Stamp(meter.tab.request_id, int(rt.clock()), alias)
 
     def end(outcome: str, **attempt: Any) -> None:
         meter.attempted(dep, started=started, usage=_usage(stream, est_in), ttft_s=ttft, **attempt)

@@ -10,16 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from proxy.errors import InvalidRequest
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 PART_TYPES = frozenset({"text", "image_url", "input_audio", "file", "refusal"})
 RESPONSE_FORMATS = frozenset({"text", "json_object", "json_schema"})
-# Deepest nesting of arrays and objects a body may have: far above any real request (tool schemas included),
-# below what the JSON encoder re-serialising it for a provider accepts (orjson: 255).
-MAX_DEPTH = 64
 MAX_CHOICES = 128  # ``n``: the most choices OpenAI generates for one request
 MAX_DIMENSIONS = 16384  # ``dimensions``: above every embedding model's output size
 
@@ -38,38 +33,6 @@ class EmbeddingsCall:
     alias: str
     body: dict[str, Any]
     texts: tuple[str, ...]  # for estimating input tokens
-
-
-def parse_json_object(raw: bytes) -> dict[str, Any]:
-    if not raw.strip():
-        raise InvalidRequest("The request body is empty; expected a JSON object.", code="invalid_json")
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
-    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _too_deep(body, MAX_DEPTH):  # counting is the fast path
-        raise InvalidRequest(f"The request body nests arrays and objects deeper than {MAX_DEPTH} levels.",
-                             code="invalid_json")
-    return body
-
-
-def _too_deep(value: dict[str, Any] | list[Any], limit: int) -> bool:
-    """Whether ``value`` nests arrays and objects deeper than ``limit``, level by level (no recursion)."""
-    level: list[Any] = [value]
-    depth = 1
-    while level:
-        if depth > limit:
-            return True
-        deeper = []
-        for node in level:
-            for child in (node.values() if type(node) is dict else node):
-                if type(child) is dict or type(child) is list:
-                    deeper.append(child)
-        level = deeper
-        depth += 1
-    return False
 
 
 def _one_of(value: Any, allowed: frozenset[str]) -> bool:

@@ -1,6 +1,6 @@
 """Admin API, budgets: ``GET/PUT /admin/v1/budgets/{scope}``.
 
-Reads come from the live ledger and snapshot; a PUT is validated against the
+Reads come from the pod's budget port and snapshot; a PUT is validated against the
 live snapshot with the same rules as the config file, then handed to the
 control store, which persists it and swaps in the new snapshot before we
 answer. Money in and out is a decimal string in the budget currency (plus
@@ -9,20 +9,17 @@ answer. Money in and out is a decimal string in the budget currency (plus
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
 
 from aiohttp import web
 
-from ledger.periods import period_of
 from pricing.money import to_decimal
-from proxy.admission.auth import require_role
-from proxy.api.validate import parse_json_object
+from proxy.body import parse_json_object
+from proxy.control.admin_access import allowed, control
 from proxy.control.errors import ConfigRejected
 from proxy.control.policies import budget_limit_from, check_scope
 from proxy.control.problems import Problems, Reader
-from proxy.control.snapshot import AdminToken
-from proxy.errors import GatewayError, InvalidRequest, PermissionDenied
+from proxy.errors import GatewayError, InvalidRequest
 from proxy.runtime import RUNTIME, Runtime
 
 
@@ -31,41 +28,39 @@ def _money(micro: int | None) -> str | None:
 
 
 def budget_view(rt: Runtime, scope: str, period: str | None = None) -> dict[str, Any]:
-    if rt.budgets is None:
-        raise GatewayError("Budgets are not kept by this pod.", status=501, code="budgets_unavailable")
     snap = rt.snapshot
-    now = datetime.fromtimestamp(rt.clock(), timezone.utc)
-    period = period or period_of(now, rt.budgets.zone(snap.budgets.timezone))
+    state = rt.budgets.state(snap, scope, period, rt.clock())
+    if state is None:
+        raise GatewayError("Budgets are not kept by this pod.", status=501, code="budgets_unavailable")
     limit = snap.budgets.limit_for(scope)
-    bal = rt.budgets.ledger.balance(scope, period)
     limit_micro = limit.limit_micro if limit else None
-    remaining = None if limit_micro is None else limit_micro - bal.settled - bal.held
+    remaining = None if limit_micro is None else limit_micro - state.settled - state.held
     if limit_micro is None:
-        state = "unlimited"
+        status = "unlimited"
     elif remaining is not None and remaining <= 0:
-        state = "exhausted"
-    elif rt.budgets.ledger.threshold_crossed(scope, period):
-        state = "soft"
+        status = "exhausted"
+    elif state.soft:
+        status = "soft"
     else:
-        state = "ok"
+        status = "ok"
     return {
         "scope": scope,
-        "period": period,
+        "period": state.period,
         "currency": snap.currency,
         "limit": _money(limit_micro),
         "limit_micro": limit_micro,
         "soft_pct": limit.soft_pct if limit else None,
         "downgrade_alias": limit.downgrade_alias if limit else None,
         "max_calls": limit.max_calls if limit else None,
-        "settled": _money(bal.settled),
-        "settled_micro": bal.settled,
-        "held": _money(bal.held),
-        "held_micro": bal.held,
-        "overrun_micro": bal.overrun,
-        "requests": bal.requests,
+        "settled": _money(state.settled),
+        "settled_micro": state.settled,
+        "held": _money(state.held),
+        "held_micro": state.held,
+        "overrun_micro": state.overrun,
+        "requests": state.requests,
         "remaining": _money(remaining),
         "remaining_micro": remaining,
-        "state": state,
+        "state": status,
     }
 
 
@@ -95,27 +90,6 @@ async def put_budget(request: web.Request) -> web.Response:
         raise ConfigRejected(problems.items, "budget")
     await control(request).set_budget(token.name, scope, body)
     return web.json_response(budget_view(rt, scope))
-
-
-def control(request: web.Request) -> Any:
-    """The pod's control service (admin writes); 501 on a pod built without one."""
-    svc = request.app[RUNTIME].control
-    if svc is None:
-        raise GatewayError("This pod has no control store for admin writes.", status=501, code="control_unavailable")
-    return svc
-
-
-async def allowed(request: web.Request, action: str, obj: str, *roles: str) -> AdminToken:
-    """The caller's token if its role may do this; a refusal is audited (outcome ``denied``) and is a 403."""
-    token: AdminToken = request["admin"]
-    try:
-        require_role(token, *roles)
-    except PermissionDenied:
-        svc = request.app[RUNTIME].control
-        if svc is not None and action:
-            await svc.denied(token.name, action, obj)
-        raise
-    return token
 
 
 def add_routes(app: web.Application) -> None:

@@ -18,8 +18,8 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.api.validate import parse_json_object
-from proxy.control.admin import allowed, control
+from proxy.body import parse_json_object
+from proxy.control.admin_access import allowed, control
 from proxy.errors import InvalidRequest
 from proxy.runtime import RUNTIME
 
@@ -143,8 +143,7 @@ async def get_audit(request: web.Request) -> web.Response:
 async def get_snapshot(request: web.Request) -> web.Response:
     await allowed(request, "", "", "finance", "auditor")
     rt = request.app[RUNTIME]
-    follower = getattr(rt.control, "follower", None)
-    status = follower.status() if follower is not None else {}
+    status = rt.control.snapshot_status() if rt.control is not None else {}
     return web.json_response({**status, "version": rt.snapshot.version, "content_hash": rt.snapshot.content_hash})
 
 

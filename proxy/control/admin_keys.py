@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from proxy.api.validate import parse_json_object
-from proxy.control.admin import allowed, control
+from proxy.body import parse_json_object
+from proxy.control.admin_access import allowed, control
 from proxy.control.changes import rotate_spec
 from proxy.errors import InvalidRequest
 

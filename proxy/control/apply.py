@@ -19,7 +19,6 @@ from typing import Any, Mapping
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from proxy.control.changes import _add_version, price_table
 from proxy.control.db.models import (
     AliasRow,
     AppRow,
@@ -36,6 +35,7 @@ from proxy.control.db.models import (
 from proxy.control.db.store import Mutation, budget_record, price_record
 from proxy.control.declarative import EPOCH
 from proxy.control.errors import ConfigRejected
+from proxy.control.price_changes import add_version, price_table
 
 
 def _fmt(v: Any) -> str:
@@ -168,7 +168,7 @@ def _prices(s: Session, tree: Mapping[str, Any], now: datetime, actor: str, fact
         return
     existing = s.get(PriceVersionRow, number)
     if existing is None:
-        _add_version(s, number, valid_from, table, actor, factor, carry=False)
+        add_version(s, number, valid_from, table, actor, factor, carry=False)
         diff.append(f"+ price version {number} valid from {valid_from.isoformat()}: {len(table)} deployment(s)")
         return
     have = {p.deployment: price_record(p) for p in s.scalars(sa.select(PriceRow).where(PriceRow.version == number))}

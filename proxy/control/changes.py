@@ -5,7 +5,8 @@ returns a ``Mutation`` for ``ConfigDB.change``: it edits rows inside the
 change's transaction and returns (before, after) for the audit log. Whether
 the result is a valid whole (aliases point at deployments, prices in force,
 ...) is decided afterwards by compiling the new snapshot document. Audit
-records and answers never hold a key or token, only display ids.
+records and answers never hold a key or token, only display ids. Price
+versions are in ``price_changes.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any, Mapping
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from pricing.book import Price, PriceVersion
 from proxy.control.db.models import (
     AdminTokenRow,
     AliasRow,
@@ -25,21 +25,18 @@ from proxy.control.db.models import (
     BusinessUnit,
     DeploymentRow,
     KeyRow,
-    PriceRow,
-    PriceVersionRow,
     TeamRow,
 )
-from proxy.control.db.store import Mutation, budget_record, price_record
+from proxy.control.db.store import Mutation, budget_record
 from proxy.control.errors import ConfigRejected, ControlConflict, ControlNotFound
 from proxy.control.keys import MintedKey, mint_admin_token, mint_key
 from proxy.control.policies import BUDGET_ENVS, KEY_ENVS, budget_limit_from
+from proxy.control.price_changes import add_version, price_table
 from proxy.control.problems import Problems, Reader
-from proxy.control.snapshot import ADMIN_ROLES, DATA_CLASSES
-from proxy.control.validate import check_price_change
+from proxy.snapshot import ADMIN_ROLES, DATA_CLASSES
 
 KEY_FIELDS = ("team", "app", "aliases", "env", "data_class_ceiling", "default_data_class", "rpm", "input_tpm",
               "output_tpm", "expires_at", "regions", "deployments")
-PRICE_TYPES = ("input", "output", "cached_input", "cache_write", "reasoning")
 
 
 def _check(problems: Problems, what: str) -> None:
@@ -310,77 +307,9 @@ def put_deployment(dep_id: str, body: Mapping[str, Any], now: datetime, actor: s
             row.spec = spec
         after: dict[str, Any] = {"id": dep_id, **spec}
         if price is not None:
-            version = _add_version(s, None, now, price_table({dep_id: price}), actor, factor)
+            version = add_version(s, None, now, price_table({dep_id: price}), actor, factor)
             after["price_version"] = version
         return before, after
-
-    return mutate
-
-
-def price_table(body: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Validate ``{deployment: {currency, input, output, ...}}``; decimals as strings."""
-    problems = Problems()
-    out: dict[str, dict[str, Any]] = {}
-    if not isinstance(body, Mapping) or not body:
-        raise ConfigRejected(["prices: give at least one deployment's prices"], "price version")
-    for dep_id, entry in body.items():
-        r = Reader(entry, f"prices.{dep_id}", problems)
-        rec = {"currency": r.str("currency", "USD")}
-        for name in PRICE_TYPES:
-            value = r.decimal(name) if name in ("input", "output") else r.decimal(name, None)
-            if value is not None:
-                rec[name] = str(value)
-        r.reject_unknown()
-        out[str(dep_id)] = rec
-    _check(problems, "price version")
-    return out
-
-
-def _add_version(s: Session, number: int | None, valid_from: datetime, table: Mapping[str, Mapping[str, Any]],
-                 actor: str, factor: Decimal | None = None, carry: bool = True) -> int:
-    """Insert a new version (latest prices overlaid with ``table``); ``factor``: refuse bigger moves."""
-    latest = s.scalars(sa.select(PriceVersionRow).order_by(PriceVersionRow.version.desc()).limit(1)).first()
-    if number is None:
-        number = (latest.version if latest else 0) + 1
-    elif s.get(PriceVersionRow, number) is not None:
-        raise ControlConflict(f"Price version {number} exists and is never edited; publish a new version.",
-                              param="version")
-    merged: dict[str, dict[str, Any]] = {}
-    if latest is not None and carry:  # carry forward what the change does not mention
-        for p in s.scalars(sa.select(PriceRow).where(PriceRow.version == latest.version)):
-            merged[p.deployment] = price_record(p)
-    before = dict(merged)
-    if latest is not None and not carry:
-        before = {p.deployment: price_record(p)
-                  for p in s.scalars(sa.select(PriceRow).where(PriceRow.version == latest.version))}
-    merged.update({k: dict(v) for k, v in table.items()})
-    if factor is not None and latest is not None:
-        problems = Problems()
-        check_price_change(_version(latest.version, latest.valid_from, before), _version(number, valid_from, merged),
-                           factor, problems)
-        _check(problems, "price version")
-    s.add(PriceVersionRow(version=number, valid_from=valid_from, created_at=datetime.now(timezone.utc), created_by=actor))
-    s.flush()
-    for dep_id, rec in merged.items():
-        s.add(PriceRow(version=number, deployment=dep_id, currency=rec.get("currency", "USD"), input=rec["input"],
-                       output=rec["output"], cached_input=rec.get("cached_input"),
-                       cache_write=rec.get("cache_write"), reasoning=rec.get("reasoning")))
-    return number
-
-
-def _version(number: int, valid_from: datetime, table: Mapping[str, Mapping[str, Any]]) -> PriceVersion:
-    if valid_from.tzinfo is None:
-        valid_from = valid_from.replace(tzinfo=timezone.utc)
-    return PriceVersion(version=number, valid_from=valid_from, prices={d: Price(**rec) for d, rec in table.items()})
-
-
-def add_price_version(number: int | None, valid_from: datetime, table: Mapping[str, Mapping[str, Any]],
-                      actor: str, factor: Decimal | None = None) -> Mutation:
-    """``factor``: refuse a move beyond it (None: the caller confirmed a large change)."""
-
-    def mutate(s: Session) -> tuple[Any, Any]:
-        version = _add_version(s, number, valid_from, table, actor, factor)
-        return None, {"version": version, "valid_from": valid_from.isoformat(), "prices": dict(table)}
 
     return mutate
 

@@ -26,7 +26,7 @@ from proxy.control.policies import (
     with_env_conflict,
 )
 from proxy.control.problems import Problems, Reader
-from proxy.control.snapshot import (
+from proxy.snapshot import (
     CAPABILITIES,
     DATA_CLASSES,
     DIALECTS,

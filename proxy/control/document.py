@@ -21,7 +21,7 @@ import orjson
 
 from proxy.control.declarative import compile_snapshot
 from proxy.control.problems import ConfigError, Problems
-from proxy.control.snapshot import Snapshot
+from proxy.snapshot import Snapshot
 
 DOC_SECTIONS = ("control", "prices", "keys", "admin_tokens")
 LAST_GOOD = "snapshot.json"

@@ -11,7 +11,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from proxy.control.snapshot import hash_key
+from proxy.snapshot import hash_key
 
 
 @dataclass(frozen=True)

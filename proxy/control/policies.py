@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from proxy.admission.limits.bucket import max_capacity
 from proxy.control.problems import Problems, Reader
-from proxy.control.snapshot import (
+from proxy.snapshot import (
     ADMIN_ROLES,
     DATA_CLASSES,
     AdminToken,

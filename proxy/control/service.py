@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, Mapping
 
 import sqlalchemy as sa
 
-from proxy.control import changes
+from proxy.control import changes, price_changes
 from proxy.control.apply import apply_tree
 from proxy.control.db.models import AdminTokenRow, KeyRow, PriceRow, PriceVersionRow
 from proxy.control.db.store import ConfigDB, Mutation, Published, build_document, price_record
@@ -27,12 +27,20 @@ Adopt = Callable[[int, dict[str, Any]], Awaitable[None]]
 
 
 class ControlService:
+    """Implements ``proxy.ports.ControlStore``; built once, with everything it tells and reads."""
+
     def __init__(self, db: ConfigDB, *, price_change_factor: Decimal = Decimal(2),
-                 publisher: SnapshotPublisher | None = None, adopt: Adopt | None = None) -> None:
+                 publisher: SnapshotPublisher | None = None, adopt: Adopt | None = None,
+                 status: Callable[[], dict[str, Any]] | None = None) -> None:
         self.db = db
         self.factor = price_change_factor
         self.publisher = publisher or DatabasePublisher()
         self.adopt = adopt
+        self._status = status
+
+    def snapshot_status(self) -> dict[str, Any]:
+        """How this pod follows the config (the follower's status); {} without a follower (the CLI)."""
+        return self._status() if self._status is not None else {}
 
     def now(self) -> datetime:
         return self.db.now()
@@ -104,11 +112,11 @@ class ControlService:
         body = dict(body)
         allow = body.pop("allow_large_change", False) is True
         raw_from = body.pop("valid_from", None)
-        table = changes.price_table(body.pop("prices", None))
+        table = price_changes.price_table(body.pop("prices", None))
         if body:
             raise ConfigRejected([f"{k}: unknown field" for k in body], "price version")
         valid_from = _when(raw_from) if raw_from is not None else self.now()
-        mutation = changes.add_price_version(number, valid_from, table, actor, None if allow else self.factor)
+        mutation = price_changes.add_price_version(number, valid_from, table, actor, None if allow else self.factor)
         return (await self.run(actor, "prices.add", f"prices:v{number or 'next'}", mutation)).after
 
     async def list_prices(self) -> list[dict[str, Any]]:

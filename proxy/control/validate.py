@@ -17,7 +17,7 @@ from decimal import Decimal
 from pricing.book import PriceVersion
 from pricing.errors import PricingError
 from proxy.control.problems import Problems
-from proxy.control.snapshot import DATA_CLASSES, Snapshot
+from proxy.snapshot import DATA_CLASSES, Snapshot
 
 PRICE_FIELDS = ("input", "output", "cached_input", "cache_write", "reasoning")
 _RANK = {c: i for i, c in enumerate(DATA_CLASSES)}

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from proxy.control.snapshot import BreakerPolicy
+from proxy.snapshot import BreakerPolicy
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 

@@ -29,11 +29,11 @@ from typing import Any, Callable, Mapping
 
 import redis.asyncio as aioredis
 
-from proxy.control.snapshot import Deployment
 from proxy.routing import shared_breakers
 from proxy.routing.breaker import OPEN
 from proxy.routing.shared_breakers import Notice
 from proxy.routing.state import RoutingState
+from proxy.snapshot import Deployment
 
 log = logging.getLogger("farebox.routing")
 

@@ -9,14 +9,15 @@ callers must opt in to a different answer.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Mapping
 
-from proxy.admission.limits import BucketSpec
-from proxy.control.snapshot import Alias, Deployment, KeyRecord, Snapshot
+from proxy.admission.limits import Buckets, BucketSpec
 from proxy.errors import GatewayError
 from proxy.routing.router import Needs, NoDeploymentAvailable, ProviderCapacity, route
-from proxy.runtime import Runtime
+from proxy.routing.state import RoutingState
+from proxy.snapshot import Alias, Deployment, KeyRecord, Snapshot
 
 LOW_WATER = 0.2  # below this share of a mirror bucket left, weight shrinks in proportion
 HEADROOM_TTL_S = 0.25  # reuse a deployment's reading this long (each peek may be a Redis round trip)
@@ -24,8 +25,13 @@ HEADROOM_TTL_S = 0.25  # reuse a deployment's reading this long (each peek may b
 
 @dataclass(frozen=True, slots=True)
 class Chain:
+    """The ordered plan for one request: candidates best first, and what was asked of them."""
+
     deployments: list[Deployment]
     max_attempts: int
+    alias: Alias
+    snapshot: Snapshot
+    needs: Needs
     fallback_from: int | None = None  # index of the first fallback-alias deployment
 
 
@@ -43,13 +49,12 @@ def key_deployments(key: KeyRecord) -> frozenset[str] | None:
     return key.deployments or None
 
 
-async def headroom(rt: Runtime, snap: Snapshot, deps: list[Deployment]) -> dict[str, float]:
+async def headroom(limits: Buckets, state: RoutingState, snap: Snapshot, deps: list[Deployment],
+                   now_us: int) -> dict[str, float]:
     """Weight factor per deployment from its provider-limit mirror: 1 with room, down to 0.05 near empty."""
-    if rt.limits is None:
-        return {}
     pct = snap.rate_limits.mirror_pct
-    now_us, now = rt.now_us(), rt.routing.clock()
-    cache = rt.routing.headroom
+    now = state.clock()
+    cache = state.headroom
     out: dict[str, float] = {}
     for dep in deps:
         cached = cache.get(dep.id)
@@ -63,7 +68,7 @@ async def headroom(rt: Runtime, snap: Snapshot, deps: list[Deployment]) -> dict[
             if not per_min:
                 continue
             cap = max(per_min * pct // 100, 1)
-            level = await rt.limits.peek(BucketSpec(f"dep:{dep.id}:{name}", cap), now_us)
+            level = await limits.peek(BucketSpec(f"dep:{dep.id}:{name}", cap), now_us)
             worst = min(worst, max(level, 0) / cap)
         factor = max(worst / LOW_WATER, 0.05) if worst < LOW_WATER else 1.0
         cache[dep.id] = (now, factor)
@@ -73,30 +78,28 @@ async def headroom(rt: Runtime, snap: Snapshot, deps: list[Deployment]) -> dict[
 
 
 async def chain_for(
-    rt: Runtime, snap: Snapshot, alias: Alias, needs: Needs, sticky: str | None, allow_fallback: bool,
+    limits: Buckets, state: RoutingState, rng: random.Random, now_us: int,
+    snap: Snapshot, alias: Alias, needs: Needs, sticky: str | None, allow_fallback: bool,
 ) -> Chain:
     """Ordered candidates; raises the primary alias's refusal when neither it nor its fallback can serve."""
-    now = rt.routing.clock()
+    now = state.clock()
     primary: list[Deployment] = []
     refusal: GatewayError | None = None
     try:
-        room = await headroom(rt, snap, [snap.deployments[d] for d in alias.deployments])
-        primary = route(snap, alias, needs, rt.routing, now, rt.rng, sticky, room)
+        room = await headroom(limits, state, snap, [snap.deployments[d] for d in alias.deployments], now_us)
+        primary = route(snap, alias, needs, state, now, rng, sticky, room)
     except (NoDeploymentAvailable, ProviderCapacity) as exc:
         refusal = exc
     fallback: list[Deployment] = []
     fb_alias = snap.aliases.get(alias.fallback_alias) if allow_fallback and alias.fallback_alias else None
     if fb_alias is not None:
         try:
-            room = await headroom(rt, snap, [snap.deployments[d] for d in fb_alias.deployments])
-            fallback = [d for d in route(snap, fb_alias, needs, rt.routing, now, rt.rng, sticky, room) if d not in primary]
+            room = await headroom(limits, state, snap, [snap.deployments[d] for d in fb_alias.deployments], now_us)
+            fallback = [d for d in route(snap, fb_alias, needs, state, now, rng, sticky, room) if d not in primary]
         except GatewayError:
             fallback = []  # the fallback cannot serve this request either; the primary's answer stands
     if not primary and not fallback:
         assert refusal is not None
         raise refusal
-    return Chain(
-        primary + fallback,
-        alias.max_attempts + (1 if fallback else 0),
-        len(primary) if fallback else None,
-    )
+    return Chain(primary + fallback, alias.max_attempts + (1 if fallback else 0), alias, snap, needs,
+                 len(primary) if fallback else None)

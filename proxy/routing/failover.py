@@ -9,24 +9,28 @@ pauses) exactly once.
 
 A cancelled attempt (the caller left, or it lost a hedge) is metered with the
 estimated input tokens: the provider has usually billed them already.
+
+Routing decides the order and when to stop; admitting and metering are the
+request shell's, handed in as ``Tries``: the meter that records each
+attempt, and ``clear``, the admission step that takes a deployment's share
+of the provider's limits before it is called.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
-from typing import Awaitable, Callable, Generic, Sequence, TypeVar
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Generic, Protocol, Sequence, TypeVar
 
 from pricing.usage import TokenUsage
-from proxy.admission.gate import reserve_deployment
-from proxy.control.snapshot import Deployment
-from proxy.errors import GatewayError, UpstreamError, UpstreamUnavailable
-from proxy.metering import ClientGone, Drained, HedgeLost, Meter
+from proxy.errors import ClientGone, Drained, GatewayError, HedgeLost, UpstreamError, UpstreamUnavailable
 from proxy.routing.attempts import backoff_s, hedge_delay_s, verdict
-from proxy.routing.chain import key_deployments, key_regions
+from proxy.routing.chain import Chain
 from proxy.routing.router import blocked_list, pinned_refusal, unavailable
-from proxy.routing.state import NEUTRAL, OK
-from proxy.upstream.base import ChatResult
+from proxy.routing.state import NEUTRAL, OK, RoutingState
+from proxy.snapshot import Deployment
 
 T = TypeVar("T")
 
@@ -34,18 +38,40 @@ T = TypeVar("T")
 HEDGE_LOST, CLIENT_CLOSED, DRAIN = "hedge_lost", "client_closed", "drain"
 
 
+class AttemptMeter(Protocol):
+    """Records one attempt (``proxy.metering.Meter``)."""
+
+    def attempted(self, dep: Deployment, *, started: float, usage: TokenUsage | None,
+                  error: BaseException | None = None, ttft_s: float | None = None, status: int | None = None) -> int: ...
+
+
+Clear = Callable[[Deployment], Awaitable[GatewayError | None]]
+
+
+@dataclass(slots=True)  # built per request: plain slots, no frozen-init cost
+class Tries:
+    """What running a chain needs from the request's shell."""
+
+    meter: AttemptMeter
+    clear: Clear  # take the deployment's share of provider limits before calling it; the refusal if short
+    state: RoutingState
+    rng: random.Random
+    est_input: int  # what a cancelled attempt is metered with
+
+
 class Attempts(Generic[T]):
     """One request's attempts over an ordered chain of candidates."""
 
-    def __init__(self, chain: Sequence[Deployment], meter: Meter, attempt: Callable[[Deployment], Awaitable[T]],
-                 *, streaming: bool, max_attempts: int | None = None) -> None:
-        self.rt, self.meter, self.attempt, self.streaming = meter.rt, meter, attempt, streaming
-        self.alias = meter.alias
-        self.state = meter.rt.routing
+    def __init__(self, cands: Sequence[Deployment], chain: Chain, tries: Tries,
+                 attempt: Callable[[Deployment], Awaitable[T]], *, streaming: bool) -> None:
+        self.tries, self.meter, self.attempt, self.streaming = tries, tries.meter, attempt, streaming
+        self.plan = chain
+        self.alias = chain.alias
+        self.state = tries.state
         self.clock = self.state.clock
-        self.chain = list(chain)
-        self.queue = list(chain)
-        self.max_attempts = max_attempts or self.alias.max_attempts
+        self.chain = list(cands)
+        self.queue = list(cands)
+        self.max_attempts = chain.max_attempts
         self.deadline = self.clock() + self.alias.total_timeout_s
         self.budget = self.state.budget(self.alias)
         self.tried = 0
@@ -58,7 +84,7 @@ class Attempts(Generic[T]):
         self.budget.request(self.clock())
         while not self.stop:
             if self.backoff and self._more():
-                await asyncio.sleep(max(0.0, min(backoff_s(self.tried, self.alias.backoff_s, self.rt.rng),
+                await asyncio.sleep(max(0.0, min(backoff_s(self.tried, self.alias.backoff_s, self.tries.rng),
                                                  self.deadline - self.clock())))
             self.backoff = False
             dep = await self._next()
@@ -92,7 +118,7 @@ class Attempts(Generic[T]):
                 return None
             if not self.state.start(dep, now, last_resort=last_resort):
                 continue
-            short = await reserve_deployment(self.rt, self.meter, dep)
+            short = await self.tries.clear(dep)
             if short is not None:  # the provider-limit mirror is spent: skip without a call
                 self.state.finish(dep, NEUTRAL, self.clock())
                 self.last = self.last if isinstance(self.last, UpstreamError) else short
@@ -133,8 +159,7 @@ class Attempts(Generic[T]):
         self.last, self.backoff, self.stop = exc, v.backoff, not v.retry
 
     def _cancelled(self, dep: Deployment, started: float, reason: str) -> None:
-        assert self.meter.plan is not None
-        usage = TokenUsage(input=self.meter.plan.est_input_tokens, source="estimated")
+        usage = TokenUsage(input=self.tries.est_input, source="estimated")
         error: Exception = (
             HedgeLost("another deployment answered first") if reason == HEDGE_LOST
             else Drained("the pod is shutting down") if reason == DRAIN
@@ -184,14 +209,13 @@ class Attempts(Generic[T]):
     def _final_error(self) -> GatewayError:
         """The last attempt's error, or the routing refusal if none was made; told as the key's pin's doing
         when the pin kept the request from deployments that could have taken it."""
-        now, key = self.clock(), self.meter.key
+        now, needs = self.clock(), self.plan.needs
         if self.last is not None:
             last, why = self.last, None
         else:
-            last = unavailable(self.alias, self.chain, self.state, now, self.meter.data_class)
+            last = unavailable(self.alias, self.chain, self.state, now, needs.data_class)
             why = blocked_list(self.chain, self.state, now)
-        return pinned_refusal(self.meter.snapshot, self.alias, self.meter.data_class, key_regions(key),
-                              key_deployments(key), last, why)
+        return pinned_refusal(self.plan.snapshot, self.alias, needs.data_class, needs.regions, needs.allowed, last, why)
 
 
 def _close(answer: object) -> None:
@@ -200,38 +224,7 @@ def _close(answer: object) -> None:
         close()
 
 
-async def first_answer(
-    candidates: Sequence[Deployment],
-    meter: Meter,
-    attempt: Callable[[Deployment], Awaitable[T]],
-    *,
-    streaming: bool = True,
-    max_attempts: int | None = None,
-) -> tuple[Deployment, T, float]:
-    """(deployment, its answer, attempt start) of the first candidate that answers."""
-    return await Attempts(candidates, meter, attempt, streaming=streaming, max_attempts=max_attempts).run()
-
-
-async def settled_answer(
-    candidates: Sequence[Deployment],
-    meter: Meter,
-    attempt: Callable[[Deployment], Awaitable[ChatResult]],
-    *,
-    max_attempts: int | None = None,
-) -> tuple[Deployment, ChatResult]:
-    """A non-streaming answer, metered and settled whatever happens (499 if the caller left)."""
-    dep: Deployment | None = None
-    status = 500
-    try:
-        dep, result, started = await first_answer(candidates, meter, attempt, streaming=False, max_attempts=max_attempts)
-        meter.attempted(dep, started=started, usage=result.usage)
-        status = 200
-        return dep, result
-    except GatewayError as exc:
-        status = exc.status
-        raise
-    except asyncio.CancelledError:
-        status = 499
-        raise
-    finally:
-        meter.settle(status, dep)
+async def first_answer(cands: Sequence[Deployment], chain: Chain, tries: Tries,
+                       attempt: Callable[[Deployment], Awaitable[T]], *, streaming: bool) -> tuple[Deployment, T, float]:
+    """(deployment, its answer, attempt start) of the first of ``cands`` (the chain's, in order) that answers."""
+    return await Attempts(cands, chain, tries, attempt, streaming=streaming).run()

@@ -25,9 +25,9 @@ from typing import Iterable, Mapping
 
 import orjson
 
-from proxy.control.snapshot import Alias, Deployment, Snapshot
 from proxy.errors import GatewayError, InvalidRequest, PermissionDenied, UnsupportedParameter, UpstreamUnavailable
 from proxy.routing.state import RoutingState
+from proxy.snapshot import Alias, Deployment, Snapshot
 
 PREFIX_CHARS = 4096  # ~1,024 tokens: provider prompt caches key on at least this much
 

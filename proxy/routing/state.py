@@ -14,10 +14,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from proxy.control.snapshot import Alias, Deployment
 from proxy.routing.breaker import Breaker
 from proxy.routing.health import Health
 from proxy.routing.retry_budget import RetryBudget
+from proxy.snapshot import Alias, Deployment
 
 log = logging.getLogger("farebox.routing")
 

@@ -12,8 +12,8 @@ from typing import Mapping
 
 import orjson
 
-from proxy.control.snapshot import Deployment
 from proxy.errors import InvalidRequest, UnsupportedParameter, UpstreamError
+from proxy.snapshot import Deployment
 from proxy.upstream.anthropic_request import build_body
 from proxy.upstream.anthropic_response import AnthropicStreamTranslator, error_from, parse_message
 from proxy.upstream.base import ChatResult, UpstreamRequest

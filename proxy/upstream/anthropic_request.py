@@ -17,8 +17,8 @@ import re
 
 import orjson
 
-from proxy.control.snapshot import Deployment
 from proxy.errors import InvalidRequest, UnsupportedParameter
+from proxy.snapshot import Deployment
 
 # Reserved tool name for JSON mode; callers may not define a tool with it.
 JSON_TOOL = "json_response"

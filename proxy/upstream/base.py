@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Mapping, Protocol
 
 from pricing.usage import TokenUsage
-from proxy.control.snapshot import Deployment
 from proxy.errors import UpstreamError
+from proxy.snapshot import Deployment
 
 
 @dataclass(frozen=True, slots=True)

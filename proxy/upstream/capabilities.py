@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from proxy.control.snapshot import Deployment
 from proxy.errors import InvalidRequest, UnsupportedParameter
+from proxy.snapshot import Deployment
 
 
 def content_parts(body: dict) -> Iterator[tuple[str, dict]]:

@@ -14,8 +14,8 @@ from typing import Mapping
 import orjson
 
 from pricing.usage import TokenUsage
-from proxy.control.snapshot import Deployment
 from proxy.errors import UpstreamError, UpstreamUnavailable
+from proxy.snapshot import Deployment
 from proxy.upstream.base import UNREPORTED, ChatResult, SSEEvent, StreamState, UpstreamRequest
 from proxy.upstream.capabilities import reject_unknown, require_capabilities
 from proxy.upstream.classify import classify, load_json, short_reason

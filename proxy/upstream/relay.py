@@ -17,8 +17,8 @@ from typing import AsyncIterator, Mapping
 import aiohttp
 import orjson
 
-from proxy.control.snapshot import Alias, Deployment, Secrets
 from proxy.errors import GatewayError, UpstreamError, UpstreamUnavailable
+from proxy.snapshot import Alias, Deployment, Secrets
 from proxy.upstream.base import Dialect, StreamTranslator, UpstreamRequest
 from proxy.upstream.sse import SSEParser
 
@@ -47,11 +47,20 @@ def forwarded_headers(dep: Deployment, incoming: Mapping[str, str]) -> dict[str,
 
 
 class UpstreamClient:
-    """One pooled HTTP client for all providers; secrets are added per request."""
+    """One pooled HTTP client for all providers; secrets are added per request.
 
-    def __init__(self, session: aiohttp.ClientSession, secrets: Secrets) -> None:
-        self.session = session
+    Built with the pod; its session is opened with the app (``open``) and closed with it.
+    """
+
+    session: aiohttp.ClientSession
+
+    def __init__(self, secrets: Secrets, session: aiohttp.ClientSession | None = None) -> None:
         self.secrets = secrets
+        if session is not None:
+            self.session = session
+
+    def open(self, session: aiohttp.ClientSession) -> None:
+        self.session = session
 
     def secret_for(self, dep: Deployment) -> str | None:
         return self.secrets.get(dep.secret_ref)

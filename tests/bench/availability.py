@@ -20,11 +20,11 @@ import random
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from proxy.control.snapshot import Alias, BreakerPolicy, Deployment
 from proxy.errors import GatewayError, UpstreamUnavailable
 from proxy.routing.attempts import verdict
 from proxy.routing.router import Needs, route
 from proxy.routing.state import OK, RoutingState
+from proxy.snapshot import Alias, BreakerPolicy, Deployment
 
 
 def outages(rng: random.Random, minutes: int, down_fraction: float, mean_len_min: float) -> list[bool]:

@@ -22,7 +22,7 @@ from infra.kafka.topics import create_topics, farebox_topics
 from infra.process import free_port
 from proxy.control.document import content_hash
 from proxy.control.service import ControlService
-from proxy.control.snapshot import Secrets, Snapshot
+from proxy.snapshot import Secrets, Snapshot
 from streams.config_topic import KafkaSnapshotFeed, KafkaSnapshotPublisher
 from tests.harness import mint
 from tests.infra.kafka.support import session_broker

@@ -5,7 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from proxy.api.validate import MAX_DEPTH, parse_json_object, validate_chat, validate_embeddings
+from proxy.api.validate import validate_chat, validate_embeddings
+from proxy.body import MAX_DEPTH, parse_json_object
 from proxy.errors import InvalidRequest
 
 MSG = [{"role": "user", "content": "hi"}]

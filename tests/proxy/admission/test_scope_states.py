@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pricing.book import FxTable, PriceBook
 from proxy.admission.scope_states import ScopeStates, parse_row
-from proxy.control.snapshot import BudgetLimit, BudgetPolicy, Snapshot
+from proxy.snapshot import BudgetLimit, BudgetPolicy, Snapshot
 
 ROW = {"period": "2026-11", "state": "ok", "settled": "700000", "held": "50000", "leased": "200000",
        "limit": "1000000", "overrun": "0", "requests": "12"}

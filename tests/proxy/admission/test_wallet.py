@@ -19,9 +19,12 @@ import pytest
 from ledger.events import Event, LeaseRequested, LeaseReturned
 from ledger.leases import LeasePolicy, ScopeEntry, ScopeLedger, fold
 from ledger.periods import period_of
+from proxy.admission.budget_port import BudgetAsk
+from proxy.admission.lease_budgets import LeaseBudgets
 from proxy.admission.scope_states import ScopeStates
 from proxy.admission.wallet import BudgetUnavailable, WalletPolicy, Wallets
-from proxy.errors import RateLimited
+from proxy.errors import InvalidRequest, RateLimited
+from tests.proxy.fakes import example_tree, snapshot
 
 UTC = ZoneInfo("UTC")
 SCOPE = "team:alpha"
@@ -192,3 +195,49 @@ async def test_waiting_out_a_contended_scope_is_429_and_a_silent_ledger_503():
     wallets = wallets_for(processor, wait_s=0.1)
     outcomes = await burst(wallets, processor, 30, 1_000)
     assert outcomes["admitted"] >= 2 and outcomes["budget_exhausted"] > 0 and "budget_unavailable" not in outcomes
+
+
+# --- the BudgetPort adapter over the wallets (proxy/admission/lease_budgets.py) ----------------------
+
+
+def alpha_snapshot(per_request_cap: str = "50.00"):  # type: ignore[no-untyped-def]
+    tree = example_tree()
+    tree["teams"].append({"name": "alpha", "business_unit": "retail"})
+    tree["budgets"]["per_request_cap"] = per_request_cap
+    tree["budgets"]["scopes"] = [{"scope": SCOPE, "monthly_limit": "1.00", "soft_pct": 80,
+                                  "downgrade_alias": "chat-default"}]
+    return snapshot(tree)
+
+
+async def test_lease_budgets_fund_limited_scopes_and_settle_through_the_wallets():
+    processor = Processor(limit=1_000_000)
+    budgets = LeaseBudgets(wallets_for(processor), hold_ttl_s=900)
+    snap = alpha_snapshot()
+    now_s = NOW.timestamp()
+    funding = await budgets.admit(snap, BudgetAsk("r1", ["key:k1", SCOPE], 1_000, 10, 10, now_s))
+    assert list(funding.leases) == [SCOPE] and funding.events == [] and funding.remaining_micro is None
+    lease = budgets.wallets.leases[SCOPE][-1]
+    before = lease.balance
+    budgets.settle("r1", {SCOPE: 400})
+    assert lease.balance == before + 600  # hold 1,000 replaced by the charge of 400
+    await budgets.admit(snap, BudgetAsk("r2", [SCOPE], 1_000, 10, 10, now_s))
+    budgets.release("r2")
+    assert lease.balance == before + 600  # released: the whole hold is back
+    assert budgets.state(snap, SCOPE, None, now_s) is None  # the processor keeps the balances
+
+
+async def test_lease_budgets_refuse_above_the_per_request_cap_before_asking():
+    processor = Processor(limit=1_000_000)
+    budgets = LeaseBudgets(wallets_for(processor), hold_ttl_s=900)
+    with pytest.raises(InvalidRequest) as err:
+        await budgets.admit(alpha_snapshot("0.001"), BudgetAsk("r1", [SCOPE], 2_000, 10, 10, NOW.timestamp()))
+    assert err.value.code == "request_cost_cap_exceeded" and processor.requests == []
+
+
+async def test_lease_budgets_downgrade_from_the_projection():
+    budgets = LeaseBudgets(wallets_for(Processor(limit=1_000_000)), hold_ttl_s=900)
+    snap = alpha_snapshot()
+    loop_now = asyncio.get_running_loop().time()
+    row = {"period": PERIOD, "state": "soft", "settled": "900000", "held": "0", "leased": "0", "limit": "1000000"}
+    budgets.wallets.states.update({SCOPE: row}, loop_now)
+    assert budgets.downgrade_target(snap, [SCOPE], NOW.timestamp()) == "chat-default"

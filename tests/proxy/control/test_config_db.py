@@ -14,7 +14,7 @@ from proxy.control.db.store import ConfigDB
 from proxy.control.document import compile_document, content_hash, load_last_good, save_last_good
 from proxy.control.errors import ConfigRejected, ControlConflict
 from proxy.control.service import ControlService
-from proxy.control.snapshot import hash_key
+from proxy.snapshot import hash_key
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -25,9 +25,9 @@ from proxy.control.errors import ConfigRejected
 from proxy.control.keys import mint_key
 from proxy.control.problems import Problems
 from proxy.control.service import ControlService
-from proxy.control.snapshot import KeyRecord, hash_key
 from proxy.routing.chain import key_deployments, key_regions
 from proxy.routing.router import Needs, candidates
+from proxy.snapshot import KeyRecord, hash_key
 
 ROOT = Path(__file__).resolve().parents[3]
 OPENAI, ANTHROPIC = "sim-openai-mumbai", "sim-anthropic-mumbai"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.control.snapshot import BreakerPolicy
 from proxy.routing.breaker import CLOSED, HALF_OPEN, OPEN, Breaker
+from proxy.snapshot import BreakerPolicy
 
 POLICY = BreakerPolicy(error_pct=20, min_requests=50, window_s=30, cooldown_s=5, max_cooldown_s=20, probes=1,
                        close_after=2)

@@ -12,10 +12,10 @@ import yaml
 
 from infra.redis.server import RedisServer, RedisServerError
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
-from proxy.control.snapshot import Snapshot
 from proxy.routing.breaker import CLOSED, OPEN
 from proxy.routing.breaker_sync import BreakerSync
 from proxy.routing.state import FAILED, OK, RoutingState
+from proxy.snapshot import Snapshot
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "farebox.yaml"
 DEP = "sim-openai-mumbai"

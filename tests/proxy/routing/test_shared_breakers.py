@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from proxy.control.snapshot import BreakerPolicy
 from proxy.routing import shared_breakers
 from proxy.routing.breaker import CLOSED, HALF_OPEN, OPEN, Breaker
 from proxy.routing.shared_breakers import Notice
+from proxy.snapshot import BreakerPolicy
 
 POLICY = BreakerPolicy(error_pct=20, min_requests=10, window_s=30, cooldown_s=5, max_cooldown_s=20, probes=1,
                        close_after=2)

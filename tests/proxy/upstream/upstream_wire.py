@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Iterable
 
-from proxy.control.snapshot import Deployment
+from proxy.snapshot import Deployment
 from proxy.upstream.base import SSEEvent
 from proxy.upstream.dialects import get_dialect
 from proxy.upstream.sse import SSEParser

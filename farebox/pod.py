@@ -1,0 +1,58 @@
+"""What a gateway pod builds the same way in both modes: its options and its first snapshot.
+
+``farebox.wiring`` (embedded) and ``farebox.distributed`` both start here;
+neither imports the other's wiring.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+
+from farebox.reload import SnapshotFollower
+from farebox.settings import Settings
+from proxy.admission.budget_port import BudgetPort
+from proxy.admission.limits import Buckets
+from proxy.control.document import load_last_good
+from proxy.control.errors import ControlUnavailable
+from proxy.control.problems import ConfigError
+from proxy.ports import ControlStore
+from proxy.recorder import Recorder
+from proxy.runtime import PodState, ProxyOptions, Runtime
+from proxy.snapshot import Secrets, Snapshot
+from proxy.upstream.relay import UpstreamClient
+
+log = logging.getLogger("farebox")
+
+
+def options_of(settings: Settings) -> ProxyOptions:
+    return ProxyOptions(
+        pod_id=settings.pod_id, max_body_bytes=settings.max_body_bytes, hold_ttl_s=settings.hold_ttl_s,
+        max_in_flight=settings.max_in_flight, drain_timeout_s=settings.drain_timeout_s,
+    )
+
+
+def build_runtime(settings: Settings, secrets: Secrets, pod: PodState, *, recorder: Recorder, budgets: BudgetPort,
+                  limits: Buckets, control: ControlStore | None) -> Runtime:
+    """The pod's runtime, once, with one adapter per port."""
+    return Runtime(pod=pod, secrets=secrets, options=options_of(settings), recorder=recorder, budgets=budgets,
+                   limits=limits, upstream=UpstreamClient(secrets), control=control, rng=random.Random())
+
+
+def first_snapshot(settings: Settings, follower: SnapshotFollower) -> Snapshot:
+    """From the config database; if it is unreachable, from the last good snapshot on local disk."""
+    if follower.db is not None:
+        try:
+            head = follower.db.head()
+            if head is not None:
+                return follower.adopt_sync(head[0], follower.db.document(head[0]), "database")
+        except ControlUnavailable:
+            follower.db_ok = False
+    saved = load_last_good(settings.state_dir)
+    if saved is None:
+        raise ConfigError([f"the config database ({settings.safe_db_url}) is unreachable and there is no last good "
+                           f"snapshot in {settings.state_dir}"], str(settings.config_path))
+    log.warning("config database unreachable: serving the last good snapshot %d from disk", saved[0])
+    return follower.adopt_sync(saved[0], saved[1], "disk")
+
+

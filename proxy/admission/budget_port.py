@@ -1,0 +1,123 @@
+"""The ``BudgetPort``: what admission and settlement ask of budget money, whichever mode the pod runs in.
+
+Adapters: ``LedgerBudgets`` (``budgets.py``: one process, exact holds on the
+in-process ledger) and ``LeaseBudgets`` (``lease_budgets.py``: many pods,
+holds funded from leases the ledger processor granted). Handlers and routing
+hold a ``BudgetPort`` and never learn which adapter it is.
+
+The contract every adapter keeps:
+
+* ``admit`` funds ``ask.hold_micro`` on every limited scope or raises the
+  caller-facing ``GatewayError`` (429 ``budget_exhausted`` / ``run_calls_exhausted``,
+  400 ``request_cost_cap_exceeded``, 503 ``budget_unavailable``). After its last
+  ``await`` it must not suspend: the caller records ``request.admitted`` (then
+  ``Funding.events``) in the same event-loop turn, so no other request can
+  take the same money in between.
+* ``settle`` replaces the hold by the actual charge per scope; ``release``
+  gives an admitted hold back uncharged when ``request.admitted`` could not be
+  recorded. Both are synchronous and idempotent.
+* ``state`` and ``downgrade_target`` answer from what the pod already holds
+  (no I/O): a scope's balance for the admin API, and the cheaper alias a
+  scope past its soft threshold asks for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Protocol
+from zoneinfo import ZoneInfo
+
+from ledger.admission import exceeds_cost_cap
+from ledger.events import Event
+from ledger.periods import period_of
+from pricing.money import format_money
+from proxy.errors import InvalidRequest
+from proxy.snapshot import BudgetLimit, Snapshot
+
+
+@dataclass(slots=True)  # built per request: plain slots, no frozen-init cost
+class BudgetAsk:
+    """One request's hold: the same amount on every scope it touches (innermost first)."""
+
+    request_id: str
+    scopes: Sequence[str]
+    hold_micro: int
+    est_input: int
+    max_output: int
+    now_s: float  # the pod's clock, epoch seconds
+
+
+@dataclass(slots=True)  # built per request: plain slots, no frozen-init cost
+class Funding:
+    """A funded hold. ``events`` are recorded right after ``request.admitted`` (threshold notices)."""
+
+    leases: dict[str, str]  # scope -> lease funding the hold ({} when the ledger holds it directly)
+    events: list[Event]
+    remaining_micro: int | None  # the tightest limited scope after this hold; None: unknown or unlimited
+    soft: bool  # some scope is past its soft threshold
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeState:
+    """A scope's money this period, as this pod knows it."""
+
+    period: str
+    settled: int
+    held: int
+    overrun: int
+    requests: int
+    soft: bool  # past its soft threshold
+
+
+class BudgetPort(Protocol):
+    async def admit(self, snapshot: Snapshot, ask: BudgetAsk) -> Funding: ...
+
+    def settle(self, request_id: str, charges: Mapping[str, int]) -> None: ...
+
+    def release(self, request_id: str) -> None: ...
+
+    def state(self, snapshot: Snapshot, scope: str, period: str | None, now_s: float) -> ScopeState | None:
+        """None: this pod keeps no balance for the scope (the admin API answers 501)."""
+        ...
+
+    def downgrade_target(self, snapshot: Snapshot, scopes: Sequence[str], now_s: float) -> str | None: ...
+
+
+_ZONES: dict[str, ZoneInfo] = {}
+
+
+def budget_period(snapshot: Snapshot, now_s: float) -> str:
+    """The budget month at ``now_s`` (epoch seconds) in the snapshot's budget timezone."""
+    name = snapshot.budgets.timezone
+    zone = _ZONES.get(name)
+    if zone is None:
+        zone = _ZONES[name] = ZoneInfo(name)
+    return period_of(datetime.fromtimestamp(now_s, timezone.utc), zone)
+
+
+def limits_for(snapshot: Snapshot, scopes: Sequence[str]) -> dict[str, BudgetLimit]:
+    """The scopes that carry a money limit or a call cap, with it."""
+    out = {}
+    for scope in scopes:
+        limit = snapshot.budgets.limit_for(scope)
+        if limit is not None and (limit.limit_micro is not None or limit.max_calls is not None):
+            out[scope] = limit
+    return out
+
+
+def check_cost_cap(snapshot: Snapshot, ask: BudgetAsk) -> None:
+    """The per-request cap (denial of wallet): a 400 naming max_completion_tokens."""
+    cap = snapshot.budgets.per_request_cap_micro
+    if not exceeds_cost_cap(ask.hold_micro, cap):
+        return
+    assert cap is not None
+    ccy = snapshot.currency
+    raise InvalidRequest(
+        f"This request may cost up to {format_money(ask.hold_micro, ccy)} ({ask.est_input:,} input + "
+        f"{ask.max_output:,} max output tokens), above the per-request cap of {format_money(cap, ccy)}. "
+        "Lower max_completion_tokens or shorten the prompt.",
+        code="request_cost_cap_exceeded",
+        param="max_completion_tokens",
+    )

@@ -1,0 +1,113 @@
+"""The admission shell: the hold is priced, funded on every budget scope the request touches,
+and recorded — or the request is refused with a 429 before any byte goes upstream.
+
+Each step is a pure function of ``proxy/admission`` (``plan.hold``,
+``ratelimit.request_draws`` / ``refusal``, the budget decision behind
+``BudgetPort.admit``) or ``budget_headers`` here; this shell reads the ports
+and records the result.
+
+Order matters: the rate-limit reservation (possibly a Redis round trip)
+comes first; after the budget port's funding there is no ``await`` until
+``request.admitted`` is recorded, so the decision and its record are one
+step on the event loop. A budget refusal refunds the buckets it had
+reserved; an admission the event log refuses is released and answered 503.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Sequence
+
+from pricing.money import to_decimal
+from proxy.admission.budget_port import BudgetAsk, Funding
+from proxy.admission.plan import Plan, hold
+from proxy.admission.ratelimit import deployment_draws, items, limit_headers, refund, refusal, request_draws
+from proxy.errors import EventLogUnavailable, GatewayError
+from proxy.metering import Meter
+from proxy.runtime import Runtime
+from proxy.snapshot import Deployment, Snapshot
+
+
+@dataclass(slots=True)  # built per request: plain slots, no frozen-init cost
+class Admitted:
+    plan: Plan
+    headers: dict[str, str]
+
+
+async def admit(rt: Runtime, meter: Meter, cands: Sequence[Deployment], est_input: int, max_output: int) -> Admitted:
+    """Admit or raise; either way the answer carries ``server-timing: admit;dur=<ms>``."""
+    started = time.perf_counter()
+    try:
+        admitted = await _admit(rt, meter, cands, est_input, max_output)
+    except GatewayError as exc:
+        exc.headers["server-timing"] = _timing(started)
+        rt.metrics.refusals.labels(exc.code or "unknown").inc()
+        raise
+    finally:
+        rt.metrics.admission_seconds.observe(time.perf_counter() - started)
+    admitted.headers["server-timing"] = _timing(started)
+    return admitted
+
+
+def _timing(started: float) -> str:
+    return f"admit;dur={(time.perf_counter() - started) * 1000:.3f}"
+
+
+async def _admit(rt: Runtime, meter: Meter, cands: Sequence[Deployment], est_input: int, max_output: int) -> Admitted:
+    tab = meter.tab
+    snap = tab.snapshot
+    now_s = rt.clock()
+    plan = hold(snap, cands, est_input, max_output, datetime.fromtimestamp(now_s, timezone.utc))
+    draws = request_draws(snap, tab.key, est_input, max_output)
+    headers: dict[str, str] = {}
+    if draws:
+        res = await rt.limits.reserve(items(draws), rt.now_us())
+        if not res.ok:
+            raise refusal(draws, res, est_input, max_output)
+        headers.update(limit_headers(draws, res))
+    ask = BudgetAsk(tab.request_id, tab.scopes, plan.hold_micro, est_input, max_output, now_s)
+    try:
+        funding = await rt.budgets.admit(snap, ask)
+    except GatewayError:
+        rt.limit_settler.adjust(refund(draws))
+        raise
+    # From the funding to request.admitted: no await, so the money and its record are one step.
+    meter.draws = draws
+    if not meter.admitted(plan, funding):
+        rt.budgets.release(tab.request_id)
+        rt.limit_settler.adjust(refund(draws))
+        raise EventLogUnavailable("The gateway cannot record requests right now; retry shortly.",
+                                  headers={"Retry-After": "1"})
+    headers.update(budget_headers(snap, funding))
+    return Admitted(plan, headers)
+
+
+def budget_headers(snap: Snapshot, funding: Funding) -> dict[str, str]:
+    """``x-fb-budget-remaining`` / ``-currency`` when the tightest scope is known; ``-state: soft`` past soft."""
+    headers: dict[str, str] = {}
+    if funding.remaining_micro is not None:
+        headers["x-fb-budget-remaining"] = str(to_decimal(max(funding.remaining_micro, 0)))
+        headers["x-fb-budget-currency"] = snap.currency
+    if funding.soft:
+        headers["x-fb-budget-state"] = "soft"
+    return headers
+
+
+async def clear_deployment(rt: Runtime, meter: Meter, dep: Deployment) -> GatewayError | None:
+    """Take the deployment's share of the provider's limits before calling it; the refusal if short.
+
+    Handed to routing's attempt loop as its ``clear`` step: routing decides the order, admission the limits.
+    """
+    plan = meter.tab.plan
+    if plan is None:
+        return None
+    draws = deployment_draws(meter.tab.snapshot, dep, plan.est_input_tokens, plan.max_output_tokens)
+    if not draws:
+        return None
+    res = await rt.limits.reserve(items(draws), rt.now_us())
+    if not res.ok:
+        return refusal(draws, res, plan.est_input_tokens, plan.max_output_tokens)
+    meter.dep_draws[dep.id] = draws
+    return None

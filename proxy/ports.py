@@ -1,0 +1,71 @@
+"""What a gateway pod asks of the world outside the request path: the event log and the control store.
+
+The composition root (``farebox/``) wires one adapter per mode; nothing on
+the request path asks which one it got. The budget and rate-limit ports live
+beside admission (``proxy.admission.budget_port``, ``proxy.admission.limits``).
+
+``ControlStore`` is exactly what the admin API calls; ``ControlService``
+(``proxy.control.service``) implements it, and
+``tests/proxy/control/test_control_port.py`` holds the two to one signature.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Mapping, Protocol
+
+from ledger.events import Event
+
+
+class EventSink(Protocol):
+    """The part of the event log the data plane needs: append, never wait.
+
+    ``append`` either accepts the event (the future resolves to its offset
+    once durable, or fails) or raises at once when the log cannot take it.
+    """
+
+    def append(self, event: Event) -> asyncio.Future[int]: ...
+
+
+class ControlStore(Protocol):
+    """Where admin writes go; a change is live on this pod when the call returns."""
+
+    async def denied(self, actor: str, action: str, obj: str) -> None: ...
+
+    async def rejected(self, actor: str, action: str, obj: str, problems: list[str]) -> None: ...
+
+    async def create_key(self, actor: str, body: Mapping[str, Any]) -> tuple[dict[str, Any], str]: ...
+
+    async def revoke_key(self, actor: str, key_id: str) -> dict[str, Any]: ...
+
+    async def rotate_key(self, actor: str, key_id: str, overlap_s: float,
+                         pins: Mapping[str, list[str]] | None = None) -> tuple[dict[str, Any], str]: ...
+
+    async def list_keys(self) -> list[dict[str, Any]]: ...
+
+    async def set_budget(self, actor: str, scope: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    async def put_team(self, actor: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    async def put_business_unit(self, actor: str, name: str) -> dict[str, Any]: ...
+
+    async def put_alias(self, actor: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    async def put_deployment(self, actor: str, dep_id: str, body: Mapping[str, Any],
+                             allow_large_change: bool = False) -> dict[str, Any]: ...
+
+    async def add_prices(self, actor: str, body: Mapping[str, Any], number: int | None = None) -> dict[str, Any]: ...
+
+    async def list_prices(self) -> list[dict[str, Any]]: ...
+
+    async def create_admin_token(self, actor: str, name: str, role: str) -> tuple[dict[str, Any], str]: ...
+
+    async def revoke_admin_token(self, actor: str, name: str) -> dict[str, Any]: ...
+
+    async def list_admin_tokens(self) -> list[dict[str, Any]]: ...
+
+    async def audit(self, limit: int = 100, object_prefix: str | None = None) -> list[dict[str, Any]]: ...
+
+    def snapshot_status(self) -> dict[str, Any]:
+        """How this pod follows the config (source, versions, last poll); {} when nothing follows it."""
+        ...

@@ -1,0 +1,129 @@
+"""The attempt loop (``proxy.routing.failover``) in process: candidates tried in the chain's order, each
+failure handled by its verdict, every attempt metered once, the admission step (``clear``) asked before
+each call. The meter and the ``clear`` step are fakes: routing sees only the ``Tries`` it is handed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+
+import pytest
+
+from pricing.usage import TokenUsage
+from proxy.errors import GatewayError, RateLimited, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
+from proxy.routing.chain import Chain
+from proxy.routing.failover import Tries, first_answer
+from proxy.routing.router import Needs
+from proxy.routing.state import RoutingState
+from proxy.snapshot import Deployment
+from tests.proxy.fakes import snapshot
+
+OPENAI, ANTHROPIC = "sim-openai-mumbai", "sim-anthropic-mumbai"
+
+
+@dataclass
+class Tape:
+    """A meter that writes down each attempt: (deployment, error code or None, usage input)."""
+
+    seen: list[tuple[str, str | None, int]] = field(default_factory=list)
+
+    def attempted(self, dep, *, started, usage, error=None, ttft_s=None, status=None) -> int:  # type: ignore[no-untyped-def]
+        self.seen.append((dep.id, getattr(error, "code", None), (usage or TokenUsage()).input))
+        return 0
+
+
+def setup(max_attempts: int = 3, cleared: dict[str, GatewayError | None] | None = None):  # type: ignore[no-untyped-def]
+    snap = snapshot()
+    alias = snap.aliases["chat-default"]
+    cands = [snap.deployments[OPENAI], snap.deployments[ANTHROPIC]]
+    chain = Chain(cands, max_attempts, alias, snap, Needs((), "internal", 10))
+    tape = Tape()
+    asked: list[str] = []
+
+    async def clear(dep: Deployment) -> GatewayError | None:
+        asked.append(dep.id)
+        return (cleared or {}).get(dep.id)
+
+    tries = Tries(tape, clear, RoutingState(), random.Random(0), est_input=42)
+    return cands, chain, tries, tape, asked
+
+
+def answers(script: dict[str, BaseException | str]):  # type: ignore[no-untyped-def]
+    calls: list[str] = []
+
+    async def attempt(dep: Deployment) -> str:
+        calls.append(dep.id)
+        outcome = script[dep.id]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    return attempt, calls
+
+
+async def test_a_5xx_fails_over_to_the_next_candidate() -> None:
+    cands, chain, tries, tape, asked = setup()
+    attempt, calls = answers({OPENAI: UpstreamUnavailable("down"), ANTHROPIC: "hello"})
+    dep, answer, _ = await first_answer(cands, chain, tries, attempt, streaming=False)
+    assert (dep.id, answer, calls, asked) == (ANTHROPIC, "hello", [OPENAI, ANTHROPIC], [OPENAI, ANTHROPIC])
+    assert tape.seen == [(OPENAI, "provider_unavailable", 0)]  # the winner is metered by the caller
+
+
+async def test_a_400_stops_with_the_providers_answer() -> None:
+    cands, chain, tries, tape, _ = setup()
+    attempt, calls = answers({OPENAI: UpstreamRejected("context too long"), ANTHROPIC: "never"})
+    with pytest.raises(UpstreamRejected):
+        await first_answer(cands, chain, tries, attempt, streaming=False)
+    assert calls == [OPENAI] and len(tape.seen) == 1
+
+
+async def test_a_429_pauses_the_deployment_and_moves_on() -> None:
+    cands, chain, tries, _, _ = setup()
+    attempt, _ = answers({OPENAI: UpstreamRateLimited("slow", retry_after=30), ANTHROPIC: "ok"})
+    dep, _, _ = await first_answer(cands, chain, tries, attempt, streaming=False)
+    assert dep.id == ANTHROPIC
+    assert tries.state.blocked(cands[0], tries.state.clock()) == "paused"
+
+
+async def test_a_deployment_admission_does_not_clear_is_skipped_without_a_call() -> None:
+    short = RateLimited("Deployment full", code="provider_capacity")
+    cands, chain, tries, tape, asked = setup(cleared={OPENAI: short})
+    attempt, calls = answers({OPENAI: "never", ANTHROPIC: "ok"})
+    dep, _, _ = await first_answer(cands, chain, tries, attempt, streaming=False)
+    assert dep.id == ANTHROPIC and calls == [ANTHROPIC] and asked == [OPENAI, ANTHROPIC] and tape.seen == []
+
+
+async def test_nothing_cleared_answers_with_the_admission_refusal() -> None:
+    short = RateLimited("Deployment full", code="provider_capacity")
+    cands, chain, tries, _, _ = setup(cleared={OPENAI: short, ANTHROPIC: short})
+    attempt, calls = answers({OPENAI: "never", ANTHROPIC: "never"})
+    with pytest.raises(RateLimited) as err:
+        await first_answer(cands, chain, tries, attempt, streaming=False)
+    assert err.value.code == "provider_capacity" and calls == []
+
+
+async def test_max_attempts_bounds_the_tries() -> None:
+    cands, chain, tries, tape, _ = setup(max_attempts=1)
+    attempt, calls = answers({OPENAI: UpstreamUnavailable("down"), ANTHROPIC: "ok"})
+    with pytest.raises(UpstreamUnavailable):
+        await first_answer(cands, chain, tries, attempt, streaming=False)
+    assert calls == [OPENAI] and len(tape.seen) == 1
+
+
+async def test_a_cancelled_attempt_is_metered_with_the_estimated_input() -> None:
+    cands, chain, tries, tape, _ = setup()
+    started = asyncio.Event()
+
+    async def attempt(dep: Deployment) -> str:
+        started.set()
+        await asyncio.sleep(10)
+        return "late"
+
+    task = asyncio.ensure_future(first_answer(cands, chain, tries, attempt, streaming=False))
+    await started.wait()
+    task.cancel("client_closed")
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert tape.seen == [(OPENAI, "client_gone", 42)]
