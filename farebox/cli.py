@@ -438,6 +438,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--follow", "-f", action="store_true")
     s.set_defaults(func=_events_tail)
     __import__("farebox.cli_export", fromlist=["register"]).register(sub)  # farebox export focus
+    __import__("farebox.cli_dev", fromlist=["register"]).register(sub)  # farebox dev cluster up|down|status
     return p
 
 
