@@ -46,7 +46,7 @@ from infra.cluster_config import (
     postgres_url,
     summary,
 )
-from infra.cluster_services import start_postgres, start_redis
+from infra.cluster_services import postgres_home, start_postgres, start_redis
 
 STATE_FILE = "cluster.json"
 
@@ -130,7 +130,16 @@ def stop_all(cluster: Cluster, timeout_s: float = 40.0, say: Callable[[str], Non
             os.kill(proc["pid"], signal.SIGKILL)
             killed.append(proc["name"])
         say(f"stopped {proc['name']} (pid {proc['pid']})")
+    _drop_outside_data(cluster)
     return killed
+
+
+def _drop_outside_data(cluster: Cluster) -> None:
+    """PostgreSQL's data, when it had to live outside the state folder (see ``postgres_home``), goes with the
+    cluster: each ``up`` starts fresh, and nothing of it should stay behind in the temp dir."""
+    home = cluster.extra.get("postgres_dir")
+    if home and not Path(home).is_relative_to(cluster.state) and not cluster.running():
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def _spawn(cluster: Cluster, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
@@ -228,9 +237,9 @@ def _start(cluster: Cluster, env: dict[str, str], say: Callable[[str], None]) ->
     start_redis(ports.redis, state / "redis", cluster.record)
     say(f"redis ready on {ports.redis}")
     _claim("postgres", ports.postgres)
-    pg_dir = start_postgres(ports.postgres, state / "postgres", cluster.record)
-    cluster.extra["postgres_dir"] = str(pg_dir)
+    cluster.extra["postgres_dir"] = str(postgres_home(state / "postgres"))
     cluster.save()
+    start_postgres(ports.postgres, Path(cluster.extra["postgres_dir"]), cluster.record)
     say(f"postgres ready on {ports.postgres}")
 
     _claim("simulator", ports.simulator)

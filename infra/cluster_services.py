@@ -74,11 +74,11 @@ def postgres_home(folder: Path) -> Path:
     return home
 
 
-def start_postgres(port: int, folder: Path, record: Record, timeout_s: float = 30.0) -> Path:
-    """``initdb`` + ``postgres`` on 127.0.0.1:port with a ``farebox`` database; returns its data home."""
+def start_postgres(port: int, home: Path, record: Record, timeout_s: float = 30.0) -> None:
+    """``initdb`` into ``home`` (from ``postgres_home``) + ``postgres`` on 127.0.0.1:port with a ``farebox``
+    database."""
     bin_dir = ensure_postgres()
     user = _as_user()
-    home = postgres_home(folder)
 
     def as_postgres() -> None:
         if user:
@@ -103,7 +103,6 @@ def start_postgres(port: int, folder: Path, record: Record, timeout_s: float = 3
         out.close()
     record("postgres", proc.pid, "postgres -D", signal.SIGINT)  # SIGINT: fast shutdown
     _wait(lambda: _create_database(port), proc, f"postgres on port {port}", log, timeout_s, PostgresServerError)
-    return home
 
 
 def _create_database(port: int, name: str = "farebox") -> bool:
