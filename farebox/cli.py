@@ -33,6 +33,7 @@ def _serve(args: argparse.Namespace) -> int:
     from farebox.wiring import serve
 
     settings = load_settings(args.config).with_listen(args.host, args.port)
+    __import__("farebox.drift_warning", fromlist=["warn_if_drifted"]).warn_if_drifted(settings)  # once, at start
     serve(settings)
     return 0
 
