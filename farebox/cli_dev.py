@@ -52,11 +52,12 @@ def _up(args: argparse.Namespace) -> int:
         return 2
     ports = Ports(kafka=args.kafka_port, redis=args.redis_port, postgres=args.postgres_port,
                   simulator=args.simulator_port, gateways=gateways)
+
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        cluster, key = up(Path(args.state_dir), ports, dict(os.environ), say=say)
+        cluster, key = up(Path(args.state_dir), ports, _child_env(), say=say)
     except ClusterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -70,6 +71,12 @@ def _up(args: argparse.Namespace) -> int:
     else:
         print(summary(ports, cluster.state, key))
     return 0
+
+
+def _child_env() -> dict[str, str]:
+    """The environment for the cluster's processes: ours, without what would override the generated config
+    (a control database or pod id meant for another farebox)."""
+    return {k: v for k, v in os.environ.items() if k not in {"FAREBOX_CONTROL_DB", "FAREBOX_POD_ID"}}
 
 
 def _down(args: argparse.Namespace) -> int:
