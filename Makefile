@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lock services run test bench bench-budget bench-distributed bench-availability bench-sim bench-limits kafka-up kafka-down clean
+.PHONY: install lock services run run-cluster stop-cluster test bench bench-budget bench-distributed bench-availability bench-sim bench-limits kafka-up kafka-down clean
 
 LOCK_VENV := .lock-venv
 
@@ -38,6 +38,14 @@ services:
 ## Run the simulator and the gateway on http://127.0.0.1:8080 (foreground; Ctrl-C stops both).
 run: install
 	infra/run-dev.sh
+
+## A distributed cluster on this machine (Kafka, Redis, PostgreSQL, simulator, worker, archiver, two pods);
+## prints where everything is and a dev key. `make stop-cluster` stops all of it.
+run-cluster: install services
+	$(BIN)/farebox dev cluster up
+
+stop-cluster: install
+	$(BIN)/farebox dev cluster down
 
 ## Everything the CI runs: installs what is missing, starts what the tests need.
 test: install services

@@ -24,6 +24,7 @@ def _serve(args: argparse.Namespace) -> int:
     from farebox.wiring import serve
 
     settings = load_settings(args.config).with_listen(args.host, args.port)
+    __import__("farebox.drift_warning", fromlist=["warn_if_drifted"]).warn_if_drifted(settings)  # once, at start
     serve(settings)
     return 0
 
@@ -104,6 +105,7 @@ def parser() -> argparse.ArgumentParser:
     __import__("farebox.cli_export", fromlist=["register"]).register(sub)  # farebox export focus
     __import__("farebox.cli_whatif", fromlist=["register"]).register(sub)  # farebox whatif
     __import__("farebox.cli_reconcile", fromlist=["register"]).register(sub)  # farebox reconcile
+    __import__("farebox.cli_dev", fromlist=["register"]).register(sub)  # farebox dev cluster up|down|status
     return p
 
 

@@ -28,8 +28,18 @@ def lease_policy(settings: Settings) -> LeasePolicy:
                        ttl_s=d.lease_ttl_s, expiry_grace_s=d.lease_expiry_grace_s)
 
 
+def ensure_data_dir(path: Path) -> Path:
+    """The worker's data folder (Faust's tables), created with its parents; a clear exit when it cannot be."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SystemExit(f"error: distributed.worker_data_dir: cannot create {path}: {exc.strerror or exc}") from None
+    return path
+
+
 def build_worker(settings: Settings) -> Worker:
     d = settings.distributed
+    data_dir = ensure_data_dir(Path(d.worker_data_dir))
     db = open_config_db(settings)
     holder: list[Snapshot] = [settings.snapshot]
     head = db.head()
@@ -51,7 +61,7 @@ def build_worker(settings: Settings) -> Worker:
         limit_for=limit_for, soft_pct_for=soft_pct_for, currency_for=lambda: holder[0].currency,
         app_id=d.worker_id, requests_topic=d.requests_topic, scope_topic=d.scope_topic,
         rollups_topic=d.rollups_topic, dead_letter_topic=d.dead_letter_topic, partitions=d.partitions, policy=lease_policy(settings),
-        data_dir=Path(d.worker_data_dir), request_retention_s=d.request_retention_s, stall_s=d.worker_stall_s,
+        data_dir=data_dir, request_retention_s=d.request_retention_s, stall_s=d.worker_stall_s,
     )
     worker = create_app(cfg)
 
