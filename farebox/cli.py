@@ -13,6 +13,7 @@
     farebox config check PATH | farebox config apply PATH [--allow-large-price-change]
     farebox db upgrade|downgrade|current --config PATH [--revision R]
     farebox events tail --config PATH [-n N] [--follow]
+    farebox finance sql|shell, farebox report showback: see farebox/cli_finance.py
 """
 
 from __future__ import annotations
@@ -448,6 +449,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("-n", type=int, default=20)
     s.add_argument("--follow", "-f", action="store_true")
     s.set_defaults(func=_events_tail)
+
+    from farebox.cli_finance import register as register_finance
+
+    register_finance(sub)
     return p
 
 

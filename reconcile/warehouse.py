@@ -130,12 +130,16 @@ class Warehouse:
 
     def _explain(self, exc: duckdb.Error) -> WarehouseError:
         message = str(exc).strip()
-        if isinstance(exc, (duckdb.IOException, duckdb.InvalidInputException)):
-            named = any(str(path) in message for path in self.files)
-            if not named and "archive schema" not in message:
-                culprit = first_unreadable(self.files)
-                if culprit is not None:
-                    return WarehouseError(culprit)
-            return WarehouseError(f"the archive at {self.root} cannot be read: {message}")
-        return WarehouseError(message)
+        if isinstance(exc, _QUERY_ERRORS) or "archive schema" in message:
+            return WarehouseError(message)
+        if not any(str(path) in message for path in self.files):  # DuckDB did not say which file
+            culprit = first_unreadable(self.files)
+            if culprit is not None:
+                return WarehouseError(culprit)
+        return WarehouseError(f"the archive at {self.root} cannot be read: {message}")
 
+
+_QUERY_ERRORS = (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException, duckdb.ConversionException,
+                 duckdb.InvalidTypeException, duckdb.TypeMismatchException, duckdb.OutOfRangeException,
+                 duckdb.NotImplementedException)
+"""Errors of the query itself (not of the archive): shown as DuckDB words them."""
