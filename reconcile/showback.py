@@ -126,11 +126,15 @@ def showback(warehouse: Warehouse, month: str, by: Sequence[str] = ("team",),
     month = check_month(month)
     dims = parse_dimensions(by)
     warehouse.register("budget_limits", limits_table(budgets or {}))
-    sql = _SHOWBACK.format(dims=", ".join(dims), totals=_TOTALS, scope=budget_scope_sql(dims),
-                           order=", ".join(f"b.{d} NULLS FIRST" for d in dims))
-    result = warehouse.query(sql, {"month": month})
+    warehouse.pin_requests()  # spend and the ledger's balances from one reading of the archive
+    try:
+        sql = _SHOWBACK.format(dims=", ".join(dims), totals=_TOTALS, scope=budget_scope_sql(dims),
+                               order=", ".join(f"b.{d} NULLS FIRST" for d in dims))
+        result = warehouse.query(sql, {"month": month})
+        held = warehouse.months() if not result.rows else []
+    finally:
+        warehouse.unpin_requests()
     if not result.rows:
-        held = warehouse.months()
         raise WarehouseError(
             f"no requests admitted in {month} (budget months in {warehouse.tz}) in the archive at {warehouse.root}; "
             f"it holds {', '.join(held) if held else 'no admissions at all'}")

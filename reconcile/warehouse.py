@@ -7,7 +7,8 @@ them and turns every way the archive can be unreadable into one
 
 * an empty archive (no ``date=*/**/*.parquet`` files under the root);
 * a file of another archive schema than the views read (``archive_guard``
-  checks the ``farebox.archive_schema`` Parquet metadata of every file);
+  checks the ``farebox.archive_schema`` Parquet metadata of every file, once
+  when the warehouse opens; the plain duckdb CLI checks it at every query);
 * a corrupt or truncated file (DuckDB names it; when it does not, every file
   is read with pyarrow to find the first that fails).
 
@@ -35,8 +36,8 @@ VIEWS_ARCHIVE_SCHEMA = 2
 """The archive schema ``views.sql`` is written against (its ``archive_guard``); a test keeps it equal to
 ``streams.archive_schema.ARCHIVE_SCHEMA_VERSION``, so a schema bump makes someone read the views again."""
 
-VIEWS = ("archive_files", "archive_rows", "events", "admissions", "closes", "attempts", "requests",
-         "ledger_entries", "scope_balances", "minute_rollups", "daily_cost")
+VIEWS = ("archive_files", "archive_scan", "archive_rows", "events", "requests", "attempts", "ledger_entries", "scope_balances",
+         "minute_rollups", "daily_cost")
 
 
 class WarehouseError(Exception):
@@ -93,9 +94,13 @@ class Warehouse:
                 "mode: the archiver consumer), or pass the right archive folder.")
         self._con = duckdb.connect(config={"threads": threads} if threads else {})
         try:
+            self._con.execute("SET enable_progress_bar = false")  # output is the result, nothing else
             for statement in views_preamble(self.root, tz):
                 self._con.execute(statement)
             self._con.execute(VIEWS_SQL.read_text())
+            self._con.execute("SELECT ok FROM archive_guard").fetchall()
+            # checked once: every later query reads the rows without paying for the footers again
+            self._con.execute("CREATE OR REPLACE VIEW archive_rows AS SELECT * FROM archive_scan")
         except duckdb.Error as exc:
             self._con.close()
             raise self._explain(exc) from None
@@ -124,9 +129,19 @@ class Warehouse:
         """Make an Arrow table (e.g. the budget limits) queryable as ``name`` beside the views."""
         self._con.register(name, table)
 
+    def pin_requests(self) -> None:
+        """Compute the ``requests`` view once and keep it for this session: a temporary table of the same name
+        shadows the view, so every view built on it (``ledger_entries``, ``scope_balances``, ``minute_rollups``,
+        ``daily_cost``) reads the snapshot instead of re-reading the archive. For reports that query several
+        views at one moment; the archive is not read again until ``unpin_requests``."""
+        self.query("CREATE OR REPLACE TEMP TABLE requests AS SELECT * FROM main.requests")
+
+    def unpin_requests(self) -> None:
+        self.query("DROP TABLE IF EXISTS temp.requests")
+
     def months(self) -> list[str]:
         """The budget months that have admissions, oldest first."""
-        return [row[0] for row in self.query("SELECT DISTINCT month FROM admissions ORDER BY month").rows]
+        return [row[0] for row in self.query("SELECT DISTINCT month FROM requests ORDER BY month").rows]
 
     def _explain(self, exc: duckdb.Error) -> WarehouseError:
         message = str(exc).strip()
