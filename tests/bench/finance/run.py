@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench.finance.measure import archive_throughput, focus_export_time, showback_times
-from tests.bench.finance.synthetic import MONTH, generate
+from tests.bench.finance.synthetic import DAYS, MONTH, generate
 from tests.bench.output import finish
 from tests.harness import ROOT
 
@@ -19,16 +19,16 @@ OUT = ROOT / "var" / "bench"
 GOALS = {"archive_events_per_s": 50_000, "showback_s": 2.0}
 
 
-def month_archive(folder: Path, events: int) -> dict[str, Any]:
+def month_archive(folder: Path, events: int, days: int = DAYS) -> dict[str, Any]:
     """The synthetic month under ``folder`` (generated once per size; a marker file records what is there)."""
     marker = folder / "generated.json"
     if marker.exists():
         made = json.loads(marker.read_text())
-        if made.get("asked") == events:
+        if made.get("asked") == events and made.get("days") == days:
             return {**made, "reused": True}
     shutil.rmtree(folder, ignore_errors=True)
     started = time.perf_counter()
-    made = {"asked": events, **generate(folder / "archive", events)}
+    made = {"asked": events, "days": days, **generate(folder / "archive", events, days=days)}
     made["generate_s"] = round(time.perf_counter() - started, 1)
     marker.write_text(json.dumps(made))
     return {**made, "reused": False}
@@ -65,13 +65,14 @@ def problems(rep: dict[str, Any], asked: int) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="The finance warehouse at the scale of a month.")
     ap.add_argument("--events", type=int, default=10_000_000, help="events in the synthetic month (default 10M)")
+    ap.add_argument("--days", type=int, default=DAYS, help="days of the month to spread them over (default 30)")
     ap.add_argument("--writer-events", type=int, default=60_000, help="real events through ArchiveWriter")
     ap.add_argument("--folder", type=Path, default=None, help="where the month is kept (default var/bench/finance)")
     ap.add_argument("--json", type=Path, default=OUT / "finance.json", help="where to write the figures")
     args = ap.parse_args(argv)
     started = time.monotonic()
     folder = args.folder or OUT / "finance"
-    rep: dict[str, Any] = {"month": month_archive(folder, args.events)}
+    rep: dict[str, Any] = {"month": month_archive(folder, args.events, args.days)}
     with tempfile.TemporaryDirectory() as tmp:
         rep["archive_writer"] = archive_throughput(Path(tmp) / "writer", args.writer_events)
         rep["showback"] = showback_times(folder / "archive", MONTH)
