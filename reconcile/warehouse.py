@@ -29,7 +29,6 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-
 VIEWS_SQL = Path(__file__).with_name("sql") / "views.sql"
 ARCHIVE_GLOB = "date=*/**/*.parquet"
 VIEWS_ARCHIVE_SCHEMA = 2
