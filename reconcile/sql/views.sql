@@ -111,11 +111,10 @@ WITH r AS NOT MATERIALIZED (
     WHERE r.type = 'request.attempted' GROUP BY r.request_id, r.attempt
 ), tries AS (
     SELECT request_id, count(*) AS tried, arg_min(deployment, attempt) AS first_deployment,
-           coalesce(arg_max(model, attempt) FILTER (WHERE outcome = 'ok'), arg_max(model, attempt)) AS model,
-           coalesce(arg_max(provider, attempt) FILTER (WHERE outcome = 'ok'), arg_max(provider, attempt)) AS provider,
-           coalesce(arg_max(account, attempt) FILTER (WHERE outcome = 'ok'), arg_max(account, attempt)) AS account,
-           coalesce(arg_max(region, attempt) FILTER (WHERE outcome = 'ok'), arg_max(region, attempt)) AS region,
-           arg_max(ttft_ms, attempt) FILTER (WHERE outcome = 'ok') AS ttft_ms,
+           -- the attempt that served (the last ok one), else the last one tried
+           arg_max({'model': model, 'provider': provider, 'account': account, 'region': region,
+                    'ttft_ms': CASE WHEN outcome = 'ok' THEN ttft_ms END},
+                   (outcome = 'ok')::BIGINT * 4294967296 + attempt) AS last,
            coalesce(sum(ttft_ms) FILTER (WHERE while_open), 0)::BIGINT AS ttft_ms_sum,
            count(ttft_ms) FILTER (WHERE while_open) AS ttft_count
     FROM tried GROUP BY request_id
@@ -128,7 +127,7 @@ SELECT adm.request_id, strftime(timezone(getvariable('budget_tz'), a.at), '%Y-%m
        c.at AS closed_at, CASE WHEN c.type = 'request.settled' THEN c.status END AS final_status,
        coalesce(c.attempts, t.tried, 0) AS attempts, t.first_deployment,
        CASE WHEN c.type = 'request.settled' THEN c.deployment END AS deployment,
-       t.model, t.provider, t.account, t.region,
+       t.last.model, t.last.provider, t.last.account, t.last.region,
        coalesce(c.input, 0) AS input_tokens, coalesce(c.cached_input, 0) AS cached_input_tokens,
        coalesce(c.cache_write, 0) AS cache_write_tokens, coalesce(c.output, 0) AS output_tokens,
        coalesce(c.reasoning, 0) AS reasoning_tokens, c.usage_source,
@@ -140,7 +139,7 @@ SELECT adm.request_id, strftime(timezone(getvariable('budget_tz'), a.at), '%Y-%m
        coalesce(c.type = 'request.settled' AND c.status < 400
                 AND (c.attempts > 1 OR c.deployment IS DISTINCT FROM t.first_deployment), false) AS fallback,
        0::BIGINT AS hedge_micro, coalesce(c.cache_hit, false) AS cache_hit, 0::BIGINT AS cache_saved_micro,
-       c.latency_ms, t.ttft_ms, coalesce(t.ttft_ms_sum, 0) AS ttft_ms_sum, coalesce(t.ttft_count, 0) AS ttft_count,
+       c.latency_ms, t.last.ttft_ms, coalesce(t.ttft_ms_sum, 0) AS ttft_ms_sum, coalesce(t.ttft_count, 0) AS ttft_count,
        a.currency, adm.request_id || '/admitted' AS admitted_id,
        adm.request_id || CASE c.type WHEN 'request.settled' THEN '/settled' WHEN 'hold.expired' THEN '/expired' END
            AS closed_id, c.type AS closed_type, adm.admitted_pos, cls.closed_pos

@@ -18,7 +18,6 @@ from reconcile.warehouse import VIEWS, VIEWS_ARCHIVE_SCHEMA, VIEWS_SQL, Warehous
 from streams.archive_schema import ARCHIVE_SCHEMA_VERSION, SCHEMA_METADATA_KEY
 
 
-
 @pytest.fixture
 def archive(tmp_path: Path) -> Path:
     return write_archive(tmp_path / "archive")
