@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from warehouse_fixtures import write_archive
 
 from farebox.cli import main
 from tests.harness import test_config as write_config
+from tests.reconcile.warehouse_fixtures import write_archive
 
 
 @pytest.fixture

@@ -6,11 +6,11 @@ from datetime import date
 from pathlib import Path
 
 import pytest
-from warehouse_fixtures import write_archive
 
 from reconcile.render import render
 from reconcile.showback import parse_dimensions, showback, usage
 from reconcile.warehouse import Warehouse, WarehouseError
+from tests.reconcile.warehouse_fixtures import write_archive
 
 BUDGETS = {"team:payments": {"limit_micro": 40_000, "soft_pct": 80}, "team:search": {"limit_micro": None}}
 

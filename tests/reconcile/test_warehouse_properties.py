@@ -18,13 +18,13 @@ from tempfile import TemporaryDirectory
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from warehouse_streams import IST, archive_stream, delivery
 
 from ledger.balances import Ledger
 from ledger.events import Event
 from ledger.rollups import COUNTERS, merge
 from ledger.splitting import split
 from reconcile.warehouse import Warehouse
+from tests.reconcile.warehouse_streams import IST, archive_stream, delivery
 
 ROLLUP_SQL = f"""SELECT team, key_id, alias, deployment, minute, {', '.join(COUNTERS)}
                  FROM minute_rollups"""

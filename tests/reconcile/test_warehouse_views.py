@@ -9,13 +9,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from warehouse_fixtures import month_events, write_archive
-from warehouse_streams import IST
 
 from farebox.cli_finance import duckdb_cli, shell_argv
 from ledger.balances import Ledger
 from reconcile.warehouse import VIEWS, VIEWS_ARCHIVE_SCHEMA, VIEWS_SQL, Warehouse, WarehouseError, views_preamble
 from streams.archive_schema import ARCHIVE_SCHEMA_VERSION, SCHEMA_METADATA_KEY
+from tests.reconcile.warehouse_fixtures import month_events, write_archive
+from tests.reconcile.warehouse_streams import IST
 
 
 @pytest.fixture

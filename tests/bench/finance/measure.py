@@ -101,14 +101,15 @@ def showback_times(root: Path, month: str) -> dict[str, Any]:
     return out
 
 
-def focus_export_time(root: Path, month: str, out_dir: Path) -> dict[str, Any]:
-    """Seconds for ``reconcile.focus.export_focus`` on the month, or why it was not measured."""
+def focus_export_time(root: Path, month: str, out_dir: Path, book: Any, fx: Any) -> dict[str, Any]:
+    """Seconds for ``reconcile.focus.export_focus`` on the month (UTC), or why it was not measured."""
     try:
         from reconcile.focus import export_focus  # type: ignore[import-not-found]
     except ImportError as exc:
         return {"measured": False, "why": f"reconcile.focus.export_focus is not in this build ({exc})"}
+    out = out_dir / "focus.parquet"
     values = {"root": root, "archive": root, "archive_root": root, "month": month, "tz": "Asia/Kolkata",
-              "out": out_dir / "focus.parquet", "path": out_dir / "focus.parquet", "dest": out_dir / "focus.parquet"}
+              "book": book, "fx": fx, "currency": "INR", "out": out, "path": out, "dest": out}
     kwargs, missing = {}, []
     for name, param in inspect.signature(export_focus).parameters.items():
         if name in values:
@@ -119,5 +120,9 @@ def focus_export_time(root: Path, month: str, out_dir: Path) -> dict[str, Any]:
         return {"measured": False, "why": f"export_focus needs {', '.join(missing)}, which the bench cannot supply"}
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    export_focus(**kwargs)
-    return {"measured": True, "seconds": round(time.perf_counter() - started, 3)}
+    try:
+        export_focus(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - another change's code: report, do not stop the bench
+        return {"measured": False, "why": f"export_focus failed: {type(exc).__name__}: {exc}"}
+    return {"measured": True, "seconds": round(time.perf_counter() - started, 3),
+            "mb": round(out.stat().st_size / 1e6, 1) if out.exists() else None}

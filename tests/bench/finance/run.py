@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench.finance.measure import archive_throughput, focus_export_time, showback_times
-from tests.bench.finance.synthetic import DAYS, MONTH, generate
+from tests.bench.finance.synthetic import DAYS, MONTH, generate, price_book
 from tests.bench.output import finish
 from tests.harness import ROOT
 
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         rep["archive_writer"] = archive_throughput(Path(tmp) / "writer", args.writer_events)
         rep["showback"] = showback_times(folder / "archive", MONTH)
-        rep["focus"] = focus_export_time(folder / "archive", MONTH, Path(tmp) / "focus")
+        rep["focus"] = focus_export_time(folder / "archive", MONTH, Path(tmp) / "focus", *price_book())
     rep["goals"] = GOALS
     rep["elapsed_s"] = round(time.monotonic() - started, 1)
     for line in report(rep):

@@ -23,12 +23,14 @@ codec's; the size figure that counts is the real writer's (``measure``).
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pricing.book import FxTable, Price, PriceBook, PriceVersion
 from streams.archive_schema import SCHEMA
 
 MONTH = "2026-10"
@@ -59,8 +61,8 @@ u AS (
            CASE WHEN u2 < 0.33 THEN 0 WHEN u2 < 0.55 THEN 1 WHEN u2 < 0.80 THEN 2 WHEN u2 < 0.90 THEN 3 ELSE 4 END AS slot,
            CASE WHEN u3 < 0.005 THEN 'open' WHEN u3 < 0.015 THEN 'expired' WHEN u3 < 0.030 THEN 'failed'
                 WHEN u3 < 0.060 THEN 'fallback' WHEN u3 < 0.080 THEN 'overrun' ELSE 'ok' END AS fate,
-           200 + h5 % 4000 AS input, CASE WHEN u4 < 0.30 THEN (200 + h5 % 4000) // 4 ELSE 0 END AS cached,
-           20 + h6 % 800 AS output, h7 % 5 AS app_n, h7 % 6 AS key_n, h5, h6,
+           CASE WHEN u3 >= 0.015 AND u3 < 0.030 THEN 0 ELSE 200 + h5 % 4000 END AS input,  -- failed: no usage
+           CASE WHEN u4 < 0.30 THEN input // 4 ELSE 0 END AS cached, CASE WHEN input = 0 THEN 0 ELSE 20 + h6 % 800 END AS output, h7 % 5 AS app_n, h7 % 6 AS key_n, h5, h6,
            $start + to_microseconds(((i - $lo) * $span_us // ($hi - $lo) + h7 % 1000000)::BIGINT) AS t0
     FROM u
 )
@@ -75,6 +77,20 @@ SELECT q.*, d.* EXCLUDE (slot), 'team-' || lpad(tn::VARCHAR, 3, '0') AS team, 'b
        300 + (h6 % 900) AS ttft, 1500 + (h5 % 6000) AS latency
 FROM q JOIN d ON d.slot = q.slot
 """
+
+
+def price_book() -> tuple[PriceBook, FxTable]:
+    """Price version 1 of every deployment the month uses (INR per 1M tokens, so no FX): for the FOCUS export."""
+    con = duckdb.connect()
+    rows = con.execute(f"SELECT deployment, fallback_deployment, p_in, p_cached, p_out FROM ({DEPLOYMENTS})").fetchall()
+    con.close()
+    prices: dict[str, Price] = {}
+    for deployment, _, p_in, p_cached, p_out in rows:
+        prices[deployment] = Price(input=Decimal(p_in) / 1_000_000, cached_input=Decimal(p_cached) / 1_000_000,
+                                   output=Decimal(p_out) / 1_000_000, currency="INR")
+    for deployment, fallback, *_ in rows:  # failed first attempts cost 0 whatever their price
+        prices.setdefault(fallback, prices[deployment])
+    return PriceBook.of([PriceVersion(1, datetime(2026, 1, 1, tzinfo=timezone.utc), prices)]), FxTable()
 
 
 def _duck_type(t: pa.DataType) -> str:
