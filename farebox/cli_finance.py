@@ -21,11 +21,15 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reconcile.render import FORMATS, render
 from reconcile.showback import DIMENSIONS, showback
 from reconcile.warehouse import VIEWS_SQL, Warehouse, WarehouseError, views_preamble
+
+if TYPE_CHECKING:
+    from farebox.settings import Settings
+    from proxy.control.snapshot import Snapshot
 
 DEFAULT_TZ = "Asia/Kolkata"
 
@@ -39,7 +43,7 @@ class FinanceContext:
     budgets: dict[str, dict[str, Any]]
 
 
-def live_snapshot(config: str):  # type: ignore[no-untyped-def]
+def live_snapshot(config: str) -> tuple[Settings, Snapshot]:
     """The published config snapshot (what the gateway serves), or the file's when nothing is published yet."""
     from farebox.control import open_config_db
     from farebox.settings import load_settings
