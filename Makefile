@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lock services run run-cluster stop-cluster test bench bench-budget bench-distributed bench-availability bench-sim bench-limits kafka-up kafka-down clean
+.PHONY: install lock services run run-cluster stop-cluster test bench bench-budget bench-distributed bench-availability bench-finance bench-sim bench-limits kafka-up kafka-down clean
 
 LOCK_VENV := .lock-venv
 
@@ -66,6 +66,11 @@ bench-distributed: install services
 ## Alias availability vs each provider's, in simulated time (two providers, independent 1%-of-minutes outages).
 bench-availability: install
 	$(BIN)/python -m tests.bench.availability
+
+## The finance warehouse at a month's scale: a synthetic 30-day month of 10M request events (200 teams) straight to
+## Parquet; ArchiveWriter events/s, showback time, FOCUS export time, archive size per million events.
+bench-finance: install
+	$(BIN)/python -m tests.bench.finance
 
 ## The simulator's own ceiling.
 bench-sim: install

@@ -5,6 +5,7 @@
     farebox keys|budgets|aliases|prices|teams|business-units|admin|audit|config|db: see farebox/cli_control.py
     farebox events tail --config PATH [-n N] [--follow]
     farebox archiver | archive flush|verify|compact | replay: see farebox/cli_archive.py
+    farebox finance sql|shell, farebox report showback: see farebox/cli_finance.py
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ def parser() -> argparse.ArgumentParser:
     __import__("farebox.cli_whatif", fromlist=["register"]).register(sub)  # farebox whatif
     __import__("farebox.cli_reconcile", fromlist=["register"]).register(sub)  # farebox reconcile
     __import__("farebox.cli_dev", fromlist=["register"]).register(sub)  # farebox dev cluster up|down|status
+    __import__("farebox.cli_finance", fromlist=["register"]).register(sub)  # farebox finance sql|shell, report showback
     return p
 
 

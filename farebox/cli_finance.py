@@ -1,0 +1,151 @@
+"""The finance commands: SQL over the warehouse, its shell, and the showback report.
+
+    farebox finance sql "SELECT ..." [--config PATH | --archive DIR] [--format table|csv|json]
+    farebox finance shell [--config PATH | --archive DIR]
+    farebox report showback --config PATH --month YYYY-MM [--by team,app,alias,model,cost_centre]
+                            [--format table|csv|json] [--archive DIR]
+
+The composition root's part: find the archive (``--archive``, else
+``<state_dir>/archive``), the budget time zone and the budget limits (the live
+config snapshot in the config database, as ``farebox budgets set`` left it),
+and hand them to ``reconcile`` as plain values. Every failure the warehouse
+names (empty archive, unreadable or newer file, unknown column, a month with
+no data) is one line on stderr and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from reconcile.render import FORMATS, render
+from reconcile.showback import DIMENSIONS, showback
+from reconcile.warehouse import VIEWS_SQL, Warehouse, WarehouseError, views_preamble
+
+if TYPE_CHECKING:
+    from farebox.settings import Settings
+    from proxy.control.snapshot import Snapshot
+
+DEFAULT_TZ = "Asia/Kolkata"
+
+
+@dataclass(frozen=True)
+class FinanceContext:
+    """Where the archive is, the budget zone, and each budget scope's limit (plain data for reconcile)."""
+
+    archive: Path
+    tz: str
+    budgets: dict[str, dict[str, Any]]
+
+
+def live_snapshot(config: str) -> tuple[Settings, Snapshot]:
+    """The published config snapshot (what the gateway serves), or the file's when nothing is published yet."""
+    from farebox.control import open_config_db
+    from farebox.settings import load_settings
+    from proxy.control.document import compile_document
+
+    settings = load_settings(config)
+    db = open_config_db(settings)
+    try:
+        head = db.head()
+        snapshot = compile_document(db.document(head[0]), head[0]) if head is not None else settings.snapshot
+    finally:
+        db.close()
+    return settings, snapshot
+
+
+def context(args: argparse.Namespace, *, need_budgets: bool = False) -> FinanceContext:
+    if args.config is None:
+        if args.archive is None or need_budgets:
+            raise WarehouseError("pass --config PATH (the gateway's farebox.yaml)"
+                                 + ("" if need_budgets else ", or --archive DIR"))
+        return FinanceContext(Path(args.archive), getattr(args, "tz", None) or DEFAULT_TZ, {})
+    settings, snapshot = live_snapshot(args.config)
+    policy = snapshot.budgets
+    budgets = {scope: {"limit_micro": limit.limit_micro, "soft_pct": limit.soft_pct}
+               for scope, limit in policy.scopes.items()}
+    archive = Path(args.archive) if args.archive else settings.archive_root
+    return FinanceContext(archive, policy.timezone, budgets)
+
+
+def duckdb_cli() -> str:
+    """The ``duckdb`` shell: beside this Python (a virtualenv's bin), else on PATH."""
+    beside = Path(sys.executable).with_name("duckdb")
+    found = str(beside) if beside.exists() else shutil.which("duckdb")
+    if found is None:
+        raise WarehouseError("the duckdb shell is not installed (pip install duckdb-cli)")
+    return found
+
+
+def shell_argv(binary: str, archive: Path, tz: str) -> list[str]:
+    """The duckdb command line that opens the views over ``archive`` (the README's command, made explicit)."""
+    argv = [binary]
+    for statement in views_preamble(archive, tz):
+        argv += ["-cmd", statement]
+    return [*argv, "-cmd", f".read {VIEWS_SQL}"]
+
+
+def _sql(args: argparse.Namespace) -> int:
+    ctx = context(args)
+    with Warehouse(ctx.archive, tz=ctx.tz) as warehouse:
+        sys.stdout.write(render(warehouse.query(args.query), args.format))
+    return 0
+
+
+def _shell(args: argparse.Namespace) -> int:
+    ctx = context(args)
+    Warehouse(ctx.archive, tz=ctx.tz).close()  # an empty or unreadable archive fails here, clearly
+    return subprocess.run(shell_argv(duckdb_cli(), ctx.archive, ctx.tz), check=False).returncode
+
+
+def _showback(args: argparse.Namespace) -> int:
+    ctx = context(args, need_budgets=True)
+    by = [name.strip() for name in args.by.split(",") if name.strip()]
+    with Warehouse(ctx.archive, tz=ctx.tz) as warehouse:
+        sys.stdout.write(render(showback(warehouse, args.month, by, ctx.budgets), args.format))
+    return 0
+
+
+def _guarded(func):  # type: ignore[no-untyped-def]
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except WarehouseError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+
+    return run
+
+
+def _where(s: argparse.ArgumentParser, *, config_required: bool = False) -> None:
+    s.add_argument("--config", required=config_required, help="the gateway's farebox.yaml")
+    s.add_argument("--archive", help="the archive folder (default: <state_dir>/archive)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``finance`` and ``report`` to the ``farebox`` command line."""
+    finance = sub.add_parser("finance", help="the finance warehouse (DuckDB over the archive)").add_subparsers(
+        dest="finance_command", required=True)
+    s = finance.add_parser("sql", help="run one SQL query over the warehouse views")
+    s.add_argument("query")
+    _where(s)
+    s.add_argument("--tz", help=f"budget time zone with --archive alone (default {DEFAULT_TZ})")
+    s.add_argument("--format", choices=FORMATS, default="table")
+    s.set_defaults(func=_guarded(_sql))
+    s = finance.add_parser("shell", help="open the duckdb shell with the warehouse views loaded")
+    _where(s)
+    s.add_argument("--tz", help=f"budget time zone with --archive alone (default {DEFAULT_TZ})")
+    s.set_defaults(func=_guarded(_shell))
+
+    report = sub.add_parser("report", help="finance reports").add_subparsers(dest="report_command", required=True)
+    s = report.add_parser("showback", help="a month's spend, requests, tokens, fallbacks and budgets by group")
+    _where(s, config_required=True)
+    s.add_argument("--month", required=True, help="budget month YYYY-MM (calendar month in budgets.timezone)")
+    s.add_argument("--by", default="team", help=f"comma-separated, from: {','.join(DIMENSIONS)} (default team)")
+    s.add_argument("--format", choices=FORMATS, default="table")
+    s.set_defaults(func=_guarded(_showback))

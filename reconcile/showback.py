@@ -1,0 +1,159 @@
+"""Showback and usage: who spent what, from the warehouse's ``requests`` and ``scope_balances`` views.
+
+``showback(warehouse, month, by, budgets)`` is the monthly report (seed 002's
+chargeback query is its shape): per group of ``by`` columns, over the requests
+*admitted* in the budget month (calendar month in ``budgets.timezone``, as the
+ledger charges them):
+
+* ``requests`` admitted, ``closed`` (settled or expired), ``served`` (settled
+  below 400), ``spend_micro`` (each request's cost: settled cost, or the hold
+  an expiry charged in full), tokens by type;
+* ``fallbacks`` and ``fallback_rate`` (of the served: after more than one
+  attempt, or by a deployment other than the first tried);
+* ``hedge_micro`` (0 until hedging exists) and ``cache_saved_micro`` (0 until
+  there is a cache);
+* budget against actual, for the budget scope of the first scope-bearing
+  column of ``by`` (team -> ``team:``, business_unit -> ``bu:``, key_id ->
+  ``key:``): the ledger's settled and held in that month (``scope_balances``,
+  what ``GET /admin/v1/budgets/{scope}`` reports), the limit the caller
+  passes in, remaining, and state: unlimited, ok, soft (a threshold notice was
+  archived, or settled + held reached soft_pct of the limit), exhausted.
+
+Budgets come in as plain data from the composition root (``{scope:
+{"limit_micro": int | None, "soft_pct": int}}``); reconcile never reads the
+config database. ``usage`` is the same warehouse over a date range, for the
+admin usage API's port.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from reconcile.warehouse import Result, Warehouse, WarehouseError
+
+DIMENSIONS = ("team", "business_unit", "app", "key_id", "cost_centre", "alias", "deployment", "provider", "model",
+              "region", "data_class")
+USAGE_DIMENSIONS = (*DIMENSIONS, "month", "day")
+BUDGET_SCOPES = (("team", "team:"), ("business_unit", "bu:"), ("key_id", "key:"))
+LIMITS_SCHEMA = pa.schema([("scope", pa.string()), ("limit_micro", pa.int64()), ("soft_pct", pa.int64())])
+_MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
+
+_TOTALS = """count(*) AS requests, count(*) FILTER (WHERE state <> 'open') AS closed,
+       count(*) FILTER (WHERE served) AS served, sum(cost_micro)::BIGINT AS spend_micro,
+       sum(input_tokens)::BIGINT AS input_tokens, sum(cached_input_tokens)::BIGINT AS cached_input_tokens,
+       sum(cache_write_tokens)::BIGINT AS cache_write_tokens, sum(output_tokens)::BIGINT AS output_tokens,
+       sum(reasoning_tokens)::BIGINT AS reasoning_tokens"""
+
+_SHOWBACK = """
+WITH spend AS (
+    SELECT {dims}, {totals},
+           count(*) FILTER (WHERE fallback) AS fallbacks, sum(hedge_micro)::BIGINT AS hedge_micro,
+           sum(cache_saved_micro)::BIGINT AS cache_saved_micro, any_value(currency) AS currency
+    FROM requests WHERE month = $month GROUP BY {dims}
+), notices AS (
+    SELECT DISTINCT scope FROM archive_rows WHERE type = 'budget.threshold_crossed' AND period = $month
+), budget AS (
+    SELECT s.*, {scope} AS budget_scope FROM spend AS s
+)
+SELECT b.* EXCLUDE (budget_scope, currency),
+       round(b.fallbacks / nullif(b.served, 0), 4) AS fallback_rate,
+       b.budget_scope, l.limit_micro AS budget_limit_micro,
+       coalesce(sb.settled_micro, 0) AS budget_settled_micro, coalesce(sb.held_micro, 0) AS budget_held_micro,
+       l.limit_micro - coalesce(sb.settled_micro, 0) - coalesce(sb.held_micro, 0) AS budget_remaining_micro,
+       CASE WHEN b.budget_scope IS NULL THEN NULL
+            WHEN l.limit_micro IS NULL THEN 'unlimited'
+            WHEN l.limit_micro - coalesce(sb.settled_micro, 0) - coalesce(sb.held_micro, 0) <= 0 THEN 'exhausted'
+            WHEN n.scope IS NOT NULL
+                 OR (coalesce(sb.settled_micro, 0) + coalesce(sb.held_micro, 0)) * 100 >= l.limit_micro * l.soft_pct
+                 THEN 'soft'
+            ELSE 'ok' END AS budget_state,
+       b.currency
+FROM budget AS b
+LEFT JOIN scope_balances AS sb ON sb.scope = b.budget_scope AND sb.balance_period = $month
+LEFT JOIN budget_limits AS l ON l.scope = b.budget_scope
+LEFT JOIN notices AS n ON n.scope = b.budget_scope
+ORDER BY b.spend_micro DESC, {order}
+"""
+
+_USAGE = """
+SELECT {dims}, {totals}, count(*) FILTER (WHERE fallback) AS fallbacks, any_value(currency) AS currency
+FROM requests WHERE day BETWEEN $start AND $end GROUP BY {dims} ORDER BY {order}
+"""
+
+
+def parse_dimensions(raw: str | Sequence[str], allowed: Sequence[str] = DIMENSIONS) -> tuple[str, ...]:
+    """The group-by columns named in ``raw`` ("team,app" or a list), checked; ``WarehouseError`` names an unknown
+    one and lists the choices."""
+    names = [n.strip() for n in (raw.split(",") if isinstance(raw, str) else raw) if n.strip()]
+    if not names:
+        raise WarehouseError(f"no columns to group by; choose from {', '.join(allowed)}")
+    for name in names:
+        if name not in allowed:
+            raise WarehouseError(f"unknown group-by column {name!r}; choose from {', '.join(allowed)}")
+    return tuple(dict.fromkeys(names))
+
+
+def check_month(month: str) -> str:
+    if not _MONTH.match(month):
+        raise WarehouseError(f"month must look like YYYY-MM, got {month!r}")
+    return month
+
+
+def limits_table(budgets: Mapping[str, Mapping[str, Any]]) -> pa.Table:
+    """The caller's budget limits as the ``budget_limits`` relation the showback query joins."""
+    rows = [{"scope": scope, "limit_micro": spec.get("limit_micro"), "soft_pct": spec.get("soft_pct", 80)}
+            for scope, spec in sorted(budgets.items())]
+    return pa.Table.from_pylist(rows, schema=LIMITS_SCHEMA)
+
+
+def budget_scope_sql(dims: Sequence[str]) -> str:
+    """The SQL for a row's budget scope: the first of team, business_unit, key_id grouped by (else NULL)."""
+    for column, prefix in BUDGET_SCOPES:
+        if column in dims:
+            return f"'{prefix}' || s.{column}"
+    return "NULL::VARCHAR"
+
+
+def showback(warehouse: Warehouse, month: str, by: Sequence[str] = ("team",),
+             budgets: Mapping[str, Mapping[str, Any]] | None = None) -> Result:
+    """The month's showback rows, most spend first; ``WarehouseError`` when no request was admitted that month."""
+    month = check_month(month)
+    dims = parse_dimensions(by)
+    warehouse.register("budget_limits", limits_table(budgets or {}))
+    warehouse.pin_requests()  # spend and the ledger's balances from one reading of the archive
+    try:
+        sql = _SHOWBACK.format(dims=", ".join(dims), totals=_TOTALS, scope=budget_scope_sql(dims),
+                               order=", ".join(f"b.{d} NULLS FIRST" for d in dims))
+        result = warehouse.query(sql, {"month": month})
+        held = warehouse.months() if not result.rows else []
+    finally:
+        warehouse.unpin_requests()
+    if not result.rows:
+        raise WarehouseError(
+            f"no requests admitted in {month} (budget months in {warehouse.tz}) in the archive at {warehouse.root}; "
+            f"it holds {', '.join(held) if held else 'no admissions at all'}")
+    return result
+
+
+def usage_rows(warehouse: Warehouse, start: date, end: date, group_by: Sequence[str]) -> Result:
+    """Requests, tokens and cost per group, over requests admitted on days [start, end] (budget zone)."""
+    if end < start:
+        raise WarehouseError(f"the range ends ({end}) before it starts ({start})")
+    dims = parse_dimensions(group_by, USAGE_DIMENSIONS)
+    sql = _USAGE.format(dims=", ".join(dims), totals=_TOTALS, order=", ".join(f"{d} NULLS FIRST" for d in dims))
+    return warehouse.query(sql, {"start": start, "end": end})
+
+
+def usage(root: str | Path, start: date, end: date, group_by: Sequence[str], *,
+          tz: str = "Asia/Kolkata") -> list[dict[str, Any]]:
+    """Usage rows (dicts) for ``GET /admin/v1/usage``: the archive at ``root``, days [start, end] inclusive in
+    ``tz``, grouped by ``group_by`` (``USAGE_DIMENSIONS``). An empty range gives []; an empty or unreadable
+    archive, an unknown column or a reversed range raise ``WarehouseError``."""
+    with Warehouse(root, tz=tz) as warehouse:
+        return usage_rows(warehouse, start, end, group_by).dicts()

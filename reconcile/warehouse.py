@@ -1,0 +1,159 @@
+"""The finance warehouse: an in-memory DuckDB over the Parquet archive, with the views of ``sql/views.sql``.
+
+The views are the finance interface: reports and the admin usage API run SQL
+over them and never re-implement a sum in Python. This module only opens
+them and turns every way the archive can be unreadable into one
+``WarehouseError`` that names the file:
+
+* an empty archive (no ``date=*/**/*.parquet`` files under the root);
+* a file of another archive schema than the views read (``archive_guard``
+  checks the ``farebox.archive_schema`` Parquet metadata of every file, once
+  when the warehouse opens; the plain duckdb CLI checks it at every query);
+* a corrupt or truncated file (DuckDB names it; when it does not, every file
+  is read with pyarrow to find the first that fails).
+
+Nothing here writes to the archive. The archive is read through the layout
+``streams.archive`` writes (hourly files under ``date=YYYY-MM-DD/hour=HH/``,
+compacted daily files under ``date=YYYY-MM-DD/``); rows are deduplicated by
+event id in the views.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+VIEWS_SQL = Path(__file__).with_name("sql") / "views.sql"
+ARCHIVE_GLOB = "date=*/**/*.parquet"
+VIEWS_ARCHIVE_SCHEMA = 2
+"""The archive schema ``views.sql`` is written against (its ``archive_guard``); a test keeps it equal to
+``streams.archive_schema.ARCHIVE_SCHEMA_VERSION``, so a schema bump makes someone read the views again."""
+
+VIEWS = ("archive_files", "archive_scan", "archive_rows", "events", "requests", "attempts", "ledger_entries", "scope_balances",
+         "minute_rollups", "daily_cost")
+
+
+class WarehouseError(Exception):
+    """The warehouse cannot answer: empty or unreadable archive, bad query, nothing for the period asked."""
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """A query's answer: column names and rows, in order."""
+
+    columns: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+
+    def dicts(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, row)) for row in self.rows]
+
+
+def archive_files(root: str | Path) -> list[Path]:
+    """Every archive file the views read, in name order (hourly and compacted daily files alike)."""
+    return sorted(Path(root).glob(ARCHIVE_GLOB))
+
+
+def sql_string(value: str) -> str:
+    """A SQL string literal (single quotes doubled)."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def views_preamble(root: str | Path, tz: str) -> list[str]:
+    """The statements that point ``views.sql`` at an archive and a budget zone (before it is read)."""
+    return [f"SET VARIABLE archive_root = {sql_string(str(root))}", f"SET VARIABLE budget_tz = {sql_string(tz)}"]
+
+
+def first_unreadable(files: Sequence[Path]) -> str | None:
+    """The first file pyarrow cannot read whole, as "<path>: <why>"; None when all read."""
+    for path in files:
+        try:
+            pq.read_table(path)
+        except (pa.ArrowException, OSError) as exc:
+            return f"{path}: not a readable archive file ({exc})"
+    return None
+
+
+class Warehouse:
+    """DuckDB over one archive root, views loaded; ``tz`` is ``budgets.timezone`` (budget months)."""
+
+    def __init__(self, root: str | Path, *, tz: str = "Asia/Kolkata", threads: int | None = None) -> None:
+        self.root = Path(root)
+        self.tz = tz
+        self.files = archive_files(self.root)
+        if not self.files:
+            raise WarehouseError(
+                f"the archive at {self.root} is empty: no Parquet files match {self.root}/{ARCHIVE_GLOB}. "
+                "Archive the event log first (embedded mode: streams.archive.archive_from_log; distributed "
+                "mode: the archiver consumer), or pass the right archive folder.")
+        self._con = duckdb.connect(config={"threads": threads} if threads else {})
+        try:
+            self._con.execute("SET enable_progress_bar = false")  # output is the result, nothing else
+            for statement in views_preamble(self.root, tz):
+                self._con.execute(statement)
+            self._con.execute(VIEWS_SQL.read_text())
+            self._con.execute("SELECT ok FROM archive_guard").fetchall()
+            # checked once: every later query reads the rows without paying for the footers again
+            self._con.execute("CREATE OR REPLACE VIEW archive_rows AS SELECT * FROM archive_scan")
+        except duckdb.Error as exc:
+            self._con.close()
+            raise self._explain(exc) from None
+
+    def close(self) -> None:
+        self._con.close()
+
+    def __enter__(self) -> Warehouse:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def query(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Result:
+        """Run one SQL statement over the views; ``WarehouseError`` (naming the file, if one is at fault)."""
+        try:
+            cursor = self._con.execute(sql, params) if params is not None else self._con.execute(sql)
+            if cursor.description is None:
+                return Result((), [])
+            columns = tuple(d[0] for d in cursor.description)
+            return Result(columns, cursor.fetchall())
+        except duckdb.Error as exc:
+            raise self._explain(exc) from None
+
+    def register(self, name: str, table: pa.Table) -> None:
+        """Make an Arrow table (e.g. the budget limits) queryable as ``name`` beside the views."""
+        self._con.register(name, table)
+
+    def pin_requests(self) -> None:
+        """Compute the ``requests`` view once and keep it for this session: a temporary table of the same name
+        shadows the view, so every view built on it (``ledger_entries``, ``scope_balances``, ``minute_rollups``,
+        ``daily_cost``) reads the snapshot instead of re-reading the archive. For reports that query several
+        views at one moment; the archive is not read again until ``unpin_requests``."""
+        self.query("CREATE OR REPLACE TEMP TABLE requests AS SELECT * FROM main.requests")
+
+    def unpin_requests(self) -> None:
+        self.query("DROP TABLE IF EXISTS temp.requests")
+
+    def months(self) -> list[str]:
+        """The budget months that have admissions, oldest first."""
+        return [row[0] for row in self.query("SELECT DISTINCT month FROM requests ORDER BY month").rows]
+
+    def _explain(self, exc: duckdb.Error) -> WarehouseError:
+        message = str(exc).strip()
+        if isinstance(exc, _QUERY_ERRORS) or "archive schema" in message:
+            return WarehouseError(message)
+        if not any(str(path) in message for path in self.files):  # DuckDB did not say which file
+            culprit = first_unreadable(self.files)
+            if culprit is not None:
+                return WarehouseError(culprit)
+        return WarehouseError(f"the archive at {self.root} cannot be read: {message}")
+
+
+_QUERY_ERRORS = (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException, duckdb.ConversionException,
+                 duckdb.InvalidTypeException, duckdb.TypeMismatchException, duckdb.OutOfRangeException,
+                 duckdb.NotImplementedException)
+"""Errors of the query itself (not of the archive): shown as DuckDB words them."""

@@ -1,0 +1,128 @@
+"""The finance bench's measurements: archive throughput, showback time, FOCUS export time, sizes.
+
+* Archive throughput goes through the real ``streams.archive.ArchiveWriter``
+  (decode and check every record, typed row, zstd Parquet, fsync, rename) on a
+  realistic subset of real events, in batches of 5,000 as ``archive_from_log``
+  writes them. Encoding the events is not timed: the log already holds bytes.
+* Showback is ``reconcile.showback.showback`` over the synthetic month through
+  the views, opened fresh (cold) and again (warm), by team and by a wider
+  grouping.
+* FOCUS export calls ``reconcile.focus.export_focus`` when this build has it
+  (another change brings it); its signature is matched by parameter name.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from ledger.codec import encode
+from ledger.events import Event, HoldExpired, RequestAdmitted, RequestAttempted, RequestSettled
+from pricing.usage import TokenUsage
+from reconcile.showback import showback
+from reconcile.warehouse import Warehouse
+from streams.archive import ArchiveWriter, Record
+
+ALIASES = (("chat-default", "d-oai-mumbai", "gpt-mid"), ("chat-default", "d-ant-mumbai", "claude-mid"),
+           ("chat-fast", "d-oai-mini", "gpt-mini"), ("chat-reasoning", "d-oai-reason", "gpt-reason"),
+           ("embed-default", "d-embed-mumbai", "embed-small"))
+T0 = datetime(2026, 10, 14, 4, 0, tzinfo=timezone.utc)
+
+
+def real_events(requests: int) -> list[Event]:
+    """Request lives as the gateway logs them (admitted, attempts, settled; 1% expired), the bench's mix."""
+    out: list[Event] = []
+    for i in range(requests):
+        tn = (i * 7919) % 200
+        team, key = f"team-{tn:03d}", f"fb-prod-{tn}-{i % 6}"
+        alias, deployment, model = ALIASES[i % len(ALIASES)]
+        at = T0 + timedelta(milliseconds=3 * i)
+        rid = f"bench-{i}"
+        usage = TokenUsage(input=200 + (i * 37) % 4000, cached_input=(i % 3 == 0) * 300, output=20 + (i * 13) % 800,
+                           reasoning=(alias == "chat-reasoning") * 400)
+        cost = 1_000 + (i * 97) % 400_000
+        hold = cost * (8 if i % 50 == 0 else 15) // 10
+        scopes = {f"key:{key}": hold, f"team:{team}": hold, f"bu:bu-{tn % 12}": hold}
+        out.append(RequestAdmitted(
+            time=at, request_id=rid, team=team, key_id=key, business_unit=f"bu-{tn % 12}", app=f"app-{tn}-{i % 5}",
+            run_id=None, alias=alias, data_class="internal", est_input_tokens=usage.input, max_output_tokens=1024,
+            holds=scopes, currency="INR", price_version=1, pod=f"pod-{i % 3}", hold_ttl_s=900, stream=i % 5 == 0))
+        if i % 100 == 0:
+            out.append(HoldExpired(time=at + timedelta(seconds=900), request_id=rid, team=team, charged=scopes,
+                                   currency="INR"))
+            continue
+        out.append(RequestAttempted(
+            time=at + timedelta(milliseconds=200), request_id=rid, team=team, attempt=1, deployment=deployment,
+            provider=deployment.split("-")[1], account="acct-main", model=model, region="ap-south-1", outcome="ok",
+            status=200, ttft_ms=300 + i % 900, latency_ms=1_500 + i % 6_000, usage=usage, cost_micro=cost,
+            currency="INR", price_version=1, error_code=None))
+        out.append(RequestSettled(
+            time=at + timedelta(seconds=2), request_id=rid, team=team, final_status=200, attempts=1,
+            deployment=deployment, usage=usage, cost_micro=cost, currency="INR",
+            cost_by_scope={s: cost for s in scopes}, hold_released={s: max(hold - cost, 0) for s in scopes},
+            overrun_micro=max(cost - hold, 0), cache_hit=False, latency_ms=1_500 + i % 6_000))
+    return out
+
+
+def archive_throughput(root: Path, events: int, batch: int = 5_000) -> dict[str, float]:
+    """Events/s through ``ArchiveWriter.write`` for about ``events`` real events; bytes per million events."""
+    evs = real_events(max(events // 3, 1))
+    records = [Record(0, n + 1, encode(e)) for n, e in enumerate(evs)]
+    writer = ArchiveWriter(root, "bench")
+    started = time.perf_counter()
+    for at in range(0, len(records), batch):
+        writer.write(records[at:at + batch])
+    elapsed = time.perf_counter() - started
+    size = sum(p.stat().st_size for p in root.glob("date=*/**/*.parquet"))
+    return {"events": len(records), "seconds": round(elapsed, 3), "events_per_s": round(len(records) / elapsed),
+            "mb_per_million_events": round(size / len(records), 3)}
+
+
+def showback_times(root: Path, month: str) -> dict[str, Any]:
+    """Seconds to open the warehouse and run the month's showback: cold, warm, and by team,app,alias,model."""
+    out: dict[str, Any] = {}
+    started = time.perf_counter()
+    with Warehouse(root) as warehouse:
+        out["open_s"] = round(time.perf_counter() - started, 3)
+        for label, by in (("by_team_cold_s", ["team"]), ("by_team_warm_s", ["team"]),
+                          ("by_team_app_alias_model_s", ["team", "app", "alias", "model"])):
+            started = time.perf_counter()
+            result = showback(warehouse, month, by)
+            out[label] = round(time.perf_counter() - started, 3)
+            out[label.replace("_s", "_rows").replace("_cold", "").replace("_warm", "")] = len(result.rows)
+        totals = warehouse.query("SELECT count(*), sum(cost_micro) FROM requests WHERE month = $m", {"m": month}).rows
+        daily = warehouse.query("SELECT sum(requests), sum(cost_micro) FROM daily_cost WHERE month = $m",
+                                {"m": month}).rows
+        out["requests"], out["spend_micro"] = totals[0]
+        out["daily_cost_agrees"] = tuple(daily[0]) == tuple(totals[0])
+    return out
+
+
+def focus_export_time(root: Path, month: str, out_dir: Path, book: Any, fx: Any) -> dict[str, Any]:
+    """Seconds for ``reconcile.focus.export_focus`` on the month (UTC), or why it was not measured."""
+    try:
+        from reconcile.focus import export_focus  # type: ignore[import-not-found]
+    except ImportError as exc:
+        return {"measured": False, "why": f"reconcile.focus.export_focus is not in this build ({exc})"}
+    out = out_dir / "focus.parquet"
+    values = {"root": root, "archive": root, "archive_root": root, "month": month, "tz": "Asia/Kolkata",
+              "book": book, "fx": fx, "currency": "INR", "out": out, "path": out, "dest": out}
+    kwargs, missing = {}, []
+    for name, param in inspect.signature(export_focus).parameters.items():
+        if name in values:
+            kwargs[name] = values[name]
+        elif param.default is inspect.Parameter.empty and param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            missing.append(name)
+    if missing:
+        return {"measured": False, "why": f"export_focus needs {', '.join(missing)}, which the bench cannot supply"}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    try:
+        export_focus(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - another change's code: report, do not stop the bench
+        return {"measured": False, "why": f"export_focus failed: {type(exc).__name__}: {exc}"}
+    return {"measured": True, "seconds": round(time.perf_counter() - started, 3),
+            "mb": round(out.stat().st_size / 1e6, 1) if out.exists() else None}

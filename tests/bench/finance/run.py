@@ -1,0 +1,85 @@
+"""The finance bench's command line: generate (or reuse) the month, measure, print, save."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.bench.finance.measure import archive_throughput, focus_export_time, showback_times
+from tests.bench.finance.synthetic import DAYS, MONTH, generate, price_book
+from tests.bench.output import finish
+from tests.harness import ROOT
+
+OUT = ROOT / "var" / "bench"
+GOALS = {"archive_events_per_s": 50_000, "showback_s": 2.0}
+GENERATOR = 2  # bump when synthetic.py changes what it writes: a kept month of another generator is made again
+
+
+def month_archive(folder: Path, events: int, days: int = DAYS) -> dict[str, Any]:
+    """The synthetic month under ``folder`` (generated once per size; a marker file records what is there)."""
+    marker = folder / "generated.json"
+    if marker.exists():
+        made = json.loads(marker.read_text())
+        if (made.get("asked"), made.get("days"), made.get("generator")) == (events, days, GENERATOR):
+            return {**made, "reused": True}
+    shutil.rmtree(folder, ignore_errors=True)
+    started = time.perf_counter()
+    made = {"asked": events, "days": days, "generator": GENERATOR, **generate(folder / "archive", events, days=days)}
+    made["generate_s"] = round(time.perf_counter() - started, 1)
+    marker.write_text(json.dumps(made))
+    return {**made, "reused": False}
+
+
+def report(rep: dict[str, Any]) -> list[str]:
+    month, writer, show, focus = rep["month"], rep["archive_writer"], rep["showback"], rep["focus"]
+    per_million = month["bytes"] / month["events"] * 1_000_000 / 1e6
+    how = "reused" if month["reused"] else f"generated in {month['generate_s']} s"
+    lines = [
+        f"synthetic month {MONTH}: {month['events']:,} events, {month['requests']:,} requests, {month['files']} files, "
+        f"{month['bytes'] / 1e6:,.1f} MB ({how})",
+        f"archive throughput (ArchiveWriter, {writer['events']:,} real events): {writer['events_per_s']:,} events/s "
+        f"(goal >= {GOALS['archive_events_per_s']:,})",
+        f"archive size per million events: {writer['mb_per_million_events']:.1f} MB (real writer), "
+        f"{per_million:.1f} MB (synthetic month)",
+        f"warehouse open: {show['open_s']} s; showback {MONTH} by team: {show['by_team_cold_s']} s cold, "
+        f"{show['by_team_warm_s']} s warm (goal < {GOALS['showback_s']} s), {show['by_team_rows']} rows; "
+        f"by team,app,alias,model: {show['by_team_app_alias_model_s']} s, {show['by_team_app_alias_model_rows']} rows",
+        "FOCUS export: " + (f"{focus['seconds']} s" if focus["measured"] else f"not measured: {focus['why']}"),
+    ]
+    return lines
+
+
+def problems(rep: dict[str, Any], asked: int) -> list[str]:
+    out = []
+    if not rep["showback"]["daily_cost_agrees"]:
+        out.append("daily_cost does not add up to the month's requests")
+    if abs(rep["month"]["events"] - asked) > asked * 0.05 + 100:
+        out.append(f"generated {rep['month']['events']} events, asked {asked}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="The finance warehouse at the scale of a month.")
+    ap.add_argument("--events", type=int, default=10_000_000, help="events in the synthetic month (default 10M)")
+    ap.add_argument("--days", type=int, default=DAYS, help="days of the month to spread them over (default 30)")
+    ap.add_argument("--writer-events", type=int, default=60_000, help="real events through ArchiveWriter")
+    ap.add_argument("--folder", type=Path, default=None, help="where the month is kept (default var/bench/finance)")
+    ap.add_argument("--json", type=Path, default=OUT / "finance.json", help="where to write the figures")
+    args = ap.parse_args(argv)
+    started = time.monotonic()
+    folder = args.folder or OUT / "finance"
+    rep: dict[str, Any] = {"month": month_archive(folder, args.events, args.days)}
+    with tempfile.TemporaryDirectory() as tmp:
+        rep["archive_writer"] = archive_throughput(Path(tmp) / "writer", args.writer_events)
+        rep["showback"] = showback_times(folder / "archive", MONTH)
+        rep["focus"] = focus_export_time(folder / "archive", MONTH, Path(tmp) / "focus", *price_book())
+    rep["goals"] = GOALS
+    rep["elapsed_s"] = round(time.monotonic() - started, 1)
+    for line in report(rep):
+        print(line)
+    return finish(rep, problems(rep, args.events), args.json, "all figures consistent")
