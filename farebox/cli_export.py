@@ -74,7 +74,7 @@ def export_focus_command(args: argparse.Namespace) -> int:
         parse_month(args.month)  # a bad month is refused before anything is opened
         settings = load_settings(args.config)
         snapshot = live_snapshot(settings)
-        archive = Path(args.archive) if args.archive else settings.state_dir / "archive"
+        archive = Path(args.archive) if args.archive else settings.archive_root
         corrections = read_corrections(Path(args.corrections) if args.corrections
                                        else settings.state_dir / "corrections")
         summary = export_focus(archive, args.month, snapshot.price_book, snapshot.fx, args.out, corrections,

@@ -88,7 +88,7 @@ def whatif_command(args: argparse.Namespace) -> int:
         settings = load_settings(args.config)
         snapshot = live_snapshot(settings)
         proposal = load_proposal(args.budgets, snapshot)  # every problem at once, before anything runs
-        archive = Path(args.archive) if args.archive else settings.state_dir / "archive"
+        archive = Path(args.archive) if args.archive else settings.archive_root
         events = read_traffic(archive, start, end, ZoneInfo(proposal.timezone))
         result = replay(events, proposal, start=start, end=end)
     except WhatIfError as exc:
