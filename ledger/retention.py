@@ -151,7 +151,8 @@ def forget_due(table: MutableMapping[str, Any], index: ClosedRequests, source: s
     gone = 0
     for request_id in ids:
         state = table.get(request_id)
-        if isinstance(state, dict) and state.get("s") == "closed":
+        # a state corrected since it was indexed carries a later ``at`` and is indexed again under it
+        if isinstance(state, dict) and state.get("s") == "closed" and admitted_epoch(state) < covered:
             del table[request_id]
             gone += 1
     return gone
