@@ -449,6 +449,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--follow", "-f", action="store_true")
     s.set_defaults(func=_events_tail)
     __import__("farebox.cli_export", fromlist=["register"]).register(sub)  # farebox export focus
+    __import__("farebox.cli_rerate", fromlist=["register"]).register(sub)  # farebox rerate
     return p
 
 

@@ -66,9 +66,13 @@ class EmbeddedLedgerRunner:
         """Fold an event the log has just acknowledged (durable; acks arrive in offset order).
 
         The usual path: no read-back and no decode on the hot path. A duplicate
-        append is acknowledged with its old offset and is skipped here.
+        append is acknowledged with its old offset and is skipped here. An offset
+        past a hole (another process appended to the log: ``farebox rerate
+        --apply``) is left to ``catch_up``, which reads the hole and folds in
+        offset order; folding past it here would checkpoint an offset beyond an
+        event the follower never saw.
         """
-        if self.follower is None or offset <= self.offset:
+        if self.follower is None or offset != self.offset + 1:
             return
         self.follower.apply(event)
         self.offset = offset
