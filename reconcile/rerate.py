@@ -191,6 +191,14 @@ def report_rows(result: Rerate) -> list[dict[str, object]]:
             for line in result.lines]
 
 
+def report_json(result: Rerate, applied: bool) -> dict[str, object]:
+    """The whole result as a JSON-able object (the admin API's response body): rows, totals, ids, skipped."""
+    return {"price_version": result.version, "applied": applied, "requests": result.requests,
+            "corrections": len(result.corrections), "diff_micro": result.diff_micro,
+            "correction_ids": [c.id for c in result.corrections], "rows": report_rows(result),
+            "skipped": [{"request_id": rid, "reason": why} for rid, why in result.skipped]}
+
+
 def format_table(rows: Sequence[Mapping[str, object]]) -> str:
     """A fixed-width text table of ``report_rows``."""
     cells = [list(REPORT_COLUMNS)] + [[str(row[c]) for c in REPORT_COLUMNS] for row in rows]

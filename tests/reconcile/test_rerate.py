@@ -161,3 +161,16 @@ def test_random_requests_rerate_consistently_with_their_own_version():
     for version in (1, 2):
         result = rerate([r for r in requests if r.attempts[0].price_version == version], BOOK4, FX, version, now=NOW)
         assert result.corrections == []
+
+
+def test_report_json_is_the_whole_result():
+    import json
+
+    from reconcile.rerate import report_json
+
+    at = datetime(2026, 11, 20, tzinfo=UTC)
+    request = _request("r1", at, [("azure-eu", TokenUsage(input=1_000, output=2_000))], 1)
+    result = rerate([request], BOOK4, FX, 2, now=NOW)
+    body = json.loads(json.dumps(report_json(result, applied=False)))
+    assert body["correction_ids"] == ["r1/rerate/1"] and body["applied"] is False
+    assert body["diff_micro"] == result.diff_micro == sum(r["diff_micro"] for r in body["rows"]) < 0
