@@ -6,15 +6,14 @@ import csv
 from datetime import date, datetime, timezone
 from decimal import Decimal
 
-from focus_archive import FX, month_events, write_archive
-from test_rerate import BOOK4
-
 from ledger.codec import encode
 from ledger.events import RequestAttempted
 from reconcile.focus import export_focus
 from reconcile.focus_rerated import allocate, archived_corrections
 from reconcile.rerate_archive import plan_rerate
 from streams.archive import ArchiveWriter, Record
+from tests.reconcile.focus_archive import FX, month_events, write_archive
+from tests.reconcile.rerate_fixtures import BOOK4
 
 UTC = timezone.utc
 

@@ -34,21 +34,9 @@ from pricing.rating import rate
 from streams.archive import archive_from_log
 from streams.sqlite_log import SqliteEventLog
 from tests.harness import ROOT, read_events, running_stack
+from tests.reconcile.rerate_fixtures import TYPO, price_spec
 
 pytestmark = pytest.mark.e2e
-TYPO = "sim-openai-mumbai"
-
-
-def _spec(prices, output_factor: int) -> str:  # noqa: ANN001
-    table = {}
-    for deployment, p in prices.items():
-        row = {"currency": p.currency, "input": str(p.input), "output": str(p.output * (output_factor
-                                                                                      if deployment == TYPO else 1))}
-        for name in ("cached_input", "cache_write", "reasoning"):
-            if getattr(p, name) is not None:
-                row[name] = str(getattr(p, name))
-        table[deployment] = row
-    return json.dumps(table)
 
 
 def _publish(config: Path, spec: str) -> None:
@@ -76,7 +64,7 @@ def test_a_price_typo_is_fixed_by_rerating_to_the_micro_unit(tmp_path, capsys):
         settings = load_settings(stack.config)
         v1 = live_snapshot(settings).price_book.latest
         assert v1.version == 1
-        _publish(stack.config, _spec(v1.prices, 10))  # version 2: the typo
+        _publish(stack.config, price_spec(v1.prices, 10))  # version 2: the typo
         client = openai.OpenAI(base_url=stack.gateway_url + "/v1", api_key=stack.key, max_retries=0)
         versions = []
         deadline = time.monotonic() + 15
@@ -86,7 +74,7 @@ def test_a_price_typo_is_fixed_by_rerating_to_the_micro_unit(tmp_path, capsys):
                                                       extra_headers={"x-sim-output-tokens": "317"})
                 versions.append(resp.model_extra["x_farebox"]["price_version"])
         assert versions.count(2) >= 12, versions
-        _publish(stack.config, _spec(v1.prices, 1))  # version 3: the fix
+        _publish(stack.config, price_spec(v1.prices, 1))  # version 3: the fix
 
         time.sleep(0.5)  # the last settlements are appended after the response
         state, log_path = settings.state_dir, stack.events_path

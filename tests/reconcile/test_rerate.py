@@ -4,31 +4,25 @@ from __future__ import annotations
 
 import random
 from datetime import date, datetime, timedelta, timezone
-from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 import pytest
-from focus_archive import BOOK, FX, V2, month_events, write_archive
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger.balances import Ledger
 from ledger.codec import encode
 from ledger.events import RequestAdmitted, RequestAttempted, RequestSettled
-from pricing.book import Price, PriceVersion
 from pricing.usage import TokenUsage
 from reconcile.rerate import ArchivedAttempt, ArchivedRequest, RerateError, format_table, report_rows, rerate
 from reconcile.rerate_archive import plan_rerate
 from streams.archive import ArchiveWriter, Record
+from tests.reconcile.focus_archive import FX, month_events, write_archive
+from tests.reconcile.rerate_fixtures import BOOK4, V3
 
 UTC = timezone.utc
 NOW = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
-V3 = PriceVersion(3, datetime(2026, 12, 4, tzinfo=UTC), {
-    **V2.prices, "oai-mumbai": Price(input=Decimal("0.10"), cached_input=Decimal("0.05"), output=Decimal("0.40"))})
-V4 = PriceVersion(4, datetime(2026, 12, 5, tzinfo=UTC), {
-    **V3.prices, "oai-mumbai": Price(input=Decimal("0.12"), cached_input=Decimal("0.06"), output=Decimal("0.48"))})
-BOOK4 = BOOK.add(V3).add(V4)
-DEPLOYMENTS = sorted(V2.prices)
+DEPLOYMENTS = sorted(V3.prices)
 
 counts = st.integers(0, 2_000_000)
 usages = st.builds(TokenUsage, input=counts, cached_input=counts, cache_write=counts, output=counts,

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from focus_archive import NOV, request, write_archive
 
 from farebox.cli import main
 from farebox.cli_export import live_snapshot
 from farebox.settings import load_settings
 from tests.harness import read_events
+from tests.reconcile.focus_archive import NOV, request, write_archive
+from tests.reconcile.rerate_fixtures import price_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "farebox.yaml"
@@ -64,10 +65,8 @@ def test_bad_input_is_a_clear_error_and_appends_nothing(config, capsys, args, me
 
 
 def test_apply_appends_to_the_sqlite_log_once(config, capsys):
-    from test_price_typo import _spec
-
     v1 = live_snapshot(load_settings(config)).price_book.get(1)
-    assert main(["prices", "add", "--config", str(config), "--spec", _spec(v1.prices, 3), "--allow-large-change"]) == 0
+    assert main(["prices", "add", "--config", str(config), "--spec", price_spec(v1.prices, 3), "--allow-large-change"]) == 0
     capsys.readouterr()
     args = ["rerate", "--config", str(config), "--from", "2026-11-01", "--to", "2026-11-30", "--price-version", "2",
             "--apply", "--format", "json"]
