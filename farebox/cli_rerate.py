@@ -13,8 +13,8 @@ but not yet archived are read from the log's tail and passed along, so a
 second apply before the archiver catches up computes the same ids again.
 
 A running embedded ``farebox serve`` folds the appended corrections into its
-checkpointed ledger on its next catch-up (within seconds); its live
-admission ledger sees them after a restart.
+checkpointed and its live (admission) ledger on its next catch-up, within
+seconds (``streams.runner``).
 
 Exit 0 after printing (and appending), 1 with a clear message when the re-rate
 cannot be made (unknown price version, no archive for the days, an

@@ -32,6 +32,7 @@ from ledger.events import RatingCorrected, RequestAdmitted, RequestAttempted, Re
 from ledger.periods import period_of
 from pricing.rating import rate
 from streams.archive import archive_from_log
+from streams.checkpoints import CheckpointStore
 from streams.sqlite_log import SqliteEventLog
 from tests.harness import ROOT, read_events, running_stack
 from tests.reconcile.rerate_fixtures import TYPO, price_spec
@@ -127,6 +128,14 @@ def test_a_price_typo_is_fixed_by_rerating_to_the_micro_unit(tmp_path, capsys):
     balance = ledger.balance("team:platform", period)
     assert balance.settled == sum(expected[rid] if rid in typo else s.cost_micro for rid, s in settled.items())
     assert balance.corrected == sum(f.cost_micro - f.old_cost_micro for f in fixes)
+    # the gateway, serving while the CLI appended, folded them too: its checkpoint at shutdown agrees
+    store = CheckpointStore(f"{log_path}.checkpoints")
+    try:
+        offset, blob = asyncio.run(store.latest())
+    finally:
+        store.close()
+    assert offset == len(events)
+    assert Ledger.from_bytes(blob).balance("team:platform", period) == balance
 
     # FOCUS: the corrections bill in the first open month after the charge, reversal + corrected rows
     charge_month = datetime.fromisoformat(day).date().replace(day=1)
