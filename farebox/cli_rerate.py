@@ -97,11 +97,14 @@ async def _unarchived(settings: Settings, archive: Path) -> list[RatingCorrected
     return found
 
 
-async def _append(settings: Settings, events: list[RatingCorrected]) -> None:
-    """Append and wait until durable: the SQLite log (embedded) or Kafka (distributed)."""
+async def _append(settings: Settings, events: list[RatingCorrected]) -> int:
+    """Append and wait until durable: the SQLite log (embedded) or Kafka (distributed). Returns how many went
+    to the Kafka log's disk spool instead (Kafka unreachable: the next ``KafkaEventLog`` on it replays them)."""
+    spooled = -1
     if settings.mode == "distributed":
-        from streams.kafka_log import KafkaEventLog
+        from streams.kafka_log import SPOOLED, KafkaEventLog
 
+        spooled = SPOOLED
         d = settings.distributed
         log = KafkaEventLog(d.bootstrap, Path(d.spool_dir) / "rerate", requests_topic=d.requests_topic,
                             scope_topic=d.scope_topic, config_topic=d.config_topic, client_id="farebox-rerate")
@@ -110,10 +113,11 @@ async def _append(settings: Settings, events: list[RatingCorrected]) -> None:
 
         log = SqliteEventLog.open(settings.event_log_path)
     try:
-        await asyncio.gather(*[log.append(event) for event in events])
+        offsets = await asyncio.gather(*[log.append(event) for event in events])
         await log.flush()
     finally:
         await log.close()
+    return sum(1 for offset in offsets if offset == spooled)
 
 
 def rerate_command(args: argparse.Namespace) -> int:
@@ -141,8 +145,13 @@ def rerate_command(args: argparse.Namespace) -> int:
     summary = (f"{result.requests} request(s) admitted {start}..{end}; {len(result.corrections)} correction(s) "
                f"under price version {result.version}, net {result.diff_micro} micro-units")
     if args.apply and result.corrections:
-        asyncio.run(_append(settings, result.corrections))
+        spooled = asyncio.run(_append(settings, result.corrections))
         print(f"{summary}; appended to the event log", file=sys.stderr)
+        if spooled:
+            print(f"warning: Kafka was unreachable: {spooled} correction(s) wait in the spool under "
+                  f"{settings.distributed.spool_dir}/rerate and are sent first by the next farebox rerate that "
+                  "appends (the ledger dedupes them by id)",
+                  file=sys.stderr)
     else:
         print(f"{summary}; {'nothing to append' if args.apply else 'dry run: pass --apply to append them'}",
               file=sys.stderr)
