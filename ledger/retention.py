@@ -159,7 +159,8 @@ def forget_due(table: MutableMapping[str, Any], index: ClosedRequests, source: s
 
 
 def admitted_epoch(state: dict[str, Any]) -> float:
-    """A request state's admission time, in epoch seconds."""
+    """A request state's ``at`` in epoch seconds: its admission, or for a re-rated request its latest
+    correction (``ledger.splitting``): what retention counts from."""
     return parse_time(state["at"]).timestamp()
 
 
