@@ -108,6 +108,7 @@ def parser() -> argparse.ArgumentParser:
     __import__("farebox.cli_reconcile", fromlist=["register"]).register(sub)  # farebox reconcile
     __import__("farebox.cli_dev", fromlist=["register"]).register(sub)  # farebox dev cluster up|down|status
     __import__("farebox.cli_finance", fromlist=["register"]).register(sub)  # farebox finance sql|shell, report showback
+    __import__("farebox.cli_rerate", fromlist=["register"]).register(sub)  # farebox rerate
     return p
 
 

@@ -3,8 +3,10 @@
 The composition root's part: it loads the settings, takes the price book, FX
 table and budget currency from the live snapshot the way ``farebox serve``
 does (the config database's head version; its last good snapshot on disk when
-the database is unreachable), reads the corrections re-rating wrote, and hands
-them to ``reconcile.focus.export_focus`` as values. Exit 0 with a summary line
+the database is unreachable), reads the corrections: the archived
+``rating.corrected`` events (``reconcile.focus_rerated``; the event log is
+the system of record) and any correction files in the corrections folder, and
+hands them to ``reconcile.focus.export_focus`` as values. Exit 0 with a summary line
 on stderr (how the file reconciles with the ledger), 1 with a clear message
 when the export cannot be made (bad month, no data, an unpriceable attempt,
 an unreadable archive file), 2 for a configuration problem.
@@ -30,8 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--month", required=True, help="calendar month in UTC, YYYY-MM")
     s.add_argument("--out", required=True, help="the file to write: *.csv or *.parquet")
     s.add_argument("--archive", help="the archive root (default: <state_dir>/archive)")
-    s.add_argument("--corrections", help="folder of correction files from re-rating "
-                                         "(default: <state_dir>/corrections; missing means none)")
+    s.add_argument("--corrections", help="folder of extra correction files, besides the archived "
+                                         "rating.corrected events (default: <state_dir>/corrections; "
+                                         "missing means none)")
     s.set_defaults(func=export_focus_command)
 
 
@@ -69,6 +72,7 @@ def export_focus_command(args: argparse.Namespace) -> int:
     from farebox.settings import load_settings
     from reconcile.focus import FocusError, export_focus, parse_month
     from reconcile.focus_corrections import read_corrections
+    from reconcile.focus_rerated import archived_corrections
 
     try:
         parse_month(args.month)  # a bad month is refused before anything is opened
@@ -77,6 +81,8 @@ def export_focus_command(args: argparse.Namespace) -> int:
         archive = Path(args.archive) if args.archive else settings.archive_root
         corrections = read_corrections(Path(args.corrections) if args.corrections
                                        else settings.state_dir / "corrections")
+        corrections += archived_corrections(archive, parse_month(args.month), snapshot.price_book, snapshot.fx,
+                                            snapshot.currency)
         summary = export_focus(archive, args.month, snapshot.price_book, snapshot.fx, args.out, corrections,
                                currency=snapshot.currency)
     except FocusError as exc:

@@ -16,6 +16,13 @@ What each event does (``apply`` returns False when it changed nothing):
   overrun += max(cost - hold, 0), per scope. The cost is charged to the
   period of the *admission*, even if settlement comes after the month ends.
 * ``HoldExpired`` closes the hold charging ``charged`` (the full hold).
+* ``RatingCorrected`` (re-rating) adds its ``new - old`` cost per scope to
+  ``settled`` and to ``corrected`` in the month of the request's admission
+  (``admitted_at`` in the ledger's zone): the one way settled money changes
+  after settlement. Deltas add, so the fold does not care whether the
+  correction arrives before or after the settlement it corrects; each
+  correction id counts once (kept per month, forgotten by ``prune`` with the
+  closed ids; a correction of a pruned month is ignored like a stale admit).
 * ``BudgetThresholdCrossed`` marks (scope, period) so the notice is sent once.
 * Attempts, leases and config events change no balance (leases arrive with
   the distributed mode).
@@ -51,22 +58,27 @@ from ledger.events import (
     BudgetThresholdCrossed,
     Event,
     HoldExpired,
+    RatingCorrected,
     RequestAdmitted,
     RequestSettled,
 )
 from ledger.periods import RUN_PERIOD, balance_period, period_of, previous_period
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2  # 2: ``corrected`` per balance and the correction ids (format 1 is read as none)
 
 
 @dataclass(frozen=True, slots=True)
 class ScopeBalance:
-    """One scope's money in one period, in micro-units; ``requests`` counts admissions."""
+    """One scope's money in one period, in micro-units; ``requests`` counts admissions.
+
+    ``settled`` includes re-rating corrections; ``corrected`` is their net sum, so
+    ``settled - corrected`` is what settlement originally charged."""
 
     settled: int = 0
     held: int = 0
     overrun: int = 0
     requests: int = 0
+    corrected: int = 0
 
     @property
     def spent(self) -> int:
@@ -94,14 +106,19 @@ class Hold:
 class _Totals:
     """The mutable counterpart of ``ScopeBalance``; ``touched`` is the latest month it moved in."""
 
-    __slots__ = ("held", "overrun", "requests", "settled", "touched")
+    __slots__ = ("corrected", "held", "overrun", "requests", "settled", "touched")
 
-    def __init__(self, settled: int = 0, held: int = 0, overrun: int = 0, requests: int = 0, touched: str = "") -> None:
+    def __init__(self, settled: int = 0, held: int = 0, overrun: int = 0, requests: int = 0, touched: str = "",
+                 corrected: int = 0) -> None:
         self.settled = settled
         self.held = held
         self.overrun = overrun
         self.requests = requests
         self.touched = touched
+        self.corrected = corrected
+
+    def value(self) -> ScopeBalance:
+        return ScopeBalance(self.settled, self.held, self.overrun, self.requests, self.corrected)
 
 
 _EMPTY = ScopeBalance()
@@ -118,6 +135,7 @@ class Ledger:
         self._holds: dict[str, Hold] = {}
         self._closed: dict[str, set[str]] = {}  # hold period -> closed request ids
         self._soft: set[tuple[str, str]] = set()  # (scope, balance period) with a threshold notice
+        self._corrections: dict[str, set[str]] = {}  # admission period -> applied correction ids
         self._horizon = ""  # months before this were pruned
 
     # --- the fold -----------------------------------------------------------------
@@ -169,6 +187,20 @@ class Ledger:
             self._closed.setdefault(hold.period, set()).add(request_id)
         return True
 
+    def _correct(self, event: RatingCorrected) -> bool:
+        period = period_of(event.admitted_at, self.tz)
+        if period < self._horizon:
+            return False  # its month was pruned: we cannot tell whether it was applied
+        applied = self._corrections.setdefault(period, set())
+        if event.id in applied:
+            return False
+        applied.add(event.id)
+        for scope, delta in event.deltas().items():
+            totals = self._totals_for(scope, period)
+            totals.settled += delta
+            totals.corrected += delta
+        return True
+
     def _threshold(self, event: BudgetThresholdCrossed) -> bool:
         if event.period < self._horizon:
             return False
@@ -192,9 +224,7 @@ class Ledger:
     def balance(self, scope: str, period: str) -> ScopeBalance:
         """The scope's balance in ``period`` (a run's whole-life balance for ``run:`` scopes)."""
         totals = self._totals.get((scope, balance_period(scope, period)))
-        if totals is None:
-            return _EMPTY
-        return ScopeBalance(totals.settled, totals.held, totals.overrun, totals.requests)
+        return _EMPTY if totals is None else totals.value()
 
     def available(self, scope: str, period: str, limit_micro: int) -> int:
         """limit - settled - held: what a new hold may take (negative after an overrun)."""
@@ -207,9 +237,7 @@ class Ledger:
 
     def balances(self) -> dict[tuple[str, str], ScopeBalance]:
         """Every (scope, balance period) the ledger knows, for reports and tests."""
-        return {
-            key: ScopeBalance(t.settled, t.held, t.overrun, t.requests) for key, t in sorted(self._totals.items())
-        }
+        return {key: t.value() for key, t in sorted(self._totals.items())}
 
     def hold(self, request_id: str) -> Hold | None:
         return self._holds.get(request_id)
@@ -260,6 +288,8 @@ class Ledger:
             del self._totals[key]
         for period in [p for p in self._closed if p < before_period]:
             del self._closed[period]
+        for period in [p for p in self._corrections if p < before_period]:
+            del self._corrections[period]
         self._soft = {mark for mark in self._soft if _still_needed(mark, self._totals, before_period)}
 
     # --- checkpoints ----------------------------------------------------------------
@@ -271,7 +301,7 @@ class Ledger:
             "tz": self.tz.key,
             "horizon": self._horizon,
             "balances": [
-                [scope, bp, t.settled, t.held, t.overrun, t.requests, t.touched]
+                [scope, bp, t.settled, t.held, t.overrun, t.requests, t.touched, t.corrected]
                 for (scope, bp), t in sorted(self._totals.items())
             ],
             "holds": [
@@ -280,6 +310,7 @@ class Ledger:
             ],
             "closed": {period: sorted(ids) for period, ids in sorted(self._closed.items())},
             "soft": sorted([scope, bp] for scope, bp in self._soft),
+            "corrections": {period: sorted(ids) for period, ids in sorted(self._corrections.items()) if ids},
         }
         return orjson.dumps(state)
 
@@ -290,20 +321,21 @@ class Ledger:
             state = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
             raise CheckpointError(f"checkpoint is not valid JSON: {exc}") from None
-        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        if not isinstance(state, dict) or state.get("format") not in (1, CHECKPOINT_FORMAT):
             version = state.get("format") if isinstance(state, dict) else None
-            raise CheckpointError(f"checkpoint format {version!r}; this build reads {CHECKPOINT_FORMAT}")
+            raise CheckpointError(f"checkpoint format {version!r}; this build reads 1 to {CHECKPOINT_FORMAT}")
         try:
             ledger = cls(ZoneInfo(state["tz"]))
             ledger._horizon = state["horizon"]
-            for scope, bp, settled, held, overrun, requests, touched in state["balances"]:
-                ledger._totals[(scope, bp)] = _Totals(settled, held, overrun, requests, touched)
+            for scope, bp, *row in state["balances"]:  # format 1 rows have no ``corrected``
+                ledger._totals[(scope, bp)] = _Totals(*row)
             for request_id, period, amounts, at, ttl_s, team, currency in state["holds"]:
                 ledger._holds[request_id] = Hold(
                     request_id, period, MappingProxyType(amounts), parse_time(at), ttl_s, team, currency
                 )
             ledger._closed = {period: set(ids) for period, ids in state["closed"].items()}
             ledger._soft = {(scope, bp) for scope, bp in state["soft"]}
+            ledger._corrections = {period: set(ids) for period, ids in state.get("corrections", {}).items()}
         except (KeyError, TypeError, ValueError, CodecError, ZoneInfoNotFoundError) as exc:
             raise CheckpointError(f"checkpoint is malformed: {exc!r}") from None
         return ledger
@@ -323,4 +355,5 @@ _HANDLERS: dict[type[Event], Callable[[Ledger, Any], bool]] = {
     RequestSettled: Ledger._settle,
     HoldExpired: Ledger._expire,
     BudgetThresholdCrossed: Ledger._threshold,
+    RatingCorrected: Ledger._correct,
 }

@@ -20,12 +20,14 @@ are strings like ``"key:fb-dev-1a2b"``, ``"team:payments"``, ``"bu:retail"``,
 
 The types live by what they belong to: the envelope and its checks in
 ``ledger.envelope``, request events in ``ledger.request_events``, lease events
-in ``ledger.lease_events``, budget notices and the config audit in
+in ``ledger.lease_events``, re-rating corrections in
+``ledger.correction_events``, budget notices and the config audit in
 ``ledger.notices``. Every name stays importable from here.
 """
 
 from __future__ import annotations
 
+from ledger.correction_events import RatingCorrected
 from ledger.envelope import Event
 from ledger.lease_events import LeaseEvent, LeaseExpired, LeaseGranted, LeaseRequested, LeaseReturned
 from ledger.notices import BudgetThresholdCrossed, ConfigPublished
@@ -52,6 +54,7 @@ __all__ = [
     "LeaseGranted",
     "LeaseRequested",
     "LeaseReturned",
+    "RatingCorrected",
     "RequestAdmitted",
     "RequestAttempted",
     "RequestEvent",
@@ -74,4 +77,5 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     BudgetThresholdCrossed,
     RequestRefused,
     ReconcileReported,
+    RatingCorrected,
 )

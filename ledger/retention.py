@@ -151,14 +151,16 @@ def forget_due(table: MutableMapping[str, Any], index: ClosedRequests, source: s
     gone = 0
     for request_id in ids:
         state = table.get(request_id)
-        if isinstance(state, dict) and state.get("s") == "closed":
+        # a state corrected since it was indexed carries a later ``at`` and is indexed again under it
+        if isinstance(state, dict) and state.get("s") == "closed" and admitted_epoch(state) < covered:
             del table[request_id]
             gone += 1
     return gone
 
 
 def admitted_epoch(state: dict[str, Any]) -> float:
-    """A request state's admission time, in epoch seconds."""
+    """A request state's ``at`` in epoch seconds: its admission, or for a re-rated request its latest
+    correction (``ledger.splitting``): what retention counts from."""
     return parse_time(state["at"]).timestamp()
 
 

@@ -4,7 +4,8 @@
 ``ScopeEntry`` per scope it touches (``admit`` opens a hold, ``close``
 replaces it by a charge) and writes them to ``fb.scope-entries``, batched per
 scope. An entry carries the ``fb.requests`` partition and offset it was split
-from: a scope skips an entry at or below the high-water offset of its source.
+from: a scope skips an entry at or below the high-water offset of its source. A ``correct`` entry
+(re-rating) adds ``charge`` (new - old cost, may be negative) to the settled money.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ _MICRO = timedelta(microseconds=1)
 class ScopeEntry:
     """One request event's effect on one scope; ``id`` is ``{event id}@{scope}``."""
 
-    kind: Literal["admit", "close"]
+    kind: Literal["admit", "close", "correct"]
     scope: str
     event_id: str
     request_id: str
     period: str  # the admission's budget month: a settlement is charged there
     hold: int
-    charge: int  # close: what is charged (settled cost, or the full hold on expiry); admit: 0
+    charge: int  # close: what is charged (settled cost, or the full hold on expiry); correct: new - old; admit: 0
     lease_id: str | None
     time: datetime
     source: str = ""  # the fb.requests partition it was split from ("" : unknown, no high-water dedupe)
@@ -63,7 +64,7 @@ class ScopeEntry:
     @classmethod
     def from_row(cls, scope: str, row: list[Any]) -> ScopeEntry:
         kind, event_id, request_id, period, hold, charge, lease_id, micros, source, offset = row
-        if kind not in ("admit", "close") or type(hold) is not int or type(charge) is not int \
+        if kind not in ("admit", "close", "correct") or type(hold) is not int or type(charge) is not int \
                 or type(micros) is not int or type(offset) is not int:
             raise ValueError(f"malformed scope entry row {row!r}")
         return cls(kind, scope, event_id, request_id, period, hold, charge, lease_id, _EPOCH + micros * _MICRO,

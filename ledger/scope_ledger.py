@@ -78,6 +78,7 @@ class PeriodTotals:
     overrun: int = 0
     requests: int = 0
     leased: int = 0
+    corrected: int = 0  # re-rating corrections' net sum, included in ``settled``
 
     @property
     def spent(self) -> int:
@@ -119,6 +120,10 @@ class ScopeLedger:
         totals = self.totals(entry.period)
         lease = self.leases.get(entry.lease_id) if entry.lease_id else None
         before = lease.reserved if lease else 0
+        if entry.kind == "correct":
+            totals.settled += entry.charge
+            totals.corrected += entry.charge
+            return True
         if entry.kind == "admit":
             totals.held += entry.hold
             totals.requests += 1
@@ -205,7 +210,8 @@ class ScopeLedger:
     def to_dict(self) -> dict[str, Any]:
         return {
             "scope": self.scope,
-            "periods": {p: [t.settled, t.held, t.overrun, t.requests, t.leased] for p, t in sorted(self.periods.items())},
+            "periods": {p: [t.settled, t.held, t.overrun, t.requests, t.leased, t.corrected]
+                        for p, t in sorted(self.periods.items())},  # values written before corrections have 5
             "leases": [[le.lease_id, le.pod, le.period, le.granted, format_time(le.expires_at), le.consumed,
                         le.funded_seen, le.status, le.funded_by_pod] for le in self.leases.values()],
             "closed_leases": {k: list(v) for k, v in sorted(self.closed_leases.items())},

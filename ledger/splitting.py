@@ -15,6 +15,15 @@ pod that held it is presumed dead; but only in partitions the splitter has
 read to the end (``ready``): a worker that restarts behind its backlog must
 not expire a request whose settlement it has not read yet. States are plain JSON-able dicts (a Faust
 table's values). Pure: no clock, no I/O.
+
+A ``rating.corrected`` (re-rating, long after the request closed, usually
+after its state was forgotten) yields one ``correct`` entry per scope whose
+cost changed, carrying ``new - old`` as its charge, in the admission's month.
+It is idempotent by state too: the request's state (closed, or a new closed
+state when it was forgotten) lists the correction numbers it applied
+(``fix``), and its ``at`` becomes the correction's time, so retention keeps it
+``retention_s`` past the correction: long enough for any re-delivery or a
+re-rate applied twice before the archive caught up.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from ledger.codec import format_time, parse_time
-from ledger.events import Event, HoldExpired, RequestAdmitted, RequestAttempted, RequestSettled
+from ledger.events import Event, HoldExpired, RatingCorrected, RequestAdmitted, RequestAttempted, RequestSettled
 from ledger.leases import ScopeEntry
 from ledger.periods import period_of
 from ledger.rollups import Rollup, rollup_of
@@ -107,8 +116,30 @@ def split(event: Event, state: State, tz: ZoneInfo, source: str = "", offset: in
                               charges.get(scope, 0), state["leases"].get(scope), event.time, source, offset)
                    for scope in sorted(holds.keys() | charges.keys())]
         closed = {"s": "closed", "at": state["at"], "src": source} if source else {"s": "closed", "at": state["at"]}
+        if "fix" in state:
+            closed["fix"] = state["fix"]
         return Split(entries, closed, rollup_of(state, event))
+    if isinstance(event, RatingCorrected):
+        return _correct(event, state, tz, source, offset)
     return _NOTHING
+
+
+def _correct(event: RatingCorrected, state: State, tz: ZoneInfo, source: str, offset: int) -> Split:
+    """A correction's entries (see the module docstring) and the state that remembers it."""
+    fixes: list[int] = state.get("fix", []) if state is not None else []
+    if event.sequence in fixes:
+        return _NOTHING
+    period = period_of(event.admitted_at, tz)
+    entries = [ScopeEntry("correct", scope, event.id, event.request_id, period, 0, delta, None, event.time,
+                          source, offset)
+               for scope, delta in event.deltas().items() if delta]
+    fix = sorted([*fixes, event.sequence])
+    if state is not None and state["s"] == "open":  # corrected before its settlement was read: kept at close
+        return Split(entries, {**state, "fix": fix})
+    new = {"s": "closed", "at": max(format_time(event.time), state["at"] if state else ""), "fix": fix}
+    if source:
+        new["src"] = source
+    return Split(entries, new)
 
 
 def decide_hold_expiries(states: Iterable[tuple[str, State]], now: datetime,

@@ -9,7 +9,7 @@ under-stated.
 
 from __future__ import annotations
 
-from decimal import ROUND_CEILING, Decimal
+from decimal import ROUND_CEILING, Context, Decimal, Inexact, localcontext
 
 MICRO = 1_000_000
 
@@ -23,14 +23,21 @@ def round_up_micro(amount: Decimal) -> int:
     amount = Decimal(amount)
     if not amount.is_finite():
         raise ValueError(f"cannot round a non-finite amount: {amount}")
-    # scaleb shifts the exponent: exact, unaffected by the context precision.
-    return int(amount.scaleb(6).to_integral_value(rounding=ROUND_CEILING))
+    with localcontext(_exact_for(amount)):  # scaleb rounds to the context's precision: give it every digit
+        return int(amount.scaleb(6).to_integral_value(rounding=ROUND_CEILING))
 
 
 def to_decimal(micro: int) -> Decimal:
     """Micro-units back to an exact Decimal in currency units (273082 -> 0.273082)."""
     _check_micro(micro)
-    return Decimal(micro).scaleb(-6)
+    amount = Decimal(micro)
+    with localcontext(_exact_for(amount)):
+        return amount.scaleb(-6)
+
+
+def _exact_for(amount: Decimal) -> Context:
+    """A context in which shifting ``amount``'s exponent is exact (an inexact step would raise)."""
+    return Context(prec=max(28, len(amount.as_tuple().digits) + 1), traps=[Inexact])
 
 
 def format_money(micro: int, currency: str) -> str:

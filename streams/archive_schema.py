@@ -26,6 +26,15 @@ Column groups:
   full), ``hold_released`` (settled);
 * scope events: ``scope``, ``lease_id``, ``period``.
 
+A ``rating.corrected`` row (re-rating) carries the *corrected* figures in the
+shared columns: ``price_version`` (the new version), ``cost_micro`` (the
+request's new total) and ``scope_costs`` (its new cost per scope), with
+``team`` and ``currency``; the figures it corrects (``old_price_version``,
+``old_cost_micro``, ``old_cost_by_scope``), its ``sequence``, ``admitted_at``
+and the per-attempt costs are read from ``event`` (a view's ``json_extract``).
+So no column was added for it and the schema version did not change; filter
+on ``type`` before summing ``cost_micro`` or ``scope_costs``.
+
 ``ARCHIVE_SCHEMA_VERSION`` is written into every file's Parquet metadata
 (``farebox.archive_schema``). A reader refuses a file of a newer version with a
 message naming it; any change to the columns bumps the version.

@@ -101,8 +101,9 @@ class KafkaEventLog(SpoolReplay):
         client_id: str = "farebox",
     ) -> None:
         self.bootstrap = bootstrap
-        self._topics = {"request": requests_topic, "hold": requests_topic, "lease": scope_topic,
-                        "budget": scope_topic, "config": config_topic}
+        # rating.corrected (re-rating) goes with its request's events: fb.requests, keyed by team
+        self._topics = {"request": requests_topic, "hold": requests_topic, "rating": requests_topic,
+                        "lease": scope_topic, "budget": scope_topic, "config": config_topic}
         self._read_tp = TopicPartition(read_topic or requests_topic, 0)
         self._linger_ms = linger_ms
         self._spool_after = spool_after_s

@@ -10,7 +10,12 @@ Two ledgers, one fold:
 
 The follower is fed by the log's acknowledgements (``acknowledged``), so the
 events it folds are the very objects the gateway recorded, in offset order,
-with no read-back; a periodic ``catch_up`` read is only a safety net. Both
+with no read-back; a periodic ``catch_up`` read is the safety net, and the way
+events another process appended (``farebox rerate --apply``'s corrections)
+arrive: ``catch_up`` folds them into the follower and the live ledger both.
+Re-applying the gateway's own events to the live ledger there (those whose
+acknowledgement came past such a hole) changes nothing: the fold is
+idempotent (ledger invariant 2). Both
 are the same pure fold over the same events, so they agree once every append
 is acknowledged; ``caught_up_equal()`` checks that in tests.
 """
@@ -52,6 +57,7 @@ class EmbeddedLedgerRunner:
         self.follower: Ledger | None = None
         self.offset = 0
         self.checkpointer: Checkpointer | None = None
+        self.live: Ledger | None = None
 
     async def start(self) -> Ledger:
         """Rebuild from the latest checkpoint; returns the live ledger for admission."""
@@ -60,15 +66,20 @@ class EmbeddedLedgerRunner:
             self.store, every_events=self.every_events, every_seconds=self.every_seconds, start_offset=self.offset
         )
         log.info("ledger rebuilt to offset %d (%d open holds)", self.offset, len(self.follower.open_holds()))
-        return Ledger.from_bytes(self.follower.to_bytes())
+        self.live = Ledger.from_bytes(self.follower.to_bytes())
+        return self.live
 
     def acknowledged(self, offset: int, event: Event) -> None:
         """Fold an event the log has just acknowledged (durable; acks arrive in offset order).
 
         The usual path: no read-back and no decode on the hot path. A duplicate
-        append is acknowledged with its old offset and is skipped here.
+        append is acknowledged with its old offset and is skipped here. An offset
+        past a hole (another process appended to the log: ``farebox rerate
+        --apply``) is left to ``catch_up``, which reads the hole and folds in
+        offset order; folding past it here would checkpoint an offset beyond an
+        event the follower never saw.
         """
-        if self.follower is None or offset <= self.offset:
+        if self.follower is None or offset != self.offset + 1:
             return
         self.follower.apply(event)
         self.offset = offset
@@ -82,6 +93,8 @@ class EmbeddedLedgerRunner:
                 if offset <= self.offset:  # folded by ``acknowledged`` while we were reading
                     continue
                 self.follower.apply(event)
+                if self.live is not None:  # what another process appended; a no-op for our own events
+                    self.live.apply(event)
                 self.offset = offset
                 folded += 1
             await self.checkpointer.observe(self.offset, self.follower)

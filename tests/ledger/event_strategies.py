@@ -41,6 +41,7 @@ _SPECIAL = {
     "outcome": st.sampled_from(sorted(ATTEMPT_OUTCOMES)),
     "period": st.builds(lambda y, m: f"{y:04d}-{m:02d}", st.integers(2000, 2199), st.integers(1, 12)),
     "threshold_pct": st.integers(1, 100),
+    "sequence": st.integers(1, 1000),
 }
 
 
@@ -75,7 +76,21 @@ def events_of(cls: type[Event]) -> st.SearchStrategy[Event]:
                     dataclasses.replace, st.just(e), error_code=st.sampled_from(["budget_exhausted",
                                                                                  "run_calls_exhausted"]),
                     scope=st.sampled_from(sorted(e.holds)))))
+    if cls.type == "rating.corrected":  # attempt maps name the same attempts; the totals are their sums
+        return st.builds(_corrected, st.just(cls), st.fixed_dictionaries(
+            {k: v for k, v in kwargs.items() if not k.endswith(("attempt_costs", "cost_micro"))}),
+            st.dictionaries(st.integers(1, 20).map(str), st.tuples(ints_small, ints_small), max_size=4))
     return st.builds(cls, **kwargs)
+
+
+ints_small = st.integers(0, 2**40)
+
+
+def _corrected(cls: type[Event], kwargs: dict, costs: dict) -> Event:
+    old = {n: a for n, (a, _) in costs.items()}
+    new = {n: b for n, (_, b) in costs.items()}
+    return cls(**kwargs, old_attempt_costs=old, attempt_costs=new, old_cost_micro=sum(old.values()),
+                      cost_micro=sum(new.values()))
 
 
 any_event = st.one_of([events_of(cls) for cls in EVENT_TYPES])

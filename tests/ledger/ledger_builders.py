@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
-from ledger.events import HoldExpired, RequestAdmitted, RequestAttempted, RequestSettled
+from ledger.events import HoldExpired, RatingCorrected, RequestAdmitted, RequestAttempted, RequestSettled
 from pricing.usage import TokenUsage
 
 IST = ZoneInfo("Asia/Kolkata")
@@ -50,3 +50,18 @@ def settle(
 
 def expire(request_id: str, charged: Mapping[str, int], *, at: datetime = T0, team: str = "payments") -> HoldExpired:
     return HoldExpired(time=at, request_id=request_id, team=team, charged=dict(charged), currency="INR")
+
+
+def correct(
+    request_id: str, old: Mapping[str, int], new: Mapping[str, int], *, sequence: int = 1,
+    admitted_at: datetime = T0, at: datetime | None = None, team: str = "payments",
+    versions: tuple[int, int] = (1, 2),
+) -> RatingCorrected:
+    """A re-rating correction of a one-attempt request whose scopes all carry the attempt's cost."""
+    old_cost, new_cost = max(old.values(), default=0), max(new.values(), default=0)
+    return RatingCorrected(
+        time=at or admitted_at + timedelta(days=1), request_id=request_id, team=team, sequence=sequence,
+        admitted_at=admitted_at, currency="INR", old_price_version=versions[0], price_version=versions[1],
+        old_cost_micro=old_cost, cost_micro=new_cost, old_cost_by_scope=dict(old), cost_by_scope=dict(new),
+        old_attempt_costs={"1": old_cost}, attempt_costs={"1": new_cost}, reason="test",
+    )

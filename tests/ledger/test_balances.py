@@ -2,7 +2,7 @@ from datetime import datetime, timedelta, timezone
 
 import orjson
 import pytest
-from ledger_builders import IST, T0, admit, attempt, expire, settle
+from ledger_builders import IST, T0, admit, attempt, correct, expire, settle
 
 from ledger.balances import Hold, Ledger, ScopeBalance
 from ledger.errors import CheckpointError
@@ -178,3 +178,63 @@ def test_prune_for_keeps_the_current_and_previous_month() -> None:
     # 2026-11-30T19:00Z is December in Kolkata
     assert ledger.prune_for(datetime(2026, 11, 30, 19, 0, tzinfo=timezone.utc))
     assert ledger.horizon == "2026-11"
+
+
+# --- re-rating corrections ----------------------------------------------------------
+
+
+def test_a_correction_moves_settled_money_in_the_admission_month():
+    at = datetime(2026, 10, 31, 19, 0, tzinfo=timezone.utc)  # already November in Kolkata
+    ledger = Ledger(IST)
+    ledger.apply(admit("r1", HOLDS, at=at))
+    ledger.apply(settle("r1", {TEAM: 900, KEY: 900}, HOLDS, at=at))
+    fix = correct("r1", {TEAM: 900, KEY: 900}, {TEAM: 90, KEY: 90}, admitted_at=at,
+                  at=datetime(2026, 12, 5, tzinfo=timezone.utc))
+    assert ledger.apply(fix)
+    assert ledger.balance(TEAM, "2026-11") == ScopeBalance(settled=90, held=0, overrun=0, requests=1, corrected=-810)
+    assert ledger.balance(TEAM, "2026-12") == ScopeBalance()
+    before = ledger.to_bytes()
+    assert not ledger.apply(fix)  # the same correction again changes nothing
+    assert ledger.to_bytes() == before
+
+
+def test_a_second_correction_is_relative_to_the_first():
+    """v2 charged 900; re-rated to v3 (90), then to v4 (120): the ledger ends at the v4 cost."""
+    ledger = Ledger(IST)
+    ledger.apply(admit("r1", HOLDS))
+    ledger.apply(settle("r1", {TEAM: 900, KEY: 900}, HOLDS))
+    to_v3 = correct("r1", {TEAM: 900, KEY: 900}, {TEAM: 90, KEY: 90}, sequence=1, versions=(2, 3))
+    to_v4 = correct("r1", {TEAM: 90, KEY: 90}, {TEAM: 120, KEY: 120}, sequence=2, versions=(3, 4))
+    assert to_v3.id != to_v4.id
+    for event in (to_v3, to_v4, to_v3, to_v4):
+        ledger.apply(event)
+    assert ledger.balance(TEAM, "2026-10") == ScopeBalance(settled=120, held=0, overrun=0, requests=1, corrected=-780)
+    back_to_v3 = correct("r1", {TEAM: 120, KEY: 120}, {TEAM: 90, KEY: 90}, sequence=3, versions=(4, 3))
+    assert ledger.apply(back_to_v3)  # going back is the next link of the chain, not a duplicate of the first
+    assert ledger.balance(KEY, "2026-10").settled == 90
+
+
+def test_corrections_survive_checkpoints_and_are_forgotten_with_their_month():
+    ledger = Ledger(IST)
+    ledger.apply(admit("r1", HOLDS))
+    ledger.apply(settle("r1", {TEAM: 900}, HOLDS))
+    fix = correct("r1", {TEAM: 900}, {TEAM: 1_000})
+    ledger.apply(fix)
+    copy = Ledger.from_bytes(ledger.to_bytes())
+    assert copy.to_bytes() == ledger.to_bytes()
+    assert not copy.apply(fix)
+    assert copy.balance(TEAM, "2026-10").corrected == 100
+    copy.prune("2026-12")
+    assert not copy.apply(fix)  # its month is gone: ignored like a stale admit, never applied a second time
+    assert b"r1/rerate/1" not in copy.to_bytes()
+
+
+def test_format_1_checkpoints_are_read_as_without_corrections():
+    ledger = Ledger(IST)
+    ledger.apply(admit("r1", HOLDS))
+    state = orjson.loads(ledger.to_bytes())
+    state["format"] = 1
+    state["balances"] = [row[:7] for row in state["balances"]]
+    del state["corrections"]
+    old = Ledger.from_bytes(orjson.dumps(state))
+    assert old.to_bytes() == ledger.to_bytes()

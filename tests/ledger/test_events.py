@@ -15,6 +15,7 @@ from ledger.events import (
     LeaseGranted,
     LeaseRequested,
     LeaseReturned,
+    RatingCorrected,
     RequestAdmitted,
     RequestAttempted,
     RequestSettled,
@@ -103,7 +104,7 @@ def test_round_trip(event):
 
 
 def test_every_type_is_registered():
-    assert len({cls.type for cls in EVENT_TYPES}) == len(EVENT_TYPES) == 12
+    assert len({cls.type for cls in EVENT_TYPES}) == len(EVENT_TYPES) == 13
 
 
 def test_events_are_immutable():
@@ -236,3 +237,54 @@ def test_schema_1_lease_requests_are_upcast_to_a_demand_of_one_hold():
     batched = LeaseRequested(time=T, lease_id="L3", scope="team:payments", pod="pod-a", amount_micro=30,
                              expires_at=None, least_micro=10)
     assert decode(encode(batched)) == batched and batched.least == 10
+
+
+# --- rating.corrected ---------------------------------------------------------------
+
+
+def corrected(**overrides) -> RatingCorrected:
+    fields = dict(
+        time=T, request_id="req-1", team="payments", sequence=1,
+        admitted_at=datetime(2026, 9, 30, 19, 0, tzinfo=timezone.utc), currency="INR",
+        old_price_version=2, price_version=3, old_cost_micro=2_730_820, cost_micro=273_082,
+        old_cost_by_scope={"key:fb-dev-1a2b": 2_730_820, "team:payments": 2_730_820},
+        cost_by_scope={"key:fb-dev-1a2b": 273_082, "team:payments": 273_082},
+        old_attempt_costs={"1": 2_730_820}, attempt_costs={"1": 273_082}, reason="re-rated under price version 3",
+    )
+    return RatingCorrected(**{**fields, **overrides})
+
+
+def test_correction_envelope_and_wire():
+    event = corrected(sequence=2)
+    assert (event.id, event.key, event.request_id) == ("req-1/rerate/2", "payments", "req-1")
+    wire = to_dict(event)
+    assert wire["type"] == "rating.corrected" and wire["schema"] == 1
+    assert wire["admitted_at"] == "2026-09-30T19:00:00.000000Z"
+    assert wire["attempt_costs"] == {"1": 273_082}
+    assert decode(encode(event)) == event
+    assert event.deltas() == {"key:fb-dev-1a2b": -2_457_738, "team:payments": -2_457_738}
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(sequence=0), "from 1"),
+        (dict(admitted_at=datetime(2026, 9, 30)), "admitted_at"),
+        (dict(cost_by_scope={"team:payments": -1}), "non-negative"),
+        (dict(attempt_costs={"x": 273_082}), "attempt numbers"),
+        (dict(attempt_costs={"01": 273_082}), "attempt numbers"),
+        (dict(attempt_costs={"2": 273_082}), "same attempts"),
+        (dict(cost_micro=1), "sums"),
+        (dict(currency=""), "currency"),
+    ],
+)
+def test_invalid_corrections_are_refused(bad, match):
+    with pytest.raises(InvalidEvent, match=match):
+        corrected(**bad)
+
+
+def test_correction_envelope_is_checked_on_decode():
+    wire = to_dict(corrected())
+    wire["id"] = "req-1/rerate/3"
+    with pytest.raises(CodecError, match="envelope"):
+        decode(orjson.dumps(wire))

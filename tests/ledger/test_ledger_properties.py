@@ -17,13 +17,14 @@ from datetime import datetime, timedelta, timezone
 from hypothesis import event as hypothesis_event
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ledger_builders import IST, admit, attempt, settle
+from ledger_builders import IST, admit, attempt, correct, settle
 
 from ledger.admission import ScopeLimit, decide_admit, decide_expiries, threshold_events
 from ledger.balances import Ledger, ScopeBalance
 from ledger.events import (
     Event,
     HoldExpired,
+    RatingCorrected,
     RequestAdmitted,
     RequestSettled,
 )
@@ -59,6 +60,7 @@ ops = st.lists(
         st.tuples(st.just("attempt"), st.integers(0, 10**6)),
         st.tuples(st.just("settle"), st.integers(0, 10**6), st.sampled_from([100]) | st.integers(0, 200)),  # cost as % of the hold
         st.tuples(st.just("tick"), st.integers(1, 1_200)),
+        st.tuples(st.just("correct"), st.integers(0, 10**6), st.integers(0, 300)),  # re-rate to % of the hold
         st.tuples(st.just("sweep")),
         st.tuples(st.just("dup"), st.integers(0, 10**6)),
     ),
@@ -75,6 +77,9 @@ class Run:
         self.admitted: dict[str, RequestAdmitted] = {}
         self.settled: dict[str, RequestSettled] = {}
         self.attempts: dict[str, int] = defaultdict(int)
+        self.rated: dict[str, RatingCorrected] = {}  # each request's latest correction (a chain, relative)
+        self.charged: list[str] = []  # requests whose settlement the ledger charged (not expired before it)
+        self.raised: dict[tuple[str, str], int] = defaultdict(int)  # corrections upwards per balance
 
     def deliver(self, event: Event) -> bool:
         self.log.append(event)
@@ -102,6 +107,23 @@ class Run:
                 self.deliver(attempt(request_id, 1, at=self.now, n=self.attempts[request_id]))
             else:
                 self.settle(request_id, op[2])
+        elif kind == "correct" and self.charged:  # re-rating corrects what a settlement charged
+            self.correct(self.charged[op[1] % len(self.charged)], op[2])
+
+    def correct(self, request_id: str, pct: int) -> None:
+        """Re-rate a settled request: relative to the cost its latest correction left (or its settlement)."""
+        last = self.rated.get(request_id)
+        old = dict(last.cost_by_scope) if last else dict(self.settled[request_id].cost_by_scope)
+        holds = self.admitted[request_id].holds
+        new = {scope: hold * pct // 100 for scope, hold in holds.items()}
+        event = correct(request_id, old, new, sequence=last.sequence + 1 if last else 1,
+                        admitted_at=self.admitted[request_id].time, at=self.now)
+        self.rated[request_id] = event
+        hypothesis_event("corrected twice" if event.sequence > 1 else "corrected")
+        assert self.deliver(event)
+        period = period_of(event.admitted_at, IST)
+        for scope, delta in event.deltas().items():
+            self.raised[scope, balance_period(scope, period)] += max(delta, 0)
 
     def admit(self, scopes: tuple[str, ...], amount: int, ttl_s: int) -> None:
         period = period_of(self.now, IST)
@@ -133,15 +155,20 @@ class Run:
             holds = self.admitted[request_id].holds
             costs = {scope: hold * cost_pct // 100 for scope, hold in holds.items()}
             event = self.settled[request_id] = settle(request_id, costs, holds, at=self.now)
-        if self.deliver(event) and event.overrun_micro:
-            hypothesis_event("settled with overrun")
+        if self.deliver(event):
+            self.charged.append(request_id)
+            if event.overrun_micro:
+                hypothesis_event("settled with overrun")
 
     def check_limits(self) -> None:
-        for (scope, _), balance in self.ledger.balances().items():
+        for (scope, bp), balance in self.ledger.balances().items():
             limit = LIMITS[scope].limit_micro
             assert balance.held >= 0
             if limit is not None:
-                assert balance.settled + balance.held <= limit + balance.overrun, (scope, balance)
+                # a correction upwards is applied whatever the limit (the money was spent) and recorded in
+                # its event, never hidden, like an overrun
+                slack = balance.overrun + self.raised[scope, bp]
+                assert balance.settled + balance.held <= limit + slack, (scope, balance)
             if LIMITS[scope].max_calls is not None:
                 assert balance.requests <= LIMITS[scope].max_calls
 
@@ -156,8 +183,16 @@ def fold(events: list[Event], ledger: Ledger | None = None) -> Ledger:
 def reference_balances(log: list[Event]) -> dict[tuple[str, str], ScopeBalance]:
     """A deliberately naive re-statement of the fold, to check the real one against."""
     state: dict[str, tuple[str, dict[str, int]] | None] = {}  # open: (period, holds); closed: None
-    totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
+    corrections: set[str] = set()
     for event in log:
+        if isinstance(event, RatingCorrected) and event.id not in corrections:
+            corrections.add(event.id)
+            period = period_of(event.admitted_at, IST)
+            for scope in event.cost_by_scope.keys() | event.old_cost_by_scope.keys():
+                delta = event.cost_by_scope.get(scope, 0) - event.old_cost_by_scope.get(scope, 0)
+                totals[scope, balance_period(scope, period)][0] += delta
+                totals[scope, balance_period(scope, period)][4] += delta
         if isinstance(event, RequestAdmitted) and event.request_id not in state:
             period = period_of(event.time, IST)
             state[event.request_id] = (period, dict(event.holds))
@@ -220,3 +255,22 @@ def test_soft_threshold_notice_at_most_once_per_scope_and_period(operations):
             ids_by_mark[e.scope, balance_period(e.scope, e.period)].add(e.id)  # type: ignore[attr-defined]
     # repeats are re-deliveries of the same notice (the "dup" op), never a second decision
     assert all(len(ids) == 1 for ids in ids_by_mark.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops, st.randoms(use_true_random=False))
+def test_corrections_fold_out_of_order_and_twice_to_the_same_bytes(operations, rnd):
+    """Corrections commute: moved anywhere after their request's admission, and delivered again at random
+    points, they fold to the same ledger as in log order (deltas add; each id counts once)."""
+    run = Run()
+    for op in operations:
+        run.step(op)
+    final = run.ledger.to_bytes()
+    others = [e for e in run.log if not isinstance(e, RatingCorrected)]
+    shuffled = list(others)
+    for fix in [e for e in run.log if isinstance(e, RatingCorrected)]:
+        admitted_at = next(i for i, e in enumerate(shuffled) if e.id == f"{fix.request_id}/admitted")
+        shuffled.insert(rnd.randint(admitted_at + 1, len(shuffled)), fix)
+        shuffled.insert(rnd.randint(admitted_at + 1, len(shuffled)), fix)  # and once more, later or earlier
+    assert fold(shuffled).to_bytes() == final
+    assert fold(shuffled + shuffled).to_bytes() == final

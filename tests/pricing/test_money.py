@@ -44,3 +44,15 @@ def test_to_decimal_round_trips():
     assert round_up_micro(to_decimal(987_654_321)) == 987_654_321
     with pytest.raises(TypeError):
         to_decimal(1.5)  # type: ignore[arg-type]
+
+
+def test_round_up_is_exact_past_28_significant_digits():
+    """Decimal.scaleb rounds to the context precision (28 digits by default); rounding must not."""
+    from decimal import Decimal
+
+    from pricing.money import round_up_micro, to_decimal
+
+    big = Decimal("123456789012345678901234.0000001")  # 31 digits: one micro-unit fraction at the end
+    assert round_up_micro(big) == 123456789012345678901234_000001
+    assert round_up_micro(Decimal("-123456789012345678901234.0000009")) == -123456789012345678901234_000000
+    assert to_decimal(10**40 + 1) == Decimal("10000000000000000000000000000000000.000001")

@@ -89,3 +89,19 @@ def test_the_columnar_builder_makes_the_same_table_as_typed_row(events: list[Eve
     expected = pa.Table.from_pylist(rows, schema=SCHEMA)
     got = typed_table(wires, texts, stored_at=NOW, partitions=[2] * len(events), offsets=offsets)
     assert got.equals(expected)
+
+
+def test_a_correction_row_carries_the_corrected_figures():
+    from ledger.events import RatingCorrected
+
+    event = RatingCorrected(
+        time=NOW, request_id="req-1", team="payments", sequence=1, admitted_at=datetime(2026, 11, 3, tzinfo=timezone.utc),
+        currency="INR", old_price_version=2, price_version=3, old_cost_micro=2_730_820, cost_micro=273_082,
+        old_cost_by_scope={"team:payments": 2_730_820}, cost_by_scope={"team:payments": 273_082},
+        old_attempt_costs={"1": 2_730_820}, attempt_costs={"1": 273_082}, reason="typo")
+    row = typed_row(to_dict(event), stored_at=NOW, partition=0, offset=9, text=encode(event).decode())
+    assert (row["type"], row["team"], row["currency"]) == ("rating.corrected", "payments", "INR")
+    assert (row["price_version"], row["cost_micro"]) == (3, 273_082)
+    assert {e["scope"]: e["micro"] for e in row["scope_costs"]} == dict(event.cost_by_scope)
+    assert row["attempts"] is None and row["attempt"] is None  # per-attempt costs stay in the event JSON
+    assert orjson.loads(row["event"])["old_cost_micro"] == 2_730_820

@@ -37,3 +37,33 @@ async def test_acknowledged_events_keep_the_follower_equal_to_the_live_ledger(tm
     assert offset == 360 and rebuilt.to_bytes() == live.to_bytes()
     await log.close()
     store.close()
+
+
+async def test_an_event_another_process_appended_is_folded_not_skipped(tmp_path: Path) -> None:
+    """``farebox rerate --apply`` appends to the log of a running server: both ledgers must fold it."""
+    log = SqliteEventLog.open(tmp_path / "events.sqlite")
+    store = CheckpointStore(tmp_path / "checkpoints.sqlite")
+    runner = EmbeddedLedgerRunner(log, store, IST, every_events=50)
+    live = await runner.start()
+
+    async def record(events) -> None:  # noqa: ANN001
+        futures = []
+        for event in events:
+            live.apply(event)
+            fut = log.append(event)
+            fut.add_done_callback(lambda f, e=event: runner.acknowledged(f.result(), e))
+            futures.append(fut)
+        await asyncio.gather(*futures)
+
+    await record(request_events(0))
+    other = SqliteEventLog.open(tmp_path / "events.sqlite")  # a second writer, as the CLI is
+    foreign = request_events(1)
+    await asyncio.gather(*[other.append(e) for e in foreign])
+    await other.close()
+    await record(request_events(2))
+    assert runner.offset == 3  # the acks past the hole wait for catch_up
+    assert await runner.catch_up() == 6
+    assert runner.caught_up_equal(live)  # the live (admission) ledger folded the foreign events too
+    assert all(not live.apply(e) for e in foreign)
+    await log.close()
+    store.close()
