@@ -19,6 +19,7 @@ import pytest
 from farebox.cli_finance import duckdb_cli
 from reconcile.warehouse import VIEWS_SQL, views_preamble
 from streams.archive import archive_from_log
+from streams.archive_manifest import file_lock
 from streams.sqlite_log import SqliteEventLog
 from tests.harness import ROOT, Stack, running_stack
 
@@ -73,7 +74,8 @@ def _budget(stack: Stack, token: str) -> dict:
 async def _archive(events: Path, root: Path) -> int:
     log = SqliteEventLog.open(events, readonly=True)
     try:
-        return await archive_from_log(log, root)
+        with file_lock(root / "_state" / "log.lock"):  # the serving gateway archives too
+            return await archive_from_log(log, root)
     finally:
         await log.close()
 

@@ -32,6 +32,7 @@ from ledger.events import RatingCorrected, RequestAdmitted, RequestAttempted, Re
 from ledger.periods import period_of
 from pricing.rating import rate
 from streams.archive import archive_from_log
+from streams.archive_manifest import file_lock
 from streams.checkpoints import CheckpointStore
 from streams.sqlite_log import SqliteEventLog
 from tests.harness import ROOT, read_events, running_stack
@@ -49,7 +50,8 @@ def _archive(state: Path, log_path: Path) -> None:
     async def run() -> None:
         log = SqliteEventLog.open(log_path, readonly=True)
         try:
-            await archive_from_log(log, state / "archive")
+            with file_lock(state / "archive" / "_state" / "log.lock"):  # the serving gateway archives too
+                await archive_from_log(log, state / "archive")
         finally:
             await log.close()
 
