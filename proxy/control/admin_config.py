@@ -87,8 +87,8 @@ async def add_prices(request: web.Request) -> web.Response:
 async def list_teams(request: web.Request) -> web.Response:
     await allowed(request, "", "", "finance", "auditor")
     snap = request.app[RUNTIME].snapshot
-    return web.json_response({"object": "list", "data": [{"name": t.name, "business_unit": t.business_unit}
-                                                         for t in snap.teams.values()]})
+    return web.json_response({"object": "list", "data": [
+        {"name": t.name, "business_unit": t.business_unit, "cost_centre": t.cost_centre} for t in snap.teams.values()]})
 
 
 async def put_team(request: web.Request) -> web.Response:

@@ -90,8 +90,8 @@ class ControlService:
         return (await self.run(actor, "budgets.set", f"budget:{scope}", changes.set_budget(scope, spec))).after
 
     async def put_team(self, actor: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        _only(body, "business_unit")
-        mutation = changes.put_team(name, body.get("business_unit"))
+        _only(body, "business_unit", "cost_centre")
+        mutation = changes.put_team(name, body)
         return (await self.run(actor, "teams.put", f"team:{name}", mutation)).after
 
     async def put_business_unit(self, actor: str, name: str) -> dict[str, Any]:
