@@ -74,3 +74,27 @@ async def test_a_bad_tags_header_is_a_400_before_anything_is_held(pod: Pod, head
     assert body["error"]["param"] == "x-fb-tags" and body["error"]["code"] == "invalid_tags"
     assert body["error"]["type"] == "invalid_request_error"
     assert pod.log.events == [] and pod.budgets.asks == []
+
+
+async def test_cost_centres_and_tags_reach_the_focus_export(pod: Pod, tmp_path) -> None:
+    """Gateway -> request events -> archive -> FOCUS: each request's rows carry its cost centre and tags."""
+    import csv
+    from datetime import datetime, timezone
+
+    from reconcile.focus import export_focus
+    from streams.archive import ArchiveWriter, Record
+
+    assert (await pod.post("/v1/chat/completions", CHAT, **{"x-fb-tags": "project=atlas,env=prod"})).status == 200
+    assert (await pod.post("/v1/chat/completions", CHAT, app="atlas")).status == 200
+    events = pod.log.events
+    assert [e.type for e in events].count("request.settled") == 2
+    now = datetime.now(timezone.utc)
+    ArchiveWriter(tmp_path / "archive", "log").write(
+        [Record(0, n + 1, encode(e)) for n, e in enumerate(events)], now=now)
+    snap = snapshot(example_tree())  # the pod's price book and FX (only base URLs differ)
+    month = min(e.time for e in events).strftime("%Y-%m")
+    export_focus(tmp_path / "archive", month, snap.price_book, snap.fx, tmp_path / "focus.csv", currency=snap.currency)
+    with open(tmp_path / "focus.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    by_app = {(r["x_app"], r["x_cost_centre"], r["Tags"]) for r in rows}
+    assert by_app == {("playground", "CC-1001", '{"env":"prod","project":"atlas"}'), ("atlas", "CC-1077", "{}")}
