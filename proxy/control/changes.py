@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from proxy.control.db.models import (
     AdminTokenRow,
     AliasRow,
+    AppRow,
     BudgetRow,
     BusinessUnit,
     DeploymentRow,
@@ -259,9 +260,8 @@ def put_team(name: str, fields: Mapping[str, Any]) -> Mutation:
         problems = []
         if business_unit is not None and s.get(BusinessUnit, business_unit) is None:
             problems.append(f"business_unit: unknown business unit {business_unit!r}")
-        if cost_centre is not None and (not isinstance(cost_centre, str) or not cost_centre.strip()
-                                        or len(cost_centre) > MAX_COST_CENTRE):
-            problems.append(f"cost_centre: must be a non-empty string of at most {MAX_COST_CENTRE} characters")
+        if not _good_cost_centre(cost_centre):
+            problems.append(_COST_CENTRE_RULE)
         if problems:
             raise ConfigRejected(problems, "team")
         if row is None:
@@ -275,6 +275,33 @@ def put_team(name: str, fields: Mapping[str, Any]) -> Mutation:
 
 def _team_record(row: TeamRow) -> dict[str, Any]:
     return {"name": row.name, "business_unit": row.business_unit, "cost_centre": row.cost_centre}
+
+
+_COST_CENTRE_RULE = f"cost_centre: must be null or a non-empty string of at most {MAX_COST_CENTRE} characters"
+
+
+def _good_cost_centre(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and bool(value.strip()) and len(value) <= MAX_COST_CENTRE)
+
+
+def put_app(team: str, name: str, fields: Mapping[str, Any]) -> Mutation:
+    """Create an app of an existing team or change its cost centre (omitted: kept; null: the team's)."""
+
+    def mutate(s: Session) -> tuple[Any, Any]:
+        if s.get(TeamRow, team) is None:
+            raise ConfigRejected([f"team: unknown team {team!r}"], "app")
+        row = s.get(AppRow, (team, name))
+        before = {"team": team, "name": name, "cost_centre": row.cost_centre} if row else None
+        cost_centre = fields.get("cost_centre", row.cost_centre if row else None)
+        if not _good_cost_centre(cost_centre):
+            raise ConfigRejected([_COST_CENTRE_RULE], "app")
+        if row is None:
+            row = AppRow(team=team, name=name)
+            s.add(row)
+        row.cost_centre = cost_centre
+        return before, {"team": team, "name": name, "cost_centre": cost_centre}
+
+    return mutate
 
 
 def put_business_unit(name: str) -> Mutation:

@@ -184,3 +184,19 @@ def test_a_bad_cost_centre_in_the_file_is_named(tree: dict) -> None:
     assert compile_snapshot(tree, problems=problems) is None
     text = "\n".join(str(p) for p in problems.items)
     assert "teams[0].cost_centre" in text and "apps[0].cost_centre" in text, text
+
+
+async def test_an_apps_cost_centre_is_set_kept_and_cleared(svc: ControlService) -> None:
+    assert await svc.put_app("ops", "platform", "playground", {"cost_centre": "CC-1077"}) == {
+        "team": "platform", "name": "playground", "cost_centre": "CC-1077"}
+    assert snapshot_of(svc).cost_centre_of("platform", "playground") == "CC-1077"
+    await svc.put_app("ops", "platform", "newbot", {})  # a new app, allocated to its team
+    snap = snapshot_of(svc)
+    assert snap.apps["platform/newbot"].cost_centre is None and snap.cost_centre_of("platform", "newbot") == "CC-1001"
+    await svc.put_app("ops", "platform", "playground", {"cost_centre": None})
+    assert snapshot_of(svc).cost_centre_of("platform", "playground") == "CC-1001"
+    for team, body, why in (("nobody", {}, "unknown team"), ("platform", {"cost_centre": ""}, "cost_centre"),
+                            ("platform", {"colour": "red"}, "colour")):
+        with pytest.raises(ConfigRejected) as err:
+            await svc.put_app("ops", team, "x", body)
+        assert why in err.value.problems[0]
