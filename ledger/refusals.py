@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from datetime import datetime, timezone
+from types import MappingProxyType
 from typing import ClassVar
 
 from ledger.envelope import freeze_scope_map, non_empty, non_negative
