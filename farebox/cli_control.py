@@ -150,8 +150,15 @@ def _prices_list(args: argparse.Namespace) -> int:
 
 
 def _teams_set(args: argparse.Namespace) -> int:
-    body = {"business_unit": args.business_unit} if args.business_unit else {}
+    body = {name: value for name, value in (("business_unit", args.business_unit), ("cost_centre", args.cost_centre))
+            if value is not None}
     print(json.dumps(_run(_control(args.config).put_team(_actor(), args.name, body))))
+    return 0
+
+
+def _apps_set(args: argparse.Namespace) -> int:
+    body = {"cost_centre": args.cost_centre} if args.cost_centre is not None else {}
+    print(json.dumps(_run(_control(args.config).put_app(_actor(), args.team, args.name, body))))
     return 0
 
 
@@ -303,7 +310,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("name")
     s.add_argument("--config", required=True)
     s.add_argument("--business-unit")
+    s.add_argument("--cost-centre", help="finance's allocation code for the team's spend (an app's overrides it)")
     s.set_defaults(func=_teams_set)
+    apps = sub.add_parser("apps", help="apps").add_subparsers(dest="apps_command", required=True)
+    s = apps.add_parser("set", help="create an app of a team or set its cost centre")
+    s.add_argument("team")
+    s.add_argument("name")
+    s.add_argument("--config", required=True)
+    s.add_argument("--cost-centre", help="overrides the team's cost centre for this app's spend")
+    s.set_defaults(func=_apps_set)
     bus = sub.add_parser("business-units", help="business units").add_subparsers(dest="bu_command", required=True)
     s = bus.add_parser("set", help="create a business unit")
     s.add_argument("name")

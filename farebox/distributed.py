@@ -1,6 +1,7 @@
 """Wiring the distributed mode: a gateway pod over Kafka (events), Redis (rate limits, grants) and leases.
 
-Start-up: the config snapshot as in embedded mode; the Kafka event log (its
+Start-up: refuse an aiokafka version whose internals were not tested
+(``streams.kafka_internals``), before any connection; the config snapshot as in embedded mode; the Kafka event log (its
 disk spool under ``distributed.spool_dir/<pod>``); Redis buckets shared by
 the pods; the wallets, fed by grants the worker publishes on
 ``fb:grants:<pod>`` (and polled, in case a publish is missed). Shutdown
@@ -17,7 +18,7 @@ import logging
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 import orjson
 import redis.asyncio as aioredis
@@ -41,12 +42,23 @@ from proxy.recorder import Recorder
 from proxy.routing.breaker_sync import sync_ctx as breaker_sync_ctx
 from proxy.runtime import PodState
 from proxy.snapshot import Secrets, Snapshot
+from streams.kafka_internals import GATEWAY_LIBRARIES, UntestedVersions, check_versions, installed_version
 from streams.kafka_log import KafkaEventLog
+from streams.projections import RedisProjections
 
 log = logging.getLogger("farebox")
 
 
+def check_gateway_versions(version_of: Callable[[str], str | None] = installed_version) -> None:
+    """Exit with a clear message when aiokafka, whose internals the pod's Kafka event log uses, is untested."""
+    try:
+        check_versions(version_of, libraries=GATEWAY_LIBRARIES, who="a distributed gateway pod")
+    except UntestedVersions as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
 async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = None) -> web.Application:
+    check_gateway_versions()  # before any connection
     d = settings.distributed
     try:
         db = await asyncio.to_thread(open_config_db, settings)
@@ -75,11 +87,11 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
         db, price_change_factor=settings.price_change_factor, publisher=publisher, adopt=follower.adopt,
         status=follower.status)
     pod = PodState(snapshot)
-    runtime = build_runtime(settings, secrets, pod, recorder=recorder,
-                            budgets=LeaseBudgets(wallets, settings.hold_ttl_s), limits=limits, control=control)
+    redis = aioredis.Redis.from_url(d.redis_url)
+    budgets = LeaseBudgets(wallets, settings.hold_ttl_s, read_scope=RedisProjections(redis).read_scope)
+    runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets, limits=limits, control=control)
     follower.swap, follower.emit = pod.swap, recorder.emit
     app = create_app(runtime)
-    redis = aioredis.Redis.from_url(d.redis_url)
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         await limits.start()

@@ -15,6 +15,8 @@ and decode checks them against the derived values.
 Upcasters (``_UPCASTERS``), each from one schema to the next:
 
 * ``request.admitted`` 1 -> 2: ``leases`` = {} (funded by no lease: embedded mode);
+* ``request.admitted`` 2 -> 3: ``cost_centre`` = None, ``tags`` = {}, ``retry_of`` = None (no allocation, not a retry);
+* ``request.refused`` 1 -> 2: ``cost_centre`` = None, ``tags`` = {};
 * ``lease.returned`` 1 -> 2: ``funded_micro`` = 0 (no admission of it still on the way);
 * ``lease.requested`` 1 -> 2: ``least_micro`` = 0 (one request's hold: the whole amount).
 """
@@ -148,6 +150,8 @@ _BY_CLASS: dict[type[Event], _Schema] = {cls: _schema_of(cls) for cls in EVENT_T
 _READERS: dict[tuple[str, int], _Schema] = {(cls.type, cls.schema): s for cls, s in _BY_CLASS.items()}
 _UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("request.admitted", 1): lambda d: {**d, "schema": 2, "leases": {}},
+    ("request.admitted", 2): lambda d: {**d, "schema": 3, "cost_centre": None, "tags": {}, "retry_of": None},
+    ("request.refused", 1): lambda d: {**d, "schema": 2, "cost_centre": None, "tags": {}},
     ("lease.returned", 1): lambda d: {**d, "schema": 2, "funded_micro": 0},
     ("lease.requested", 1): lambda d: {**d, "schema": 2, "least_micro": 0},
 }

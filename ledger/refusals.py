@@ -11,7 +11,9 @@ alias), its estimates, the hold it asked for on every budget scope it touches
 first, the same amount on each), the price version the hold was priced at,
 and why it was refused: ``error_code`` (one of ``REFUSAL_CODES``) and
 ``scope``, the first short scope (None for the per-request cap, which is not a
-scope's). Money is integer micro-units of ``currency``.
+scope's). Money is integer micro-units of ``currency``. Schema 2 adds the
+allocation an admission would have carried: ``cost_centre`` and the caller's
+``tags`` (schema 1 is read as neither).
 
 The id is ``{request_id}/refused/{time in epoch microseconds}``: deterministic
 (a producer retry of the same event has the same id), and a client that
@@ -21,8 +23,9 @@ retries a refused ``x-request-id`` makes one event per attempt.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from types import MappingProxyType
 from typing import ClassVar
 
 from ledger.envelope import freeze_scope_map, non_empty, non_negative
@@ -40,6 +43,7 @@ class RequestRefused(RequestEvent):
     """Admission refused the request on money; nothing was held or sent upstream."""
 
     type: ClassVar[str] = "request.refused"
+    schema: ClassVar[int] = 2
 
     key_id: str
     business_unit: str
@@ -54,6 +58,8 @@ class RequestRefused(RequestEvent):
     pod: str
     error_code: str
     scope: str | None
+    cost_centre: str | None = None  # as on request.admitted: the app's, else the team's
+    tags: Mapping[str, str] = field(default_factory=dict)  # the caller's x-fb-tags
 
     def __post_init__(self) -> None:
         RequestEvent.__post_init__(self)
@@ -69,6 +75,11 @@ class RequestRefused(RequestEvent):
             non_empty(self, "scope", self.scope)
             if self.scope not in self.holds:
                 raise InvalidEvent(f"{self.type}.scope {self.scope!r} is not one of the scopes in holds")
+        if self.cost_centre is not None:
+            non_empty(self, "cost_centre", self.cost_centre)
+        for tag in self.tags:
+            non_empty(self, "tags", tag)
+        object.__setattr__(self, "tags", MappingProxyType(dict(self.tags)))
 
     @property
     def id(self) -> str:

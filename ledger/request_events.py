@@ -42,7 +42,7 @@ class RequestAdmitted(RequestEvent):
     """Admission passed: the request holds money on every scope it touches."""
 
     type: ClassVar[str] = "request.admitted"
-    schema: ClassVar[int] = 2  # 2: ``leases`` (schema 1 is read as funded by no lease)
+    schema: ClassVar[int] = 3  # 2: ``leases``; 3: ``cost_centre``, ``tags``, ``retry_of`` (codec upcasts older ones)
 
     key_id: str
     business_unit: str
@@ -59,6 +59,9 @@ class RequestAdmitted(RequestEvent):
     hold_ttl_s: int
     stream: bool
     leases: Mapping[str, str] = field(default_factory=dict)  # scope -> lease id that funds its hold (distributed mode)
+    cost_centre: str | None = None  # the app's cost centre, else its team's (None: neither has one)
+    tags: Mapping[str, str] = field(default_factory=dict)  # the caller's x-fb-tags, validated at the edge
+    retry_of: str | None = None
 
     def __post_init__(self) -> None:
         RequestEvent.__post_init__(self)
@@ -70,6 +73,13 @@ class RequestAdmitted(RequestEvent):
                 raise InvalidEvent(f"{self.type}.leases[{scope}]: the scope has no hold")
             non_empty(self, f"leases[{scope}]", lease_id)
         object.__setattr__(self, "leases", MappingProxyType(dict(self.leases)))
+        if self.cost_centre is not None:
+            non_empty(self, "cost_centre", self.cost_centre)
+        for tag in self.tags:
+            non_empty(self, "tags", tag)
+        object.__setattr__(self, "tags", MappingProxyType(dict(self.tags)))
+        if self.retry_of is not None:
+            non_empty(self, "retry_of", self.retry_of)
 
     @property
     def id(self) -> str:

@@ -18,6 +18,7 @@ from pricing.book import FxTable, PriceBook
 CAPABILITIES = frozenset({"tools", "json_schema", "json_object", "vision", "streaming", "embeddings"})
 DATA_CLASSES = ("public", "internal", "confidential", "restricted")
 DIALECTS = frozenset({"openai", "anthropic"})
+MAX_COST_CENTRE = 64  # characters of a team's or app's cost centre
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +169,14 @@ class AdminToken:
 class Team:
     name: str
     business_unit: str | None = None
+    cost_centre: str | None = None  # finance's allocation code for the team's spend
+
+
+@dataclass(frozen=True, slots=True)
+class App:
+    team: str
+    name: str
+    cost_centre: str | None = None  # overrides the team's when set
 
 
 @dataclass(frozen=True)
@@ -185,6 +194,15 @@ class Snapshot:
     budgets: BudgetPolicy = BudgetPolicy()
     rate_limits: RatePolicy = RatePolicy()
     admin_tokens: Mapping[str, AdminToken] = field(default_factory=dict)  # by token hash
+    apps: Mapping[str, App] = field(default_factory=dict)  # by "team/app"
+
+    def cost_centre_of(self, team: str, app: str) -> str | None:
+        """The cost centre a request of ``team``/``app`` is allocated to: the app's, else the team's."""
+        found = self.apps.get(f"{team}/{app}")
+        if found is not None and found.cost_centre is not None:
+            return found.cost_centre
+        owner = self.teams.get(team)
+        return owner.cost_centre if owner is not None else None
 
     def key_by_secret(self, presented: str) -> KeyRecord | None:
         return self.keys.get(hash_key(presented))

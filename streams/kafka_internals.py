@@ -24,8 +24,9 @@ here. What each one relies on:
   explain a stalled table recovery (read only).
 
 Each relies on the exact internals of ``TESTED_VERSIONS``, which
-``pyproject.toml`` pins and ``check_versions`` enforces at the worker's start:
-on any other version the worker refuses to run, because a changed internal
+``pyproject.toml`` pins and ``check_versions`` enforces at the start of the
+worker and of a distributed gateway pod (``GATEWAY_LIBRARIES``): on any
+other version the process refuses to run, because a changed internal
 could make it commit past unprocessed events. ``tests/streams`` and
 ``tests/distributed`` cover every item; the README ("Upgrading dependencies")
 says how to move to a new version.
@@ -34,7 +35,7 @@ says how to move to a new version.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib import metadata
 from typing import Any
 
@@ -69,14 +70,21 @@ def untested_versions(installed: Mapping[str, str | None],
             for name, versions in tested.items() if installed.get(name) not in versions]
 
 
-def check_versions(version_of: Callable[[str], str | None] = installed_version) -> None:
-    """Raise ``UntestedVersions`` unless every library in ``TESTED_VERSIONS`` is at a tested version."""
-    problems = untested_versions({name: version_of(name) for name in TESTED_VERSIONS})
+def check_versions(version_of: Callable[[str], str | None] = installed_version, *,
+                   libraries: Iterable[str] = tuple(TESTED_VERSIONS), who: str = "the worker") -> None:
+    """Raise ``UntestedVersions`` unless every one of ``libraries`` (all of ``TESTED_VERSIONS`` by default) is at
+    a tested version; ``who`` names the process that relies on them."""
+    tested = {name: TESTED_VERSIONS[name] for name in libraries}
+    problems = untested_versions({name: version_of(name) for name in tested}, tested)
     if problems:
         raise UntestedVersions(
-            "the worker relies on internals of these libraries and refuses to run on untested versions: "
+            f"{who} relies on internals of these libraries and refuses to run on untested versions: "
             + "; ".join(problems)
             + " (install the pinned set with `make install`; to upgrade, see 'Upgrading dependencies' in the README)")
+
+
+GATEWAY_LIBRARIES = ("aiokafka",)
+"""What a distributed gateway pod reaches inside: its Kafka event log's aiokafka clients (``kafka_clients``)."""
 
 
 # --- producer and consumer access ----------------------------------------------------------------------------

@@ -16,9 +16,11 @@ The contract every adapter keeps:
 * ``settle`` replaces the hold by the actual charge per scope; ``release``
   gives an admitted hold back uncharged when ``request.admitted`` could not be
   recorded. Both are synchronous and idempotent.
-* ``state`` and ``downgrade_target`` answer from what the pod already holds
-  (no I/O): a scope's balance for the admin API, and the cheaper alias a
-  scope past its soft threshold asks for.
+* ``state`` is a scope's balance for the admin API, read where the adapter's
+  mode keeps it (the in-process ledger, or the worker's projection); it may
+  await, and is never on the request path.
+* ``downgrade_target`` answers from what the pod already holds (no I/O): the
+  cheaper alias a scope past its soft threshold asks for.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class ScopeState:
     overrun: int
     requests: int
     soft: bool  # past its soft threshold
+    leased: int = 0  # granted to pods as leases, not yet spent (distributed mode; 0 in embedded mode)
 
 
 class BudgetPort(Protocol):
@@ -78,8 +81,8 @@ class BudgetPort(Protocol):
 
     def release(self, request_id: str) -> None: ...
 
-    def state(self, snapshot: Snapshot, scope: str, period: str | None, now_s: float) -> ScopeState | None:
-        """None: this pod keeps no balance for the scope (the admin API answers 501)."""
+    async def state(self, snapshot: Snapshot, scope: str, period: str | None, now_s: float) -> ScopeState | None:
+        """The scope's balance in ``period`` (None: the current one); None: no balance is readable here (501)."""
         ...
 
     def downgrade_target(self, snapshot: Snapshot, scopes: Sequence[str], now_s: float) -> str | None: ...

@@ -63,7 +63,7 @@ class LedgerBudgets:
     def release(self, request_id: str) -> None:
         """Nothing to do: an admission the log refused was never folded, so nothing is held."""
 
-    def state(self, snapshot: Snapshot, scope: str, period: str | None, now_s: float) -> ScopeState | None:
+    async def state(self, snapshot: Snapshot, scope: str, period: str | None, now_s: float) -> ScopeState | None:
         period = period or budget_period(snapshot, now_s)
         bal = self.ledger.balance(scope, period)
         return ScopeState(period, bal.settled, bal.held, bal.overrun, bal.requests,

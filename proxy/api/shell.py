@@ -3,7 +3,7 @@
 The handlers (``chat.py``, ``embeddings.py``, ``streaming.py``) read as the
 request path; what they do to the ports lives here and in ``admit.py``:
 
-* ``open_meter``: the request's tab (who, which alias, which scopes) and its metering shell;
+* ``open_meter``: the request's tab (who, which alias, which scopes, cost centre and tags) and its metering shell;
 * ``plan``: the ordered chain of candidates (routing; reads the provider-limit mirrors);
 * ``tries``: what the attempt loop needs from this request (its meter, the
   admission step ``clear_deployment``, the routing state);
@@ -19,6 +19,7 @@ from typing import Awaitable, Callable, Sequence
 from aiohttp import web
 
 from proxy.api.admit import clear_deployment
+from proxy.api.tags import HEADER, parse_tags
 from proxy.errors import GatewayError
 from proxy.metering import Meter
 from proxy.routing.chain import Chain, chain_for
@@ -32,7 +33,9 @@ from proxy.upstream.base import ChatResult
 
 def open_meter(rt: Runtime, snap: Snapshot, request: web.Request, key: KeyRecord, alias: Alias, *,
                run_id: str | None, data_class: str, stream: bool) -> Meter:
-    tab = Tab(snap, request["request_id"], key, alias, run_id, data_class, stream, scopes_of(key, run_id))
+    """The request's tab; a bad ``x-fb-tags`` header is refused here, before anything is held."""
+    tab = Tab(snap, request["request_id"], key, alias, run_id, data_class, stream, scopes_of(key, run_id),
+              cost_centre=snap.cost_centre_of(key.team, key.app), tags=parse_tags(request.headers.get(HEADER)))
     return Meter(rt, tab)
 
 

@@ -1,6 +1,7 @@
 """Admin API, budgets: ``GET/PUT /admin/v1/budgets/{scope}``.
 
-Reads come from the pod's budget port and snapshot; a PUT is validated against the
+Reads come from the pod's budget port (the in-process ledger, or the worker's projection in distributed
+mode) and snapshot; a PUT is validated against the
 live snapshot with the same rules as the config file, then handed to the
 control store, which persists it and swaps in the new snapshot before we
 answer. Money in and out is a decimal string in the budget currency (plus
@@ -27,14 +28,15 @@ def _money(micro: int | None) -> str | None:
     return None if micro is None else str(to_decimal(micro))
 
 
-def budget_view(rt: Runtime, scope: str, period: str | None = None) -> dict[str, Any]:
+async def budget_view(rt: Runtime, scope: str, period: str | None = None) -> dict[str, Any]:
+    """The same shape in both modes; ``remaining`` is what is neither settled, held nor leased to a pod."""
     snap = rt.snapshot
-    state = rt.budgets.state(snap, scope, period, rt.clock())
+    state = await rt.budgets.state(snap, scope, period, rt.clock())
     if state is None:
-        raise GatewayError("Budgets are not kept by this pod.", status=501, code="budgets_unavailable")
+        raise GatewayError("Budgets are not readable on this pod.", status=501, code="budgets_unavailable")
     limit = snap.budgets.limit_for(scope)
     limit_micro = limit.limit_micro if limit else None
-    remaining = None if limit_micro is None else limit_micro - state.settled - state.held
+    remaining = None if limit_micro is None else limit_micro - state.settled - state.held - state.leased
     if limit_micro is None:
         status = "unlimited"
     elif remaining is not None and remaining <= 0:
@@ -56,6 +58,8 @@ def budget_view(rt: Runtime, scope: str, period: str | None = None) -> dict[str,
         "settled_micro": state.settled,
         "held": _money(state.held),
         "held_micro": state.held,
+        "leased": _money(state.leased),
+        "leased_micro": state.leased,
         "overrun_micro": state.overrun,
         "requests": state.requests,
         "remaining": _money(remaining),
@@ -70,7 +74,7 @@ async def get_budget(request: web.Request) -> web.Response:
     period = request.query.get("period")
     if period is not None and (len(period) != 7 or period[4] != "-"):
         raise InvalidRequest("period must look like YYYY-MM.", param="period")
-    return web.json_response(budget_view(rt, request.match_info["scope"], period))
+    return web.json_response(await budget_view(rt, request.match_info["scope"], period))
 
 
 async def put_budget(request: web.Request) -> web.Response:
@@ -89,7 +93,7 @@ async def put_budget(request: web.Request) -> web.Response:
         await control(request).rejected(token.name, "budgets.set", f"budget:{scope}", problems.items)
         raise ConfigRejected(problems.items, "budget")
     await control(request).set_budget(token.name, scope, body)
-    return web.json_response(budget_view(rt, scope))
+    return web.json_response(await budget_view(rt, scope))
 
 
 def add_routes(app: web.Application) -> None:

@@ -1,10 +1,11 @@
-"""Admin API, the rest of the control plane: aliases, deployments, prices, teams,
+"""Admin API, the rest of the control plane: aliases, deployments, prices, teams, apps,
 business units, admin tokens, the audit log and the live snapshot.
 
     GET /admin/v1/aliases | PUT /admin/v1/aliases/{name}              admin (reads: auditor)
     GET /admin/v1/deployments | PUT /admin/v1/deployments/{id}        admin
     GET /admin/v1/prices | POST /admin/v1/prices | PUT /admin/v1/prices/v{n}   admin; a new version, never an edit
     GET /admin/v1/teams | PUT /admin/v1/teams/{name}                  admin
+    GET /admin/v1/apps | PUT /admin/v1/apps/{team}/{name}             admin ({cost_centre}: overrides the team's)
     GET /admin/v1/business-units | PUT /admin/v1/business-units/{name}   admin
     GET/POST /admin/v1/admin-tokens, POST /admin/v1/admin-tokens/{name}:revoke   admin
     GET /admin/v1/audit                                               auditor
@@ -87,14 +88,28 @@ async def add_prices(request: web.Request) -> web.Response:
 async def list_teams(request: web.Request) -> web.Response:
     await allowed(request, "", "", "finance", "auditor")
     snap = request.app[RUNTIME].snapshot
-    return web.json_response({"object": "list", "data": [{"name": t.name, "business_unit": t.business_unit}
-                                                         for t in snap.teams.values()]})
+    return web.json_response({"object": "list", "data": [
+        {"name": t.name, "business_unit": t.business_unit, "cost_centre": t.cost_centre} for t in snap.teams.values()]})
 
 
 async def put_team(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     token = await allowed(request, "teams.put", f"team:{name}", "admin")
     return web.json_response(await control(request).put_team(token.name, name, await _body(request)))
+
+
+async def list_apps(request: web.Request) -> web.Response:
+    await allowed(request, "", "", "finance", "auditor")
+    snap = request.app[RUNTIME].snapshot
+    return web.json_response({"object": "list", "data": [
+        {"team": a.team, "name": a.name, "cost_centre": a.cost_centre,
+         "allocated_to": snap.cost_centre_of(a.team, a.name)} for a in snap.apps.values()]})
+
+
+async def put_app(request: web.Request) -> web.Response:
+    team, name = request.match_info["team"], request.match_info["name"]
+    token = await allowed(request, "apps.put", f"app:{team}/{name}", "admin")
+    return web.json_response(await control(request).put_app(token.name, team, name, await _body(request)))
 
 
 async def list_business_units(request: web.Request) -> web.Response:
@@ -158,6 +173,8 @@ def add_routes(app: web.Application) -> None:
     r.add_put("/admin/v1/prices/{version}", add_prices)
     r.add_get("/admin/v1/teams", list_teams)
     r.add_put("/admin/v1/teams/{name}", put_team)
+    r.add_get("/admin/v1/apps", list_apps)
+    r.add_put("/admin/v1/apps/{team}/{name}", put_app)
     r.add_get("/admin/v1/business-units", list_business_units)
     r.add_put("/admin/v1/business-units/{name}", put_business_unit)
     r.add_get("/admin/v1/admin-tokens", list_admin_tokens)

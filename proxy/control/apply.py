@@ -47,13 +47,19 @@ def _changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}: {_fmt(before.get(k))} -> {_fmt(after.get(k))}" for k in keys)
 
 
+def _set_fields(row: Any, want: Mapping[str, Any]) -> None:
+    for name, value in want.items():
+        setattr(row, name, value)
+
+
 def _sync(s: Session, diff: list[str], kind: str, model: type, key: str, desired: dict[str, dict[str, Any]],
           current: dict[str, Any], view, build, update, delete: bool = True) -> None:  # type: ignore[no-untyped-def]
     for name, want in desired.items():
         row = current.get(name)
         if row is None:
             s.add(build(name, want))
-            diff.append(f"+ {kind} {name}" + (f": {_fmt(want)}" if want else ""))
+            shown = {k: v for k, v in want.items() if v is not None}
+            diff.append(f"+ {kind} {name}" + (f": {_fmt(shown)}" if shown else ""))
         elif view(row) != want:
             diff.append(f"~ {kind} {name}: {_changed(view(row), want)}")
             update(row, want)
@@ -85,8 +91,9 @@ def apply_tree(tree: Mapping[str, Any], now: datetime, actor: str, factor: Decim
               lambda r: {"from_ccy": r.from_ccy, "to_ccy": r.to_ccy, "month": r.month, "rate": r.rate},
               lambda n, w: FxRateRow(**w), lambda r, w: setattr(r, "rate", w["rate"]))
         bus = {name: {} for name in tree.get("business_units") or []}
-        teams = {t["name"]: {"business_unit": t.get("business_unit")} for t in tree.get("teams") or []}
-        apps = {f"{a['team']}/{a['name']}": {} for a in tree.get("apps") or []}
+        teams = {t["name"]: {"business_unit": t.get("business_unit"), "cost_centre": t.get("cost_centre")}
+                 for t in tree.get("teams") or []}
+        apps = {f"{a['team']}/{a['name']}": {"cost_centre": a.get("cost_centre")} for a in tree.get("apps") or []}
         # Deletions run children first (apps, teams, then units); additions parents first.
         current_apps = {f"{r.team}/{r.name}": r for r in s.scalars(sa.select(AppRow))}
         for name, row in current_apps.items():
@@ -97,11 +104,11 @@ def apply_tree(tree: Mapping[str, Any], now: datetime, actor: str, factor: Decim
         _sync(s, diff, "business_unit", BusinessUnit, "name", bus, {r.name: r for r in s.scalars(sa.select(BusinessUnit))},
               lambda r: {}, lambda n, w: BusinessUnit(name=n), lambda r, w: None, delete=False)
         _sync(s, diff, "team", TeamRow, "name", teams, {r.name: r for r in s.scalars(sa.select(TeamRow))},
-              lambda r: {"business_unit": r.business_unit}, lambda n, w: TeamRow(name=n, **w),
-              lambda r, w: setattr(r, "business_unit", w["business_unit"]))
+              lambda r: {"business_unit": r.business_unit, "cost_centre": r.cost_centre},
+              lambda n, w: TeamRow(name=n, **w), _set_fields)
         _sync(s, diff, "app", AppRow, "", apps, {f"{r.team}/{r.name}": r for r in s.scalars(sa.select(AppRow))},
-              lambda r: {}, lambda n, w: AppRow(team=n.split("/", 1)[0], name=n.split("/", 1)[1]), lambda r, w: None,
-              delete=False)
+              lambda r: {"cost_centre": r.cost_centre},
+              lambda n, w: AppRow(team=n.split("/", 1)[0], name=n.split("/", 1)[1], **w), _set_fields, delete=False)
         for name, row in {r.name: r for r in s.scalars(sa.select(BusinessUnit))}.items():
             if name not in bus:
                 s.delete(row)

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from proxy.control.db.models import (
     AdminTokenRow,
     AliasRow,
+    AppRow,
     BudgetRow,
     BusinessUnit,
     DeploymentRow,
@@ -33,7 +34,7 @@ from proxy.control.keys import MintedKey, mint_admin_token, mint_key
 from proxy.control.policies import BUDGET_ENVS, KEY_ENVS, budget_limit_from
 from proxy.control.price_changes import add_version, price_table
 from proxy.control.problems import Problems, Reader
-from proxy.snapshot import ADMIN_ROLES, DATA_CLASSES
+from proxy.snapshot import ADMIN_ROLES, DATA_CLASSES, MAX_COST_CENTRE
 
 KEY_FIELDS = ("team", "app", "aliases", "env", "data_class_ceiling", "default_data_class", "rpm", "input_tpm",
               "output_tpm", "expires_at", "regions", "deployments")
@@ -248,17 +249,57 @@ def set_budget(scope: str, spec: Mapping[str, Any]) -> Mutation:
     return mutate
 
 
-def put_team(name: str, business_unit: str | None) -> Mutation:
+def put_team(name: str, fields: Mapping[str, Any]) -> Mutation:
+    """Create or change a team; a field the body omits keeps its value (null clears it)."""
+
     def mutate(s: Session) -> tuple[Any, Any]:
         row = s.get(TeamRow, name)
-        before = {"name": name, "business_unit": row.business_unit} if row else None
+        before = _team_record(row) if row else None
+        business_unit = fields.get("business_unit", row.business_unit if row else None)
+        cost_centre = fields.get("cost_centre", row.cost_centre if row else None)
+        problems = []
         if business_unit is not None and s.get(BusinessUnit, business_unit) is None:
-            raise ConfigRejected([f"business_unit: unknown business unit {business_unit!r}"], "team")
+            problems.append(f"business_unit: unknown business unit {business_unit!r}")
+        if not _good_cost_centre(cost_centre):
+            problems.append(_COST_CENTRE_RULE)
+        if problems:
+            raise ConfigRejected(problems, "team")
         if row is None:
             row = TeamRow(name=name)
             s.add(row)
-        row.business_unit = business_unit
-        return before, {"name": name, "business_unit": business_unit}
+        row.business_unit, row.cost_centre = business_unit, cost_centre
+        return before, _team_record(row)
+
+    return mutate
+
+
+def _team_record(row: TeamRow) -> dict[str, Any]:
+    return {"name": row.name, "business_unit": row.business_unit, "cost_centre": row.cost_centre}
+
+
+_COST_CENTRE_RULE = f"cost_centre: must be null or a non-empty string of at most {MAX_COST_CENTRE} characters"
+
+
+def _good_cost_centre(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and bool(value.strip()) and len(value) <= MAX_COST_CENTRE)
+
+
+def put_app(team: str, name: str, fields: Mapping[str, Any]) -> Mutation:
+    """Create an app of an existing team or change its cost centre (omitted: kept; null: the team's)."""
+
+    def mutate(s: Session) -> tuple[Any, Any]:
+        if s.get(TeamRow, team) is None:
+            raise ConfigRejected([f"team: unknown team {team!r}"], "app")
+        row = s.get(AppRow, (team, name))
+        before = {"team": team, "name": name, "cost_centre": row.cost_centre} if row else None
+        cost_centre = fields.get("cost_centre", row.cost_centre if row else None)
+        if not _good_cost_centre(cost_centre):
+            raise ConfigRejected([_COST_CENTRE_RULE], "app")
+        if row is None:
+            row = AppRow(team=team, name=name)
+            s.add(row)
+        row.cost_centre = cost_centre
+        return before, {"team": team, "name": name, "cost_centre": cost_centre}
 
     return mutate
 

@@ -30,7 +30,9 @@ from proxy.snapshot import (
     CAPABILITIES,
     DATA_CLASSES,
     DIALECTS,
+    MAX_COST_CENTRE,
     Alias,
+    App,
     BreakerPolicy,
     Deployment,
     KeyRecord,
@@ -114,6 +116,7 @@ def compile_snapshot(
         budgets=budgets,
         rate_limits=rate_limits,
         admin_tokens=admin_tokens,
+        apps=apps,
     )
 
 
@@ -148,26 +151,33 @@ def _is_month(value: str) -> bool:
 def _teams(root: Reader, bus: set[str]) -> dict[str, Team]:
     teams: dict[str, Team] = {}
     for r in root.items("teams", required=True):
-        name, bu = r.str("name"), r.str("business_unit", None)
+        name, bu, cc = r.str("name"), r.str("business_unit", None), _cost_centre(r)
         if bu is not None and bu not in bus:
             r.problems.add(r.at("business_unit"), f"unknown business unit {bu!r}")
         if name in teams:
             r.problems.add(r.at("name"), f"duplicate team {name!r}")
         r.reject_unknown()
         if name:
-            teams[name] = Team(name=name, business_unit=bu)
+            teams[name] = Team(name=name, business_unit=bu, cost_centre=cc)
     return teams
 
 
-def _apps(root: Reader, teams: Mapping[str, Team]) -> dict[str, str]:
-    apps: dict[str, str] = {}
+def _cost_centre(r: Reader) -> str | None:
+    cc = r.str("cost_centre", None)
+    if cc is not None and len(cc) > MAX_COST_CENTRE:
+        r.problems.add(r.at("cost_centre"), f"must be at most {MAX_COST_CENTRE} characters")
+    return cc
+
+
+def _apps(root: Reader, teams: Mapping[str, Team]) -> dict[str, App]:
+    apps: dict[str, App] = {}
     for r in root.items("apps"):
-        name, team = r.str("name"), r.str("team")
+        name, team, cc = r.str("name"), r.str("team"), _cost_centre(r)
         if team and team not in teams:
             r.problems.add(r.at("team"), f"unknown team {team!r}")
         r.reject_unknown()
         if name and team:
-            apps[f"{team}/{name}"] = team
+            apps[f"{team}/{name}"] = App(team=team, name=name, cost_centre=cc)
     return apps
 
 

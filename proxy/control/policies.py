@@ -46,7 +46,7 @@ def add_key(
     keys: dict[str, KeyRecord],
     r: Reader,
     teams: Mapping[str, Team],
-    apps: Mapping[str, str],
+    apps: Mapping[str, object],  # "team/app" -> the app (only membership is checked here)
     aliases: Mapping[str, Alias],
     deployments: Mapping[str, Deployment],
 ) -> None:

@@ -83,16 +83,20 @@ class ControlService:
 
         return await asyncio.to_thread(read)
 
-    # -- budgets, teams, business units ---------------------------------------------------------
+    # -- budgets, teams, apps, business units ---------------------------------------------------------
 
     async def set_budget(self, actor: str, scope: str, body: Mapping[str, Any]) -> dict[str, Any]:
         spec = changes.budget_spec(body)
         return (await self.run(actor, "budgets.set", f"budget:{scope}", changes.set_budget(scope, spec))).after
 
     async def put_team(self, actor: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        _only(body, "business_unit")
-        mutation = changes.put_team(name, body.get("business_unit"))
+        _only(body, "business_unit", "cost_centre")
+        mutation = changes.put_team(name, body)
         return (await self.run(actor, "teams.put", f"team:{name}", mutation)).after
+
+    async def put_app(self, actor: str, team: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        _only(body, "cost_centre")
+        return (await self.run(actor, "apps.put", f"app:{team}/{name}", changes.put_app(team, name, body))).after
 
     async def put_business_unit(self, actor: str, name: str) -> dict[str, Any]:
         return (await self.run(actor, "business_units.put", f"bu:{name}", changes.put_business_unit(name))).after

@@ -8,7 +8,10 @@ Never skipped: the broker and Redis fixtures fail when they cannot start.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
+import sys
 from collections import Counter
 from datetime import date, timedelta
 
@@ -44,8 +47,8 @@ async def _fire(cluster, n: int) -> Counter:
             url = cluster.pod_urls[i % len(cluster.pod_urls)] + "/v1/chat/completions"
             body = {"model": "chat-default", "messages": [{"role": "user", "content": f"hello {i}"}],
                     "max_tokens": 40, "stream": True, "stream_options": {"include_usage": True}}
-            async with client.stream("POST", url, json=body,
-                                     headers={"Authorization": f"Bearer {cluster.keys[team]}"}) as resp:
+            headers = {"Authorization": f"Bearer {cluster.keys[team]}", "x-fb-tags": f"load=cluster,n={i}"}
+            async with client.stream("POST", url, json=body, headers=headers) as resp:
                 async for _ in resp.aiter_bytes():
                     pass
                 statuses[(team, resp.status_code)] += 1
@@ -82,6 +85,7 @@ def test_three_pods_one_worker_money_exact_and_replay_equals_live(tmp_path, redi
         admitted = {e.request_id for e in events if e.type == "request.admitted"}
         settled = {e.request_id for e in events if e.type == "request.settled"}
         assert admitted and admitted == settled  # every admitted request settled; nothing leaked
+        assert all(e.tags["load"] == "cluster" for e in events if e.type == "request.admitted")  # x-fb-tags carried
         archive = tmp_path / "archive"  # the default, <state_dir>/archive
         today = date.today()
         window = (today - timedelta(days=1), today + timedelta(days=1))
@@ -105,6 +109,7 @@ def test_three_pods_one_worker_money_exact_and_replay_equals_live(tmp_path, redi
         refused = sum(n for (team, status), n in statuses.items() if status == 429)
         assert refused > 0 and all(status in (200, 429) for _, status in statuses), dict(statuses)
         assert all(status == 200 for (team, status) in statuses if team != "alpha")
+        _budget_api_reads_the_projection(cluster, rows, tmp_path)
         out = os.popen(f"cd {os.getcwd()} && {os.sys.executable} -m farebox replay --config {cluster.config} "
                        f"--from {today - timedelta(days=1)} --to {today + timedelta(days=1)} --archive {archive}")
         report = out.read()
@@ -112,3 +117,28 @@ def test_three_pods_one_worker_money_exact_and_replay_equals_live(tmp_path, redi
         assert "0 difference(s)" in report and "behind" not in report  # the archiver had caught up
         print(f"\n{N} requests: {dict(statuses)}; duplicates in Kafka: {sum(v - 1 for v in ids.values())}; "
               f"alpha settled {int(rows['alpha']['settled']) / 1e6:.2f} of {limits['alpha']}; {report.strip()}")
+
+
+def _budget_api_reads_the_projection(cluster, rows: dict, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``GET /admin/v1/budgets/{scope}`` on a pod answers from the worker's projection, in embedded mode's shape."""
+    made = subprocess.run([sys.executable, "-m", "farebox", "admin", "token", "create", "--config",
+                           str(cluster.config), "--name", "finance", "--role", "finance", "--json"],
+                          check=True, capture_output=True, text=True)
+    token = json.loads(made.stdout)["token"]
+    cluster.start_pod(0)  # reads the new token from the config database at start
+    try:
+        for team in TEAMS:
+            resp = httpx.get(f"{cluster.pod_urls[0]}/admin/v1/budgets/team:{team}",
+                             headers={"Authorization": f"Bearer {token}"}, timeout=10)
+            assert resp.status_code == 200, resp.text
+            view, row = resp.json(), rows[team]
+            assert (view["settled_micro"], view["held_micro"], view["leased_micro"]) == (
+                int(row["settled"]), int(row["held"]), int(row["leased"])), team
+            assert view["remaining_micro"] == int(row["limit"]) - int(row["settled"]) - int(row["held"]) - int(
+                row["leased"]), team
+            assert view["period"] == row["period"] and view["requests"] == int(row["requests"]), team
+            assert view["state"] == ("exhausted" if view["remaining_micro"] <= 0 else
+                                     "soft" if row["state"] in ("soft", "hard") else "ok"), (team, view, row)
+    finally:
+        assert stop(cluster.pods[0], timeout=40) == 0
+        cluster.pods[0] = None

@@ -210,6 +210,35 @@ def test_rejected_change_is_400_listing_every_problem(pods: Pods) -> None:
     assert snap["database"] == "ok" and snap["source"] == "database"
 
 
+def test_cost_centres_set_by_cli_and_admin_api_reach_every_pod(pods: Pods) -> None:
+    def farebox(*args: str) -> dict:
+        out = subprocess.run([sys.executable, "-m", "farebox", *args, "--config", str(pods.configs[0])], cwd=ROOT,
+                             check=True, capture_output=True, text=True)
+        return json.loads(out.stdout)
+
+    assert farebox("teams", "set", "platform", "--cost-centre", "CC-1500") == {
+        "name": "platform", "business_unit": "retail", "cost_centre": "CC-1500"}  # the business unit is kept
+    assert farebox("apps", "set", "platform", "playground", "--cost-centre", "CC-1501")["cost_centre"] == "CC-1501"
+    resp = httpx.put(pods.urls[1] + "/admin/v1/apps/kyc-ops/kyc-summariser", headers=h(pods.admin),
+                     json={"cost_centre": None})  # null: back to the team's
+    assert resp.status_code == 200, resp.text
+    bad = httpx.put(pods.urls[1] + "/admin/v1/apps/nobody/app", headers=h(pods.admin), json={"cost_centre": "CC-1"})
+    assert bad.status_code == 400 and "unknown team 'nobody'" in bad.json()["error"]["message"]
+    assert httpx.put(pods.urls[1] + "/admin/v1/teams/platform", headers=h(pods.finance),
+                     json={"cost_centre": "CC-X"}).status_code == 403  # admins set cost centres
+    want = {("platform", "playground"): "CC-1501", ("kyc-ops", "kyc-summariser"): "CC-2001"}
+    deadline = time.monotonic() + 5
+    for url in pods.urls:
+        while True:
+            apps = httpx.get(url + "/admin/v1/apps", headers=h(pods.finance)).json()["data"]
+            if {(a["team"], a["name"]): a["allocated_to"] for a in apps} == want:
+                break
+            assert time.monotonic() < deadline, (url, apps)
+            time.sleep(0.05)
+    teams = {t["name"]: t for t in httpx.get(pods.urls[2] + "/admin/v1/teams", headers=h(pods.finance)).json()["data"]}
+    assert teams["platform"]["cost_centre"] == "CC-1500"
+
+
 def test_a_planted_provider_secret_appears_nowhere(pods: Pods) -> None:
     """After a run with errors: logs, event logs, snapshots, the database and every body we saw."""
     created = create_key(pods)

@@ -219,13 +219,37 @@ def test_threshold_crossed_envelope_is_checked_on_decode():
 def test_schema_1_admissions_and_returns_are_upcast():
     old = to_dict(admitted())
     old["schema"] = 1
-    del old["leases"]
+    for name in ("leases", "cost_centre", "tags", "retry_of"):
+        del old[name]
     assert decode(orjson.dumps(old)) == admitted()
     returned = {"type": "lease.returned", "schema": 1, "id": "L1/returned", "time": "2026-10-03T10:15:02.123456Z",
                 "request_id": None, "key": "team:payments", "lease_id": "L1", "scope": "team:payments",
                 "pod": "pod-a", "amount_micro": 5, "expires_at": None}
     event = decode(orjson.dumps(returned))
     assert (event.schema, event.funded_micro, event.amount_micro) == (2, 0, 5)
+
+
+def test_schema_2_admissions_are_upcast_to_no_cost_centre_no_tags_not_a_retry():
+    old = to_dict(admitted())
+    old["schema"] = 2
+    for name in ("cost_centre", "tags", "retry_of"):
+        del old[name]
+    event = decode(orjson.dumps(old))
+    assert event == admitted()
+    assert (event.schema, event.cost_centre, dict(event.tags), event.retry_of) == (3, None, {}, None)
+
+
+def test_admission_carries_cost_centre_tags_and_retry_of_on_the_wire():
+    event = admitted(cost_centre="CC-4410", tags={"project": "atlas", "env": "prod"}, retry_of="r-0")
+    wire = to_dict(event)
+    assert (wire["schema"], wire["cost_centre"], wire["tags"], wire["retry_of"]) == (
+        3, "CC-4410", {"project": "atlas", "env": "prod"}, "r-0")
+    assert decode(encode(event)) == event
+    with pytest.raises(CodecError, match="must be a string"):
+        decode(orjson.dumps({**wire, "tags": {"project": 7}}))
+    for bad in (dict(cost_centre=""), dict(tags={"": "x"}), dict(retry_of="")):
+        with pytest.raises(InvalidEvent):
+            admitted(**bad)
 
 
 def test_schema_1_lease_requests_are_upcast_to_a_demand_of_one_hold():

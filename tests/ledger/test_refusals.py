@@ -66,6 +66,22 @@ def test_decode_is_strict():
         decode(orjson.dumps({**wire, "id": "req-1/refused"}))
 
 
+def test_it_carries_the_allocation_and_schema_1_is_read_as_none():
+    event = refused(cost_centre="CC-7", tags={"project": "atlas"})
+    wire = orjson.loads(encode(event))
+    assert (wire["schema"], wire["cost_centre"], wire["tags"]) == (2, "CC-7", {"project": "atlas"})
+    assert decode(encode(event)) == event
+    row = typed_row(wire, stored_at=T, partition=0, offset=1, text=encode(event).decode())
+    assert (row["cost_centre"], row["tags"]) == ("CC-7", [("project", "atlas")])
+    old = orjson.loads(encode(refused()))
+    old["schema"] = 1
+    del old["cost_centre"], old["tags"]
+    upcast = decode(orjson.dumps(old))
+    assert upcast == refused() and (upcast.schema, upcast.cost_centre, dict(upcast.tags)) == (2, None, {})
+    with pytest.raises(InvalidEvent):
+        refused(tags={"": "x"})
+
+
 def test_the_ledger_folds_it_to_nothing():
     ledger = Ledger(ZoneInfo("Asia/Kolkata"))
     before = ledger.to_bytes()

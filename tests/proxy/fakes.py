@@ -95,7 +95,7 @@ class ScriptedBudgets:
     def release(self, request_id: str) -> None:
         self.released.append(request_id)
 
-    def state(self, snapshot: Snapshot, scope: str, period: str | None, now_s: float) -> ScopeState | None:
+    async def state(self, snapshot: Snapshot, scope: str, period: str | None, now_s: float) -> ScopeState | None:
         return None
 
     def downgrade_target(self, snapshot: Snapshot, scopes: Sequence[str], now_s: float) -> str | None:

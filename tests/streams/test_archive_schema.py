@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger.codec import encode, to_dict
-from ledger.events import Event
+from ledger.events import Event, RequestAdmitted
 from pricing.usage import TOKEN_TYPES
 from streams.archive import ArchiveError, ArchiveWriter, Record, read_archive
 from streams.archive_schema import SCHEMA, SCHEMA_METADATA_KEY, typed_row, typed_table
@@ -29,8 +29,10 @@ def _check_row(event: Event, row: dict) -> None:
     for name in ("team", "key_id", "business_unit", "app", "run_id", "alias", "deployment", "provider", "account",
                  "model", "region", "data_class", "outcome", "error_code", "ttft_ms", "latency_ms", "attempt",
                  "attempts", "cache_hit", "stream", "cost_micro", "overrun_micro", "amount_micro", "currency",
-                 "price_version", "pod", "scope", "lease_id", "period", "est_input_tokens", "max_output_tokens"):
+                 "price_version", "pod", "scope", "lease_id", "period", "est_input_tokens", "max_output_tokens",
+                 "cost_centre"):
         assert row[name] == wire.get(name), name
+    assert row["tags"] == (sorted(wire["tags"].items()) if "tags" in wire else None)
     assert row["status"] == wire.get("status", wire.get("final_status"))
     usage = wire.get("usage")
     for kind in TOKEN_TYPES:
@@ -48,6 +50,23 @@ def test_typed_columns_match_the_event(event: Event) -> None:
     row = typed_row(to_dict(event), stored_at=NOW, partition=0, offset=1, text=encode(event).decode())
     _check_row(event, row)
     pa.Table.from_pylist([row], schema=SCHEMA)  # every value fits its column type
+
+
+def test_an_admissions_cost_centre_and_tags_fill_their_columns(tmp_path) -> None:
+    def admitted(**extra) -> RequestAdmitted:
+        return RequestAdmitted(time=NOW, request_id="r-1", team="platform", key_id="fb-dev-1a2b", business_unit="retail",
+                               app="atlas", run_id=None, alias="chat-default", data_class="internal",
+                               est_input_tokens=10, max_output_tokens=64, holds={"team:platform": 5}, currency="INR",
+                               price_version=1, pod="pod-a", hold_ttl_s=600, stream=False, **extra)
+
+    event = admitted(cost_centre="CC-1077", tags={"project": "atlas", "env": "prod"})
+    writer = ArchiveWriter(tmp_path, "log")
+    writer.write([Record(0, 1, encode(event))], now=NOW)
+    (row,) = read_archive(tmp_path, date(2026, 1, 1), date(2026, 12, 31)).to_pylist()
+    assert row["cost_centre"] == "CC-1077"
+    assert dict(row["tags"]) == {"project": "atlas", "env": "prod"}
+    untagged = typed_row(to_dict(admitted()), stored_at=NOW, partition=0, offset=2, text=encode(admitted()).decode())
+    assert untagged["cost_centre"] is None and untagged["tags"] == []
 
 
 def test_rows_round_trip_through_parquet(tmp_path) -> None:

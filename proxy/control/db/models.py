@@ -51,12 +51,14 @@ class TeamRow(Base):
     __tablename__ = "teams"
     name: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
     business_unit: Mapped[str | None] = mapped_column(sa.String(200), sa.ForeignKey("business_units.name"))
+    cost_centre: Mapped[str | None] = mapped_column(sa.String(200))
 
 
 class AppRow(Base):
     __tablename__ = "apps"
     team: Mapped[str] = mapped_column(sa.String(200), sa.ForeignKey("teams.name"), primary_key=True)
     name: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
+    cost_centre: Mapped[str | None] = mapped_column(sa.String(200))  # None: the team's
 
 
 class DeploymentRow(Base):

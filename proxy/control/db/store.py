@@ -224,9 +224,10 @@ def build_document(s: Session) -> dict[str, Any]:
     control["fx"] = [{"from": r.from_ccy, "to": r.to_ccy, "month": r.month, "rate": r.rate}
                      for r in s.scalars(sa.select(FxRateRow).order_by(FxRateRow.from_ccy, FxRateRow.to_ccy, FxRateRow.month))]
     control["business_units"] = list(s.scalars(sa.select(BusinessUnit.name).order_by(BusinessUnit.name)))
-    control["teams"] = [_drop_none({"name": t.name, "business_unit": t.business_unit})
+    control["teams"] = [_drop_none({"name": t.name, "business_unit": t.business_unit, "cost_centre": t.cost_centre})
                         for t in s.scalars(sa.select(TeamRow).order_by(TeamRow.name))]
-    control["apps"] = [{"name": a.name, "team": a.team} for a in s.scalars(sa.select(AppRow).order_by(AppRow.team, AppRow.name))]
+    control["apps"] = [_drop_none({"name": a.name, "team": a.team, "cost_centre": a.cost_centre})
+                       for a in s.scalars(sa.select(AppRow).order_by(AppRow.team, AppRow.name))]
     control["deployments"] = [{"id": d.id, **d.spec} for d in s.scalars(sa.select(DeploymentRow).order_by(DeploymentRow.id))]
     control["aliases"] = [{"name": a.name, **a.spec} for a in s.scalars(sa.select(AliasRow).order_by(AliasRow.name))]
     budgets = policy(s, "budgets")

@@ -84,12 +84,12 @@ def test_the_per_request_cap_is_a_400_naming_the_parameter() -> None:
     assert err.value.param == "max_completion_tokens" and err.value.code == "request_cost_cap_exceeded"
 
 
-def test_ledger_state_is_what_was_folded() -> None:
+async def test_ledger_state_is_what_was_folded() -> None:
     snap = limited_snapshot()
     ledger = Ledger(KOLKATA)
     ledger.apply(admitted(snap, "r1", 300))
-    state = LedgerBudgets(ledger).state(snap, "team:platform", None, NOW_S)
-    assert state is not None and (state.held, state.settled, state.requests) == (300, 0, 1)
+    state = await LedgerBudgets(ledger).state(snap, "team:platform", None, NOW_S)
+    assert state is not None and (state.held, state.settled, state.requests, state.leased) == (300, 0, 1, 0)
 
 
 class YieldingBuckets(MemoryBuckets):

@@ -19,11 +19,11 @@ import pytest
 from ledger.events import Event, LeaseRequested, LeaseReturned
 from ledger.leases import LeasePolicy, ScopeEntry, ScopeLedger, fold
 from ledger.periods import period_of
-from proxy.admission.budget_port import BudgetAsk
+from proxy.admission.budget_port import BudgetAsk, ScopeState, budget_period
 from proxy.admission.lease_budgets import LeaseBudgets
 from proxy.admission.scope_states import ScopeStates
 from proxy.admission.wallet import BudgetUnavailable, WalletPolicy, Wallets
-from proxy.errors import InvalidRequest, RateLimited
+from proxy.errors import GatewayError, InvalidRequest, RateLimited
 from tests.proxy.fakes import example_tree, snapshot
 
 UTC = ZoneInfo("UTC")
@@ -223,7 +223,41 @@ async def test_lease_budgets_fund_limited_scopes_and_settle_through_the_wallets(
     await budgets.admit(snap, BudgetAsk("r2", [SCOPE], 1_000, 10, 10, now_s))
     budgets.release("r2")
     assert lease.balance == before + 600  # released: the whole hold is back
-    assert budgets.state(snap, SCOPE, None, now_s) is None  # the processor keeps the balances
+    assert await budgets.state(snap, SCOPE, None, now_s) is None  # no projection reader: nothing readable here
+
+
+async def test_lease_budgets_read_a_scopes_balance_from_the_workers_projection():
+    snap = alpha_snapshot()
+    now_s = NOW.timestamp()
+    period = budget_period(snap, now_s)
+    rows = {SCOPE: {"period": period, "settled": "1200", "held": "300", "leased": "4000", "overrun": "7",
+                    "requests": "5", "limit": "10000", "state": "soft"},
+            "team:old": {"period": "2001-01", "settled": "9", "held": "0", "leased": "0", "overrun": "0",
+                         "requests": "1", "limit": "", "state": "ok"}}
+    asked: list[str] = []
+
+    async def read_scope(scope: str) -> dict[str, str]:
+        asked.append(scope)
+        return rows.get(scope, {})
+
+    budgets = LeaseBudgets(wallets_for(Processor(limit=1_000_000)), hold_ttl_s=900, read_scope=read_scope)
+    state = await budgets.state(snap, SCOPE, None, now_s)
+    assert state == ScopeState(period, 1200, 300, 7, 5, True, leased=4000)
+    assert await budgets.state(snap, SCOPE, period, now_s) == state
+    # never projected, or projected only for an earlier period: nothing spent yet this period
+    assert await budgets.state(snap, "team:new", None, now_s) == ScopeState(period, 0, 0, 0, 0, False)
+    assert await budgets.state(snap, "team:old", None, now_s) == ScopeState(period, 0, 0, 0, 0, False)
+    assert asked == [SCOPE, SCOPE, "team:new", "team:old"]
+    with pytest.raises(InvalidRequest) as err:  # the projection holds the current period only
+        await budgets.state(snap, SCOPE, "2001-01", now_s)
+    assert err.value.param == "period" and "2001-01" in err.value.message
+
+    async def away(scope: str) -> dict[str, str]:
+        raise ConnectionError("redis is away")
+
+    with pytest.raises(GatewayError) as err:
+        await LeaseBudgets(budgets.wallets, 900, read_scope=away).state(snap, SCOPE, None, now_s)
+    assert (err.value.status, err.value.code) == (503, "budget_unavailable")
 
 
 async def test_lease_budgets_refuse_above_the_per_request_cap_before_asking():

@@ -146,3 +146,57 @@ def test_last_good_snapshot_roundtrip_and_tamper_check(svc: ControlService, tmp_
     (tmp_path / "snapshot.json").write_bytes(orjson.dumps(raw))
     with pytest.raises(Exception, match="hash mismatch"):
         load_last_good(tmp_path)
+
+
+async def test_cost_centres_from_the_file_the_api_and_the_database(svc: ControlService, tree: dict) -> None:
+    snap = snapshot_of(svc)
+    assert snap.teams["platform"].cost_centre == "CC-1001"
+    assert snap.cost_centre_of("platform", "playground") == "CC-1001"  # no app cost centre: the team's
+    assert snap.cost_centre_of("kyc-ops", "kyc-summariser") == "CC-2042"  # the app's overrides the team's
+    assert snap.cost_centre_of("nobody", "nothing") is None
+    tree["apps"][0]["cost_centre"] = "CC-1077"
+    tree["teams"][1]["cost_centre"] = "CC-2002"
+    diff, done = await svc.apply("ops", tree)
+    assert "~ app platform/playground: cost_centre: None -> 'CC-1077'" in diff
+    assert "~ team kyc-ops: cost_centre: 'CC-2001' -> 'CC-2002'" in diff and done.changed
+    assert (await svc.apply("ops", tree))[0] == []  # idempotent
+    snap = snapshot_of(svc)
+    assert snap.cost_centre_of("platform", "playground") == "CC-1077"
+    assert snap.teams["kyc-ops"].cost_centre == "CC-2002"
+    # the admin API's PUT: an omitted field keeps its value, null clears it
+    after = await svc.put_team("ops", "platform", {"cost_centre": "CC-1500"})
+    assert after == {"name": "platform", "business_unit": "retail", "cost_centre": "CC-1500"}
+    after = await svc.put_team("ops", "platform", {"cost_centre": None})
+    assert after == {"name": "platform", "business_unit": "retail", "cost_centre": None}
+    assert snapshot_of(svc).teams["platform"].cost_centre is None
+    with pytest.raises(ConfigRejected) as err:
+        await svc.put_team("ops", "platform", {"cost_centre": "x" * 65, "business_unit": "nowhere"})
+    assert len(err.value.problems) == 2 and "cost_centre" in err.value.problems[1]
+
+
+def test_a_bad_cost_centre_in_the_file_is_named(tree: dict) -> None:
+    from proxy.control.declarative import compile_snapshot
+    from proxy.control.problems import Problems
+
+    tree["teams"][0]["cost_centre"] = ""
+    tree["apps"][0]["cost_centre"] = "y" * 65
+    problems = Problems()
+    assert compile_snapshot(tree, problems=problems) is None
+    text = "\n".join(str(p) for p in problems.items)
+    assert "teams[0].cost_centre" in text and "apps[0].cost_centre" in text, text
+
+
+async def test_an_apps_cost_centre_is_set_kept_and_cleared(svc: ControlService) -> None:
+    assert await svc.put_app("ops", "platform", "playground", {"cost_centre": "CC-1077"}) == {
+        "team": "platform", "name": "playground", "cost_centre": "CC-1077"}
+    assert snapshot_of(svc).cost_centre_of("platform", "playground") == "CC-1077"
+    await svc.put_app("ops", "platform", "newbot", {})  # a new app, allocated to its team
+    snap = snapshot_of(svc)
+    assert snap.apps["platform/newbot"].cost_centre is None and snap.cost_centre_of("platform", "newbot") == "CC-1001"
+    await svc.put_app("ops", "platform", "playground", {"cost_centre": None})
+    assert snapshot_of(svc).cost_centre_of("platform", "playground") == "CC-1001"
+    for team, body, why in (("nobody", {}, "unknown team"), ("platform", {"cost_centre": ""}, "cost_centre"),
+                            ("platform", {"colour": "red"}, "colour")):
+        with pytest.raises(ConfigRejected) as err:
+            await svc.put_app("ops", team, "x", body)
+        assert why in err.value.problems[0]

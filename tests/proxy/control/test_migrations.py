@@ -88,8 +88,8 @@ def _state_imports_dropped_and_restored(url: str) -> None:
         with engine.begin() as conn:
             conn.execute(sa.text('INSERT INTO state_imports (source, "offset") VALUES (:s, :o)'),
                          {"s": "keys.jsonl", "o": 120})
-        migrate.upgrade(engine)
-        assert migrate.current(engine) == migrate.head() == "0003"
+        migrate.upgrade(engine, "0003")
+        assert migrate.current(engine) == "0003"
         assert "state_imports" not in sa.inspect(engine).get_table_names()
         migrate.downgrade(engine, "0002")
         assert "state_imports" in sa.inspect(engine).get_table_names()
@@ -108,3 +108,40 @@ def test_sqlite_state_imports_migration(tmp_path: Path) -> None:
 @pytest.mark.postgres
 def test_postgres_state_imports_migration(postgres: PostgresServer) -> None:
     _state_imports_dropped_and_restored(postgres.create_database("migrations_0003"))
+
+
+def _cost_centres_added_and_dropped(url: str) -> None:
+    """0004 adds a nullable ``cost_centre`` to teams and apps: existing rows survive without one, both ways."""
+    engine = make_engine(url)
+    try:
+        migrate.upgrade(engine, "0003")
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO teams (name) VALUES ('platform')"))
+            conn.execute(sa.text("INSERT INTO apps (team, name) VALUES ('platform', 'playground')"))
+        migrate.upgrade(engine, "0004")
+        assert migrate.current(engine) == migrate.head() == "0004"
+        for table in ("teams", "apps"):
+            cols = {c["name"]: c for c in sa.inspect(engine).get_columns(table)}
+            assert cols["cost_centre"]["nullable"], table
+        with engine.begin() as conn:
+            assert conn.execute(sa.text("SELECT cost_centre FROM apps")).scalar_one() is None
+            conn.execute(sa.text("UPDATE teams SET cost_centre = 'CC-1001'"))
+            assert conn.execute(sa.text("SELECT cost_centre FROM teams")).scalar_one() == "CC-1001"
+        migrate.downgrade(engine, "0003")
+        for table in ("teams", "apps"):
+            assert "cost_centre" not in {c["name"] for c in sa.inspect(engine).get_columns(table)}
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT name FROM apps")).scalar_one() == "playground"
+        migrate.downgrade(engine)
+        assert migrate.current(engine) is None
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_cost_centre_migration(tmp_path: Path) -> None:
+    _cost_centres_added_and_dropped(f"sqlite:///{tmp_path / 'control.sqlite'}")
+
+
+@pytest.mark.postgres
+def test_postgres_cost_centre_migration(postgres: PostgresServer) -> None:
+    _cost_centres_added_and_dropped(postgres.create_database("migrations_0004"))
