@@ -31,6 +31,7 @@ from ledger.codec import from_dict
 from ledger.events import LeaseGranted
 from proxy.admission.lease_budgets import LeaseBudgets
 from proxy.admission.limits.redis_buckets import RedisBuckets
+from proxy.idempotency.redis_store import RedisIdempotency
 from proxy.admission.scope_states import ScopeStates
 from proxy.admission.wallet import WalletPolicy, Wallets
 from proxy.api.app import create_app
@@ -63,6 +64,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
                            client_id=f"farebox-{settings.pod_id}")
     recorder = Recorder(events, Metrics())  # the worker projects the ledger; this pod keeps none
     limits = RedisBuckets.from_url(d.redis_url, pods=d.pods)
+    idempotency = RedisIdempotency.from_url(d.redis_url)  # Idempotency-Key records shared by every pod
     clock = time.time
     wallets = Wallets(settings.pod_id, recorder.emit, lambda: datetime.fromtimestamp(clock(), timezone.utc),
                       WalletPolicy(lease_wait_s=d.lease_wait_s, low_water_pct=d.low_water_pct,
@@ -76,7 +78,8 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
         status=follower.status)
     pod = PodState(snapshot)
     runtime = build_runtime(settings, secrets, pod, recorder=recorder,
-                            budgets=LeaseBudgets(wallets, settings.hold_ttl_s), limits=limits, control=control)
+                            budgets=LeaseBudgets(wallets, settings.hold_ttl_s), limits=limits, control=control,
+                            idempotency=idempotency)
     follower.swap, follower.emit = pod.swap, recorder.emit
     app = create_app(runtime)
     redis = aioredis.Redis.from_url(d.redis_url)
@@ -85,6 +88,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
         await limits.start()
         yield
         await limits.close()
+        await idempotency.close()
         await events.close()
 
     async def wallet_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -59,6 +59,7 @@ class RequestAdmitted(RequestEvent):
     hold_ttl_s: int
     stream: bool
     leases: Mapping[str, str] = field(default_factory=dict)  # scope -> lease id that funds its hold (distributed mode)
+    retry_of: str | None = None  # the request this one retries (a stream re-sent with the same Idempotency-Key)
 
     def __post_init__(self) -> None:
         RequestEvent.__post_init__(self)

@@ -75,6 +75,7 @@ class Tab:
     total_cost: int = 0
     path: list[dict] = field(default_factory=list)  # deployment and outcome of each attempt, in order
     settled: bool = False
+    retry_of: str | None = None  # a stream retried with the same Idempotency-Key: the first request's id
 
 
 def admitted_event(tab: Tab, plan: Plan, leases: dict[str, str], pod: str, hold_ttl_s: int,
@@ -86,6 +87,7 @@ def admitted_event(tab: Tab, plan: Plan, leases: dict[str, str], pod: str, hold_
         data_class=tab.data_class, est_input_tokens=plan.est_input_tokens, max_output_tokens=plan.max_output_tokens,
         holds=dict.fromkeys(tab.scopes, plan.hold_micro), currency=tab.snapshot.currency,
         price_version=plan.price_version, pod=pod, hold_ttl_s=hold_ttl_s, stream=tab.stream, leases=leases,
+        retry_of=tab.retry_of,
     )
 
 

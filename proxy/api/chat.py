@@ -8,6 +8,7 @@ candidates in ``proxy/routing/``.
 
 from __future__ import annotations
 
+import asyncio
 import orjson
 from aiohttp import web
 
@@ -15,7 +16,7 @@ from pricing.tokens import estimate_tokens
 from pricing.usage import TokenUsage
 from proxy.admission.auth import allowed_alias, data_class
 from proxy.admission.plan import chat_input_estimates, output_cap
-from proxy.api import streaming
+from proxy.api import idempotent, streaming
 from proxy.api.admit import admit
 from proxy.api.shell import open_meter, plan, route_headers, settled_answer
 from proxy.api.validate import ChatCall, validate_chat
@@ -53,10 +54,25 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     chain = await plan(rt, snap, alias, needs, sticky_key(request.headers.get("x-fb-session"), call.body),
                        allows_fallback(request.headers))
     cands = honouring(chain.deployments, call.body)
-    meter = open_meter(rt, snap, request, key, alias, run_id=run_id, data_class=cls, stream=call.stream)
-    meter.estimates = estimates
+    idem = await idempotent.begin(rt, request, call.body, call.stream)  # before admission: a replay is not billed
+    if idem.replay is not None:
+        return idem.replay
+    response: web.StreamResponse | None = None
+    try:
+        meter = open_meter(rt, snap, request, key, alias, run_id=run_id, data_class=cls, stream=call.stream)
+        meter.tab.retry_of = idem.retry_of
+        meter.estimates = estimates
+        response = await _admitted(request, rt, call, cands, chain, meter, est_in, max_out,
+                                   downgraded_from if downgraded is not None else None)
+        return response
+    finally:
+        await asyncio.shield(idempotent.finish(rt, idem, response if isinstance(response, web.Response) else None))
+
+
+async def _admitted(request: web.Request, rt: Runtime, call: ChatCall, cands: list[Deployment], chain: Chain,
+                    meter: Meter, est_in: int, max_out: int, downgraded_from: str | None) -> web.StreamResponse:
     admitted = await admit(rt, meter, cands, est_in, max_out)
-    if downgraded is not None:
+    if downgraded_from is not None:
         admitted.headers["x-fb-downgraded-from"] = downgraded_from
     with ClientWatch(request, rt.pod) as watch:
         try:
