@@ -223,7 +223,8 @@ def budget_spec(body: Mapping[str, Any]) -> dict[str, Any]:
     budget_limit_from(r)
     r.reject_unknown()
     _check(problems, "budget")
-    spec = {k: body[k] for k in ("monthly_limit", "limit", "soft_pct", "downgrade_alias", "max_calls", "env") if k in body}
+    spec = {k: body[k] for k in ("monthly_limit", "limit", "soft_pct", "downgrade_alias", "max_calls", "env",
+                                 "spend_per_hour") if k in body}
     if "limit" in spec:
         spec["monthly_limit"] = spec.pop("limit")
     if spec.get("monthly_limit") is not None:
@@ -243,6 +244,7 @@ def set_budget(scope: str, spec: Mapping[str, Any]) -> Mutation:
         row.downgrade_alias = spec.get("downgrade_alias")
         row.max_calls = spec.get("max_calls")
         row.env = spec.get("env", "any")
+        row.spend_per_hour = spec.get("spend_per_hour")
         return before, budget_record(row)
 
     return mutate
