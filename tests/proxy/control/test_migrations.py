@@ -88,8 +88,8 @@ def _state_imports_dropped_and_restored(url: str) -> None:
         with engine.begin() as conn:
             conn.execute(sa.text('INSERT INTO state_imports (source, "offset") VALUES (:s, :o)'),
                          {"s": "keys.jsonl", "o": 120})
-        migrate.upgrade(engine)
-        assert migrate.current(engine) == migrate.head() == "0003"
+        migrate.upgrade(engine, "0003")
+        assert migrate.current(engine) == "0003"
         assert "state_imports" not in sa.inspect(engine).get_table_names()
         migrate.downgrade(engine, "0002")
         assert "state_imports" in sa.inspect(engine).get_table_names()
@@ -108,3 +108,20 @@ def test_sqlite_state_imports_migration(tmp_path: Path) -> None:
 @pytest.mark.postgres
 def test_postgres_state_imports_migration(postgres: PostgresServer) -> None:
     _state_imports_dropped_and_restored(postgres.create_database("migrations_0003"))
+
+
+def test_sqlite_budget_spend_per_hour_migration(tmp_path: Path) -> None:
+    """0004 adds ``budgets.spend_per_hour`` (nullable: existing budgets have no spend rate) and drops it back."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'control.sqlite'}")
+    try:
+        migrate.upgrade(engine, "0003")
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO budgets (scope, monthly_limit, soft_pct, env) VALUES ('team:a', '5', 80, 'any')"))
+        migrate.upgrade(engine)
+        assert migrate.current(engine) == migrate.head() == "0004"
+        with engine.connect() as conn:
+            assert tuple(conn.execute(sa.text("SELECT scope, spend_per_hour FROM budgets")).one()) == ("team:a", None)
+        migrate.downgrade(engine, "0003")
+        assert "spend_per_hour" not in {c["name"] for c in sa.inspect(engine).get_columns("budgets")}
+    finally:
+        engine.dispose()
