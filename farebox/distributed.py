@@ -31,12 +31,12 @@ from ledger.codec import from_dict
 from ledger.events import LeaseGranted
 from proxy.admission.lease_budgets import LeaseBudgets
 from proxy.admission.limits.redis_buckets import RedisBuckets
-from proxy.idempotency.redis_store import RedisIdempotency
 from proxy.admission.scope_states import ScopeStates
 from proxy.admission.wallet import WalletPolicy, Wallets
 from proxy.api.app import create_app
 from proxy.control.errors import ControlUnavailable
 from proxy.control.service import ControlService
+from proxy.idempotency.redis_store import RedisIdempotency
 from proxy.metrics import Metrics
 from proxy.recorder import Recorder
 from proxy.routing.breaker_sync import sync_ctx as breaker_sync_ctx

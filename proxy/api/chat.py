@@ -9,6 +9,7 @@ candidates in ``proxy/routing/``.
 from __future__ import annotations
 
 import asyncio
+
 import orjson
 from aiohttp import web
 

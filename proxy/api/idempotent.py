@@ -17,6 +17,7 @@ fingerprint of the canonical body.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -32,6 +33,8 @@ from proxy.idempotency.port import (
     storable,
 )
 from proxy.runtime import Runtime
+
+log = logging.getLogger("farebox.proxy")
 
 
 @dataclass(slots=True)
@@ -67,16 +70,28 @@ async def begin(rt: Runtime, request: web.Request, body: dict, stream: bool) -> 
 
 
 async def finish(rt: Runtime, idem: Idem, response: web.Response | None) -> None:
-    """Store the answer of the claim's request, or give the slot back; a no-op without a pending claim."""
+    """Store the answer of the claim's request, or give the slot back; a no-op without a pending claim.
+
+    Never raises: the answer is already paid for and goes out even if the store fails (then a
+    retry meets the pending claim until it expires, and is refused 409, never billed twice).
+    """
     if idem.slot is None or idem.record is None:
         return
     slot, idem.slot = idem.slot, None
+    try:
+        await _finish(rt, idem.record, slot, response)
+    except Exception:  # noqa: BLE001 - logged; the caller's answer must not turn into an error
+        log.warning("could not record the outcome of Idempotency-Key slot for request %s", idem.record.request_id,
+                    exc_info=True)
+
+
+async def _finish(rt: Runtime, record: Record, slot: str, response: web.Response | None) -> None:
     answer = None
     if response is not None and isinstance(response.body, (bytes, bytearray)):
         answer = storable(response.status, bytes(response.body), dict(response.headers),
                           rt.options.idempotency_max_answer_bytes)
     if answer is None:
-        await rt.idempotency.release(slot, idem.record.request_id)
+        await rt.idempotency.release(slot, record.request_id)
         return
-    done = Record(idem.record.request_id, idem.record.fingerprint, "done", answer)
+    done = Record(record.request_id, record.fingerprint, "done", answer)
     await rt.idempotency.complete(slot, done, rt.options.idempotency_ttl_s)

@@ -134,7 +134,7 @@ def storable(status: int, body: bytes, headers: dict[str, str], max_bytes: int) 
     """The answer to store: successes up to ``max_bytes``, with the headers worth replaying; else None."""
     if status >= 300 or len(body) > max_bytes:
         return None
-    kept = {k: v for k, v in headers.items() if _replayed(k.lower())}
+    kept = {str(k): str(v) for k, v in headers.items() if _replayed(k.lower())}  # plain str: CIMultiDict keys are istr
     return StoredAnswer(status, body, kept)
 
 

@@ -9,8 +9,8 @@ import asyncio
 import orjson
 import pytest
 
-from proxy.idempotency.port import Record, checked_key, conflict, fingerprint, slot_of, storable
 from proxy.errors import InvalidRequest
+from proxy.idempotency.port import Record, checked_key, conflict, fingerprint, slot_of, storable
 from tests.proxy.api.test_chat_shell import CHAT, Pod, pod  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.filterwarnings("ignore::aiohttp.web_exceptions.NotAppKeyWarning")
@@ -109,3 +109,48 @@ def test_only_successes_within_the_cap_are_stored_with_the_headers_worth_replayi
     assert kept is not None and kept.headers == {"Content-Type": "application/json", "x-fb-deployment": "d"}
     assert storable(200, b"x" * 11, headers, 10) is None
     assert storable(500, b"{}", headers, 10) is None
+
+
+async def test_pods_sharing_redis_replay_each_others_answers() -> None:
+    """Distributed mode: the key is claimed and answered through Redis, so a retry on another pod replays."""
+    import time
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from infra.redis.server import RedisServer
+    from infra.simulator.app import create_app as create_simulator
+    from infra.simulator.config import parse_config
+    from proxy.api.app import create_app
+    from proxy.idempotency.redis_store import RedisIdempotency
+    from proxy.runtime import RUNTIME
+    from tests.proxy.api.test_chat_shell import SIMULATOR
+    from tests.proxy.fakes import MemoryLog, example_tree, key, runtime, snapshot
+
+    server = RedisServer().start()
+    sim = TestServer(create_simulator(parse_config(SIMULATOR)))
+    await sim.start_server()
+    plaintext, record = key()
+    snap = snapshot(example_tree(str(sim.make_url("")).rstrip("/")), [record])
+    clients, logs = [], []
+    try:
+        for _ in range(2):
+            log = MemoryLog()
+            rt = runtime(snap, log=log, clock=time.time)
+            object.__setattr__(rt, "idempotency", RedisIdempotency.from_url(server.url))
+            client = TestClient(TestServer(create_app(rt)))
+            await client.start_server()
+            clients.append(client)
+            logs.append(log)
+        auth = {"Authorization": f"Bearer {plaintext}", "Idempotency-Key": "cross-pod"}
+        first = await clients[0].post(URL, data=orjson.dumps(CHAT), headers=auth)
+        body = await first.read()
+        second = await clients[1].post(URL, data=orjson.dumps(CHAT), headers=auth)
+        assert second.status == 200 and second.headers["x-fb-idempotent-replay"] == "true"
+        assert await second.read() == body
+        assert logs[0].types() == ["request.admitted", "request.attempted", "request.settled"] and logs[1].events == []
+    finally:
+        for client in clients:
+            await client.app[RUNTIME].idempotency.close()
+            await client.close()
+        await sim.close()
+        server.cleanup()
