@@ -37,11 +37,24 @@ from proxy.upstream.relay import Timeouts, forwarded_headers
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     rt = request.app[RUNTIME]
+    call = validate_chat(parse_json_object(await request.read()))
+    idem = await idempotent.begin(rt, request, call.body, call.stream)  # first: a replay is neither routed nor billed
+    if idem.replay is not None:
+        return idem.replay
+    response: web.StreamResponse | None = None
+    try:
+        response = await _serve(request, rt, call, idem.retry_of)
+        return response
+    finally:
+        await asyncio.shield(idempotent.finish(rt, idem, response if isinstance(response, web.Response) else None))
+
+
+async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: str | None) -> web.StreamResponse:
     snap = rt.pod.snapshot  # one snapshot for the whole request, even if a swap happens meanwhile
     key = request["key"]
-    call = validate_chat(parse_json_object(await request.read()))
     alias = allowed_alias(snap, key, call.alias, "chat")
     run_id = request.headers.get("x-fb-run-id")
+    downgraded_from = None
     downgraded = _downgrade(rt, snap, key, alias, run_id)
     if downgraded is not None:
         alias, downgraded_from = downgraded, alias.name
@@ -55,23 +68,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     chain = await plan(rt, snap, alias, needs, sticky_key(request.headers.get("x-fb-session"), call.body),
                        allows_fallback(request.headers))
     cands = honouring(chain.deployments, call.body)
-    idem = await idempotent.begin(rt, request, call.body, call.stream)  # before admission: a replay is not billed
-    if idem.replay is not None:
-        return idem.replay
-    response: web.StreamResponse | None = None
-    try:
-        meter = open_meter(rt, snap, request, key, alias, run_id=run_id, data_class=cls, stream=call.stream)
-        meter.tab.retry_of = idem.retry_of
-        meter.estimates = estimates
-        response = await _admitted(request, rt, call, cands, chain, meter, est_in, max_out,
-                                   downgraded_from if downgraded is not None else None)
-        return response
-    finally:
-        await asyncio.shield(idempotent.finish(rt, idem, response if isinstance(response, web.Response) else None))
-
-
-async def _admitted(request: web.Request, rt: Runtime, call: ChatCall, cands: list[Deployment], chain: Chain,
-                    meter: Meter, est_in: int, max_out: int, downgraded_from: str | None) -> web.StreamResponse:
+    meter = open_meter(rt, snap, request, key, alias, run_id=run_id, data_class=cls, stream=call.stream)
+    meter.tab.retry_of = retry_of
+    meter.estimates = estimates
     admitted = await admit(rt, meter, cands, est_in, max_out)
     if downgraded_from is not None:
         admitted.headers["x-fb-downgraded-from"] = downgraded_from

@@ -154,3 +154,13 @@ async def test_pods_sharing_redis_replay_each_others_answers() -> None:
             await client.close()
         await sim.close()
         server.cleanup()
+
+
+async def test_a_replay_needs_no_budget_and_no_route(pod: Pod) -> None:  # noqa: F811
+    from proxy.errors import RateLimited
+
+    first = await pod.post(URL, CHAT, **{"Idempotency-Key": "paid"})
+    pod.budgets.refusal = RateLimited("The budget of team:platform is exhausted.", code="budget_exhausted")
+    again = await pod.post(URL, CHAT, **{"Idempotency-Key": "paid"})
+    assert again.status == 200 and await again.read() == await first.read()
+    assert len(pod.budgets.asks) == 1
