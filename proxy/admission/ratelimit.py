@@ -86,6 +86,8 @@ def refund(draws: list[Draw]) -> list[tuple[BucketSpec, int]]:
     return [(d.spec, -d.amount) for d in draws if d.amount]
 
 
+SDK_MAX_RETRY_AFTER_S = 60
+
 _UNITS = {"requests": "requests", "input": "input tokens", "output": "output tokens", "tokens": "tokens"}
 
 
@@ -120,6 +122,8 @@ def _spend_refusal(draws: list[Draw], draw: Draw, left: int, res: Reservation) -
         headers["x-should-retry"] = "false"
     else:
         headers["Retry-After"] = str(res.retry_after_s)
+        # The official SDKs honour Retry-After only up to 60 s; beyond, their own retries come too soon.
+        headers["x-should-retry"] = "true" if res.retry_after_s <= SDK_MAX_RETRY_AFTER_S else "false"
     return RateLimited(message, code=draw.code, headers=headers)
 
 

@@ -30,7 +30,7 @@ from proxy.control.db.models import (
 from proxy.control.db.store import Mutation, budget_record
 from proxy.control.errors import ConfigRejected, ControlConflict, ControlNotFound
 from proxy.control.keys import MintedKey, mint_admin_token, mint_key
-from proxy.control.policies import BUDGET_ENVS, KEY_ENVS, budget_limit_from
+from proxy.control.policies import BUDGET_ENVS, KEY_ENVS, budget_limit_from, spend_scope_problem
 from proxy.control.price_changes import add_version, price_table
 from proxy.control.problems import Problems, Reader
 from proxy.snapshot import ADMIN_ROLES, DATA_CLASSES
@@ -217,11 +217,13 @@ def rotate_key(key_id: str, overlap_s: float, actor: str, now: datetime,
 # -- budgets, teams, business units ---------------------------------------------------------------
 
 
-def budget_spec(body: Mapping[str, Any]) -> dict[str, Any]:
+def budget_spec(body: Mapping[str, Any], scope: str | None = None) -> dict[str, Any]:
     problems = Problems()
     r = Reader(dict(body), "", problems)
-    budget_limit_from(r)
+    limit = budget_limit_from(r)
     r.reject_unknown()
+    if scope is not None and (why := spend_scope_problem(scope, limit)):
+        problems.add("spend_per_hour", why)
     _check(problems, "budget")
     spec = {k: body[k] for k in ("monthly_limit", "limit", "soft_pct", "downgrade_alias", "max_calls", "env",
                                  "spend_per_hour") if k in body}
@@ -229,6 +231,8 @@ def budget_spec(body: Mapping[str, Any]) -> dict[str, Any]:
         spec["monthly_limit"] = spec.pop("limit")
     if spec.get("monthly_limit") is not None:
         spec["monthly_limit"] = str(Decimal(str(spec["monthly_limit"])))
+    if spec.get("spend_per_hour") is not None:
+        spec["spend_per_hour"] = spec["spend_per_hour"].strip()  # validated: a decimal string
     return spec
 
 

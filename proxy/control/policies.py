@@ -140,6 +140,13 @@ def _spend_per_hour(r: Reader) -> int | None:
     return micro
 
 
+def spend_scope_problem(scope: str, limit: BudgetLimit) -> str | None:
+    """Why ``scope`` cannot carry the limit's ``spend_per_hour``, or None (only key and team scopes can)."""
+    if limit.spend_per_hour_micro and not scope.startswith(("key:", "team:")):
+        return "is a per-key or per-team limit (scope key:<id> or team:<team>)"
+    return None
+
+
 def budget_limit_from(r: Reader, aliases: Mapping[str, Alias] | None = None) -> BudgetLimit:
     """One budget limit (config entry or admin API body); problems go to the reader."""
     limit = BudgetLimit(
@@ -197,8 +204,8 @@ def read_budgets(
             why = check_scope(scope, teams, bus)
             if why:
                 e.problems.add(e.at("scope"), why)
-            elif limit.spend_per_hour_micro and not scope.startswith(("key:", "team:")):
-                e.problems.add(e.at("spend_per_hour"), "is a per-key or per-team limit (scope key:<id> or team:<team>)")
+            elif why := spend_scope_problem(scope, limit):
+                e.problems.add(e.at("spend_per_hour"), why)
             scopes[scope] = limit  # later entries (admin changes) win
     r.reject_unknown()
     return BudgetPolicy(timezone=tz, per_request_cap_micro=cap, run_default=run_default, scopes=scopes)

@@ -54,6 +54,16 @@ def test_floats_negatives_and_wrong_formats_are_refused(value: object, why: str)
     assert micro is None and why in reason
 
 
+def test_a_spend_rate_on_a_business_unit_is_refused_by_the_control_plane() -> None:
+    from proxy.control.changes import budget_spec
+    from proxy.control.errors import ConfigRejected
+
+    assert budget_spec({"spend_per_hour": "5"}, "team:platform") == {"spend_per_hour": "5"}
+    with pytest.raises(ConfigRejected) as err:
+        budget_spec({"spend_per_hour": "5", "soft_pct": 101}, "bu:retail")
+    assert "per-key or per-team" in str(err.value) and "soft_pct" in str(err.value)
+
+
 def test_config_check_lists_every_spend_problem() -> None:
     tree = example_tree()
     tree["budgets"]["scopes"] += [{"scope": "team:platform", "spend_per_hour": 12.5},
@@ -100,6 +110,9 @@ async def test_the_bucket_refuses_then_refills_over_the_hour(buckets) -> None:  
     assert "0.200000 INR left of its spend rate of 1.000000 INR per hour" in err.message
     assert "holds 0.400000 INR" in err.message
     assert err.headers["Retry-After"] == "720"  # ₹0.20 more at ₹1/h: 12 minutes
+    assert err.headers["x-should-retry"] == "false"  # the SDKs would not wait that long: do not retry blindly
+    soon = refusal(draws, await buckets.reserve(items(draws), T0 + 715 * S), 10, 100)
+    assert soon.headers["Retry-After"] == "5" and soon.headers["x-should-retry"] == "true"
     await buckets.adjust(settlement(draws, TokenUsage(), 100_000), T0)  # the first settled at ₹0.10
     assert (await buckets.reserve(items(draws), T0)).ok  # the refund funds a third request
     assert (await buckets.reserve(items(draws), T0 + 3600 * S)).ok
