@@ -56,14 +56,19 @@ async def begin(rt: Runtime, request: web.Request, body: dict, stream: bool) -> 
     mine = Record(request["request_id"], fp, "stream" if stream else "pending")
     ttl = rt.options.idempotency_ttl_s if stream else min(rt.options.hold_ttl_s, rt.options.idempotency_ttl_s)
     claim = await rt.idempotency.claim(slot, mine, ttl)
+    outcomes = rt.metrics.idempotency
     if claim.fresh:
+        outcomes.labels("first").inc()
         return Idem(slot=None if stream else slot, record=mine)
     found = claim.record
     refusal = conflict(idem_key, found, fp, stream)
     if refusal is not None:
+        outcomes.labels("reused" if refusal.status == 422 else "in_progress").inc()
         raise refusal
     if stream or found.answer is None:
+        outcomes.labels("stream_retry").inc()
         return Idem(retry_of=found.request_id)
+    outcomes.labels("replayed").inc()
     answer = found.answer
     headers = {**answer.headers, REPLAY_HEADER: "true", "x-fb-replay-of": found.request_id}
     return Idem(replay=web.Response(status=answer.status, body=answer.body, headers=headers))

@@ -28,6 +28,9 @@ async def test_a_repeat_gets_the_stored_answer_billed_once(pod: Pod) -> None:  #
     assert again.headers["x-fb-replay-of"] == orjson.loads(body1)["x_farebox"]["request_id"]
     assert pod.log.types() == ["request.admitted", "request.attempted", "request.settled"]
     assert len(pod.budgets.asks) == 1
+    metrics = (await (await pod.client.get("/metrics")).text())
+    assert 'farebox_idempotency_total{outcome="replayed"} 1.0' in metrics
+    assert 'farebox_idempotency_total{outcome="first"} 1.0' in metrics
 
 
 async def test_the_same_body_spelled_differently_is_the_same_request(pod: Pod) -> None:  # noqa: F811
