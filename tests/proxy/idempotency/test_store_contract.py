@@ -85,3 +85,16 @@ class TestIdempotencyStoreContract:
         await store.claim("k:u", pending(), 60)
         await store.complete("k:u", Record("req_1", "fp1", "done", answer), 60)
         assert (await store.claim("k:u", pending("req_2"), 60)).record.answer.body == answer.body
+
+
+async def test_the_memory_store_evicts_the_oldest_answers_past_its_byte_cap_never_a_pending_claim() -> None:
+    from proxy.idempotency import MemoryIdempotency
+
+    store = MemoryIdempotency(max_bytes=2 * len(ANSWER.body))
+    await store.claim("held", pending("req_p"), 60)
+    for i in range(3):
+        await store.claim(f"s{i}", pending(f"req_{i}"), 60)
+        await store.complete(f"s{i}", Record(f"req_{i}", "fp1", "done", ANSWER), 60)
+    assert (await store.claim("s0", pending("req_x"), 60)).fresh  # the oldest answer went
+    assert not (await store.claim("s2", pending("req_y"), 60)).fresh
+    assert (await store.claim("held", pending("req_z"), 60)).record.request_id == "req_p"
