@@ -115,7 +115,8 @@ def _keys_rotate(args: argparse.Namespace) -> int:
 
 def _budgets_set(args: argparse.Namespace) -> int:
     body = {"monthly_limit": args.monthly_limit, "soft_pct": args.soft_pct, "env": args.env,
-            "downgrade_alias": args.downgrade_alias, "max_calls": args.max_calls}
+            "downgrade_alias": args.downgrade_alias, "max_calls": args.max_calls,
+            "spend_per_hour": args.spend_per_hour}
     view = _run(_control(args.config).set_budget(_actor(), args.scope, {k: v for k, v in body.items() if v is not None}))
     print(json.dumps(view))
     return 0
@@ -284,6 +285,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--env", choices=["any", "prod", "dev"])
     s.add_argument("--downgrade-alias")
     s.add_argument("--max-calls", type=int)
+    s.add_argument("--spend-per-hour", help="fast spend bucket for key:/team: scopes, a decimal string (e.g. 50.00)")
     s.set_defaults(func=_budgets_set)
 
     aliases = sub.add_parser("aliases", help="model aliases").add_subparsers(dest="aliases_command", required=True)

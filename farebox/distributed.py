@@ -37,6 +37,7 @@ from proxy.admission.wallet import WalletPolicy, Wallets
 from proxy.api.app import create_app
 from proxy.control.errors import ControlUnavailable
 from proxy.control.service import ControlService
+from proxy.idempotency.redis_store import RedisIdempotency
 from proxy.metrics import Metrics
 from proxy.recorder import Recorder
 from proxy.routing.breaker_sync import sync_ctx as breaker_sync_ctx
@@ -75,6 +76,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
                            client_id=f"farebox-{settings.pod_id}")
     recorder = Recorder(events, Metrics())  # the worker projects the ledger; this pod keeps none
     limits = RedisBuckets.from_url(d.redis_url, pods=d.pods)
+    idempotency = RedisIdempotency.from_url(d.redis_url)  # Idempotency-Key records shared by every pod
     clock = time.time
     wallets = Wallets(settings.pod_id, recorder.emit, lambda: datetime.fromtimestamp(clock(), timezone.utc),
                       WalletPolicy(lease_wait_s=d.lease_wait_s, low_water_pct=d.low_water_pct,
@@ -89,7 +91,8 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     pod = PodState(snapshot)
     redis = aioredis.Redis.from_url(d.redis_url)
     budgets = LeaseBudgets(wallets, settings.hold_ttl_s, read_scope=RedisProjections(redis).read_scope)
-    runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets, limits=limits, control=control)
+    runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets, limits=limits, control=control,
+                            idempotency=idempotency)
     follower.swap, follower.emit = pod.swap, recorder.emit
     app = create_app(runtime)
 
@@ -97,6 +100,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
         await limits.start()
         yield
         await limits.close()
+        await idempotency.close()
         await events.close()
 
     async def wallet_ctx(app: web.Application) -> AsyncIterator[None]:

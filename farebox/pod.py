@@ -16,6 +16,7 @@ from proxy.admission.limits import Buckets
 from proxy.control.document import load_last_good
 from proxy.control.errors import ControlUnavailable
 from proxy.control.problems import ConfigError
+from proxy.idempotency import IdempotencyStore, MemoryIdempotency
 from proxy.ports import ControlStore
 from proxy.recorder import Recorder
 from proxy.runtime import PodState, ProxyOptions, Runtime
@@ -29,14 +30,18 @@ def options_of(settings: Settings) -> ProxyOptions:
     return ProxyOptions(
         pod_id=settings.pod_id, max_body_bytes=settings.max_body_bytes, hold_ttl_s=settings.hold_ttl_s,
         max_in_flight=settings.max_in_flight, drain_timeout_s=settings.drain_timeout_s,
+        idempotency_ttl_s=settings.idempotency_ttl_s,
+        idempotency_max_answer_bytes=settings.idempotency_max_answer_bytes,
     )
 
 
 def build_runtime(settings: Settings, secrets: Secrets, pod: PodState, *, recorder: Recorder, budgets: BudgetPort,
-                  limits: Buckets, control: ControlStore | None) -> Runtime:
-    """The pod's runtime, once, with one adapter per port."""
+                  limits: Buckets, control: ControlStore | None,
+                  idempotency: IdempotencyStore | None = None) -> Runtime:
+    """The pod's runtime, once, with one adapter per port (idempotency: in-process unless given)."""
     return Runtime(pod=pod, secrets=secrets, options=options_of(settings), recorder=recorder, budgets=budgets,
-                   limits=limits, upstream=UpstreamClient(secrets), control=control, rng=random.Random())
+                   limits=limits, upstream=UpstreamClient(secrets), control=control, rng=random.Random(),
+                   idempotency=idempotency or MemoryIdempotency())
 
 
 def first_snapshot(settings: Settings, follower: SnapshotFollower) -> Snapshot:

@@ -110,6 +110,8 @@ class Settings:
     snapshot: Snapshot  # the file's declared control config, compiled: validation and first-start seed
     control_tree: Mapping[str, Any] = field(default_factory=dict)  # the file's control sections, for config apply
     control_db_url: str = "sqlite://"
+    idempotency_ttl_s: int = 86_400  # an Idempotency-Key's answer is replayed this long
+    idempotency_max_answer_bytes: int = 1024 * 1024  # larger answers are not stored
     poll_interval_s: float = 0.2
     price_change_factor: Decimal = Decimal(2)
     mode: str = "embedded"  # embedded | distributed
@@ -166,6 +168,8 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     sweep_interval = server.number("sweep_interval_s", 5.0, 0.05)
     max_in_flight = server.int("max_in_flight", 2000, 0)
     drain_timeout = server.number("drain_timeout_s", 25.0, 0)
+    idem_ttl = server.int("idempotency_ttl_s", 86_400, 1)
+    idem_max = server.int("idempotency_max_answer_bytes", 1024 * 1024, 0)
     server.reject_unknown()
     elog = root.child("event_log")
     log_path = base / elog.str("path", "var/events.sqlite")
@@ -237,6 +241,8 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         sweep_interval_s=sweep_interval,
         max_in_flight=max_in_flight,
         drain_timeout_s=drain_timeout,
+        idempotency_ttl_s=idem_ttl,
+        idempotency_max_answer_bytes=idem_max,
         event_log_path=log_path,
         state_dir=state_dir,
         secrets_file=secrets_file,

@@ -61,7 +61,7 @@ class RequestAdmitted(RequestEvent):
     leases: Mapping[str, str] = field(default_factory=dict)  # scope -> lease id that funds its hold (distributed mode)
     cost_centre: str | None = None  # the app's cost centre, else its team's (None: neither has one)
     tags: Mapping[str, str] = field(default_factory=dict)  # the caller's x-fb-tags, validated at the edge
-    retry_of: str | None = None
+    retry_of: str | None = None  # the request this one retries (a stream re-sent with the same Idempotency-Key)
 
     def __post_init__(self) -> None:
         RequestEvent.__post_init__(self)

@@ -73,7 +73,7 @@ class Meter:
         if tab.settled or tab.plan is None:
             return
         tab.settled = True
-        rt.limit_settler.adjust(limit_settlement(self.draws, tab.total_usage))
+        rt.limit_settler.adjust(limit_settlement(self.draws, tab.total_usage, tab.total_cost))
         done = settlement(tab, final_status, dep, latency_ms=int((time.monotonic() - self.started) * 1000),
                           now=self._now())
         rt.budgets.settle(tab.request_id, done.charges)

@@ -44,6 +44,10 @@ class Metrics:
             "farebox_lease_round_trip_seconds", "Distributed mode: from asking for a budget lease to its grant.",
             registry=r, buckets=(0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
         )
+        self.idempotency = Counter(
+            "farebox_idempotency", "Requests with an Idempotency-Key, by outcome "
+            "(first, replayed, in_progress, reused, stream_retry).", ["outcome"], registry=r,
+        )
         self.in_flight = Gauge("farebox_in_flight_requests", "Requests being served.", registry=r)
         self.snapshot_version = Gauge("farebox_snapshot_version", "Config snapshot in use.", registry=r)
 

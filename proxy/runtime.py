@@ -23,6 +23,7 @@ from pricing.calibration import Estimator
 from proxy.admission.budget_port import BudgetPort
 from proxy.admission.limits import Buckets
 from proxy.admission.limits.settler import LimitSettler
+from proxy.idempotency import IdempotencyStore, MemoryIdempotency
 from proxy.metrics import Metrics
 from proxy.ports import ControlStore
 from proxy.recorder import Recorder
@@ -38,6 +39,8 @@ class ProxyOptions:
     hold_ttl_s: int = 900
     max_in_flight: int = 2000  # model requests in flight per pod; above: fast 503 + Retry-After (0 = no cap)
     drain_timeout_s: float = 25.0  # SIGTERM: how long streams may finish (below aiohttp's shutdown timeout)
+    idempotency_ttl_s: int = 86_400  # how long an Idempotency-Key's stored answer is replayed
+    idempotency_max_answer_bytes: int = 1024 * 1024  # larger answers are not stored (a retry runs again)
 
 
 class Watch(Protocol):
@@ -72,6 +75,7 @@ class Runtime:
     budgets: BudgetPort  # embedded ledger or lease wallets
     limits: Buckets  # token buckets: in-process, or Redis shared by pods
     upstream: UpstreamClient  # its session opens with the app
+    idempotency: IdempotencyStore = field(default_factory=MemoryIdempotency)  # Idempotency-Key records
     control: ControlStore | None = None  # admin writes (None: a pod without a config database)
     estimator: Estimator = field(default_factory=Estimator)  # input tokens; calibrated per key
     routing: RoutingState = field(default_factory=RoutingState)  # breakers, health, 429 pauses, retry budgets

@@ -77,6 +77,7 @@ class Tab:
     settled: bool = False
     cost_centre: str | None = None  # the app's, else the team's (``Snapshot.cost_centre_of``)
     tags: Mapping[str, str] = field(default_factory=dict)  # the caller's x-fb-tags
+    retry_of: str | None = None  # a stream retried with the same Idempotency-Key: the first request's id
 
 
 def admitted_event(tab: Tab, plan: Plan, leases: dict[str, str], pod: str, hold_ttl_s: int,
@@ -88,7 +89,7 @@ def admitted_event(tab: Tab, plan: Plan, leases: dict[str, str], pod: str, hold_
         data_class=tab.data_class, est_input_tokens=plan.est_input_tokens, max_output_tokens=plan.max_output_tokens,
         holds=dict.fromkeys(tab.scopes, plan.hold_micro), currency=tab.snapshot.currency,
         price_version=plan.price_version, pod=pod, hold_ttl_s=hold_ttl_s, stream=tab.stream, leases=leases,
-        cost_centre=tab.cost_centre, tags=tab.tags,
+        cost_centre=tab.cost_centre, tags=tab.tags, retry_of=tab.retry_of,
     )
 
 

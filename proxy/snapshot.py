@@ -112,6 +112,7 @@ class BudgetLimit:
     downgrade_alias: str | None = None  # past the soft threshold, serve this alias instead
     max_calls: int | None = None  # agent runs: calls per run
     env: str = "any"  # which keys may spend it: any, prod, dev (a dev key never spends a prod budget)
+    spend_per_hour_micro: int | None = None  # key/team scopes: the fast spend bucket (``admission.spend_rate``)
 
 
 @dataclass(frozen=True)

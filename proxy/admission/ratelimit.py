@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from pricing.money import to_decimal
 from pricing.usage import TokenUsage
 from proxy.admission.limits import BucketSpec, Reservation
 from proxy.errors import RateLimited
@@ -28,6 +29,8 @@ class Draw:
     kind: str  # "requests" | "input" | "output" | "tokens"
     code: str
     who: str  # "This key", "Team platform", "Deployment x"
+    quantum: int = 0  # kind "spend" (``spend_rate``): micro-units per bucket unit
+    currency: str = ""  # kind "spend": the budget currency, for the message
 
 
 def request_draws(snap: Snapshot, key: KeyRecord, est_input: int, max_output: int) -> list[Draw]:
@@ -67,12 +70,13 @@ def items(draws: list[Draw]) -> list[tuple[BucketSpec, int]]:
     return [(d.spec, d.amount) for d in draws]
 
 
-def settlement(draws: list[Draw], usage: TokenUsage) -> list[tuple[BucketSpec, int]]:
-    """actual − reserved per token bucket (requests are not refunded)."""
+def settlement(draws: list[Draw], usage: TokenUsage, cost_micro: int = 0) -> list[tuple[BucketSpec, int]]:
+    """actual − reserved per token or spend bucket (requests are not refunded)."""
     deltas = []
     for d in draws:
         actual = {"input": usage.prompt_tokens, "output": usage.completion_tokens,
-                  "tokens": usage.prompt_tokens + usage.completion_tokens}.get(d.kind)
+                  "tokens": usage.prompt_tokens + usage.completion_tokens,
+                  "spend": -(-max(cost_micro, 0) // d.quantum) if d.quantum else None}.get(d.kind)
         if actual is not None and actual != d.amount:
             deltas.append((d.spec, actual - d.amount))
     return deltas
@@ -82,12 +86,16 @@ def refund(draws: list[Draw]) -> list[tuple[BucketSpec, int]]:
     return [(d.spec, -d.amount) for d in draws if d.amount]
 
 
+SDK_MAX_RETRY_AFTER_S = 60
+
 _UNITS = {"requests": "requests", "input": "input tokens", "output": "output tokens", "tokens": "tokens"}
 
 
 def refusal(draws: list[Draw], res: Reservation, est_input: int, max_output: int) -> RateLimited:
     draw = next(d for d in draws if d.spec.key == res.failed_key)
     left = max(res.remaining.get(draw.spec.key, 0), 0)
+    if draw.kind == "spend":
+        return _spend_refusal(draws, draw, left, res)
     unit = _UNITS[draw.kind]
     needs = f"{res.needed:,}"
     if draw.kind == "tokens":
@@ -100,6 +108,22 @@ def refusal(draws: list[Draw], res: Reservation, est_input: int, max_output: int
         message += f" That is more than the limit of {draw.spec.capacity:,} per minute: lower the request, waiting will not help."
     else:
         headers["Retry-After"] = str(res.retry_after_s)
+    return RateLimited(message, code=draw.code, headers=headers)
+
+
+def _spend_refusal(draws: list[Draw], draw: Draw, left: int, res: Reservation) -> RateLimited:
+    """The fast spend bucket is short: money per hour, in the budget currency."""
+    q, cur = draw.quantum, draw.currency
+    message = (f"{draw.who} has {to_decimal(left * q)} {cur} left of its spend rate of "
+               f"{to_decimal(draw.spec.capacity * q)} {cur} per hour; the request holds {to_decimal(draw.amount * q)} {cur}.")
+    headers = limit_headers(draws, res)
+    if res.exceeds_capacity:
+        message += " That is more than the hourly limit: lower max_completion_tokens, waiting will not help."
+        headers["x-should-retry"] = "false"
+    else:
+        headers["Retry-After"] = str(res.retry_after_s)
+        # The official SDKs honour Retry-After only up to 60 s; beyond, their own retries come too soon.
+        headers["x-should-retry"] = "true" if res.retry_after_s <= SDK_MAX_RETRY_AFTER_S else "false"
     return RateLimited(message, code=draw.code, headers=headers)
 
 

@@ -24,6 +24,7 @@ from pricing.money import to_decimal
 from proxy.admission.budget_port import BudgetAsk, Funding
 from proxy.admission.plan import Plan, hold
 from proxy.admission.ratelimit import deployment_draws, items, limit_headers, refund, refusal, request_draws
+from proxy.admission.spend_rate import spend_draws
 from proxy.errors import EventLogUnavailable, GatewayError
 from proxy.metering import Meter
 from proxy.runtime import Runtime
@@ -60,7 +61,7 @@ async def _admit(rt: Runtime, meter: Meter, cands: Sequence[Deployment], est_inp
     snap = tab.snapshot
     now_s = rt.clock()
     plan = hold(snap, cands, est_input, max_output, datetime.fromtimestamp(now_s, timezone.utc))
-    draws = request_draws(snap, tab.key, est_input, max_output)
+    draws = request_draws(snap, tab.key, est_input, max_output) + spend_draws(snap, tab.key, plan.hold_micro)
     headers: dict[str, str] = {}
     if draws:
         res = await rt.limits.reserve(items(draws), rt.now_us())

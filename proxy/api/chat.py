@@ -8,6 +8,8 @@ candidates in ``proxy/routing/``.
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 from aiohttp import web
 
@@ -15,7 +17,7 @@ from pricing.tokens import estimate_tokens
 from pricing.usage import TokenUsage
 from proxy.admission.auth import allowed_alias, data_class
 from proxy.admission.plan import chat_input_estimates, output_cap
-from proxy.api import streaming
+from proxy.api import idempotent, streaming
 from proxy.api.admit import admit
 from proxy.api.shell import open_meter, plan, route_headers, settled_answer
 from proxy.api.validate import ChatCall, validate_chat
@@ -35,11 +37,24 @@ from proxy.upstream.relay import Timeouts, forwarded_headers
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     rt = request.app[RUNTIME]
+    call = validate_chat(parse_json_object(await request.read()))
+    idem = await idempotent.begin(rt, request, call.body, call.stream)  # first: a replay is neither routed nor billed
+    if idem.replay is not None:
+        return idem.replay
+    response: web.StreamResponse | None = None
+    try:
+        response = await _serve(request, rt, call, idem.retry_of)
+        return response
+    finally:
+        await asyncio.shield(idempotent.finish(rt, idem, response if isinstance(response, web.Response) else None))
+
+
+async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: str | None) -> web.StreamResponse:
     snap = rt.pod.snapshot  # one snapshot for the whole request, even if a swap happens meanwhile
     key = request["key"]
-    call = validate_chat(parse_json_object(await request.read()))
     alias = allowed_alias(snap, key, call.alias, "chat")
     run_id = request.headers.get("x-fb-run-id")
+    downgraded_from = None
     downgraded = _downgrade(rt, snap, key, alias, run_id)
     if downgraded is not None:
         alias, downgraded_from = downgraded, alias.name
@@ -54,9 +69,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                        allows_fallback(request.headers))
     cands = honouring(chain.deployments, call.body)
     meter = open_meter(rt, snap, request, key, alias, run_id=run_id, data_class=cls, stream=call.stream)
+    meter.tab.retry_of = retry_of
     meter.estimates = estimates
     admitted = await admit(rt, meter, cands, est_in, max_out)
-    if downgraded is not None:
+    if downgraded_from is not None:
         admitted.headers["x-fb-downgraded-from"] = downgraded_from
     with ClientWatch(request, rt.pod) as watch:
         try:

@@ -18,7 +18,7 @@ from pricing.money import to_decimal
 from proxy.body import parse_json_object
 from proxy.control.admin_access import allowed, control
 from proxy.control.errors import ConfigRejected
-from proxy.control.policies import budget_limit_from, check_scope
+from proxy.control.policies import budget_limit_from, check_scope, spend_scope_problem
 from proxy.control.problems import Problems, Reader
 from proxy.errors import GatewayError, InvalidRequest
 from proxy.runtime import RUNTIME, Runtime
@@ -54,6 +54,7 @@ async def budget_view(rt: Runtime, scope: str, period: str | None = None) -> dic
         "soft_pct": limit.soft_pct if limit else None,
         "downgrade_alias": limit.downgrade_alias if limit else None,
         "max_calls": limit.max_calls if limit else None,
+        "spend_per_hour": _money(limit.spend_per_hour_micro) if limit else None,
         "settled": _money(state.settled),
         "settled_micro": state.settled,
         "held": _money(state.held),
@@ -87,8 +88,10 @@ async def put_budget(request: web.Request) -> web.Response:
     if why := check_scope(scope, snap.teams, set(snap.business_units)):
         problems.add("scope", why)
     reader = Reader(body, "", problems)
-    budget_limit_from(reader, snap.aliases)
+    limit = budget_limit_from(reader, snap.aliases)
     reader.reject_unknown()
+    if why := spend_scope_problem(scope, limit):
+        problems.add("spend_per_hour", why)
     if problems.items:
         await control(request).rejected(token.name, "budgets.set", f"budget:{scope}", problems.items)
         raise ConfigRejected(problems.items, "budget")

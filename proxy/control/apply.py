@@ -121,7 +121,8 @@ def apply_tree(tree: Mapping[str, Any], now: datetime, actor: str, factor: Decim
               lambda r: r.spec, lambda n, w: AliasRow(name=n, spec=w), lambda r, w: setattr(r, "spec", w))
         budget_rows = {}
         for e in scopes:
-            rec = {k: e[k] for k in ("monthly_limit", "soft_pct", "downgrade_alias", "max_calls", "env") if k in e}
+            rec = {k: e[k] for k in ("monthly_limit", "soft_pct", "downgrade_alias", "max_calls", "env", "spend_per_hour")
+                   if k in e}
             if "limit" in e:
                 rec["monthly_limit"] = e["limit"]
             if rec.get("monthly_limit") is not None:
@@ -132,7 +133,7 @@ def apply_tree(tree: Mapping[str, Any], now: datetime, actor: str, factor: Decim
               budget_record, lambda n, w: BudgetRow(**{"env": "any", **w}),
               lambda r, w: [setattr(r, k, w.get(k, d)) for k, d in
                             (("monthly_limit", None), ("soft_pct", 80), ("downgrade_alias", None), ("max_calls", None),
-                             ("env", "any"))],
+                             ("env", "any"), ("spend_per_hour", None))],
               delete=False)
         _static_keys(s, tree.get("keys") or [], now, actor, diff)
         _prices(s, tree, now, actor, factor, diff)

@@ -31,7 +31,7 @@ from proxy.control.db.models import (
 from proxy.control.db.store import Mutation, budget_record
 from proxy.control.errors import ConfigRejected, ControlConflict, ControlNotFound
 from proxy.control.keys import MintedKey, mint_admin_token, mint_key
-from proxy.control.policies import BUDGET_ENVS, KEY_ENVS, budget_limit_from
+from proxy.control.policies import BUDGET_ENVS, KEY_ENVS, budget_limit_from, spend_scope_problem
 from proxy.control.price_changes import add_version, price_table
 from proxy.control.problems import Problems, Reader
 from proxy.snapshot import ADMIN_ROLES, DATA_CLASSES, MAX_COST_CENTRE
@@ -218,17 +218,22 @@ def rotate_key(key_id: str, overlap_s: float, actor: str, now: datetime,
 # -- budgets, teams, business units ---------------------------------------------------------------
 
 
-def budget_spec(body: Mapping[str, Any]) -> dict[str, Any]:
+def budget_spec(body: Mapping[str, Any], scope: str | None = None) -> dict[str, Any]:
     problems = Problems()
     r = Reader(dict(body), "", problems)
-    budget_limit_from(r)
+    limit = budget_limit_from(r)
     r.reject_unknown()
+    if scope is not None and (why := spend_scope_problem(scope, limit)):
+        problems.add("spend_per_hour", why)
     _check(problems, "budget")
-    spec = {k: body[k] for k in ("monthly_limit", "limit", "soft_pct", "downgrade_alias", "max_calls", "env") if k in body}
+    spec = {k: body[k] for k in ("monthly_limit", "limit", "soft_pct", "downgrade_alias", "max_calls", "env",
+                                 "spend_per_hour") if k in body}
     if "limit" in spec:
         spec["monthly_limit"] = spec.pop("limit")
     if spec.get("monthly_limit") is not None:
         spec["monthly_limit"] = str(Decimal(str(spec["monthly_limit"])))
+    if spec.get("spend_per_hour") is not None:
+        spec["spend_per_hour"] = spec["spend_per_hour"].strip()  # validated: a decimal string
     return spec
 
 
@@ -244,6 +249,7 @@ def set_budget(scope: str, spec: Mapping[str, Any]) -> Mutation:
         row.downgrade_alias = spec.get("downgrade_alias")
         row.max_calls = spec.get("max_calls")
         row.env = spec.get("env", "any")
+        row.spend_per_hour = spec.get("spend_per_hour")
         return before, budget_record(row)
 
     return mutate

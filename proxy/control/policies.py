@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from proxy.admission.limits.bucket import max_capacity
+from proxy.admission.spend_rate import parse_spend_per_hour
 from proxy.control.problems import Problems, Reader
 from proxy.snapshot import (
     ADMIN_ROLES,
@@ -129,6 +130,23 @@ def _micro(r: Reader, name: str) -> int | None:
     return int(micro)
 
 
+def _spend_per_hour(r: Reader) -> int | None:
+    """The fast spend bucket's money per hour: a quoted decimal string only (``spend_rate.parse_spend_per_hour``)."""
+    if r.data.get("spend_per_hour") is None:
+        return None
+    micro, why = parse_spend_per_hour(r.data["spend_per_hour"])
+    if why:
+        r.problems.add(r.at("spend_per_hour"), why)
+    return micro
+
+
+def spend_scope_problem(scope: str, limit: BudgetLimit) -> str | None:
+    """Why ``scope`` cannot carry the limit's ``spend_per_hour``, or None (only key and team scopes can)."""
+    if limit.spend_per_hour_micro and not scope.startswith(("key:", "team:")):
+        return "is a per-key or per-team limit (scope key:<id> or team:<team>)"
+    return None
+
+
 def budget_limit_from(r: Reader, aliases: Mapping[str, Alias] | None = None) -> BudgetLimit:
     """One budget limit (config entry or admin API body); problems go to the reader."""
     limit = BudgetLimit(
@@ -137,8 +155,9 @@ def budget_limit_from(r: Reader, aliases: Mapping[str, Alias] | None = None) -> 
         downgrade_alias=r.str("downgrade_alias", None),
         max_calls=r.int("max_calls", None, 1),
         env=r.str("env", "any", choices=BUDGET_ENVS),
+        spend_per_hour_micro=_spend_per_hour(r),
     )
-    r.skip("limit", "monthly_limit")
+    r.skip("limit", "monthly_limit", "spend_per_hour")
     if limit.soft_pct > 100:
         r.problems.add(r.at("soft_pct"), "must be <= 100")
     if aliases is not None and limit.downgrade_alias and limit.downgrade_alias not in aliases:
@@ -185,6 +204,8 @@ def read_budgets(
             why = check_scope(scope, teams, bus)
             if why:
                 e.problems.add(e.at("scope"), why)
+            elif why := spend_scope_problem(scope, limit):
+                e.problems.add(e.at("spend_per_hour"), why)
             scopes[scope] = limit  # later entries (admin changes) win
     r.reject_unknown()
     return BudgetPolicy(timezone=tz, per_request_cap_micro=cap, run_default=run_default, scopes=scopes)

@@ -86,7 +86,7 @@ class ControlService:
     # -- budgets, teams, apps, business units ---------------------------------------------------------
 
     async def set_budget(self, actor: str, scope: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        spec = changes.budget_spec(body)
+        spec = changes.budget_spec(body, scope)
         return (await self.run(actor, "budgets.set", f"budget:{scope}", changes.set_budget(scope, spec))).after
 
     async def put_team(self, actor: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:

@@ -119,6 +119,7 @@ class BudgetRow(Base):
     downgrade_alias: Mapped[str | None] = mapped_column(sa.String(200))
     max_calls: Mapped[int | None]
     env: Mapped[str] = mapped_column(sa.String(8), default="any")
+    spend_per_hour: Mapped[str | None] = mapped_column(sa.String(40))  # decimal string: the fast spend bucket
 
 
 class PolicyRow(Base):

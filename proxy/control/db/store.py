@@ -251,7 +251,8 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
 
 def budget_record(b: BudgetRow) -> dict[str, Any]:
     rec = _drop_none({"scope": b.scope, "monthly_limit": b.monthly_limit, "soft_pct": b.soft_pct,
-                      "downgrade_alias": b.downgrade_alias, "max_calls": b.max_calls})
+                      "downgrade_alias": b.downgrade_alias, "max_calls": b.max_calls,
+                      "spend_per_hour": b.spend_per_hour})
     if b.env != "any":
         rec["env"] = b.env
     return rec

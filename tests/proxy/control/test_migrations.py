@@ -119,7 +119,7 @@ def _cost_centres_added_and_dropped(url: str) -> None:
             conn.execute(sa.text("INSERT INTO teams (name) VALUES ('platform')"))
             conn.execute(sa.text("INSERT INTO apps (team, name) VALUES ('platform', 'playground')"))
         migrate.upgrade(engine, "0004")
-        assert migrate.current(engine) == migrate.head() == "0004"
+        assert migrate.current(engine) == "0004"
         for table in ("teams", "apps"):
             cols = {c["name"]: c for c in sa.inspect(engine).get_columns(table)}
             assert cols["cost_centre"]["nullable"], table
@@ -145,3 +145,20 @@ def test_sqlite_cost_centre_migration(tmp_path: Path) -> None:
 @pytest.mark.postgres
 def test_postgres_cost_centre_migration(postgres: PostgresServer) -> None:
     _cost_centres_added_and_dropped(postgres.create_database("migrations_0004"))
+
+
+def test_sqlite_budget_spend_per_hour_migration(tmp_path: Path) -> None:
+    """0005 adds ``budgets.spend_per_hour`` (nullable: existing budgets have no spend rate) and drops it back."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'control.sqlite'}")
+    try:
+        migrate.upgrade(engine, "0004")
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO budgets (scope, monthly_limit, soft_pct, env) VALUES ('team:a', '5', 80, 'any')"))
+        migrate.upgrade(engine)
+        assert migrate.current(engine) == migrate.head() == "0005"
+        with engine.connect() as conn:
+            assert tuple(conn.execute(sa.text("SELECT scope, spend_per_hour FROM budgets")).one()) == ("team:a", None)
+        migrate.downgrade(engine, "0004")
+        assert "spend_per_hour" not in {c["name"] for c in sa.inspect(engine).get_columns("budgets")}
+    finally:
+        engine.dispose()
