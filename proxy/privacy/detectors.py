@@ -3,6 +3,8 @@
 Invariants:
 - ``PATTERN`` is the only regex run over prompt text: one pass, one named group
   per candidate shape. Validators run only on what it matched.
+- ``name@x`` shares one group (``at``): a dotted domain with a TLD makes an
+  email, a bare handle (``name@okaxis``) a UPI id.
 - Numbers share one candidate group (``num``): a run of digits is a card (13-19
   digits, Luhn), an Aadhaar (12 digits, Verhoeff, via python-stdnum) or a phone
   number (libphonenumber), tried in that order. A look-alike that fails every
@@ -33,16 +35,19 @@ _SECRET = (
     r"|(?P<tok>[A-Za-z]{2,12}[_\-][A-Za-z0-9_\-]{24,})"  # prefix + long token: confirmed by entropy
 )
 
+# One shared look-behind: every candidate starts a token, so inside a word the pass costs one check per character.
 PATTERN = re.compile(
-    r"(?P<email>(?<![\w.%+\-])[A-Za-z0-9][A-Za-z0-9._%+\-]{0,63}@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,24}"
-    r"(?![\w\-]))"
-    r"|(?P<upi>(?<![\w.\-])[A-Za-z0-9][A-Za-z0-9._\-]{1,255}@[A-Za-z][A-Za-z0-9]{1,63}(?![\w@\-]|\.\w))"
-    r"|(?P<secret>(?<![\w\-])(?:" + _SECRET + r")(?![\w\-]))"
-    r"|(?P<pan>(?<![\w])[A-Z]{5}[0-9]{4}[A-Z](?![\w]))"
-    r"|(?P<ifsc>(?<![\w])[A-Z]{4}0[A-Z0-9]{6}(?![\w]))"
-    r"|(?P<num>(?<![\w+.\-])(?:\+\d{1,3}[ \-]?)?\(?\d(?:[ \-]|\) ?)?(?:\d(?:[ \-]|\) ?)?){6,18}\d(?![\w]|[.,]\d))"
+    r"(?<![\w.%+\-@])(?:"
+    r"(?P<at>[A-Za-z0-9][A-Za-z0-9._%+\-]{0,255}@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*(?![\w@\-]|\.\w))"
+    r"|(?P<secret>(?:" + _SECRET + r")(?![\w\-]))"
+    r"|(?P<pan>[A-Z]{5}[0-9]{4}[A-Z](?![\w]))"
+    r"|(?P<ifsc>[A-Z]{4}0[A-Z0-9]{6}(?![\w]))"
+    r"|(?P<num>(?:\+\d{1,3}[ \-]?)?\(?\d(?:[ \-]|\) ?)?(?:\d(?:[ \-]|\) ?)?){6,18}\d(?![\w]|[.,]\d))"
+    r")"
 )
 
+_EMAIL_DOMAIN = re.compile(r"[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,24}")
+_UPI_HANDLE = re.compile(r"[A-Za-z][A-Za-z0-9]{1,63}")
 _NON_DIGIT = re.compile(r"\D")
 _SEPARATOR = re.compile(r"[ \-)]+")
 _MIN_ENTROPY_BITS = 3.5  # per character; English words in snake_case sit well below
@@ -107,10 +112,15 @@ def confirm(group: str, text: str, match: re.Match[str]) -> tuple[str, int] | No
     """(kind, length) when the candidate in ``group`` validates, else None."""
     if group == "num":
         return number_kind(text)
+    if group == "at":  # name@domain.tld is an email; name@handle (no dot) a UPI id
+        local, _, domain = text.rpartition("@")
+        if len(local) <= 64 and _EMAIL_DOMAIN.fullmatch(domain):
+            return EMAIL, len(text)
+        return (UPI, len(text)) if _UPI_HANDLE.fullmatch(domain) else None
     if group == "secret":
         if match.group("tok") is not None and not _looks_random(text):
             return None
         return SECRET, len(text)
     if group == "pan":
         return (PAN, len(text)) if pan.is_valid(text) else None
-    return group, len(text)  # email, upi, ifsc: the shape is the check
+    return group, len(text)  # ifsc: the shape is the check
