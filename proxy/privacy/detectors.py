@@ -67,9 +67,13 @@ def _looks_random(token: str) -> bool:
 
 
 def _phone(text: str) -> bool:
-    digits = _NON_DIGIT.sub("", text)
-    if not text.startswith("+") and len(digits) < 10:
-        return False  # short bare runs are order numbers, dates, amounts
+    if not text.startswith("+"):
+        # Indian numbers without a country code: 10 digits, 0 + 10, or 91 + 10. Anything else (order
+        # numbers, dates, amounts) is rejected before the comparatively slow parse.
+        digits = _NON_DIGIT.sub("", text)
+        n = len(digits)
+        if not (n == 10 or (n == 11 and digits[0] == "0") or (n == 12 and digits.startswith("91"))):
+            return False
     try:
         number = phonenumbers.parse(text, None if text.startswith("+") else "IN")
     except phonenumbers.NumberParseException:
