@@ -4,5 +4,5 @@ Pure: imports the stdlib, python-stdnum and phonenumbers only (no aiohttp, no
 other ``proxy`` package), so the request path can call it from any stage.
 Order in a request: ``scanner.scan_chat`` -> ``policy.decide`` ->
 ``redact.redact_chat`` -> upstream -> ``redact.restore_chat_response`` or
-``stream_restore.ChunkRestorer`` -> ``audit.audit_of`` for the events.
+``redact.ChunkRestorer`` -> ``audit.audit_of`` for the events.
 """

@@ -12,6 +12,11 @@ Invariants:
 - Streams: ``StreamRestorer`` fed any chunking of a text emits exactly
   ``restore(text)``; it holds back only a tail that could still become a
   placeholder (at most ``max_len`` characters).
+- ``ChunkRestorer`` works on the OpenAI chunk dicts the relay translates each
+  upstream read into (before SSE encoding), one ``StreamRestorer`` per choice's
+  content and per tool call's arguments. Held-back text is emitted no later
+  than the chunk carrying the choice's ``finish_reason``; ``flush`` emits what
+  a stream that ended without one still holds.
 """
 
 from __future__ import annotations
@@ -158,3 +163,72 @@ class StreamRestorer:
         """What is still held, at the end of the text."""
         held, self._held = self._held, ""
         return self._redaction.restore(held, self._json)
+
+
+class ChunkRestorer:
+    """Restores a relayed chat stream chunk by chunk (see the module docstring)."""
+
+    def __init__(self, redaction: Redaction) -> None:
+        self._redaction = redaction
+        self._content: dict[int, StreamRestorer] = {}
+        self._args: dict[tuple[int, int], StreamRestorer] = {}
+
+    def _restorer(self, table: dict, key: Any, json_string: bool) -> StreamRestorer:
+        r = table.get(key)
+        if r is None:
+            r = table[key] = StreamRestorer(self._redaction, json_string)
+        return r
+
+    def rewrite(self, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The same chunks, placeholders restored in place and partial placeholders held back."""
+        if not len(self._redaction):
+            return chunks
+        for chunk in chunks:
+            for choice in chunk.get("choices") or ():
+                self._choice(choice)
+        return chunks
+
+    def _choice(self, choice: dict[str, Any]) -> None:
+        index = choice.get("index", 0)
+        delta = choice.get("delta")
+        if delta is None:
+            delta = choice["delta"] = {}
+        content = delta.get("content")
+        if isinstance(content, str):
+            delta["content"] = self._restorer(self._content, index, False).feed(content)
+        for call in delta.get("tool_calls") or ():
+            fn = call.get("function")
+            if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
+                key = (index, call.get("index", 0))
+                fn["arguments"] = self._restorer(self._args, key, True).feed(fn["arguments"])
+        if choice.get("finish_reason") is not None:
+            self._release(index, delta)
+
+    def _release(self, index: int, delta: dict[str, Any]) -> None:
+        """Move what choice ``index`` still holds into ``delta`` (the chunk that ends the choice)."""
+        held = self._content.pop(index, None)
+        if held is not None:
+            tail = held.flush()
+            if tail:
+                delta["content"] = (delta.get("content") or "") + tail
+        for key in sorted(k for k in self._args if k[0] == index):
+            tail = self._args.pop(key).flush()
+            if not tail:
+                continue
+            calls = delta.setdefault("tool_calls", [])
+            same = next((c for c in calls if c.get("index", 0) == key[1]), None)
+            if same is None:
+                calls.append({"index": key[1], "function": {"arguments": tail}})
+            else:
+                fn = same.setdefault("function", {})
+                fn["arguments"] = (fn.get("arguments") or "") + tail
+
+    def flush(self) -> list[dict[str, Any]]:
+        """Chunks carrying whatever is still held (a stream that ended without a finish_reason)."""
+        out: list[dict[str, Any]] = []
+        for index in sorted({*self._content, *(k[0] for k in self._args)}):
+            delta: dict[str, Any] = {}
+            self._release(index, delta)
+            if delta:
+                out.append({"choices": [{"index": index, "delta": delta, "finish_reason": None}]})
+        return out

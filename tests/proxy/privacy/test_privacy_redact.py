@@ -8,9 +8,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.privacy.redact import Redaction, StreamRestorer, redact_chat, restore_chat_response
+from proxy.privacy.redact import ChunkRestorer, Redaction, StreamRestorer, redact_chat, restore_chat_response
 from proxy.privacy.scanner import scan_chat
-from proxy.privacy.stream_restore import ChunkRestorer
 
 AADHAAR = "2345 6789 0124"
 PAN = "ABCPK1234F"
