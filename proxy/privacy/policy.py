@@ -141,6 +141,45 @@ class Decision:
     kinds: Mapping[str, int]  # kind -> count of findings
     scan_skipped: bool  # too large to scan; sent anyway because the class fails open
 
+    @property
+    def sent_class(self) -> str:
+        """The class of what the deployment actually receives: redaction removes what the findings added."""
+        return self.declared_class if self.action == "redact" else self.data_class
+
+
+@dataclass(frozen=True, slots=True)
+class Sides:
+    """A request's decision for each side of the network, decided once before routing."""
+
+    inside: Decision  # self-hosted deployments
+    outside: Decision | None  # the rest; None when the policy refuses them
+    outside_refusal: PrivacyRefusal | None
+
+    def for_deployment(self, self_hosted: bool) -> Decision:
+        """The decision for one deployment; raises the outside refusal for a non-self-hosted one."""
+        if self_hosted:
+            return self.inside
+        if self.outside is None:
+            assert self.outside_refusal is not None
+            raise self.outside_refusal
+        return self.outside
+
+
+def decide_sides(
+    policy: PrivacyPolicy, *, key_default: str, header_class: str | None, kinds: Mapping[str, int],
+    scan_complete: bool, ceiling: str = "restricted",
+) -> Sides:
+    """Both decisions; raises only what refuses every deployment (ceiling, unscannable and failing closed)."""
+    def side(self_hosted: bool) -> Decision:
+        return decide(policy, key_default=key_default, header_class=header_class, kinds=kinds,
+                      scan_complete=scan_complete, self_hosted=self_hosted, ceiling=ceiling)
+
+    inside = side(True)
+    try:
+        return Sides(inside, side(False), None)
+    except PrivacyRefusal as refusal:
+        return Sides(inside, None, refusal)
+
 
 def _top(*classes: str) -> str:
     return max(classes, key=RANK.__getitem__)

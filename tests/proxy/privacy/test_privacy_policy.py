@@ -9,6 +9,7 @@ from proxy.privacy.policy import (
     PrivacyPolicy,
     PrivacyRefusal,
     decide,
+    decide_sides,
     parse_data_class_header,
     policy_from_mapping,
 )
@@ -105,3 +106,17 @@ def test_bad_policy_reports_every_problem_at_once():
     lines = str(exc.value).splitlines()
     assert len(lines) == 7
     assert any("privacy.kind_classes.dna" in x for x in lines) and any("privacy.extra" in x for x in lines)
+
+
+def test_sides_give_the_class_each_deployment_receives():
+    sides = decide_sides(POLICY, key_default="internal", header_class=None, kinds={"email": 1}, scan_complete=True)
+    assert sides.for_deployment(True).sent_class == "confidential"
+    assert sides.for_deployment(False).sent_class == "internal" and sides.for_deployment(False).action == "redact"
+    secret = decide_sides(POLICY, key_default="internal", header_class=None, kinds={"secret": 1}, scan_complete=True)
+    assert secret.for_deployment(True).sent_class == "restricted"
+    with pytest.raises(PrivacyRefusal) as exc:
+        secret.for_deployment(False)
+    assert exc.value.code == "data_class_refused"
+    with pytest.raises(PrivacyRefusal):
+        decide_sides(POLICY, key_default="internal", header_class=None, kinds={"secret": 1}, scan_complete=True,
+                     ceiling="confidential")
