@@ -144,3 +144,15 @@ def test_held_text_is_released_with_the_finish_chunk():
     last = restorer.rewrite([{"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}])
     assert last[0]["choices"][0]["delta"]["content"] == "<EMAIL_"
     assert restorer.flush() == []
+
+
+def test_content_parts_and_tool_results_are_redacted_in_place_of_the_copy():
+    b = {"messages": [
+        {"role": "user", "content": [{"type": "text", "text": f"PAN {PAN}"}, {"type": "image_url", "image_url": {}}]},
+        {"role": "tool", "tool_call_id": "c", "content": f"card {CARD}, pan {PAN}"}]}
+    out, red = redacted(b)
+    assert out["messages"][0]["content"][0]["text"] == "PAN <PAN_1>"
+    assert out["messages"][0]["content"][1] == {"type": "image_url", "image_url": {}}
+    assert out["messages"][1]["content"] == "card <CARD_1>, pan <PAN_1>"
+    assert b["messages"][1]["content"] == f"card {CARD}, pan {PAN}"
+    assert red.restore(out["messages"][1]["content"]) == b["messages"][1]["content"]
