@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lock services run run-cluster stop-cluster test bench bench-budget bench-distributed bench-availability bench-finance bench-sim bench-limits kafka-up kafka-down clean
+.PHONY: install lock services run run-cluster stop-cluster test bench bench-budget bench-distributed bench-availability bench-finance bench-sim bench-limits bench-privacy kafka-up kafka-down clean
 
 LOCK_VENV := .lock-venv
 
@@ -80,6 +80,10 @@ bench-sim: install
 bench-limits: install services
 	$(BIN)/python -m tests.proxy.admission.bench_latency
 	$(BIN)/python -m tests.proxy.admission.bench_accuracy
+
+## Privacy: PII scanner p50/p99 per 4 KB prompt (the budget is p99 <= 1 ms).
+bench-privacy: install
+	$(BIN)/python -m tests.proxy.privacy.bench_scanner
 
 ## A local single-node Kafka (KRaft, jars from Maven Central) with farebox's topics, for distributed mode.
 kafka-up: install services

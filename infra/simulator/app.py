@@ -6,8 +6,10 @@ Model endpoints: ``POST /v1/chat/completions``, ``POST /v1/embeddings``
 optional). Test control: ``GET /_sim/health``, ``GET /_sim/stats``,
 ``GET|POST /_sim/models/{model}`` (read / overlay a profile),
 ``GET|POST /_sim/accounts/{account}`` (read / overlay the account's export
-drift, see ``export_drift``), ``POST /_sim/reset`` (drops runtime profile
-changes, export drift, stats and billing; restarts the fault RNG).
+drift, see ``export_drift``), ``GET /_sim/requests?n=10`` (the last n request
+bodies received, oldest first; see ``received``), ``POST /_sim/reset`` (drops
+runtime profile changes, export drift, stats, billing and received bodies;
+restarts the fault RNG).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from aiohttp import web
 from infra.simulator.config import ConfigError, SimulatorConfig
 from infra.simulator.export_drift import apply_drift
 from infra.simulator.handlers import handle_anthropic_messages, handle_embeddings, handle_openai_chat
+from infra.simulator.received import parse_n
 from infra.simulator.state import STATE, SimState
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -110,6 +113,15 @@ async def set_account(request: web.Request) -> web.Response:
     return _json({"account": account, "drift": drift.to_dict()})
 
 
+async def received(request: web.Request) -> web.Response:
+    log = request.app[STATE].received
+    try:
+        n = parse_n(request.query.get("n"), log.capacity)
+    except ValueError as exc:
+        return _json({"error": {"message": str(exc), "type": "invalid_request_error", "param": "n", "code": None}}, 400)
+    return _json({"object": "list", "data": log.last(n)})
+
+
 async def reset(request: web.Request) -> web.Response:
     request.app[STATE].reset()
     return _json({"status": "reset"})
@@ -133,6 +145,7 @@ def create_app(config: SimulatorConfig) -> web.Application:
     app.router.add_post("/_sim/models/{model:.+}", set_model)
     app.router.add_get("/_sim/accounts/{account}", get_account)
     app.router.add_post("/_sim/accounts/{account}", set_account)
+    app.router.add_get("/_sim/requests", received)
     app.router.add_post("/_sim/reset", reset)
     app.on_cleanup.append(_close_billing)
     return app

@@ -65,11 +65,14 @@ def _error_response(wire: ModuleType, err: RequestError, rid: str) -> web.Respon
 
 
 async def _read_body(request: web.Request) -> Any:
+    """The parsed JSON body (None if not JSON), kept in the received-bodies ring for tests."""
     raw = await request.read()
     try:
-        return orjson.loads(raw)
+        body = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return None
+        body = None
+    request.app[STATE].received.record(request.path, body)
+    return body
 
 
 def _authenticate(state: SimState, wire: ModuleType, request: web.Request) -> str:

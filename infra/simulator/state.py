@@ -1,4 +1,5 @@
-"""Mutable simulator state shared by the handlers: profiles, accounts, RNG, billing, export drift, stats."""
+"""Mutable simulator state shared by the handlers: profiles, accounts, RNG, billing, export drift, stats,
+received bodies."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from infra.simulator.billing import BillingLedger
 from infra.simulator.config import ModelProfile, SimulatorConfig, parse_profile_update
 from infra.simulator.export_drift import AccountDrift, parse_drift_update
 from infra.simulator.faults import FaultDecider
+from infra.simulator.received import ReceivedLog
 from infra.simulator.stats import Stats
 
 DEFAULT_ACCOUNT = "default"
@@ -26,6 +28,7 @@ class SimState:
         self.billing = BillingLedger(config.billing_file)
         self.drifts: dict[str, AccountDrift] = {}
         self.stats = Stats()
+        self.received = ReceivedLog()
 
     def profile(self, model: str) -> ModelProfile:
         prof = self.overrides.get(model)
@@ -59,12 +62,13 @@ class SimState:
         return self._accounts.get(key)
 
     def reset(self) -> None:
-        """Clear runtime profile changes, export drift, stats and billing; restart the fault RNG."""
+        """Clear runtime profile changes, export drift, stats, billing and received bodies; restart the fault RNG."""
         self.overrides.clear()
         self.drifts.clear()
         self.faults.reset()
         self.billing.reset()
         self.stats.reset()
+        self.received.reset()
 
 
 STATE = web.AppKey("farebox_simulator_state", SimState)

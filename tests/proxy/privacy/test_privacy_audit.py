@@ -1,0 +1,41 @@
+"""The audit record carries kinds, counts, policy version/hash and a prompt hash: never a body or a value."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from proxy.privacy.audit import audit_of, prompt_hash, refused_audit
+from proxy.privacy.policy import PrivacyPolicy, decide
+from proxy.privacy.scanner import scan_chat
+
+MESSAGES = [{"role": "user", "content": "Mail priya@example.com and ravi@example.org about PAN ABCPK1234F"}]
+
+
+def test_audit_of_a_redaction():
+    policy = PrivacyPolicy(version=4)
+    scan = scan_chat({"messages": MESSAGES}, policy.max_scan_chars)
+    decision = decide(policy, key_default="internal", header_class=None, kinds=scan.counts,
+                      scan_complete=scan.complete, self_hosted=False)
+    audit = audit_of(policy, decision, MESSAGES)
+    fields = audit.to_event_fields()
+    assert fields == {
+        "privacy_kinds": {"email": 2, "pan": 1}, "privacy_action": "redact", "privacy_policy_version": 4,
+        "privacy_policy_hash": policy.content_hash, "prompt_hash": prompt_hash(MESSAGES),
+        "privacy_scan_skipped": False,
+    }
+    assert audit.summary() == "redacted 2 email, 1 pan"
+    dumped = json.dumps(fields) + repr(audit)
+    assert "priya" not in dumped and "ABCPK1234F" not in dumped
+
+
+def test_prompt_hash_is_sha256_of_canonical_json():
+    canonical = '[{"content":"héllo","role":"user"}]'
+    assert prompt_hash([{"role": "user", "content": "héllo"}]) == hashlib.sha256(canonical.encode()).hexdigest()
+    assert prompt_hash([{"content": "héllo", "role": "user"}]) == prompt_hash([{"role": "user", "content": "héllo"}])
+    assert prompt_hash([{"role": "user", "content": "hello"}]) != prompt_hash([{"role": "user", "content": "héllo"}])
+
+
+def test_refused_audit():
+    audit = refused_audit(PrivacyPolicy(), {"secret": 1}, MESSAGES)
+    assert audit.action == "refuse" and audit.summary() == "refused for 1 secret"
