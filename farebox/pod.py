@@ -29,6 +29,7 @@ def options_of(settings: Settings) -> ProxyOptions:
     return ProxyOptions(
         pod_id=settings.pod_id, max_body_bytes=settings.max_body_bytes, hold_ttl_s=settings.hold_ttl_s,
         max_in_flight=settings.max_in_flight, drain_timeout_s=settings.drain_timeout_s,
+        budget_wait_s=settings.budget_wait_s, budget_wait_max_s=settings.budget_wait_max_s,
     )
 
 

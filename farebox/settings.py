@@ -110,6 +110,8 @@ class Settings:
     snapshot: Snapshot  # the file's declared control config, compiled: validation and first-start seed
     control_tree: Mapping[str, Any] = field(default_factory=dict)  # the file's control sections, for config apply
     control_db_url: str = "sqlite://"
+    budget_wait_s: float = 2.0  # how long a request waits for in-flight holds to settle (x-fb-max-wait-ms: its own)
+    budget_wait_max_s: float = 30.0  # the ceiling a caller's x-fb-max-wait-ms may ask for
     poll_interval_s: float = 0.2
     price_change_factor: Decimal = Decimal(2)
     mode: str = "embedded"  # embedded | distributed
@@ -166,6 +168,10 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     sweep_interval = server.number("sweep_interval_s", 5.0, 0.05)
     max_in_flight = server.int("max_in_flight", 2000, 0)
     drain_timeout = server.number("drain_timeout_s", 25.0, 0)
+    budget_wait = server.number("budget_wait_s", 2.0, 0)
+    budget_wait_max = server.number("budget_wait_max_s", 30.0, 0)
+    if budget_wait > budget_wait_max:
+        problems.add("server.budget_wait_s", f"is {budget_wait:g}, above server.budget_wait_max_s ({budget_wait_max:g})")
     server.reject_unknown()
     elog = root.child("event_log")
     log_path = base / elog.str("path", "var/events.sqlite")
@@ -237,6 +243,8 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         sweep_interval_s=sweep_interval,
         max_in_flight=max_in_flight,
         drain_timeout_s=drain_timeout,
+        budget_wait_s=budget_wait,
+        budget_wait_max_s=budget_wait_max,
         event_log_path=log_path,
         state_dir=state_dir,
         secrets_file=secrets_file,

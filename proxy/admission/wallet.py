@@ -47,7 +47,7 @@ from datetime import datetime, timedelta
 from ledger.events import Event, LeaseGranted, LeaseRequested, LeaseReturned
 from ledger.leases import PodLease
 from proxy.admission.scope_states import ScopeStates
-from proxy.errors import GatewayError, RateLimited
+from proxy.errors import BudgetRefused, GatewayError
 
 log = logging.getLogger("farebox.wallet")
 
@@ -281,8 +281,10 @@ class Wallets:
         self.asked.clear()
 
 
-def _exhausted(scope: str, waited_s: float | None = None) -> RateLimited:
+def _exhausted(scope: str, waited_s: float | None = None) -> BudgetRefused:
     if waited_s is None:
-        return RateLimited(f"The budget of {scope} is exhausted for this request.", code="budget_exhausted")
-    return RateLimited(f"The budget of {scope} is nearly exhausted: what is left went to the requests ahead of "
-                       f"this one and none could fund it within {waited_s:g} s.", code="budget_exhausted")
+        return BudgetRefused(f"The budget of {scope} is exhausted for this request.", code="budget_exhausted",
+                             scope=scope)
+    return BudgetRefused(f"The budget of {scope} is nearly exhausted: what is left went to the requests ahead of "
+                         f"this one and none could fund it within {waited_s:g} s.", code="budget_exhausted",
+                         scope=scope)

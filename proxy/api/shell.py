@@ -18,6 +18,7 @@ from typing import Awaitable, Callable, Sequence
 
 from aiohttp import web
 
+from proxy.admission.budget_port import max_wait_s
 from proxy.api.admit import clear_deployment
 from proxy.errors import GatewayError
 from proxy.metering import Meter
@@ -33,7 +34,10 @@ from proxy.upstream.base import ChatResult
 def open_meter(rt: Runtime, snap: Snapshot, request: web.Request, key: KeyRecord, alias: Alias, *,
                run_id: str | None, data_class: str, stream: bool) -> Meter:
     tab = Tab(snap, request["request_id"], key, alias, run_id, data_class, stream, scopes_of(key, run_id))
-    return Meter(rt, tab)
+    meter = Meter(rt, tab)
+    meter.max_wait_s = max_wait_s(request.headers.get("x-fb-max-wait-ms"), rt.options.budget_wait_s,
+                                  rt.options.budget_wait_max_s)
+    return meter
 
 
 async def plan(rt: Runtime, snap: Snapshot, alias: Alias, needs: Needs, sticky: str | None,
