@@ -24,7 +24,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 PER_MILLE = 1000
-BUCKETS = 20  # each 50 per-mille wide; a bucket answers with its upper edge (rounding up)
+BUCKETS = 20  # each 50 per-mille wide, (lo, hi]; a bucket answers with its upper edge (rounding up)
 RECENT = 8
 _WIDTH = PER_MILLE // BUCKETS
 
@@ -46,7 +46,7 @@ class Sketch:
     recent: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT))
 
     def add(self, ratio: int, window: int) -> None:
-        self.counts[min(ratio // _WIDTH, BUCKETS - 1)] += 1
+        self.counts[min(max(ratio - 1, 0) // _WIDTH, BUCKETS - 1)] += 1  # (lo, hi]: an edge is its own bucket
         self.total += 1
         self.seen += 1
         self.recent.append(ratio)
