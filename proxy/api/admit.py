@@ -31,7 +31,7 @@ from pricing.money import to_decimal
 from proxy.admission.budget_port import BudgetAsk, Funding
 from proxy.admission.plan import Plan, hold
 from proxy.admission.ratelimit import deployment_draws, items, limit_headers, refund, refusal, request_draws
-from proxy.errors import EventLogUnavailable, GatewayError
+from proxy.errors import BudgetRefused, EventLogUnavailable, GatewayError
 from proxy.metering import Meter
 from proxy.runtime import Runtime
 from proxy.snapshot import Deployment, Snapshot
@@ -83,8 +83,9 @@ async def _admit(rt: Runtime, meter: Meter, cands: Sequence[Deployment], est_inp
         funding = await rt.budgets.admit(snap, ask)
     except GatewayError as exc:
         # The refusal is recorded in the turn it was decided (no await since): log order = decision order.
-        if exc.code in REFUSAL_CODES:
-            meter.refused(plan, exc.code, getattr(exc, "scope", None))
+        scope = exc.scope if isinstance(exc, BudgetRefused) else None
+        if exc.code in REFUSAL_CODES and (scope is not None or exc.code == "request_cost_cap_exceeded"):
+            meter.refused(plan, exc.code, scope)
         rt.limit_settler.adjust(refund(draws))
         raise
     # From the funding to request.admitted: no await, so the money and its record are one step.
