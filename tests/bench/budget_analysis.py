@@ -185,7 +185,7 @@ def analyse(plan: list[Planned], results: list[Result], events: list[tuple[int, 
 
     admit_all = dist([r.admit_ms for r in results])
     admit_ok = dist([r.admit_ms for r in ok])
-    admit_ref = dist([r.admit_ms for r in budget_429])
+    admit_ref = dist([r.admit_ms for r in refused])
     stream_total = dist([r.total_s * 1000 for r in ok])
 
     admin_check = {
