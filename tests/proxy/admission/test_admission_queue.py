@@ -15,7 +15,7 @@ from ledger.balances import Ledger
 from ledger.events import HoldExpired, RequestAdmitted, RequestSettled
 from ledger.refusals import RequestRefused
 from pricing.usage import TokenUsage
-from proxy.admission.budget_port import BudgetAsk, Funding, max_wait_s
+from proxy.admission.budget_port import BudgetAsk, Funding, budget_period, max_wait_s
 from proxy.admission.budgets import LedgerBudgets
 from proxy.api.admit import admit
 from proxy.errors import BudgetRefused, InvalidRequest, RateLimited, client_headers
@@ -158,7 +158,7 @@ def test_nothing_waits_past_its_deadline_and_waiters_are_served_in_order(arrival
 
         await asyncio.gather(*(one(i, *a) for i, a in enumerate(arrivals)))
         assert funded_order == sorted(funded_order)
-        bal = budgets.ledger.balance("team:platform", "2026-10")
+        bal = budgets.ledger.balance("team:platform", budget_period(SNAP, NOW_S))
         assert bal.held == 0
 
     asyncio.run(scenario())
