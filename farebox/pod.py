@@ -32,6 +32,7 @@ def options_of(settings: Settings) -> ProxyOptions:
         max_in_flight=settings.max_in_flight, drain_timeout_s=settings.drain_timeout_s,
         idempotency_ttl_s=settings.idempotency_ttl_s,
         idempotency_max_answer_bytes=settings.idempotency_max_answer_bytes,
+        budget_wait_s=settings.budget_wait_s, budget_wait_max_s=settings.budget_wait_max_s,
     )
 
 

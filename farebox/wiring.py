@@ -66,7 +66,8 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
     ledger = await runner.start()
     # Append first, then fold what the log took into the live ledger admission decides on; the
     # checkpointed ledger folds what the log acknowledged as durable.
-    recorder = Recorder(events, Metrics(), fold=ledger.apply, on_durable=runner.acknowledged)
+    budgets = LedgerBudgets(ledger)  # its fold wakes the requests waiting for in-flight holds to settle
+    recorder = Recorder(events, Metrics(), fold=budgets.fold, on_durable=runner.acknowledged)
     if db is None:  # started from disk: admin writes answer 503 until a restart finds the database
         from proxy.control.db.store import ConfigDB
 
@@ -75,7 +76,7 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
     control = ControlService(db, price_change_factor=settings.price_change_factor, adopt=follower.adopt,
                              status=follower.status)
     pod = PodState(snapshot)
-    runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=LedgerBudgets(ledger),
+    runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets,
                             limits=MemoryBuckets(), control=control)  # one process: exact in-process buckets
     follower.swap, follower.emit = pod.swap, recorder.emit
     # Load exact tokenizers now, not on the first request (tens of ms each).

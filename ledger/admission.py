@@ -17,7 +17,9 @@ from typing import Literal, Protocol
 from ledger.balances import Ledger
 from ledger.events import BudgetThresholdCrossed, HoldExpired
 
-Refusal = Literal["budget_exhausted", "run_calls_exhausted"]
+Refusal = Literal["budget_exhausted", "budget_reserved", "run_calls_exhausted"]
+"""``budget_exhausted``: settled spend leaves less than the request's estimate (waiting cannot help);
+``budget_reserved``: the money is there but holds of requests in flight cover it (waiting can)."""
 
 
 class Limit(Protocol):
@@ -58,10 +60,16 @@ def decide_admit(
     amount_micro: int,
     limits: Mapping[str, Limit],
     period: str,
+    estimate_micro: int | None = None,
 ) -> AdmitDecision:
     """All-or-nothing: ok only if every limited scope can hold ``amount_micro`` (and has calls left).
 
-    The first short scope in ``scopes`` order is named. ``soft_crossed`` lists
+    A scope short of money is ``budget_exhausted`` when ``limit - settled``
+    (settled counts every recorded overrun) is below ``estimate_micro``, the
+    request's cost at its estimate, else ``budget_reserved`` (in-flight holds
+    fill it). Without ``estimate_micro`` every money shortfall is
+    ``budget_exhausted``. The refusal names the first short scope in
+    ``scopes`` order, an exhausted one before a reserved one. ``soft_crossed`` lists
     scopes this hold takes to or past ``soft_pct`` of their limit that have not
     had their ``BudgetThresholdCrossed`` for ``period`` yet.
     """
@@ -70,6 +78,7 @@ def decide_admit(
     scopes = list(dict.fromkeys(scopes))
     before: dict[str, int | None] = {}
     short: tuple[str, Refusal] | None = None
+    reserved: str | None = None
     for scope in scopes:
         limit = limits.get(scope)
         if limit is None:
@@ -84,7 +93,13 @@ def decide_admit(
         available = ledger.available(scope, period, limit.limit_micro)
         before[scope] = available
         if short is None and available < amount_micro:
-            short = (scope, "budget_exhausted")
+            unspent = limit.limit_micro - ledger.balance(scope, period).settled
+            if estimate_micro is None or unspent < estimate_micro:
+                short = (scope, "budget_exhausted")
+            elif reserved is None:
+                reserved = scope
+    if short is None and reserved is not None:
+        short = (reserved, "budget_reserved")
     if short is not None:
         return AdmitDecision(ok=False, short_scope=short[0], reason=short[1], remaining=before)
 

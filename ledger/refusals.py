@@ -32,8 +32,9 @@ from ledger.envelope import freeze_scope_map, non_empty, non_negative
 from ledger.errors import InvalidEvent
 from ledger.request_events import RequestEvent
 
-REFUSAL_CODES = frozenset({"budget_exhausted", "run_calls_exhausted", "request_cost_cap_exceeded"})
-"""The money refusals: a scope's budget, an agent run's call cap, the per-request worst-case cap."""
+REFUSAL_CODES = frozenset({"budget_exhausted", "budget_reserved", "run_calls_exhausted", "request_cost_cap_exceeded"})
+"""The money refusals: a scope's budget spent, a scope's budget held by requests in flight past the
+request's wait, an agent run's call cap, the per-request worst-case cap."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 

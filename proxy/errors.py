@@ -10,6 +10,7 @@ Hierarchy::
       NotFound (404)                  unknown alias, unknown route
       PayloadTooLarge (413)
       RateLimited (429)               our own limits and budgets
+        BudgetRefused (429)           a budget scope cannot fund the request (names the scope)
       UpstreamError                   what a provider answered, classified
         UpstreamRateLimited (429)     retryable, carries retry_after
         UpstreamUnavailable (502/503) 5xx, timeouts, connection errors
@@ -110,6 +111,29 @@ class RateLimited(GatewayError):
     status = 429
     type = "rate_limit_error"
     code = "rate_limited"
+
+
+class BudgetRefused(RateLimited):
+    """A budget scope cannot fund the request: ``scope`` names it (for ``request.refused``).
+
+    Final (``x-should-retry: false``, no Retry-After) unless ``retry_after_s`` is given: then the money
+    is held by requests in flight and a retry after that many seconds may be funded."""
+
+    def __init__(self, message: str, *, code: str, scope: str, retry_after_s: int | None = None) -> None:
+        headers = ({"x-should-retry": "false"} if retry_after_s is None
+                   else {"Retry-After": str(retry_after_s), "x-should-retry": "true"})
+        super().__init__(message, code=code, headers=headers)
+        self.scope = scope
+
+
+def client_headers(exc: GatewayError) -> dict[str, str]:
+    """The error's headers plus ``x-should-retry`` on every 4xx: true only with a Retry-After.
+
+    The official SDKs retry 408/409/429 by themselves unless told; a final refusal tells them not to."""
+    headers = dict(exc.headers)
+    if 400 <= exc.status < 500 and "x-should-retry" not in headers:
+        headers["x-should-retry"] = "true" if "Retry-After" in headers else "false"
+    return headers
 
 
 class UpstreamError(GatewayError):

@@ -9,9 +9,11 @@ the ``BudgetPort``, feed the estimator's calibration, count metrics.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import datetime, timezone
 
+from ledger.refusals import RequestRefused
 from pricing.calibration import Estimate
 from pricing.usage import TokenUsage
 from proxy.admission.budget_port import Funding
@@ -24,7 +26,7 @@ from proxy.snapshot import Deployment
 
 
 class Meter:
-    __slots__ = ("rt", "tab", "started", "draws", "dep_draws", "estimates")
+    __slots__ = ("rt", "tab", "started", "draws", "dep_draws", "estimates", "max_wait_s")
 
     def __init__(self, rt: Runtime, tab: Tab) -> None:
         self.rt = rt
@@ -33,6 +35,7 @@ class Meter:
         self.draws: list[Draw] = []  # rate-limit reservations of the request (key, team)
         self.dep_draws: dict[str, list[Draw]] = {}  # ... and of each deployment tried
         self.estimates: dict[str, Estimate] = {}  # input-token estimate per candidate, for calibration
+        self.max_wait_s = rt.options.budget_wait_s  # how long admission may wait for in-flight holds
 
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self.rt.clock(), timezone.utc)
@@ -40,6 +43,8 @@ class Meter:
     def admitted(self, plan: Plan, funding: Funding) -> bool:
         """Record ``request.admitted`` and the funding's notices; False when the log refused the admission."""
         tab, options = self.tab, self.rt.options
+        if funding.hold_micro is not None and funding.hold_micro != plan.hold_micro:
+            plan = dataclasses.replace(plan, hold_micro=funding.hold_micro)  # right-sized
         event = admitted_event(tab, plan, funding.leases, options.pod_id, options.hold_ttl_s, self._now())
         tab.plan, tab.holds, tab.leases = plan, event.holds, funding.leases
         if not self.rt.recorder.emit(event):
@@ -48,6 +53,17 @@ class Meter:
         for notice in funding.events:
             self.rt.recorder.emit(notice)
         return True
+
+    def refused(self, plan: Plan, code: str, scope: str | None) -> None:
+        """Record ``request.refused``: admission refused the request on money (call it in the decision's turn)."""
+        tab = self.tab
+        key = tab.key
+        self.rt.recorder.emit(RequestRefused(
+            time=self._now(), request_id=tab.request_id, team=key.team, key_id=key.key_id,
+            business_unit=key.business_unit or "", app=key.app, run_id=tab.run_id, alias=tab.alias.name,
+            est_input_tokens=plan.est_input_tokens, max_output_tokens=plan.max_output_tokens,
+            holds=dict.fromkeys(tab.scopes, plan.hold_micro), currency=tab.snapshot.currency,
+            price_version=plan.price_version, pod=self.rt.options.pod_id, error_code=code, scope=scope))
 
     def attempted(self, dep: Deployment, *, started: float, usage: TokenUsage | None,
                   error: BaseException | None = None, ttft_s: float | None = None, status: int | None = None) -> int:
@@ -77,6 +93,9 @@ class Meter:
         done = settlement(tab, final_status, dep, latency_ms=int((time.monotonic() - self.started) * 1000),
                           now=self._now())
         rt.budgets.settle(tab.request_id, done.charges)
+        if final_status == 200 and tab.plan.max_output_tokens:  # what the key really uses of its cap
+            rt.outputs.observe(tab.key.key_id, tab.alias.name, tab.total_usage.completion_tokens,
+                               tab.plan.max_output_tokens)
         rt.metrics.requests.labels(tab.alias.name, str(final_status)).inc()
         if done.overrun:  # recorded, never hidden: in the event and here
             rt.metrics.overruns.inc()

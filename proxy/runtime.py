@@ -19,6 +19,7 @@ from typing import Callable, Protocol
 
 from aiohttp import web
 
+from ledger.output_sketch import OutputLearner
 from pricing.calibration import Estimator
 from proxy.admission.budget_port import BudgetPort
 from proxy.admission.limits import Buckets
@@ -41,6 +42,8 @@ class ProxyOptions:
     drain_timeout_s: float = 25.0  # SIGTERM: how long streams may finish (below aiohttp's shutdown timeout)
     idempotency_ttl_s: int = 86_400  # how long an Idempotency-Key's stored answer is replayed
     idempotency_max_answer_bytes: int = 1024 * 1024  # larger answers are not stored (a retry runs again)
+    budget_wait_s: float = 2.0  # how long a request may wait for in-flight holds to settle (default)
+    budget_wait_max_s: float = 30.0  # the most a caller may ask for with x-fb-max-wait-ms
 
 
 class Watch(Protocol):
@@ -78,6 +81,7 @@ class Runtime:
     idempotency: IdempotencyStore = field(default_factory=MemoryIdempotency)  # Idempotency-Key records
     control: ControlStore | None = None  # admin writes (None: a pod without a config database)
     estimator: Estimator = field(default_factory=Estimator)  # input tokens; calibrated per key
+    outputs: OutputLearner = field(default_factory=OutputLearner)  # output used per key and alias: right-sized holds
     routing: RoutingState = field(default_factory=RoutingState)  # breakers, health, 429 pauses, retry budgets
     rng: random.Random = field(default_factory=random.Random)
     clock: Callable[[], float] = time.time

@@ -7,9 +7,11 @@ hold a ``BudgetPort`` and never learn which adapter it is.
 
 The contract every adapter keeps:
 
-* ``admit`` funds ``ask.hold_micro`` on every limited scope or raises the
-  caller-facing ``GatewayError`` (429 ``budget_exhausted`` / ``run_calls_exhausted``,
-  400 ``request_cost_cap_exceeded``, 503 ``budget_unavailable``). After its last
+* ``admit`` funds a hold between ``ask.learned_micro`` and ``ask.hold_micro``
+  (the worst case) on every limited scope, waiting at most ``ask.max_wait_s``
+  for holds in flight to settle, or raises the caller-facing ``GatewayError``
+  (429 ``BudgetRefused`` ``budget_exhausted`` / ``budget_reserved`` /
+  ``run_calls_exhausted``, 400 ``request_cost_cap_exceeded``, 503 ``budget_unavailable``). After its last
   ``await`` it must not suspend: the caller records ``request.admitted`` (then
   ``Funding.events``) in the same event-loop turn, so no other request can
   take the same money in between.
@@ -49,6 +51,9 @@ class BudgetAsk:
     est_input: int
     max_output: int
     now_s: float  # the pod's clock, epoch seconds
+    learned_micro: int | None = None  # the hold at the output this key and alias really use (None: hold_micro)
+    key_id: str = ""
+    max_wait_s: float = 0.0  # how long the request may wait for holds in flight to settle
 
 
 @dataclass(slots=True)  # built per request: plain slots, no frozen-init cost
@@ -59,6 +64,7 @@ class Funding:
     events: list[Event]
     remaining_micro: int | None  # the tightest limited scope after this hold; None: unknown or unlimited
     soft: bool  # some scope is past its soft threshold
+    hold_micro: int | None = None  # what was held on every scope (None: the ask's ``hold_micro``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +114,21 @@ def limits_for(snapshot: Snapshot, scopes: Sequence[str]) -> dict[str, BudgetLim
         if limit is not None and (limit.limit_micro is not None or limit.max_calls is not None):
             out[scope] = limit
     return out
+
+
+def max_wait_s(header: str | None, default_s: float, ceiling_s: float) -> float:
+    """The wait the caller allows (``x-fb-max-wait-ms``), else the default; a 400 naming the header if bad."""
+    if header is None:
+        return default_s
+    text = header.strip()
+    if not (text.isascii() and text.isdigit()):
+        raise InvalidRequest(f"x-fb-max-wait-ms must be a whole number of milliseconds >= 0, got {header[:40]!r}.",
+                             param="x-fb-max-wait-ms", code="invalid_value")
+    wait_ms = int(text)
+    if wait_ms > ceiling_s * 1000:
+        raise InvalidRequest(f"x-fb-max-wait-ms is {wait_ms}, above this gateway's ceiling of "
+                             f"{int(ceiling_s * 1000)} ms.", param="x-fb-max-wait-ms", code="invalid_value")
+    return wait_ms / 1000
 
 
 def check_cost_cap(snapshot: Snapshot, ask: BudgetAsk) -> None:

@@ -16,8 +16,10 @@ other request can take the same money.
   A request that was in an ask the processor refused (a grant of 0: not even
   the smallest hold fits) gets 429 ``budget_exhausted``; so does one still
   unfunded after ``lease_wait_s`` while the ledger was answering (the money
-  went to the requests ahead of it). 503 ``budget_unavailable`` means the
-  ledger did not answer at all.
+  went to the requests ahead of it; ``budget_reserved`` with Retry-After
+  instead when the projection says settled spend still leaves its hold, so
+  the money is in holds and leases in flight). 503 ``budget_unavailable``
+  means the ledger did not answer at all.
 * At the hard limit: when the worker's projection (``ScopeStates``) says a
   scope is fully committed this period, a request the leases do not cover is
   refused at once (429) without asking.
@@ -39,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -47,7 +50,7 @@ from datetime import datetime, timedelta
 from ledger.events import Event, LeaseGranted, LeaseRequested, LeaseReturned
 from ledger.leases import PodLease
 from proxy.admission.scope_states import ScopeStates
-from proxy.errors import GatewayError, RateLimited
+from proxy.errors import BudgetRefused, GatewayError
 
 log = logging.getLogger("farebox.wallet")
 
@@ -139,7 +142,7 @@ class Wallets:
                 if len(done) < len(asks):
                     contended = [s for s in short if s in answered]
                     if contended:  # the ledger is answering; what it grants goes to the requests ahead
-                        raise _exhausted(contended[0], waited_s=self.policy.lease_wait_s)
+                        raise self._after_wait(contended[0], hold, period, loop.time())
                     raise BudgetUnavailable("The budget ledger did not answer in time; retry shortly.")
                 for scope, ask in asks.items():
                     # in the batch and refused: not even the smallest waiting hold fits what is left
@@ -150,6 +153,18 @@ class Wallets:
                 waiting = self.waiting.get(scope)
                 if waiting is not None and waiting.pop(request_id, None) is not None and not waiting:
                     del self.waiting[scope]
+
+    def _after_wait(self, scope: str, hold: int, period: str | None, now: float) -> BudgetRefused:
+        """Unfunded after ``lease_wait_s`` while the ledger answered: ``budget_reserved`` (Retry-After) when the
+        projection says settled spend leaves the hold (the money is in holds and leases in flight), else
+        ``budget_exhausted``, as when the projection is stale or missing."""
+        view = self.states.view(scope, period, now) if period is not None else None
+        if view is None or view.limit is None or view.limit - view.settled < hold:
+            return _exhausted(scope, waited_s=self.policy.lease_wait_s)
+        retry = max(1, math.ceil(self.policy.lease_wait_s))
+        return BudgetRefused(f"The budget of {scope} is held by requests in flight; none of it was freed for this "
+                             f"request within {self.policy.lease_wait_s:g} s. Retry in about {retry} s.",
+                             code="budget_reserved", scope=scope, retry_after_s=retry)
 
     def _emergency(self, short: list[str], hold: int, now: datetime) -> bool:
         """Kafka down and leases spent: draw the per-scope emergency allowance, once per outage."""
@@ -281,8 +296,10 @@ class Wallets:
         self.asked.clear()
 
 
-def _exhausted(scope: str, waited_s: float | None = None) -> RateLimited:
+def _exhausted(scope: str, waited_s: float | None = None) -> BudgetRefused:
     if waited_s is None:
-        return RateLimited(f"The budget of {scope} is exhausted for this request.", code="budget_exhausted")
-    return RateLimited(f"The budget of {scope} is nearly exhausted: what is left went to the requests ahead of "
-                       f"this one and none could fund it within {waited_s:g} s.", code="budget_exhausted")
+        return BudgetRefused(f"The budget of {scope} is exhausted for this request.", code="budget_exhausted",
+                             scope=scope)
+    return BudgetRefused(f"The budget of {scope} is nearly exhausted: what is left went to the requests ahead of "
+                         f"this one and none could fund it within {waited_s:g} s.", code="budget_exhausted",
+                         scope=scope)

@@ -6,6 +6,12 @@ Each step is a pure function of ``proxy/admission`` (``plan.hold``,
 ``BudgetPort.admit``) or ``budget_headers`` here; this shell reads the ports
 and records the result.
 
+The hold asked for is the worst case (output cap at the dearest candidate)
+and, when the key and alias have a learned output figure
+(``rt.outputs``), that figure priced the same way; the budget port decides
+which to hold. A budget refusal is recorded as ``request.refused`` in the
+turn it was decided.
+
 Order matters: the rate-limit reservation (possibly a Redis round trip)
 comes first; after the budget port's funding there is no ``await`` until
 ``request.admitted`` is recorded, so the decision and its record are one
@@ -20,12 +26,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Sequence
 
+from ledger.refusals import REFUSAL_CODES
 from pricing.money import to_decimal
 from proxy.admission.budget_port import BudgetAsk, Funding
 from proxy.admission.plan import Plan, hold
 from proxy.admission.ratelimit import deployment_draws, items, limit_headers, refund, refusal, request_draws
 from proxy.admission.spend_rate import spend_draws
-from proxy.errors import EventLogUnavailable, GatewayError
+from proxy.errors import BudgetRefused, EventLogUnavailable, GatewayError
 from proxy.metering import Meter
 from proxy.runtime import Runtime
 from proxy.snapshot import Deployment, Snapshot
@@ -68,10 +75,18 @@ async def _admit(rt: Runtime, meter: Meter, cands: Sequence[Deployment], est_inp
         if not res.ok:
             raise refusal(draws, res, est_input, max_output)
         headers.update(limit_headers(draws, res))
-    ask = BudgetAsk(tab.request_id, tab.scopes, plan.hold_micro, est_input, max_output, now_s)
+    learned_out = rt.outputs.output_tokens(tab.key.key_id, tab.alias.name, max_output)
+    learned = plan.hold_micro if learned_out >= max_output else hold(
+        snap, cands, est_input, learned_out, datetime.fromtimestamp(now_s, timezone.utc)).hold_micro
+    ask = BudgetAsk(tab.request_id, tab.scopes, plan.hold_micro, est_input, max_output, now_s,
+                    learned_micro=learned, key_id=tab.key.key_id, max_wait_s=meter.max_wait_s)
     try:
         funding = await rt.budgets.admit(snap, ask)
-    except GatewayError:
+    except GatewayError as exc:
+        # The refusal is recorded in the turn it was decided (no await since): log order = decision order.
+        scope = exc.scope if isinstance(exc, BudgetRefused) else None
+        if exc.code in REFUSAL_CODES and (scope is not None or exc.code == "request_cost_cap_exceeded"):
+            meter.refused(plan, exc.code, scope)
         rt.limit_settler.adjust(refund(draws))
         raise
     # From the funding to request.admitted: no await, so the money and its record are one step.

@@ -20,7 +20,7 @@ from aiohttp import web
 from proxy.admission.auth import authenticate, authenticate_admin
 from proxy.api import chat, embeddings, models, protocol_errors, watch
 from proxy.control import admin
-from proxy.errors import GatewayError, NotFound, PayloadTooLarge
+from proxy.errors import GatewayError, NotFound, PayloadTooLarge, client_headers
 from proxy.metrics import CONTENT_TYPE_LATEST
 from proxy.runtime import RUNTIME, Runtime
 
@@ -35,7 +35,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def error_response(exc: GatewayError, echo_id: str | None = None, request_id: str | None = None) -> web.Response:
-    headers = dict(exc.headers)
+    headers = client_headers(exc)
     if echo_id:
         headers["x-request-id"] = echo_id
     if request_id:

@@ -33,7 +33,7 @@ import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, ContentEncodingError, HttpProcessingError, LineTooLong
 
-from proxy.errors import GatewayError, InvalidRequest
+from proxy.errors import GatewayError, InvalidRequest, client_headers
 
 log = logging.getLogger("farebox.proxy")
 
@@ -70,7 +70,7 @@ def _unsupported_encoding() -> InvalidRequest:
 
 def json_error(error: GatewayError) -> web.Response:
     return web.Response(status=error.status, body=orjson.dumps(error.to_body()), content_type="application/json",
-                        headers=error.headers)
+                        headers=client_headers(error))
 
 
 class OpenAIErrorProtocol(web.RequestHandler):

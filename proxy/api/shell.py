@@ -18,6 +18,7 @@ from typing import Awaitable, Callable, Sequence
 
 from aiohttp import web
 
+from proxy.admission.budget_port import max_wait_s
 from proxy.api.admit import clear_deployment
 from proxy.api.tags import HEADER, parse_tags
 from proxy.errors import GatewayError
@@ -36,7 +37,10 @@ def open_meter(rt: Runtime, snap: Snapshot, request: web.Request, key: KeyRecord
     """The request's tab; a bad ``x-fb-tags`` header is refused here, before anything is held."""
     tab = Tab(snap, request["request_id"], key, alias, run_id, data_class, stream, scopes_of(key, run_id),
               cost_centre=snap.cost_centre_of(key.team, key.app), tags=parse_tags(request.headers.get(HEADER)))
-    return Meter(rt, tab)
+    meter = Meter(rt, tab)
+    meter.max_wait_s = max_wait_s(request.headers.get("x-fb-max-wait-ms"), rt.options.budget_wait_s,
+                                  rt.options.budget_wait_max_s)
+    return meter
 
 
 async def plan(rt: Runtime, snap: Snapshot, alias: Alias, needs: Needs, sticky: str | None,

@@ -23,6 +23,8 @@ from streams.sqlite_log import SqliteEventLog
 from tests.bench.budget_client import Result
 from tests.bench.budget_plan import LEFT_RE, SCOPE, TEAM, Planned, Prices, parse_money
 
+BUDGET_CODES = ("budget_exhausted", "budget_reserved")
+
 # --------------------------------------------------------------------------- the event log
 
 
@@ -122,9 +124,14 @@ def dist(values: list[float | None]) -> dict:
 def analyse(plan: list[Planned], results: list[Result], events: list[tuple[int, Any]], admin: dict, limit: int,
             prices: Prices, wall: float, overflows: int | None) -> dict:
     ok = [r for r in results if r.status == 200 and r.error is None]
-    budget_429 = [r for r in results if r.status == 429 and r.code == "budget_exhausted"]
-    bad_refusals = [r for r in budget_429 if r.retry_after is not None]
-    errors = [r for r in results if r not in ok and r not in budget_429]
+    refused = [r for r in results if r.status == 429 and r.code in BUDGET_CODES]
+    budget_429 = [r for r in refused if r.code == "budget_exhausted"]
+    # final refusals say so; budget_reserved says when to come back
+    bad_refusals = [r for r in refused if (r.retry_after is not None or r.should_retry != "false")
+                    if r.code == "budget_exhausted"]
+    bad_refusals += [r for r in refused if r.code == "budget_reserved"
+                     and (r.retry_after is None or r.should_retry != "true")]
+    errors = [r for r in results if r not in ok and r not in refused]
     by_index = {p.index: p for p in plan}
 
     f = fold(events, limit)
@@ -163,6 +170,8 @@ def analyse(plan: list[Planned], results: list[Result], events: list[tuple[int, 
                  if a == msg_left and t <= first.recv_wall
                  and (i + 1 == len(states) or states[i + 1][1] >= first.sent_wall)]
         settled_at = sum(1 for _, e in events if isinstance(e, RequestSettled) and e.time.timestamp() <= first.recv_wall)
+        settled_micro_at = sum(e.cost_by_scope.get(SCOPE, 0) for _, e in events
+                               if isinstance(e, RequestSettled) and e.time.timestamp() <= first.recv_wall)
         first_info = {
             "request_index": first.index, "request_id": first.request_id,
             "message": first.message, "message_left_micro": msg_left, "message_limit_micro": msg_limit,
@@ -170,12 +179,13 @@ def analyse(plan: list[Planned], results: list[Result], events: list[tuple[int, 
             "eventlog_prefix_with_message_figure": bool(exact),
             "eventlog_prefix_offsets": [o for o, _ in exact][:5],
             "settled_before_first_refusal": settled_at,
+            "limit_minus_settled_at_receipt_micro": limit - settled_micro_at,
             "client_ms_after_start": round((first.recv_wall - min(r.sent_wall for r in results)) * 1000, 1),
         }
 
     admit_all = dist([r.admit_ms for r in results])
     admit_ok = dist([r.admit_ms for r in ok])
-    admit_ref = dist([r.admit_ms for r in budget_429])
+    admit_ref = dist([r.admit_ms for r in refused])
     stream_total = dist([r.total_s * 1000 for r in ok])
 
     admin_check = {
@@ -188,7 +198,9 @@ def analyse(plan: list[Planned], results: list[Result], events: list[tuple[int, 
     }
     return {
         "requests": len(results), "admitted": len(ok), "refused_budget_exhausted": len(budget_429),
-        "refused_with_retry_after": len(bad_refusals), "errors": len(errors),
+        "refused_by_code": dict(Counter(r.code for r in refused)), "refused": len(refused),
+        "retried": sum(r.tries - 1 for r in results),
+        "refused_with_wrong_retry_headers": len(bad_refusals), "errors": len(errors),
         "error_samples": [f"#{r.index} HTTP {r.status} {r.code}: {r.error or r.message}" for r in errors[:5]],
         "error_kinds": dict(Counter(f"{r.status} {r.code or r.error}" for r in errors).most_common(10)),
         "eventlog": {

@@ -74,6 +74,8 @@ class Result:
     code: str | None = None
     message: str | None = None
     retry_after: str | None = None
+    should_retry: str | None = None  # x-should-retry
+    tries: int = 1  # 1 + the retries of budget_reserved made (as the SDK does, after Retry-After)
     usage: dict | None = None
     done: bool = False
     error: str | None = None
@@ -83,13 +85,28 @@ _TIMING_RE = re.compile(r"admit;dur=([0-9.]+)")
 
 
 async def one(session: aiohttp.ClientSession, url: str, key: str, p: Planned, go: asyncio.Event,
-              delay_s: float = 0.0) -> Result:
-    r = Result(p.index)
+              delay_s: float = 0.0, max_wait_ms: int | None = None, retries: int = 0) -> Result:
+    """One planned request; a 429 that says ``x-should-retry: true`` is retried after its Retry-After,
+    up to ``retries`` times (what the official SDKs do by default with 2)."""
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json",
                "x-sim-output-tokens": str(p.output_tokens), "x-sim-tokens-per-s": str(p.tokens_per_s)}
+    if max_wait_ms is not None:
+        headers["x-fb-max-wait-ms"] = str(max_wait_ms)
     await go.wait()
     if delay_s:
         await asyncio.sleep(delay_s)
+    r = await _send(session, url, headers, p)
+    for attempt in range(retries):
+        if not (r.status == 429 and r.should_retry == "true"):
+            break
+        await asyncio.sleep(float(r.retry_after or 1))
+        r = await _send(session, url, headers, p)
+        r.tries = attempt + 2
+    return r
+
+
+async def _send(session: aiohttp.ClientSession, url: str, headers: dict[str, str], p: Planned) -> Result:
+    r = Result(p.index)
     t0 = time.perf_counter()
     r.sent_wall = time.time()
     try:
@@ -99,6 +116,7 @@ async def one(session: aiohttp.ClientSession, url: str, key: str, p: Planned, go
             r.status = resp.status
             r.request_id = resp.headers.get("x-fb-request-id")
             r.retry_after = resp.headers.get("retry-after")
+            r.should_retry = resp.headers.get("x-should-retry")
             m = _TIMING_RE.search(resp.headers.get("server-timing", ""))
             r.admit_ms = float(m.group(1)) if m else None
             if resp.status != 200:

@@ -75,3 +75,16 @@ def test_config_check_cli(tmp_path: Path) -> None:
     res = subprocess.run([sys.executable, "-m", "farebox", "config", "check", str(bad)],
                          capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 2 and "aliases[0].deployments[0]: unknown deployment 'ghost'" in res.stderr
+
+
+def test_budget_wait_settings_default_and_bound(tmp_path: Path) -> None:
+    settings = load_settings(EXAMPLE)
+    assert (settings.budget_wait_s, settings.budget_wait_max_s) == (2.0, 30.0)
+
+    def mutate(t):
+        t["server"]["budget_wait_s"] = 40
+        t["server"]["budget_wait_max_s"] = 30
+
+    with pytest.raises(ConfigError) as err:
+        load_settings(write(tmp_path, mutate))
+    assert "server.budget_wait_s: is 40, above server.budget_wait_max_s (30)" in str(err.value)

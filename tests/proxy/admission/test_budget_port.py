@@ -12,12 +12,13 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from ledger.balances import Ledger
-from ledger.events import BudgetThresholdCrossed, RequestAdmitted
+from ledger.events import BudgetThresholdCrossed, RequestAdmitted, RequestSettled
+from pricing.usage import TokenUsage
 from proxy.admission.budget_port import BudgetAsk, Funding, budget_period
-from proxy.admission.budgets import LedgerBudgets, decide_hold
+from proxy.admission.budgets import LedgerBudgets, Reserved, decide_hold
 from proxy.admission.limits import MemoryBuckets
 from proxy.api.admit import admit, budget_headers
-from proxy.errors import EventLogUnavailable, InvalidRequest, RateLimited
+from proxy.errors import BudgetRefused, EventLogUnavailable, InvalidRequest, RateLimited
 from proxy.metering import Meter
 from proxy.settlement import Tab, scopes_of
 from tests.proxy.fakes import NOW_S, MemoryLog, example_tree, key, runtime, snapshot
@@ -55,13 +56,31 @@ def test_decide_hold_funds_and_reports_the_tightest_remaining() -> None:
     assert budget_headers(snap, funding) == {"x-fb-budget-remaining": "0.901000", "x-fb-budget-currency": "INR"}
 
 
-def test_decide_hold_refuses_what_the_ledger_cannot_hold() -> None:
+def test_decide_hold_refuses_what_settled_spend_leaves_too_little_for() -> None:
     snap = limited_snapshot()
     ledger = Ledger(KOLKATA)
     ledger.apply(admitted(snap, "earlier", 950_000))
-    with pytest.raises(RateLimited) as err:
+    ledger.apply(settled(snap, "earlier", 950_000))
+    with pytest.raises(BudgetRefused) as err:
         decide_hold(ledger, snap, ask(snap), budget_period(snap, NOW_S))
     assert err.value.code == "budget_exhausted" and "team:platform" in err.value.message
+    assert err.value.scope == "team:platform" and err.value.headers == {"x-should-retry": "false"}
+
+
+def test_decide_hold_says_wait_when_holds_in_flight_fill_the_budget() -> None:
+    snap = limited_snapshot()
+    ledger = Ledger(KOLKATA)
+    ledger.apply(admitted(snap, "earlier", 950_000))
+    assert decide_hold(ledger, snap, ask(snap), budget_period(snap, NOW_S)) == Reserved("team:platform")
+
+
+def settled(snap, request_id: str, cost: int) -> RequestSettled:
+    k = next(iter(snap.keys.values()))
+    return RequestSettled(time=datetime.fromtimestamp(NOW_S + 1, timezone.utc), request_id=request_id, team=k.team,
+                          final_status=200, attempts=1, deployment="d1", usage=TokenUsage(input=10, output=10),
+                          cost_micro=cost, currency="INR", cost_by_scope=dict.fromkeys(scopes_of(k, None), cost),
+                          hold_released=dict.fromkeys(scopes_of(k, None), 0), overrun_micro=0, cache_hit=False,
+                          latency_ms=20)
 
 
 def test_decide_hold_notices_the_soft_threshold_once() -> None:

@@ -275,3 +275,18 @@ async def test_lease_budgets_downgrade_from_the_projection():
     row = {"period": PERIOD, "state": "soft", "settled": "900000", "held": "0", "leased": "0", "limit": "1000000"}
     budgets.wallets.states.update({SCOPE: row}, loop_now)
     assert budgets.downgrade_target(snap, [SCOPE], NOW.timestamp()) == "chat-default"
+
+
+async def test_unfunded_after_the_wait_is_reserved_when_settled_spend_leaves_the_hold():
+    wallets = wallets_for(Processor(limit=1_000_000))
+    now = asyncio.get_running_loop().time()
+    row = {"period": PERIOD, "state": "hard", "settled": "200000", "held": "500000", "leased": "300000",
+           "limit": "1000000"}
+    wallets.states.update({SCOPE: row}, now)
+    reserved = wallets._after_wait(SCOPE, 1_000, PERIOD, now)
+    assert reserved.code == "budget_reserved" and reserved.headers["x-should-retry"] == "true"
+    assert int(reserved.headers["Retry-After"]) >= 1 and reserved.scope == SCOPE
+    wallets.states.update({SCOPE: {**row, "settled": "999500"}}, now)  # settled spend leaves less than the hold
+    spent = wallets._after_wait(SCOPE, 1_000, PERIOD, now)
+    assert spent.code == "budget_exhausted" and "Retry-After" not in spent.headers
+    assert wallets._after_wait(SCOPE, 1_000, PERIOD, now + 60).code == "budget_exhausted"  # stale: not trusted

@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from infra.simulator.app import create_app as create_simulator
 from infra.simulator.config import parse_config
 from proxy.api.app import create_app
-from proxy.errors import RateLimited
+from proxy.errors import BudgetRefused
 from tests.proxy.fakes import MemoryLog, ScriptedBudgets, example_tree, key, runtime, snapshot
 
 SIMULATOR = {"accounts": [{"name": "acct-retail", "api_key": "sk-sim-openai-retail-0001"},
@@ -83,12 +83,22 @@ async def test_a_stream_ends_with_the_usage_chunk_and_is_settled(pod: Pod) -> No
 
 
 async def test_a_budget_refusal_is_a_429_before_any_upstream_byte(pod: Pod) -> None:
-    pod.budgets.refusal = RateLimited("The budget of team:platform is exhausted.", code="budget_exhausted")
+    pod.budgets.refusal = BudgetRefused("The budget of team:platform is exhausted.", code="budget_exhausted",
+                                        scope="team:platform")
     resp = await pod.post("/v1/chat/completions", CHAT)
     body = await resp.json()
     assert resp.status == 429 and body["error"]["code"] == "budget_exhausted"
     assert "Retry-After" not in resp.headers and "server-timing" in resp.headers
-    assert pod.log.events == [] and pod.budgets.settled == {}
+    assert resp.headers["x-should-retry"] == "false"  # final: the SDKs must not retry it
+    assert pod.log.types() == ["request.refused"] and pod.budgets.settled == {}
+    assert (pod.log.events[0].error_code, pod.log.events[0].scope) == ("budget_exhausted", "team:platform")
+
+
+async def test_a_bad_wait_header_is_a_400_naming_it(pod: Pod) -> None:
+    resp = await pod.post("/v1/chat/completions", CHAT, **{"x-fb-max-wait-ms": "-5"})
+    body = await resp.json()
+    assert resp.status == 400 and body["error"]["param"] == "x-fb-max-wait-ms"
+    assert resp.headers["x-should-retry"] == "false" and pod.log.events == []
 
 
 async def test_the_budget_port_names_the_cheaper_alias(pod: Pod) -> None:
