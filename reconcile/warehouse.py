@@ -38,6 +38,9 @@ VIEWS_ARCHIVE_SCHEMA = 2
 VIEWS = ("archive_files", "archive_scan", "archive_rows", "events", "requests", "attempts", "ledger_entries", "scope_balances",
          "minute_rollups", "daily_cost")
 
+PINNED = ("requests", "scope_balances")
+"""The views ``Warehouse.pin_requests`` snapshots, in the order they are computed."""
+
 
 class WarehouseError(Exception):
     """The warehouse cannot answer: empty or unreadable archive, bad query, nothing for the period asked."""
@@ -91,6 +94,7 @@ class Warehouse:
                 f"the archive at {self.root} is empty: no Parquet files match {self.root}/{ARCHIVE_GLOB}. "
                 "Archive the event log first (embedded mode: streams.archive.archive_from_log; distributed "
                 "mode: the archiver consumer), or pass the right archive folder.")
+        self._snapshot_state: tuple[tuple[str, int, int], ...] | None = None  # what requests_snapshot was read from
         self._con = duckdb.connect(config={"threads": threads} if threads else {})
         try:
             self._con.execute("SET enable_progress_bar = false")  # output is the result, nothing else
@@ -128,15 +132,45 @@ class Warehouse:
         """Make an Arrow table (e.g. the budget limits) queryable as ``name`` beside the views."""
         self._con.register(name, table)
 
+    def archive_state(self) -> tuple[tuple[str, int, int], ...]:
+        """What the views would read now: every archive file's name, size and modification time. Archive files
+        are immutable (written once, then only listed, replaced by compaction or expired), so an equal state
+        means equal rows."""
+        out = []
+        for path in archive_files(self.root):
+            try:
+                st = path.stat()
+            except FileNotFoundError:  # removed by compaction or retention while listing: not part of the state
+                continue
+            out.append((str(path), st.st_size, st.st_mtime_ns))
+        return tuple(out)
+
     def pin_requests(self) -> None:
-        """Compute the ``requests`` view once and keep it for this session: a temporary table of the same name
-        shadows the view, so every view built on it (``ledger_entries``, ``scope_balances``, ``minute_rollups``,
-        ``daily_cost``) reads the snapshot instead of re-reading the archive. For reports that query several
-        views at one moment; the archive is not read again until ``unpin_requests``."""
-        self.query("CREATE OR REPLACE TEMP TABLE requests AS SELECT * FROM main.requests")
+        """Shadow the ``requests`` and ``scope_balances`` views with snapshots of them for this session, so every
+        view built on ``requests`` (``ledger_entries``, ``minute_rollups``, ``daily_cost``) and the balances read
+        the snapshots instead of re-reading the archive: for reports that query several views at one moment.
+
+        The snapshots (``temp.<view>_snapshot``) are computed once and reused by later pins while the archive's
+        files are unchanged (``archive_state``); a new, compacted or expired file makes the next pin compute them
+        again. The state is taken before they are computed, so a file that lands meanwhile makes the next pin
+        recompute (never a stale reuse)."""
+        state = self.archive_state()
+        if state != self._snapshot_state:
+            self._snapshot_state = None
+            self.unpin_requests()
+            for view in PINNED:  # in order: scope_balances' snapshot is read from the requests snapshot
+                self.query(f"CREATE OR REPLACE TEMP TABLE {view}_snapshot AS SELECT * FROM {view}")
+                self.query(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM temp.{view}_snapshot")
+            self._snapshot_state = state
+            return
+        for view in PINNED:
+            self.query(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM temp.{view}_snapshot")
 
     def unpin_requests(self) -> None:
-        self.query("DROP TABLE IF EXISTS temp.requests")
+        """Read the archive again (the snapshots are kept for the next ``pin_requests`` while the files are
+        unchanged)."""
+        for view in PINNED:
+            self.query(f"DROP VIEW IF EXISTS temp.{view}")
 
     def months(self) -> list[str]:
         """The budget months that have admissions, oldest first."""

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
 
+from ledger.codec import encode
+from pricing.usage import TokenUsage
 from reconcile.render import render
 from reconcile.showback import parse_dimensions, showback, usage
 from reconcile.warehouse import Warehouse, WarehouseError
-from tests.reconcile.warehouse_fixtures import write_archive
+from streams.archive import ArchiveWriter, Record
+from tests.reconcile.warehouse_fixtures import MIDNIGHT_IST, _settle, write_archive
 
 BUDGETS = {"team:payments": {"limit_micro": 40_000, "soft_pct": 80}, "team:search": {"limit_micro": None}}
 
@@ -97,3 +100,27 @@ def test_usage_by_day_and_alias(tmp_path: Path) -> None:
         usage(root, date(2026, 12, 31), date(2026, 12, 1), ["team"])
     with pytest.raises(WarehouseError, match="is empty"):
         usage(tmp_path / "nothing", date(2026, 12, 1), date(2026, 12, 31), ["team"])
+
+
+def test_the_snapshot_is_reused_until_the_archive_changes(tmp_path: Path) -> None:
+    """Showback snapshots ``requests`` and ``scope_balances`` once per archive state: a second report with the same
+    files reads the snapshot; a newly archived file (r5 settles) makes the next report read the archive again,
+    and between reports the views read the archive, never the snapshot."""
+    root = write_archive(tmp_path / "archive")
+    with Warehouse(root) as wh:
+        first = showback(wh, "2026-12", ["team"]).dicts()
+        state = wh.archive_state()
+        assert wh.query("SELECT count(*) FROM temp.requests_snapshot").rows == [(6,)]
+        wh.query("INSERT INTO temp.requests_snapshot SELECT * FROM temp.requests_snapshot WHERE request_id = 'r2'")
+        doubled = {r["team"]: r for r in showback(wh, "2026-12", ["team"]).dicts()}  # same files: the snapshot
+        assert doubled["payments"]["spend_micro"] == first[0]["spend_micro"] + 12_000
+        assert wh.query("SELECT count(*) FROM requests").rows == [(6,)]  # unpinned: the archive again
+        u = TokenUsage(input=10, output=10)
+        settle = _settle("r5", MIDNIGHT_IST + timedelta(hours=2), 3_000, 1_000, "d-oai", 1, u,
+                         ["key:payments-k", "team:payments", "bu:retail"])
+        ArchiveWriter(root, "log").write([Record(0, 100, encode(settle))])
+        assert wh.archive_state() != state
+        after = {r["team"]: r for r in showback(wh, "2026-12", ["team"]).dicts()}
+        assert after["payments"]["spend_micro"] == first[0]["spend_micro"] + 1_000  # recomputed, r2 once
+        assert after["payments"]["budget_settled_micro"] == first[0]["budget_settled_micro"] + 1_000
+        assert after["payments"]["budget_held_micro"] == first[0]["budget_held_micro"] - 3_000
