@@ -148,7 +148,15 @@ def test_malformed_json(http, tokens, data, target) -> None:
         st.tuples(st.integers(0, len(raw)), st.sampled_from([b"{", b"}", b",", b":", b'"', b"]", b"\x00", b"NaN"]))
         .map(lambda t: raw[:t[0]] + t[1] + raw[t[0]:]),
     ))
-    assert_refused(send(http, tokens, target, content), 400, 404)
+    try:
+        still_json = isinstance(json.loads(content), dict)  # a character inserted inside a string stays JSON
+    except ValueError:
+        still_json = False
+    resp = send(http, tokens, target, content)
+    if still_json:
+        assert_answered(resp)
+    else:
+        assert_refused(resp, 400, 404)
 
 
 # --------------------------------------------------------------------------- wrong types
