@@ -75,6 +75,7 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
     meter = open_meter(rt, snap, request, key, alias, run_id=run_id, data_class=privacy.data_class,
                        stream=call.stream)
     meter.tab.retry_of = retry_of
+    meter.tab.privacy = privacy.audit(snap.privacy, cands[0], call.body.get("messages"))
     meter.estimates = estimates
     admitted = await admit(rt, meter, cands, est_in, max_out)
     if downgraded_from is not None:

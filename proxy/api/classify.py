@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.errors import GatewayError
+from proxy.privacy.audit import PrivacyAudit, audit_of
 from proxy.privacy.policy import (
     PrivacyPolicy,
     PrivacyRefusal,
@@ -64,6 +65,10 @@ class Classified:
         """The error that refuses every outside deployment, if any."""
         r = self.sides.outside_refusal
         return None if r is None else gateway_error(r)
+
+    def audit(self, policy: PrivacyPolicy, first: Deployment, messages: Any) -> PrivacyAudit:
+        """The audit record for the events, as decided for the first candidate."""
+        return audit_of(policy, self.sides.for_deployment(first.self_hosted), messages)
 
     def redacts(self, dep: Deployment) -> bool:
         """Whether ``dep`` gets the redacted body (its answer must then be restored)."""

@@ -36,6 +36,7 @@ async def create_embeddings(request: web.Request) -> web.StreamResponse:
     chain = await routed(privacy, plan(rt, snap, alias, needs, None, allows_fallback(request.headers)))
     meter = open_meter(rt, snap, request, key, alias, run_id=request.headers.get("x-fb-run-id"),
                        data_class=privacy.data_class, stream=False)
+    meter.tab.privacy = privacy.audit(snap.privacy, chain.deployments[0], call.body.get("input"))
     admitted = await admit(rt, meter, chain.deployments, est_in, 0)
     upstream, timeouts = rt.upstream, Timeouts.of(alias)
 

@@ -9,6 +9,7 @@ placeholder of the answer arrives split across SSE chunks.
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Iterator
 
@@ -16,7 +17,11 @@ import httpx
 import openai
 import pytest
 
-from tests.harness import Stack, mint, wait_key_live
+from ledger.codec import to_dict
+from ledger.events import RequestAdmitted
+from proxy.privacy.audit import prompt_hash
+from proxy.privacy.policy import PrivacyPolicy
+from tests.harness import Stack, mint, read_events, wait_key_live
 
 pytestmark = pytest.mark.e2e
 
@@ -47,6 +52,17 @@ def received_text(stack: Stack, marker: str) -> str:
     return texts[0]
 
 
+def admitted_event(stack: Stack, request_id: str) -> RequestAdmitted:
+    deadline = time.monotonic() + 5
+    while True:
+        found = [e for e in read_events(stack.events_path)
+                 if isinstance(e, RequestAdmitted) and e.request_id == request_id]
+        if found or time.monotonic() > deadline:
+            assert len(found) == 1, found
+            return found[0]
+        time.sleep(0.05)
+
+
 def assert_placeholders_only(sent: str) -> None:
     for value in (AADHAAR, PAN, CARD, EMAIL):
         assert value not in sent
@@ -61,6 +77,14 @@ def test_non_stream_answer_is_restored_and_provider_saw_placeholders(stack: Stac
                                            max_completion_tokens=500, extra_headers=ECHO)
     assert r.choices[0].message.content == text
     assert_placeholders_only(received_text(stack, text[:34]))
+    admitted = admitted_event(stack, r.id.removeprefix("chatcmpl-"))
+    assert dict(admitted.privacy_kinds) == {"aadhaar": 1, "card": 1, "email": 1, "pan": 1}
+    assert (admitted.privacy_action, admitted.data_class, admitted.privacy_scan_skipped) == (
+        "redact", "confidential", False)
+    assert admitted.prompt_hash == prompt_hash([{"role": "user", "content": text}])
+    assert admitted.privacy_policy_hash == PrivacyPolicy().content_hash  # the example spells out the default
+    wire = str(to_dict(admitted))
+    assert all(v not in wire for v in (AADHAAR, PAN, CARD, EMAIL))  # kinds and hashes, never values
 
 
 def test_streamed_answer_is_restored_across_chunk_boundaries(stack: Stack, pii_client: openai.OpenAI) -> None:
