@@ -9,7 +9,6 @@ candidates in ``proxy/routing/``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 
 import orjson
 from aiohttp import web
@@ -20,12 +19,12 @@ from proxy.admission.auth import allowed_alias
 from proxy.admission.plan import chat_input_estimates, output_cap
 from proxy.api import idempotent, streaming
 from proxy.api.admit import admit
-from proxy.api.classify import Classified, classify_chat
+from proxy.api.classify import Classified, classify_chat, routed
 from proxy.api.shell import open_meter, plan, route_headers, settled_answer
 from proxy.api.validate import ChatCall, validate_chat
 from proxy.api.watch import ClientWatch
 from proxy.body import parse_json_object
-from proxy.errors import GatewayError, PermissionDenied, UnsupportedParameter
+from proxy.errors import GatewayError, UnsupportedParameter
 from proxy.metering import Meter
 from proxy.privacy.redact import restore_chat_response
 from proxy.routing.chain import Chain, allows_fallback, key_deployments, key_regions
@@ -89,17 +88,6 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
         except GatewayError as exc:
             exc.headers["x-fb-attempts"] = str(meter.tab.attempts)
             raise
-
-
-async def routed(privacy: Classified, planning: Awaitable[Chain]) -> Chain:
-    """The chain, or the privacy refusal when the policy's exclusion of outside deployments left none."""
-    try:
-        return await planning
-    except PermissionDenied as exc:
-        refusal = privacy.refusal()
-        if exc.code == "data_class_not_routable" and refusal is not None:
-            raise refusal from None
-        raise
 
 
 def _downgrade(rt: Runtime, snap: Snapshot, key: KeyRecord, alias: Alias, run_id: str | None) -> Alias | None:

@@ -15,11 +15,11 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.errors import GatewayError
+from proxy.errors import GatewayError, PermissionDenied
 from proxy.privacy.audit import PrivacyAudit, audit_of
 from proxy.privacy.policy import (
     PrivacyPolicy,
@@ -30,6 +30,7 @@ from proxy.privacy.policy import (
 )
 from proxy.privacy.redact import Redaction, redact_chat
 from proxy.privacy.scanner import ScanResult, scan_chat, scan_text
+from proxy.routing.chain import Chain
 from proxy.snapshot import Deployment, KeyRecord
 
 
@@ -123,3 +124,14 @@ def classify_texts(policy: PrivacyPolicy, key: KeyRecord, header: str | None, te
 def _decide(policy: PrivacyPolicy, key: KeyRecord, hdr: str | None, scan: ScanResult) -> Sides:
     return decide_sides(policy, key_default=key.default_data_class, header_class=hdr, kinds=scan.counts,
                         scan_complete=scan.complete, ceiling=key.data_class_ceiling)
+
+
+async def routed(privacy: Classified, planning: Awaitable[Chain]) -> Chain:
+    """The chain, or the privacy refusal when the policy's exclusion of outside deployments left none."""
+    try:
+        return await planning
+    except PermissionDenied as exc:
+        refusal = privacy.refusal()
+        if exc.code == "data_class_not_routable" and refusal is not None:
+            raise refusal from None
+        raise

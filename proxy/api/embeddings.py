@@ -8,8 +8,7 @@ from aiohttp import web
 from proxy.admission.auth import allowed_alias
 from proxy.admission.plan import embeddings_input_estimate
 from proxy.api.admit import admit
-from proxy.api.chat import routed
-from proxy.api.classify import classify_texts
+from proxy.api.classify import classify_texts, routed
 from proxy.api.shell import open_meter, plan, route_headers, settled_answer
 from proxy.api.validate import validate_embeddings
 from proxy.api.watch import ClientWatch
