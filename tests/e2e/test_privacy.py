@@ -9,6 +9,7 @@ placeholder of the answer arrives split across SSE chunks.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Iterator
@@ -131,3 +132,27 @@ def test_pii_above_the_key_ceiling_is_refused_naming_kinds_only(stack: Stack, cl
                                        messages=[{"role": "user", "content": f"mail {EMAIL}"}])
     body = err.value.body
     assert body["code"] == "data_class_not_allowed" and "email" in body["message"] and EMAIL not in body["message"]
+
+
+def test_mid_stream_error_flushes_what_was_held_and_never_leaks_a_placeholder(
+        stack: Stack, pii_client: openai.OpenAI) -> None:
+    text = prompt()
+    headers = {**ECHO, "Authorization": f"Bearer {pii_client.api_key}", "x-sim-fault": "stream_error",
+               "x-sim-disconnect-after": "30"}
+    body = {"model": "chat-openai", "stream": True, "max_completion_tokens": 500,
+            "messages": [{"role": "user", "content": text}]}
+    content, errors = "", []
+    with httpx.stream("POST", f"{stack.gateway_url}/v1/chat/completions", json=body, headers=headers,
+                      timeout=30) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if "error" in event:
+                errors.append(event)
+                continue
+            for choice in event.get("choices") or ():
+                content += (choice.get("delta") or {}).get("content") or ""
+    assert len(errors) == 1
+    assert 0 < len(content) < len(text) and text.startswith(content)  # the originals, up to where it broke
