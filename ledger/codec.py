@@ -151,6 +151,10 @@ _READERS: dict[tuple[str, int], _Schema] = {(cls.type, cls.schema): s for cls, s
 _UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("request.admitted", 1): lambda d: {**d, "schema": 2, "leases": {}},
     ("request.admitted", 2): lambda d: {**d, "schema": 3, "cost_centre": None, "tags": {}, "retry_of": None},
+    ("request.admitted", 3): lambda d: {
+        **d, "schema": 4, "privacy_kinds": {}, "privacy_action": "allow", "privacy_policy_version": 0,
+        "privacy_policy_hash": "", "prompt_hash": "", "privacy_scan_skipped": False,
+    },
     ("request.refused", 1): lambda d: {**d, "schema": 2, "cost_centre": None, "tags": {}},
     ("lease.returned", 1): lambda d: {**d, "schema": 2, "funded_micro": 0},
     ("lease.requested", 1): lambda d: {**d, "schema": 2, "least_micro": 0},

@@ -42,7 +42,7 @@ class RequestAdmitted(RequestEvent):
     """Admission passed: the request holds money on every scope it touches."""
 
     type: ClassVar[str] = "request.admitted"
-    schema: ClassVar[int] = 3  # 2: ``leases``; 3: ``cost_centre``, ``tags``, ``retry_of`` (codec upcasts older ones)
+    schema: ClassVar[int] = 4  # 2: ``leases``; 3: ``cost_centre``, ``tags``, ``retry_of``; 4: privacy (codec upcasts)
 
     key_id: str
     business_unit: str
@@ -62,6 +62,13 @@ class RequestAdmitted(RequestEvent):
     cost_centre: str | None = None  # the app's cost centre, else its team's (None: neither has one)
     tags: Mapping[str, str] = field(default_factory=dict)  # the caller's x-fb-tags, validated at the edge
     retry_of: str | None = None  # the request this one retries (a stream re-sent with the same Idempotency-Key)
+    # What the privacy step did: kinds and counts found, never a value or a placeholder map.
+    privacy_kinds: Mapping[str, int] = field(default_factory=dict)  # e.g. {"email": 2}
+    privacy_action: str = "allow"  # for the first candidate: redact | allow
+    privacy_policy_version: int = 0  # 0: written before the privacy step existed
+    privacy_policy_hash: str = ""  # SHA-256 of the policy's canonical JSON
+    prompt_hash: str = ""  # SHA-256 of the canonical JSON of the messages as the caller sent them
+    privacy_scan_skipped: bool = False  # too large to scan; sent because its class fails open
 
     def __post_init__(self) -> None:
         RequestEvent.__post_init__(self)
@@ -78,6 +85,11 @@ class RequestAdmitted(RequestEvent):
         for tag in self.tags:
             non_empty(self, "tags", tag)
         object.__setattr__(self, "tags", MappingProxyType(dict(self.tags)))
+        for kind, count in self.privacy_kinds.items():
+            non_empty(self, "privacy_kinds", kind)
+            non_negative(self, f"privacy_kinds[{kind}]", count)
+        object.__setattr__(self, "privacy_kinds", MappingProxyType(dict(self.privacy_kinds)))
+        non_negative(self, "privacy_policy_version", self.privacy_policy_version)
         if self.retry_of is not None:
             non_empty(self, "retry_of", self.retry_of)
 

@@ -25,6 +25,7 @@ from pricing.rating import rate
 from pricing.usage import TokenUsage
 from proxy.admission.plan import Plan
 from proxy.errors import AttemptCut, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
+from proxy.privacy.audit import PrivacyAudit
 from proxy.snapshot import Alias, Deployment, KeyRecord, Snapshot
 
 _TIMEOUTS = frozenset({"upstream_timeout", "first_token_timeout", "upstream_idle_timeout"})
@@ -78,6 +79,7 @@ class Tab:
     cost_centre: str | None = None  # the app's, else the team's (``Snapshot.cost_centre_of``)
     tags: Mapping[str, str] = field(default_factory=dict)  # the caller's x-fb-tags
     retry_of: str | None = None  # a stream retried with the same Idempotency-Key: the first request's id
+    privacy: PrivacyAudit | None = None  # what the privacy step did (kinds, counts, hashes; never values)
 
 
 def admitted_event(tab: Tab, plan: Plan, leases: dict[str, str], pod: str, hold_ttl_s: int,
@@ -90,6 +92,7 @@ def admitted_event(tab: Tab, plan: Plan, leases: dict[str, str], pod: str, hold_
         holds=dict.fromkeys(tab.scopes, plan.hold_micro), currency=tab.snapshot.currency,
         price_version=plan.price_version, pod=pod, hold_ttl_s=hold_ttl_s, stream=tab.stream, leases=leases,
         cost_centre=tab.cost_centre, tags=tab.tags, retry_of=tab.retry_of,
+        **(tab.privacy.to_event_fields() if tab.privacy is not None else {}),
     )
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from pricing.book import FxTable, PriceBook
+from proxy.privacy.policy import PrivacyPolicy
 
 CAPABILITIES = frozenset({"tools", "json_schema", "json_object", "vision", "streaming", "embeddings"})
 DATA_CLASSES = ("public", "internal", "confidential", "restricted")
@@ -196,6 +197,7 @@ class Snapshot:
     rate_limits: RatePolicy = RatePolicy()
     admin_tokens: Mapping[str, AdminToken] = field(default_factory=dict)  # by token hash
     apps: Mapping[str, App] = field(default_factory=dict)  # by "team/app"
+    privacy: PrivacyPolicy = PrivacyPolicy()  # scanner classes and per-class redact/refuse/allow
 
     def cost_centre_of(self, team: str, app: str) -> str | None:
         """The cost centre a request of ``team``/``app`` is allocated to: the app's, else the team's."""

@@ -15,7 +15,8 @@ NAME``, ``x-sim-cached-tokens``, ``x-sim-cache-write-tokens`` (Anthropic
 only), ``x-sim-reasoning-tokens``, ``x-sim-fault: 429|500|503|529|hang|
 disconnect|content_policy|context_length|stream_error|none``,
 ``x-sim-retry-after``, ``x-sim-ttft-ms``, ``x-sim-tokens-per-s``,
-``x-sim-disconnect-after`` (tokens before ``disconnect``/``stream_error``).
+``x-sim-disconnect-after`` (tokens before ``disconnect``/``stream_error``),
+``x-sim-echo: N`` (a text answer repeating the request's last text, in pieces of N characters).
 
 Usage::
 

@@ -138,6 +138,7 @@ class Overrides:
     ttft_ms: float | None = None
     tokens_per_s: float | None = None
     disconnect_after: int | None = None
+    echo: int | None = None  # answer with the last text of the request, in pieces of this many characters
 
     @classmethod
     def from_headers(cls, headers: Mapping[str, str]) -> Overrides:
@@ -170,6 +171,7 @@ _HEADER_FIELDS = (
     ("ttft_ms", "x-sim-ttft-ms", float),
     ("tokens_per_s", "x-sim-tokens-per-s", float),
     ("disconnect_after", "x-sim-disconnect-after", int),
+    ("echo", "x-sim-echo", int),
 )
 _NO_OVERRIDES = Overrides()
 
@@ -208,6 +210,11 @@ def text_pieces(seed: int, n: int) -> list[str]:
         return []
     words = random.Random(seed).choices(VOCAB, k=n)
     return [words[0], *(" " + w for w in words[1:])]
+
+
+def echo_pieces(text: str, size: int) -> list[str]:
+    """``text`` cut into pieces of ``size`` characters (one streamed chunk each): a test aid."""
+    return [text[i:i + size] for i in range(0, len(text), size)]
 
 
 def json_pieces(value: Any) -> list[str]:
@@ -275,6 +282,8 @@ def plan_chat(req: ChatRequest, profile: ModelProfile, ov: Overrides, input_toke
             pieces = json_pieces(generate_value(req.json_schema, seed))
         elif req.json_object:
             pieces = json_pieces(json_object_value(seed))
+        elif ov.echo and req.texts:
+            pieces = echo_pieces(req.texts[-1], ov.echo)
         else:
             n = profile.output_tokens if ov.output_tokens is None else ov.output_tokens
             pieces = text_pieces(seed, n if cap is None else min(n, cap))

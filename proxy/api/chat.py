@@ -15,16 +15,18 @@ from aiohttp import web
 
 from pricing.tokens import estimate_tokens
 from pricing.usage import TokenUsage
-from proxy.admission.auth import allowed_alias, data_class
+from proxy.admission.auth import allowed_alias
 from proxy.admission.plan import chat_input_estimates, output_cap
 from proxy.api import idempotent, streaming
 from proxy.api.admit import admit
+from proxy.api.classify import Classified, classify_chat, routed
 from proxy.api.shell import open_meter, plan, route_headers, settled_answer
 from proxy.api.validate import ChatCall, validate_chat
 from proxy.api.watch import ClientWatch
 from proxy.body import parse_json_object
 from proxy.errors import GatewayError, UnsupportedParameter
 from proxy.metering import Meter
+from proxy.privacy.redact import restore_chat_response
 from proxy.routing.chain import Chain, allows_fallback, key_deployments, key_regions
 from proxy.routing.router import chat_needs, sticky_key
 from proxy.runtime import RUNTIME, Runtime
@@ -58,18 +60,21 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
     downgraded = _downgrade(rt, snap, key, alias, run_id)
     if downgraded is not None:
         alias, downgraded_from = downgraded, alias.name
-    cls = data_class(key, request.headers.get("x-fb-data-class"))
+    privacy = classify_chat(snap.privacy, key, request.headers.get("x-fb-data-class"), call.body)
     param = "max_completion_tokens" if call.body.get("max_completion_tokens") is not None else "max_tokens"
     max_out = output_cap(alias, call.requested_max_output, param)
     alias_deps = [snap.deployments[d] for d in alias.deployments]
     estimates = chat_input_estimates(rt.estimator, call.body, key.key_id, alias_deps)
     est_in = max(e.tokens for e in estimates.values())
-    needs = chat_needs(call.body, cls, est_in + max_out, key_regions(key), key_deployments(key))
-    chain = await plan(rt, snap, alias, needs, sticky_key(request.headers.get("x-fb-session"), call.body),
-                       allows_fallback(request.headers))
+    needs = chat_needs(call.body, privacy.data_class, est_in + max_out, key_regions(key), key_deployments(key),
+                       outside_class=privacy.outside_class, outside_refused=privacy.outside_class is None)
+    chain = await routed(privacy, plan(rt, snap, alias, needs, sticky_key(request.headers.get("x-fb-session"), call.body),
+                                       allows_fallback(request.headers)))
     cands = honouring(chain.deployments, call.body)
-    meter = open_meter(rt, snap, request, key, alias, run_id=run_id, data_class=cls, stream=call.stream)
+    meter = open_meter(rt, snap, request, key, alias, run_id=run_id, data_class=privacy.data_class,
+                       stream=call.stream)
     meter.tab.retry_of = retry_of
+    meter.tab.privacy = privacy.audit(snap.privacy, cands[0], call.body.get("messages"))
     meter.estimates = estimates
     admitted = await admit(rt, meter, cands, est_in, max_out)
     if downgraded_from is not None:
@@ -77,8 +82,9 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
     with ClientWatch(request, rt.pod) as watch:
         try:
             if call.stream:
-                return await watch.run(streaming.relay(request, rt, call, cands, chain, meter, admitted.headers, watch))
-            return await watch.run(_complete(request, rt, call, cands, chain, meter, admitted.headers))
+                return await watch.run(streaming.relay(request, rt, call, cands, chain, meter, admitted.headers,
+                                                       watch, privacy))
+            return await watch.run(_complete(request, rt, call, cands, chain, meter, admitted.headers, privacy))
         except GatewayError as exc:
             exc.headers["x-fb-attempts"] = str(meter.tab.attempts)
             raise
@@ -112,7 +118,7 @@ def honouring(cands: list[Deployment], body: dict) -> list[Deployment]:
 
 async def _complete(
     request: web.Request, rt: Runtime, call: ChatCall, cands: list[Deployment], chain: Chain, meter: Meter,
-    headers: dict[str, str],
+    headers: dict[str, str], privacy: Classified,
 ) -> web.Response:
     assert meter.tab.plan is not None
     upstream, timeouts = rt.upstream, Timeouts.of(chain.alias)
@@ -121,10 +127,13 @@ async def _complete(
     async def attempt(dep: Deployment):
         dialect = get_dialect(dep.dialect)
         req = dialect.chat_request(
-            call.body, dep, upstream.secret_for(dep), max_output_tokens=max_out,
+            privacy.body_for(dep, call.body), dep, upstream.secret_for(dep), max_output_tokens=max_out,
             extra_headers=forwarded_headers(dep, request.headers),
         )
         result = dialect.parse_chat(await upstream.complete(dialect, req, timeouts))
+        if privacy.redacts(dep):
+            assert privacy.redaction is not None
+            restore_chat_response(result.body, privacy.redaction)
         if result.usage is UNREPORTED:
             result.usage = _estimated(result.body, est_in)
         return result

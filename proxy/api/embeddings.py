@@ -5,9 +5,10 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
-from proxy.admission.auth import allowed_alias, data_class
+from proxy.admission.auth import allowed_alias
 from proxy.admission.plan import embeddings_input_estimate
 from proxy.api.admit import admit
+from proxy.api.classify import classify_texts, routed
 from proxy.api.shell import open_meter, plan, route_headers, settled_answer
 from proxy.api.validate import validate_embeddings
 from proxy.api.watch import ClientWatch
@@ -27,12 +28,14 @@ async def create_embeddings(request: web.Request) -> web.StreamResponse:
     key = request["key"]
     call = validate_embeddings(parse_json_object(await request.read()))
     alias = allowed_alias(snap, key, call.alias, "embeddings")
-    cls = data_class(key, request.headers.get("x-fb-data-class"))
+    privacy = classify_texts(snap.privacy, key, request.headers.get("x-fb-data-class"), call.texts)
     est_in = embeddings_input_estimate(call.texts)
-    needs = Needs((("embeddings", "model"),), cls, est_in, key_regions(key), key_deployments(key))
-    chain = await plan(rt, snap, alias, needs, None, allows_fallback(request.headers))
-    meter = open_meter(rt, snap, request, key, alias, run_id=request.headers.get("x-fb-run-id"), data_class=cls,
-                       stream=False)
+    needs = Needs((("embeddings", "model"),), privacy.data_class, est_in, key_regions(key), key_deployments(key),
+                  outside_class=privacy.outside_class, outside_refused=privacy.outside_class is None)
+    chain = await routed(privacy, plan(rt, snap, alias, needs, None, allows_fallback(request.headers)))
+    meter = open_meter(rt, snap, request, key, alias, run_id=request.headers.get("x-fb-run-id"),
+                       data_class=privacy.data_class, stream=False)
+    meter.tab.privacy = privacy.audit(snap.privacy, chain.deployments[0], call.body.get("input"))
     admitted = await admit(rt, meter, chain.deployments, est_in, 0)
     upstream, timeouts = rt.upstream, Timeouts.of(alias)
 

@@ -34,11 +34,13 @@ from aiohttp import web
 
 from pricing.tokens import estimate_tokens
 from pricing.usage import TokenUsage
+from proxy.api.classify import Classified
 from proxy.api.shell import tries
 from proxy.api.validate import ChatCall
 from proxy.api.watch import ClientWatch
 from proxy.errors import ClientGone, Drained, GatewayError, UpstreamError
 from proxy.metering import Meter
+from proxy.privacy.redact import ChunkRestorer
 from proxy.routing.chain import Chain
 from proxy.routing.failover import DRAIN, first_answer
 from proxy.routing.state import FAILED, NEUTRAL, OK
@@ -82,7 +84,7 @@ def _usage(stream: UpstreamStream, est_input: int) -> TokenUsage:
 
 async def relay(
     request: web.Request, rt: Runtime, call: ChatCall, cands: list[Deployment], chain: Chain,
-    meter: Meter, headers: dict[str, str], watch: ClientWatch,
+    meter: Meter, headers: dict[str, str], watch: ClientWatch, privacy: Classified,
 ) -> web.StreamResponse:
     assert meter.tab.plan is not None
     upstream, timeouts, plan = rt.upstream, Timeouts.of(chain.alias), meter.tab.plan
@@ -90,7 +92,7 @@ async def relay(
     async def attempt(dep: Deployment) -> UpstreamStream:
         dialect = get_dialect(dep.dialect)
         req = dialect.chat_request(
-            call.body, dep, upstream.secret_for(dep), max_output_tokens=plan.max_output_tokens,
+            privacy.body_for(dep, call.body), dep, upstream.secret_for(dep), max_output_tokens=plan.max_output_tokens,
             extra_headers=forwarded_headers(dep, request.headers),
         )
         return await upstream.open_stream(dialect, req, timeouts)
@@ -105,8 +107,10 @@ async def relay(
     except asyncio.CancelledError:
         meter.settle(499 if watch.fired != DRAIN else 503, None)
         raise
+    restorer = ChunkRestorer(privacy.redaction) if privacy.redacts(dep) and privacy.redaction else None
     try:
-        status = await _pipe(request, rt, call, chain.alias.name, meter, dep, stream, started, headers, watch)
+        status = await _pipe(request, rt, call, chain.alias.name, meter, dep, stream, started, headers, watch,
+                             restorer)
     finally:
         stream.close()
         meter.settle(status, dep)
@@ -116,8 +120,14 @@ async def relay(
 async def _pipe(
     request: web.Request, rt: Runtime, call: ChatCall, alias: str, meter: Meter,
     dep: Deployment, stream: UpstreamStream, started: float, headers: dict[str, str], watch: ClientWatch,
+    restorer: ChunkRestorer | None = None,
 ) -> int:
-    """Relay the opened stream; returns the status to settle with. Reports the attempt's outcome once."""
+    """Relay the opened stream; returns the status to settle with. Reports the attempt's outcome once.
+
+    With a ``restorer`` (the deployment got the redacted body) each read's chunks
+    have placeholders restored; what it holds back is flushed before the usage
+    tail and before a mid-stream error event.
+    """
     assert meter.tab.plan is not None
     state, est_in = rt.routing, meter.tab.plan.est_input_tokens
     ttft = time.monotonic() - started
@@ -144,13 +154,19 @@ async def _pipe(
         await resp.prepare(request)
         if request.transport is not None:
             request.transport.set_write_buffer_limits(high=STREAM_BUFFER_BYTES)
-        await resp.write(stamp.encode(stream.first))
-        async for chunks in stream.chunks():
-            await resp.write(HEARTBEAT_BYTES if chunks is HEARTBEAT else stamp.encode(chunks))
+        if restorer is None:
+            await resp.write(stamp.encode(stream.first))
+            async for chunks in stream.chunks():
+                await resp.write(HEARTBEAT_BYTES if chunks is HEARTBEAT else stamp.encode(chunks))
+        else:
+            await resp.write(stamp.encode(restorer.rewrite(stream.first)))
+            async for chunks in stream.chunks():
+                await resp.write(HEARTBEAT_BYTES if chunks is HEARTBEAT else stamp.encode(restorer.rewrite(chunks)))
     except UpstreamError as exc:
         # Mid-stream: never a second answer. One error event, then the end.
         end(FAILED, error=exc)
-        await _last_write(resp, b"data: " + orjson.dumps(exc.to_body()) + b"\n\n", watch)
+        held = stamp.encode(restorer.flush()) if restorer is not None else b""
+        await _last_write(resp, held + b"data: " + orjson.dumps(exc.to_body()) + b"\n\n", watch)
         return exc.status
     except _CLIENT_GONE:
         stream.close()
@@ -169,9 +185,9 @@ async def _pipe(
     usage = _usage(stream, est_in)
     meter.attempted(dep, started=started, usage=usage, ttft_s=ttft)
     state.finish(dep, OK, state.clock())
-    tail = b""
+    tail = stamp.encode(restorer.flush()) if restorer is not None else b""
     if call.include_usage:
-        tail = stamp.encode([{"choices": [], "usage": usage.to_openai(), "x_farebox": meter.x_farebox(dep)}])
+        tail += stamp.encode([{"choices": [], "usage": usage.to_openai(), "x_farebox": meter.x_farebox(dep)}])
     await _last_write(resp, tail + DONE, watch, eof=True)
     return 200
 

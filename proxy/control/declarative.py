@@ -26,6 +26,7 @@ from proxy.control.policies import (
     with_env_conflict,
 )
 from proxy.control.problems import Problems, Reader
+from proxy.privacy.policy import PrivacyPolicy, policy_from_mapping
 from proxy.snapshot import (
     CAPABILITIES,
     DATA_CLASSES,
@@ -43,7 +44,7 @@ from proxy.snapshot import (
 
 CONTROL_SECTIONS = (
     "currency", "fx", "prices", "business_units", "teams", "apps", "deployments", "aliases", "keys",
-    "budgets", "rate_limits",
+    "budgets", "rate_limits", "privacy",
 )
 EPOCH = datetime(2020, 1, 1, tzinfo=timezone.utc)
 
@@ -86,6 +87,7 @@ def compile_snapshot(
     for i, entry in enumerate(stored_keys):
         add_key(keys, Reader(entry, f"stored keys[{i}]", problems), teams, apps, aliases, deployments)
     admin_tokens = read_admin_tokens(stored_admin_tokens, problems)
+    privacy = _privacy(root, version)
     if problems.items:
         return None
     keys = {h: with_env_conflict(k, budgets) for h, k in keys.items()}
@@ -117,7 +119,20 @@ def compile_snapshot(
         rate_limits=rate_limits,
         admin_tokens=admin_tokens,
         apps=apps,
+        privacy=privacy,
     )
+
+
+def _privacy(root: Reader, version: int) -> PrivacyPolicy:
+    """The ``privacy`` section over the default policy; each problem is reported with its path."""
+    section = root.child("privacy")  # records "expected a mapping" itself
+    try:
+        return policy_from_mapping(section.data, version)
+    except ValueError as exc:
+        for line in str(exc).splitlines():
+            path, _, message = line.partition(": ")
+            root.problems.add(path, message)
+        return PrivacyPolicy(version)
 
 
 def _fx(root: Reader, currency: str) -> FxTable:

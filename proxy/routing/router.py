@@ -37,10 +37,20 @@ class Needs:
     """What a request requires of a deployment, with the parameter that asked."""
 
     capabilities: tuple[tuple[str, str], ...]  # (capability, param)
-    data_class: str
+    data_class: str  # what a self-hosted deployment receives
     min_context: int
     regions: frozenset[str] | None = None  # residency-pinned callers: only these regions
     allowed: frozenset[str] | None = None  # deployments the key may use; None = all of the alias
+    outside_class: str | None = None  # what the others receive (after redaction); None = data_class
+    outside_refused: bool = False  # the privacy policy keeps the request from the others
+
+    def class_for(self, dep: Deployment) -> str | None:
+        """The class ``dep`` would receive, or None when it may not receive the request at all."""
+        if dep.self_hosted:
+            return self.data_class
+        if self.outside_refused:
+            return None
+        return self.outside_class or self.data_class
 
 
 class NoDeploymentAvailable(GatewayError):
@@ -66,7 +76,8 @@ class ProviderCapacity(GatewayError):
 
 
 def chat_needs(body: dict, data_class: str, min_context: int, regions: frozenset[str] | None = None,
-               allowed: frozenset[str] | None = None) -> Needs:
+               allowed: frozenset[str] | None = None, outside_class: str | None = None,
+               outside_refused: bool = False) -> Needs:
     caps: list[tuple[str, str]] = []
     if body.get("tools"):
         caps.append(("tools", "tools"))
@@ -75,7 +86,7 @@ def chat_needs(body: dict, data_class: str, min_context: int, regions: frozenset
         caps.append(("json_schema" if rf["type"] == "json_schema" else "json_object", "response_format"))
     if _has_images(body.get("messages") or ()):
         caps.append(("vision", "messages"))
-    return Needs(tuple(caps), data_class, min_context, regions, allowed)
+    return Needs(tuple(caps), data_class, min_context, regions, allowed, outside_class, outside_refused)
 
 
 def _has_images(messages: Iterable[dict]) -> bool:
@@ -95,6 +106,11 @@ def may_receive(dep: Deployment, data_class: str) -> bool:
     return data_class in dep.data_classes and (data_class != "restricted" or dep.self_hosted)
 
 
+def _receives(dep: Deployment, needs: Needs) -> bool:
+    cls = needs.class_for(dep)
+    return cls is not None and may_receive(dep, cls)
+
+
 def eligible(snapshot: Snapshot, alias: Alias, needs: Needs) -> list[Deployment]:
     """The alias's deployments that may serve the request, in config order; raises when none may."""
     deps = [snapshot.deployments[d] for d in alias.deployments]
@@ -102,7 +118,7 @@ def eligible(snapshot: Snapshot, alias: Alias, needs: Needs) -> list[Deployment]
         deps = [d for d in deps if _capable(d, cap)]
         if not deps:
             raise UnsupportedParameter(param, f"any deployment of alias {alias.name}", f"needs capability '{cap}'")
-    kept = [d for d in deps if may_receive(d, needs.data_class)]
+    kept = [d for d in deps if _receives(d, needs)]
     if not kept:
         extra = " (restricted data only goes to self-hosted deployments)" if needs.data_class == "restricted" else ""
         raise PermissionDenied(

@@ -236,14 +236,34 @@ def test_schema_2_admissions_are_upcast_to_no_cost_centre_no_tags_not_a_retry():
         del old[name]
     event = decode(orjson.dumps(old))
     assert event == admitted()
-    assert (event.schema, event.cost_centre, dict(event.tags), event.retry_of) == (3, None, {}, None)
+    assert (event.schema, event.cost_centre, dict(event.tags), event.retry_of) == (4, None, {}, None)
+
+
+def test_schema_3_admissions_are_upcast_to_no_privacy_step():
+    old = to_dict(admitted())
+    old["schema"] = 3
+    for name in ("privacy_kinds", "privacy_action", "privacy_policy_version", "privacy_policy_hash",
+                 "prompt_hash", "privacy_scan_skipped"):
+        del old[name]
+    event = decode(orjson.dumps(old))
+    assert event == admitted()
+    assert (event.schema, dict(event.privacy_kinds), event.privacy_action, event.prompt_hash) == (4, {}, "allow", "")
+
+
+def test_admission_carries_privacy_kinds_and_hashes_never_values():
+    event = admitted(privacy_kinds={"email": 2, "pan": 1}, privacy_action="redact", privacy_policy_version=3,
+                     privacy_policy_hash="ab" * 32, prompt_hash="cd" * 32)
+    wire = to_dict(event)
+    assert (wire["schema"], wire["privacy_kinds"], wire["privacy_action"], wire["privacy_policy_version"]) == (
+        4, {"email": 2, "pan": 1}, "redact", 3)
+    assert decode(orjson.dumps(wire)) == event
 
 
 def test_admission_carries_cost_centre_tags_and_retry_of_on_the_wire():
     event = admitted(cost_centre="CC-4410", tags={"project": "atlas", "env": "prod"}, retry_of="r-0")
     wire = to_dict(event)
     assert (wire["schema"], wire["cost_centre"], wire["tags"], wire["retry_of"]) == (
-        3, "CC-4410", {"project": "atlas", "env": "prod"}, "r-0")
+        4, "CC-4410", {"project": "atlas", "env": "prod"}, "r-0")
     assert decode(encode(event)) == event
     with pytest.raises(CodecError, match="must be a string"):
         decode(orjson.dumps({**wire, "tags": {"project": 7}}))
