@@ -139,3 +139,25 @@ def write_archive(root: Path, events: list[Event], *, batch: int = 97) -> Path:
 
 def attempts_in(events: list[Event], start: datetime, end: datetime) -> list[RequestAttempted]:
     return [e for e in events if isinstance(e, RequestAttempted) and start <= e.time < end]
+
+
+def example_config(folder, *, event_log: bool = False):
+    """``examples/farebox.yaml`` rewritten into ``folder`` with its state (and, with ``event_log``, its
+    event log) under ``folder/state``; returns the config path."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    tree = yaml.safe_load((root / "examples" / "farebox.yaml").read_text())
+    tree["secrets_file"] = str(root / "examples" / "secrets.env")
+    tree["state_dir"] = str(folder / "state")
+    if event_log:
+        tree["event_log"]["path"] = str(folder / "state" / "events.sqlite")
+    config = folder / "farebox.yaml"
+    config.write_text(yaml.safe_dump(tree))
+    return config
+
+
+def chat_deployments(snapshot) -> dict:
+    """Deployment id -> (provider, account, model, region) of every deployment a chat alias routes to."""
+    return {d.id: (d.provider, d.account, d.model, d.region) for d in snapshot.deployments.values()
+            if "chat" in {a.kind for a in snapshot.aliases.values() if d.id in a.deployments}}

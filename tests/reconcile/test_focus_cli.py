@@ -11,30 +11,23 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-import yaml
 
 from farebox.cli import main
 from farebox.cli_export import live_snapshot
 from farebox.settings import load_settings
 from ledger.events import RequestAttempted
 from reconcile.focus_corrections import Correction, write_corrections
-from tests.reconcile.focus_archive import NOV, request, write_archive
+from tests.reconcile.focus_archive import NOV, chat_deployments, example_config, request, write_archive
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "farebox.yaml"
 
 
 @pytest.fixture
 def setup(tmp_path):
     """A config like the example's (state in tmp) and an archive of November traffic on its deployments."""
-    tree = yaml.safe_load(EXAMPLE.read_text())
-    tree["secrets_file"] = str(ROOT / "examples" / "secrets.env")
-    tree["state_dir"] = str(tmp_path / "state")
-    config = tmp_path / "farebox.yaml"
-    config.write_text(yaml.safe_dump(tree))
+    config = example_config(tmp_path)
     snapshot = live_snapshot(load_settings(config))
-    deployments = {d.id: (d.provider, d.account, d.model, d.region) for d in snapshot.deployments.values()
-                   if "chat" in {a.kind for a in snapshot.aliases.values() if d.id in a.deployments}}
+    deployments = chat_deployments(snapshot)
     rng = random.Random(5)
     events = []
     for i in range(60):

@@ -8,32 +8,24 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-import yaml
 
 from farebox.cli import main
 from farebox.cli_export import live_snapshot
 from farebox.settings import load_settings
 from tests.harness import read_events
-from tests.reconcile.focus_archive import NOV, request, write_archive
+from tests.reconcile.focus_archive import NOV, chat_deployments, example_config, request, write_archive
 from tests.reconcile.rerate_fixtures import price_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "farebox.yaml"
 
 
 @pytest.fixture
 def config(tmp_path):
     """The example's config (state in tmp) and an archive of November traffic priced at a version 5 the
     book does not have (so re-rating under the book's version 1 corrects every priced request)."""
-    tree = yaml.safe_load(EXAMPLE.read_text())
-    tree["secrets_file"] = str(ROOT / "examples" / "secrets.env")
-    tree["state_dir"] = str(tmp_path / "state")
-    tree["event_log"]["path"] = str(tmp_path / "state" / "events.sqlite")
-    path = tmp_path / "farebox.yaml"
-    path.write_text(yaml.safe_dump(tree))
+    path = example_config(tmp_path, event_log=True)
     snapshot = live_snapshot(load_settings(path))
-    deployments = {d.id: (d.provider, d.account, d.model, d.region) for d in snapshot.deployments.values()
-                   if "chat" in {a.kind for a in snapshot.aliases.values() if d.id in a.deployments}}
+    deployments = chat_deployments(snapshot)
     rng = random.Random(5)
     events = []
     for i in range(30):
