@@ -8,7 +8,6 @@ import subprocess
 import sys
 from datetime import datetime, timedelta
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +17,6 @@ from farebox.settings import load_settings
 from ledger.events import RequestAttempted
 from reconcile.focus_corrections import Correction, write_corrections
 from tests.reconcile.focus_archive import NOV, chat_deployments, example_config, request, write_archive
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,6 @@ from farebox.settings import load_settings
 from tests.harness import read_events
 from tests.reconcile.focus_archive import NOV, chat_deployments, example_config, request, write_archive
 from tests.reconcile.rerate_fixtures import price_spec
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
