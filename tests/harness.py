@@ -42,6 +42,32 @@ def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 20.0
     raise RuntimeError(f"{url} not ready in {timeout}s:\n{log.read_text()[-4000:]}")
 
 
+def admin_token(config: Path, name: str, role: str, *, live_at: str | None = None, timeout: float = 20.0) -> str:
+    """An admin token made by ``farebox admin token create`` (written to the config database).
+
+    With ``live_at`` (a running gateway's base URL) it returns only once that
+    gateway accepts the token: pods learn of it at their next config poll, so a
+    request sent straight after the CLI returns could still get 401.
+    """
+    out = subprocess.run([sys.executable, "-m", "farebox", "admin", "token", "create", "--config", str(config),
+                          "--name", name, "--role", role, "--json"], cwd=ROOT, check=True, capture_output=True, text=True)
+    token = json.loads(out.stdout)["token"]
+    if live_at is not None:
+        deadline = time.monotonic() + timeout
+        request = urllib.request.Request(live_at + "/admin/v1/audit?limit=1", headers={"Authorization": f"Bearer {token}"})
+        while True:
+            try:
+                with urllib.request.urlopen(request, timeout=5):
+                    break
+            except urllib.error.HTTPError as err:  # 403 for a role without audit access: known, so live
+                if err.code != 401:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"admin token {name!r} not accepted by {live_at} within {timeout}s")
+            time.sleep(0.05)
+    return token
+
+
 def stop(proc: subprocess.Popen, timeout: float = 10.0) -> int:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)

@@ -10,10 +10,7 @@ analysis needs: status, error code and message, Retry-After, the
 from __future__ import annotations
 
 import asyncio
-import json
 import re
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,16 +19,14 @@ import aiohttp
 import orjson
 
 from tests.bench.budget_plan import ALIAS, TEAM, Planned
-from tests.harness import ROOT, Stack
+from tests.harness import Stack
+from tests.harness import admin_token as make_admin_token
 
 # --------------------------------------------------------------------------- keys, admin token
 
 
 def admin_token(stack: Stack, role: str = "finance", name: str = "bench-finance") -> str:
-    out = subprocess.run([sys.executable, "-m", "farebox", "admin", "token", "create", "--config", str(stack.config),
-                          "--name", name, "--role", role, "--json"],
-                         cwd=ROOT, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)["token"]
+    return make_admin_token(stack.config, name, role, live_at=stack.gateway_url)
 
 
 async def mint_keys(session: aiohttp.ClientSession, gateway_url: str, admin: str, n: int) -> list[str]:

@@ -11,6 +11,7 @@ import pytest
 
 from ledger.events import BudgetThresholdCrossed, HoldExpired, RequestSettled
 from tests.harness import Stack, read_events, running_stack
+from tests.harness import admin_token as make_admin_token
 
 pytestmark = pytest.mark.e2e
 
@@ -37,16 +38,7 @@ def bstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 @pytest.fixture(scope="module")
 def admin_token(bstack: Stack) -> str:
-    import json
-    import subprocess
-    import sys
-
-    from tests.harness import ROOT
-
-    out = subprocess.run([sys.executable, "-m", "farebox", "admin", "token", "create", "--config", str(bstack.config),
-                          "--name", "fin", "--role", "finance", "--json"], cwd=ROOT, check=True,
-                         capture_output=True, text=True)
-    return json.loads(out.stdout)["token"]
+    return make_admin_token(bstack.config, "fin", "finance", live_at=bstack.gateway_url)
 
 
 def test_budget_exhausted_is_429_without_retry_after(bstack: Stack) -> None:

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests import harness
-from tests.harness import ROOT, free_port, sim_config, spawn, stop, wait_http
+from tests.harness import ROOT, admin_token, free_port, sim_config, spawn, stop, wait_http
 
 pytestmark = pytest.mark.e2e
 
@@ -40,12 +40,6 @@ class Pods:
     admin: str  # an admin-role token
     finance: str
     planted: str  # the provider secret every pod was given
-
-
-def admin_token(config: Path, name: str, role: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "farebox", "admin", "token", "create", "--config", str(config),
-                          "--name", name, "--role", role, "--json"], cwd=ROOT, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)["token"]
 
 
 @pytest.fixture(scope="module")
@@ -178,11 +172,7 @@ def test_finance_cannot_create_keys_and_every_admin_call_is_audited(pods: Pods) 
                    json={"monthly_limit": "4321.00", "soft_pct": 75})
     assert ok.status_code == 200, ok.text
     assert httpx.get(pods.urls[0] + "/admin/v1/audit", headers=h(pods.finance)).status_code == 403
-    auditor = admin_token(pods.configs[0], "audit-1", "auditor")
-    deadline = time.monotonic() + 5
-    while httpx.get(pods.urls[2] + "/admin/v1/audit", headers=h(auditor)).status_code == 401:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    auditor = admin_token(pods.configs[0], "audit-1", "auditor", live_at=pods.urls[2])
     rows = httpx.get(pods.urls[2] + "/admin/v1/audit?limit=200", headers=h(auditor)).json()["data"]
     denied = [r for r in rows if r["outcome"] == "denied" and r["action"] == "keys.create"]
     assert denied and denied[0]["actor"] == "fin"

@@ -20,8 +20,7 @@ import openai
 import pytest
 import yaml
 
-from tests.e2e.test_control_plane import admin_token
-from tests.harness import ROOT, Stack, running_stack
+from tests.harness import ROOT, Stack, admin_token, running_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -69,7 +68,7 @@ def test_the_sdk_sees_a_rate_limit_error_and_a_hold_above_the_hourly_limit_is_fi
 
 
 def test_admin_api_and_cli_set_it_and_refuse_floats_negatives_and_currency_formats(spend_stack: Stack) -> None:
-    token = admin_token(spend_stack.config, "fin", "finance")
+    token = admin_token(spend_stack.config, "fin", "finance", live_at=spend_stack.gateway_url)
     url = spend_stack.gateway_url + "/admin/v1/budgets/team:kyc-ops"
     auth = {"Authorization": f"Bearer {token}"}
     bad = httpx.put(url, headers=auth, json={"monthly_limit": "100.00", "spend_per_hour": 2.5})

@@ -22,7 +22,7 @@ from reconcile.warehouse import VIEWS_SQL, views_preamble
 from streams.archive import archive_from_log, read_archive
 from streams.archive_manifest import file_lock
 from streams.sqlite_log import SqliteEventLog
-from tests.harness import ROOT, Stack, running_stack
+from tests.harness import ROOT, Stack, admin_token, running_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -30,10 +30,7 @@ MSG = [{"role": "user", "content": "what did we spend?"}]
 
 
 def _admin_token(stack: Stack) -> str:
-    out = subprocess.run([sys.executable, "-m", "farebox", "admin", "token", "create", "--config", str(stack.config),
-                          "--name", "finance", "--role", "finance", "--json"], cwd=ROOT, check=True,
-                         capture_output=True, text=True)
-    return json.loads(out.stdout)["token"]
+    return admin_token(stack.config, "finance", "finance", live_at=stack.gateway_url)
 
 
 def _traffic(stack: Stack) -> int:
