@@ -18,7 +18,7 @@ import logging
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Awaitable, Callable
 
 import orjson
 import redis.asyncio as aioredis
@@ -99,9 +99,9 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         await limits.start()
         yield
-        await limits.close()
-        await idempotency.close()
-        await events.close()
+        await _step("closing the Redis buckets", limits.close(), 10.0)
+        await _step("closing the idempotency store", idempotency.close(), 10.0)
+        await _step("flushing and closing the event log", events.close(), None)  # never cut: the money is in it
 
     async def wallet_ctx(app: web.Application) -> AsyncIterator[None]:
         tasks = [asyncio.create_task(_listen(redis, settings.pod_id, wallets)),
@@ -110,9 +110,9 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
         yield
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await _step("stopping the grant listener and pollers", asyncio.gather(*tasks, return_exceptions=True), 10.0)
         wallets.close()  # requests have finished: give back every unspent slice
-        await redis.aclose()
+        await _step("closing the Redis connection", redis.aclose(), 10.0)
 
     app.cleanup_ctx.insert(0, event_log_ctx)
     app.cleanup_ctx.insert(1, wallet_ctx)
@@ -122,6 +122,22 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
         app.cleanup_ctx.append(breaker_sync_ctx(d.redis_url, runtime.routing, lambda: pod.snapshot.deployments,
                                                 settings.pod_id, d.breaker_probe_grace_s))
     return app
+
+
+async def _step(what: str, work: Awaitable[object], timeout_s: float | None) -> None:
+    """One shutdown step, logged with its duration; a step that may be cut is abandoned after ``timeout_s``.
+
+    Only steps that hold no money are given a timeout: what they would have
+    done (closing connections, ending listeners) the process exit does too.
+    """
+    started = time.monotonic()
+    try:
+        await asyncio.wait_for(work, timeout_s)
+    except TimeoutError:
+        log.warning("shutdown: %s took longer than %.0fs; left to the process exit", what, timeout_s)
+        return
+    took = time.monotonic() - started
+    (log.warning if took > 2.0 else log.debug)("shutdown: %s took %.2fs", what, took)
 
 
 def _grant(body: bytes | str) -> LeaseGranted | None:

@@ -63,7 +63,10 @@ class BreakerSync:
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        try:  # a listener stuck in a Redis read must not hold the pod's shutdown
+            await asyncio.wait_for(asyncio.gather(*self._tasks, return_exceptions=True), 5.0)
+        except TimeoutError:
+            log.warning("breaker sharing: listeners did not stop within 5s; left to the process exit")
         self._tasks = []
         try:  # a last chance for transitions of the final moments, bounded: shutdown must not wait on Redis
             await asyncio.wait_for(self.tell_once(), 1.0)

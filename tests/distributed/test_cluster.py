@@ -67,8 +67,9 @@ def test_three_pods_one_worker_money_exact_and_replay_equals_live(tmp_path, redi
         archiver = spawn(["farebox", "archiver", "--config", str(cluster.config)], tmp_path / "archiver.log")
         request.addfinalizer(lambda: stop(archiver))
         statuses = asyncio.run(_fire(cluster, N))  # archived as it goes, by the README recipe's own process
-        for proc in cluster.pods:  # graceful: leases returned, events flushed
-            assert stop(proc, timeout=40) == 0
+        for i, proc in enumerate(cluster.pods):  # graceful: leases returned, events flushed
+            rc = stop(proc, timeout=40)
+            assert rc == 0, f"pod-{i} exited {rc}:\n" + (cluster.folder / f"pod-{i}.log").read_text()[-4000:]
         cluster.pods = [None] * len(cluster.pods)  # type: ignore[list-item]
         rc = redis.Redis.from_url(redis_server.url)
 
