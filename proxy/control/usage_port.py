@@ -106,7 +106,8 @@ def parse_usage_query(query: Mapping[str, str], accept: str | None, today: date,
     if end < start:
         raise InvalidRequest(f"to ({end}) is before from ({start}).", param="to")
     if end - start > timedelta(days=MAX_DAYS):
-        raise InvalidRequest(f"The range is longer than {MAX_DAYS} days; ask for less.", param="from")
+        raise InvalidRequest(f"The range from {start} to {end} is longer than {MAX_DAYS} days; ask for less.",
+                             param="from")
     by: tuple[str, ...] = ()
     if need_by:
         field_name = "group_by" if "group_by" in query and "by" not in query else "by"

@@ -60,7 +60,8 @@ const USAGE_COLUMNS = [
 
 function usageTable(hostId, name, caption, by, r, rows, opts = {}) {
   const first = by.split(",").at(-1);
-  renderTable($(hostId), [{ key: first, label: first.replace("_", " "), kind: "text" }, ...USAGE_COLUMNS], rows, {
+  const columns = opts.compact ? USAGE_COLUMNS.slice(0, 2) : USAGE_COLUMNS;
+  renderTable($(hostId), [{ key: first, label: first.replace("_", " "), kind: "text" }, ...columns], rows, {
     caption, currency, name, csv: opts.csv === false ? null : () => api(usagePath(by, r, "&format=csv"), { csv: true }),
     csvColumns: opts.csvColumns, onRow: opts.onRow, drillLabel: opts.drillLabel,
   });
@@ -152,7 +153,7 @@ async function burndown(month, r, teamRows, dayRows) {
       description: `Budget ${units(BigInt(team.limit_micro))} ${currency}; remaining after day ${elapsed}: `
         + `${left.toFixed(2)} ${currency}; forecast at month end: ${(limit - (elapsed ? spent * r.days / elapsed : 0)).toFixed(2)} ${currency}.`,
       xLabels: labels, yFormat: (v) => v.toLocaleString("en-US", { maximumFractionDigits: 2 }),
-      series: [{ label: "remaining", points: actual }, { label: "zero", points: [[1, 0], [r.days, 0]] },
+      series: [{ label: "remaining", points: actual, dots: actual.slice(1) }, { label: "zero", points: [[1, 0], [r.days, 0]] },
         { label: "forecast", points: forecast }],
     });
   }
@@ -166,7 +167,8 @@ function costPerRequest(r, dayRows) {
   lineChart(host, {
     title: `Cost per request by day (${currency})`, description: `Cost per request on ${rows.length} day(s) with traffic.`,
     xLabels: labels, yFormat: (v) => v.toLocaleString("en-US", { maximumSignificantDigits: 3 }),
-    series: [{ label: "cost per request", points: rows.map((d, i) => [i + 1, Number(perRequest(d)) / 1e6]) }],
+    series: [{ label: "cost per request", points: rows.map((d, i) => [i + 1, Number(perRequest(d)) / 1e6]),
+      dots: rows.map((d, i) => [i + 1, Number(perRequest(d)) / 1e6]) }],
   });
   usageTable("days-table", "usage-by-day", "Usage by day", "day", r, rows);
 }
@@ -250,9 +252,9 @@ async function load() {
     kpis(team.totals);
     const teamRows = await teams(month, r, team.data);
     await burndown(month, r, teamRows, teamDay.data);
-    usageTable("apps-table", "top-apps", "Top apps by spend", "app", r, bySpend(app.data).slice(0, 10));
-    usageTable("aliases-table", "top-aliases", "Top aliases by spend", "alias", r, bySpend(alias.data).slice(0, 10));
-    usageTable("models-table", "top-models", "Top models by spend", "model", r, bySpend(model.data).slice(0, 10));
+    usageTable("apps-table", "top-apps", "Top apps by spend", "app", r, bySpend(app.data).slice(0, 10), { compact: true });
+    usageTable("aliases-table", "top-aliases", "Top aliases by spend", "alias", r, bySpend(alias.data).slice(0, 10), { compact: true });
+    usageTable("models-table", "top-models", "Top models by spend", "model", r, bySpend(model.data).slice(0, 10), { compact: true });
     costPerRequest(r, day.data);
     renderDrill(r);
     await Promise.all([events(r), keys()]);

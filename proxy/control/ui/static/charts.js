@@ -45,6 +45,7 @@ export function lineChart(host, { title, description, xLabels, series, yFormat }
     if (s.points.length) {
       const d = s.points.map((p, j) => `${j ? "L" : "M"}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" ");
       el("path", { d, class: `s${k}` }, svg);
+      if (s.dots) for (const p of s.dots) el("circle", { cx: x(p[0]), cy: y(p[1]), r: 3.5, class: `d${k}` }, svg);
     }
     const key = document.createElement("span");
     key.className = `k${k}`;

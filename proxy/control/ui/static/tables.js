@@ -56,6 +56,8 @@ export function renderTable(host, columns, rows, opts) {
   const body = table.createTBody();
   for (const row of rows) {
     const tr = body.insertRow();
+    const first = columns[0].value ? columns[0].value(row) : row[columns[0].key];
+    tr.dataset.key = first === null || first === undefined ? "" : String(first);
     for (const [i, col] of columns.entries()) {
       const value = col.value ? col.value(row) : row[col.key];
       const cell = document.createElement(i === 0 ? "th" : "td");
