@@ -147,6 +147,17 @@ def test_usage_needs_an_admin_token(env: Env) -> None:
     assert env.get("/admin/v1/usage", token=env.revoked).status_code == 401
 
 
+def test_the_page_is_static_files_under_a_strict_policy(env: Env) -> None:
+    page = httpx.get(env.stack.gateway_url + "/ui/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert httpx.get(env.stack.gateway_url + "/ui").headers["location"] == "/ui/"  # not followed by default
+    assert httpx.get(env.stack.gateway_url + "/ui/app.js").headers["content-type"].startswith("text/javascript")
+    missing = httpx.get(env.stack.gateway_url + "/ui/secrets.env")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_url"
+    assert httpx.get(env.stack.gateway_url + "/uix").status_code == 401  # only /ui and below are open
+
+
 # --- the page, in a real browser ---------------------------------------------------------------------------
 
 
