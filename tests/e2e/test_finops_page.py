@@ -227,6 +227,17 @@ def test_page_shows_the_usage_apis_numbers_drills_down_and_downloads_csv(env: En
     assert Path(download.value.path()).read_text() == env.get(
         f"/admin/v1/usage?from={start}&to={end}&by=alias&format=csv").text
 
+    page.get_by_label("Budget month", exact=True).fill("2020-01")  # a month with no traffic: empty tables, CSV headers alone
+    page.get_by_role("button", name="Show").click()
+    expect(page.locator("body")).to_have_attribute("data-loaded", "2020-01", timeout=20_000)
+    expect(page.locator('table[data-table="top-aliases"] tbody tr')).to_have_count(0)
+    with page.expect_download() as download:
+        page.locator('button[data-csv="top-aliases"]').click()
+    header = Path(download.value.path()).read_text()
+    assert header.splitlines() == ["alias,requests,closed,served,spend_micro,input_tokens,cached_input_tokens,"
+                                   "cache_write_tokens,output_tokens,reasoning_tokens,fallbacks,currency,ttft_p50_ms,"
+                                   "ttft_p95_ms,latency_p50_ms,latency_p95_ms,cache_hits,cache_saved_micro"]
+
 
 @pytest.mark.parametrize("who", ["wrong", "revoked", "virtual key"])
 def test_a_bad_token_is_refused_with_a_401_message(env: Env, page: Page, who: str) -> None:
