@@ -126,6 +126,7 @@ class EmbeddedArchiver:
         self.caught_up_at = time.monotonic()
         self.last_pass = float("-inf")  # the first due check runs a pass
         self.housekeeper = Housekeeper(self.root, self.cfg)
+        self._pass_lock: asyncio.Lock | None = None  # one pass at a time: the loop's and a reader's catch_up
         if registry is not None:
             Gauge("farebox_archive_lag_events", "Events in the log not yet in the Parquet archive.",
                   registry=registry).set_function(self.lag_events)
@@ -155,13 +156,26 @@ class EmbeddedArchiver:
             self.housekeeper.run(now)
         return archived
 
+    async def _pass(self) -> int:
+        if self._pass_lock is None:
+            self._pass_lock = asyncio.Lock()
+        async with self._pass_lock:
+            return await asyncio.to_thread(self.flush_sync)
+
+    async def catch_up(self) -> int:
+        """A pass now, off the event loop, if the log holds events the archive lacks (a reader such as the admin
+        usage API calls it first, so it sees the requests just served). Events archived."""
+        if self.lag_events() == 0:
+            return 0
+        return await self._pass()
+
     async def run(self) -> None:
         """Until cancelled: a pass whenever one is due (or the daily housekeeping is, even with no traffic).
         A failed pass is logged and retried next time."""
         while True:
             if self.due() or self.housekeeper.due(datetime.now(timezone.utc)):
                 try:
-                    await asyncio.to_thread(self.flush_sync)
+                    await self._pass()
                 except Exception:  # noqa: BLE001 - the gateway keeps serving; the lag gauge shows the failure
                     log.exception("archive pass failed at offset %d", self.archived)
                     self.last_pass = time.monotonic()
@@ -169,12 +183,11 @@ class EmbeddedArchiver:
             await asyncio.sleep(self.poll_s)
 
 
-def embedded_archive_ctx(settings: Settings, events: SqliteEventLog, registry: CollectorRegistry):
+def embedded_archive_ctx(archiver: EmbeddedArchiver):
     """An aiohttp cleanup context: register it so it unwinds after the event log closed (its final pass
     then sees every accepted event)."""
 
     async def ctx(app) -> AsyncIterator[None]:  # type: ignore[no-untyped-def]
-        archiver = EmbeddedArchiver(settings, lambda: events.last_offset, registry)
         task = asyncio.create_task(archiver.run())
         yield
         task.cancel()

@@ -28,6 +28,7 @@ from farebox.control import open_config_db
 from farebox.pod import build_runtime, first_snapshot
 from farebox.reload import SnapshotFollower, attach_config_topic, config_topic_ctx, follow_ctx
 from farebox.settings import Settings, load_secrets
+from farebox.usage import attach_usage
 from ledger.codec import from_dict
 from ledger.events import LeaseGranted
 from proxy.admission.lease_budgets import LeaseBudgets
@@ -95,6 +96,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
                             idempotency=idempotency)
     follower.swap, follower.emit = pod.swap, recorder.emit
     app = create_app(runtime)
+    attach_usage(app, settings.archive_root)  # the archiver consumer (`farebox archiver`) keeps this archive
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         await limits.start()

@@ -16,11 +16,12 @@ from zoneinfo import ZoneInfo
 
 from aiohttp import web
 
-from farebox.archiving import embedded_archive_ctx
+from farebox.archiving import EmbeddedArchiver, embedded_archive_ctx
 from farebox.control import open_config_db
 from farebox.pod import build_runtime, first_snapshot
 from farebox.reload import SnapshotFollower, follow_ctx
 from farebox.settings import Settings, load_secrets
+from farebox.usage import attach_usage
 from pricing.tokenizer import encoding_for_model, preload
 from proxy.admission.budgets import LedgerBudgets
 from proxy.admission.limits import MemoryBuckets
@@ -99,7 +100,14 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
 
     # cleanup_ctx unwinds in reverse: the log is registered first so it closes last.
     app.cleanup_ctx.insert(0, event_log_ctx)
-    app.cleanup_ctx.insert(0, embedded_archive_ctx(settings, events, recorder.metrics.registry))  # after the log
+    archiver = EmbeddedArchiver(settings, lambda: events.last_offset, recorder.metrics.registry)
+    app.cleanup_ctx.insert(0, embedded_archive_ctx(archiver))  # unwinds after the log closed
+
+    async def fresh_archive() -> None:
+        await events.flush()  # every event accepted so far is in the log file
+        await archiver.catch_up()
+
+    attach_usage(app, settings.archive_root, fresh_archive)  # GET /admin/v1/usage sees what was just served
     app.cleanup_ctx.append(functools.partial(follow_ctx, follower=follower, emit=recorder.emit, db=db))
     return app
 

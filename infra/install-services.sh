@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install the services the integration tests start as plain processes (Debian packages: redis-server, postgresql).
+# Install the services the integration tests start as plain processes (Debian packages: redis-server, postgresql)
+# and the browser the FinOps page test drives (chromium).
 # Idempotent: does nothing when they are already there. Tests start and stop their own
 # throwaway instances (e.g. infra/redis/server.py); nothing here starts a daemon.
 set -euo pipefail
@@ -10,6 +11,8 @@ command -v java > /dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 command -v mvn > /dev/null 2>&1 || need+=(maven)
 # PostgreSQL: the config database's second backend; tests run a throwaway cluster (infra/postgres/server.py).
 ls /usr/lib/postgresql/*/bin/initdb > /dev/null 2>&1 || need+=(postgresql)
+# the FinOps page's browser test (tests/e2e/test_finops_page.py): Debian's headless-capable Chromium
+command -v chromium > /dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

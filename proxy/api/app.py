@@ -19,7 +19,7 @@ from aiohttp import web
 
 from proxy.admission.auth import authenticate, authenticate_admin
 from proxy.api import chat, embeddings, models, protocol_errors, watch
-from proxy.control import admin
+from proxy.control import admin, ui
 from proxy.errors import GatewayError, NotFound, PayloadTooLarge, client_headers
 from proxy.metrics import CONTENT_TYPE_LATEST
 from proxy.runtime import RUNTIME, Runtime
@@ -72,7 +72,7 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
     try:
         if request.path.startswith(ADMIN_PREFIX):
             request["admin"] = authenticate_admin(request.app[RUNTIME].snapshot, request.headers.get("Authorization"))
-        elif request.path not in OPEN_ROUTES:
+        elif request.path not in OPEN_ROUTES and not ui.is_ui_path(request.path):
             rt = request.app[RUNTIME]
             request["key"] = authenticate(rt.snapshot, request.headers.get("Authorization"), rt.clock())
         resp = await handler(request)
@@ -180,6 +180,7 @@ def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSes
     app.router.add_get("/v1/models", models.list_models)
     app.router.add_get("/v1/models/{model}", models.get_model)
     admin.add_routes(app)
+    ui.add_routes(app)
 
     async def upstream_ctx(app: web.Application) -> AsyncIterator[None]:
         session = session_factory() if session_factory else default_session()

@@ -140,6 +140,14 @@ def _budget_api_reads_the_projection(cluster, rows: dict, tmp_path) -> None:  # 
             assert view["period"] == row["period"] and view["requests"] == int(row["requests"]), team
             assert view["state"] == ("exhausted" if view["remaining_micro"] <= 0 else
                                      "soft" if row["state"] in ("soft", "hard") else "ok"), (team, view, row)
+        # the usage API reads the archive the archiver wrote: each team's spend is its projected settled total
+        month = date.fromisoformat(view["period"] + "-01")
+        last = (month + timedelta(days=32)).replace(day=1) - timedelta(days=1)
+        usage = httpx.get(f"{cluster.pod_urls[0]}/admin/v1/usage?from={month}&to={last}&by=team",
+                          headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert usage.status_code == 200, usage.text
+        spend = {r["team"]: r["spend_micro"] for r in usage.json()["data"]}
+        assert spend == {team: rows[team]["settled"] for team in TEAMS}
     finally:
         assert stop(cluster.pods[0], timeout=40) == 0
         cluster.pods[0] = None

@@ -163,6 +163,20 @@ def test_embedded_archiver_passes_and_lag(config) -> None:
     assert archiver.lag_events() == 2 and archiver.lag_seconds() > 0
 
 
+def test_catch_up_archives_the_lag_at_once_and_then_nothing(config) -> None:
+    """What the admin usage API awaits before each query: a pass only when the log is ahead of the archive."""
+    settings = load_settings(config)
+    append(settings.event_log_path, requests(4))
+    head = [7]
+    archiver = EmbeddedArchiver(settings, lambda: head[0])
+
+    async def twice() -> tuple[int, int]:
+        return await archiver.catch_up(), await archiver.catch_up()
+
+    assert asyncio.run(twice()) == (7, 0)
+    assert archiver.lag_events() == 0
+
+
 def test_archive_settings_are_parsed_and_every_problem_reported(tmp_path) -> None:
     settings = load_settings(write(tmp_path))
     assert settings.archive_root == tmp_path / "archive" and settings.archive.compact
