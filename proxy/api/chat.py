@@ -48,7 +48,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         response = await _serve(request, rt, call, idem.retry_of)
         return response
     finally:
-        await asyncio.shield(idempotent.finish(rt, idem, response if isinstance(response, web.Response) else None))
+        if idem.slot is not None:  # without a pending claim finish() is a no-op: no task for it
+            await asyncio.shield(idempotent.finish(rt, idem, response if isinstance(response, web.Response) else None))
 
 
 async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: str | None) -> web.StreamResponse:

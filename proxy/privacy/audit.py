@@ -21,8 +21,17 @@ from proxy.privacy.policy import Decision, PrivacyPolicy
 
 def prompt_hash(messages: Any) -> str:
     """SHA-256 (hex) of the canonical JSON of ``messages``."""
-    raw = json.dumps(messages, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+    raw = json.dumps(messages, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    digest = hashlib.sha256()
+    view = memoryview(raw)
+    for i in range(0, len(raw), _GIL_HELD_CHUNK):
+        digest.update(view[i:i + _GIL_HELD_CHUNK])
+    return digest.hexdigest()
+
+
+# hashlib lets the GIL go for a buffer of 2,048 bytes or more; on the event loop that hands it to a busy
+# thread (event-log writer, archiver) for up to the switch interval (5 ms). Shorter updates keep it.
+_GIL_HELD_CHUNK = 2047
 
 
 @dataclass(frozen=True, slots=True)

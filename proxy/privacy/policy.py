@@ -83,8 +83,16 @@ class PrivacyPolicy:
 
     @property
     def content_hash(self) -> str:
+        last = _last_hashed
+        if last[0] is self:  # every request's audit asks the live snapshot's policy: hash it once
+            return last[1]
         raw = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(raw.encode()).hexdigest()
+        digest = hashlib.sha256(raw.encode()).hexdigest()
+        _last_hashed[:] = [self, digest]  # the policy is frozen (its mappings read-only), so the hash stays true
+        return digest
+
+
+_last_hashed: list[Any] = [None, ""]  # [policy, its content_hash] of the policy hashed last
 
 
 def policy_from_mapping(data: Mapping[str, Any] | None, version: int = 1) -> PrivacyPolicy:

@@ -3,7 +3,8 @@
 Reads every text a provider would see: message content (a string or an array
 of content parts), tool-call arguments of assistant turns, and tool results
 (``role: tool`` content). Each text is scanned in one pass of
-``detectors.PATTERN``; validators run only on its candidates.
+``detectors.PATTERN`` (``detectors.candidates``: its matches, tried only where
+one can start); validators run only on its candidates.
 
 Invariants:
 - A ``Finding`` holds a kind, where the text is and the span: never the value.
@@ -21,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.privacy.detectors import PATTERN, confirm
+from proxy.privacy.detectors import candidates, confirm
 
 Path = tuple[str | int, ...]
 
@@ -51,7 +52,7 @@ class ScanResult:
 def scan_text(text: str, path: Path = ()) -> list[Finding]:
     """Confirmed findings in one string, in order."""
     found: list[Finding] = []
-    for match in PATTERN.finditer(text):
+    for match in candidates(text):
         group = match.lastgroup
         if group == "tok":  # the nested group of a prefixed token: the candidate is the whole secret
             group = "secret"

@@ -13,8 +13,6 @@ def fmt(v: float | None, width: int = 7, prec: int = 2) -> str:
     return f"{v:{width}.{prec}f}"
 
 
-
-
 def ratio(g: float | None, d: float | None) -> str:
     return f"{g / d:5.2f}x" if d and g is not None else "    -"
 
@@ -75,6 +73,12 @@ def summary_lines(report: dict) -> list[str]:
             parts = [f"c={r['concurrency']}: {fmt(r['added_p50_ms'], 0)}/{fmt(r['added_p99_ms'], 0)} ms" for r in rows]
             label = "TTFT" if kind == "streaming" else "latency"
             lines.append(f"  {dialect:<9} {kind:<13} added {label} p50/p99  " + "   ".join(parts))
+            one = next((r for r in rows if r["concurrency"] == 1), None)
+            if one is not None:  # less load-sensitive on a shared box than the added milliseconds
+                d, g = one["direct"], one["gateway"]
+                lines.append(f"  {'':<9} {'':<13} c=1 gateway/direct p50 {ratio(g['p50_ms'], d['p50_ms']).strip()}"
+                             f" p99 {ratio(g['p99_ms'], d['p99_ms']).strip()}; gateway CPU"
+                             f" {fmt(g.get('gateway_cpu_us_per_req'), 0, 0)} us/req")
     ladder = report.get("open_loop")
     if ladder:
         knee = ladder["knee_rps"]

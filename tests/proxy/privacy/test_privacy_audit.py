@@ -33,6 +33,9 @@ def test_prompt_hash_is_sha256_of_canonical_json():
     canonical = '[{"content":"héllo","role":"user"}]'
     assert prompt_hash([{"role": "user", "content": "héllo"}]) == hashlib.sha256(canonical.encode()).hexdigest()
     assert prompt_hash([{"content": "héllo", "role": "user"}]) == prompt_hash([{"role": "user", "content": "héllo"}])
+    long = [{"role": "user", "content": "héllo wörld " * 800}]  # past one 2,047-byte update
+    canonical = json.dumps(long, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert prompt_hash(long) == hashlib.sha256(canonical.encode()).hexdigest()
     assert prompt_hash([{"role": "user", "content": "hello"}]) != prompt_hash([{"role": "user", "content": "héllo"}])
 
 

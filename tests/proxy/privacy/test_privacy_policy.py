@@ -120,3 +120,10 @@ def test_sides_give_the_class_each_deployment_receives():
     with pytest.raises(PrivacyRefusal):
         decide_sides(POLICY, key_default="internal", header_class=None, kinds={"secret": 1}, scan_complete=True,
                      ceiling="confidential")
+
+
+def test_content_hash_is_per_policy_when_policies_alternate():
+    a, b = PrivacyPolicy(), policy_from_mapping({"max_scan_chars": 1000})
+    first_a, first_b = a.content_hash, b.content_hash
+    assert first_a != first_b
+    assert (a.content_hash, b.content_hash, a.content_hash) == (first_a, first_b, first_a)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.privacy import detectors
 from proxy.privacy.scanner import chat_texts, scan_chat, scan_text
-from tests.proxy.privacy.prompts import aadhaar, card
+from tests.proxy.privacy.prompts import aadhaar, card, prompt
 
 AADHAAR_OK = "2345 6789 0124"  # Verhoeff-valid
 AADHAAR_BAD = "2345 6789 0125"  # one digit off: fails Verhoeff
@@ -107,3 +109,28 @@ def test_too_large_to_scan_is_reported_not_guessed():
 def test_malformed_messages_are_skipped():
     assert scan_chat({"messages": "nope"}, 100).findings == ()
     assert scan_chat({"messages": [1, {"content": 3}, {"tool_calls": [None]}]}, 100).findings == ()
+
+
+# candidates() must be PATTERN.finditer() exactly: same matches, same groups, same order.
+_PIECES = ["a", "k", "z", ".", "%", "+", "-", "_", "@", "(", ")", " ", ",", "\n", "0", "4", "9", "९", "A", "Z", "é",
+           "sk-", "sk-proj-", "AKIA", "ASIA", "ghp_", "xoxb-", "AIza", "tok_", "ABCPK", "HDFC0", "1234", "+91 ",
+           "4111 1111 1111 1111", "2345 6789 0124", "ravi.k@okaxis", "a.b@example.co.in", "9F2kLmQ8zP4xV7cR1tY6wB3n"]
+
+
+def _spans(matches) -> list[tuple[str | None, int, int]]:
+    return [(m.lastgroup, m.start(), m.end()) for m in matches]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=60))
+def test_candidates_are_exactly_the_one_pass_matches(pieces):
+    text = "".join(pieces)
+    assert _spans(detectors.candidates(text)) == _spans(detectors.PATTERN.finditer(text))
+
+
+def test_candidates_match_the_one_pass_on_realistic_prompts():
+    rng = random.Random(11)
+    for ids in (0, 6, 20):
+        for _ in range(30):
+            text = prompt(rng, 4096, ids)
+            assert _spans(detectors.candidates(text)) == _spans(detectors.PATTERN.finditer(text))

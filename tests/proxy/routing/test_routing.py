@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections import Counter
 from pathlib import Path
 
+import orjson
 import pytest
 import yaml
 
@@ -113,6 +115,8 @@ def test_sticky_key_sources() -> None:
     k1 = sticky_key(None, {"messages": long})
     k2 = sticky_key(None, {"messages": long[:1] + [{"role": "user", "content": "a different question"}]})
     assert k1 is not None and k1 == k2  # same long prefix, same deployment: the provider's prompt cache hits
+    prefix = orjson.dumps([None, long])[:4096]  # the key is the BLAKE2b-128 of the first 4,096 bytes
+    assert k1 == "p:" + hashlib.blake2b(prefix, digest_size=16).hexdigest()
 
 
 def test_unhealthy_deployment_gets_less_traffic() -> None:
