@@ -25,6 +25,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from farebox.control import open_config_db
+from farebox.observe import build_tracing, tracing_ctx
 from farebox.pod import build_runtime, first_snapshot
 from farebox.reload import SnapshotFollower, attach_config_topic, config_topic_ctx, follow_ctx
 from farebox.settings import Settings, load_secrets
@@ -94,7 +95,12 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets, limits=limits, control=control,
                             idempotency=idempotency)
     follower.swap, follower.emit = pod.swap, recorder.emit
-    app = create_app(runtime)
+    state = recorder.metrics.state  # read at scrape time
+    state.spool_bytes = lambda: events.spooled_bytes
+    state.lease_grants, state.lease_returns = lambda: wallets.stats["granted"], lambda: wallets.stats["returned"]
+    tracing = build_tracing(settings.observability.tracing, recorder.metrics)
+    app = create_app(runtime, tracing=tracing)
+    app.cleanup_ctx.append(tracing_ctx(tracing))
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         await limits.start()

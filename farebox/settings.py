@@ -20,13 +20,14 @@ from typing import Any, Iterable, Mapping
 import yaml
 from sqlalchemy.engine import make_url
 
+from farebox.settings_observe import OBSERVABILITY_SECTIONS, ObservabilitySettings, parse_observability
 from pricing.errors import PricingError
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.problems import ConfigError, Problems, Reader
 from proxy.snapshot import Secrets, Snapshot
 
 SETTINGS_SECTIONS = ("server", "event_log", "state_dir", "secrets_file", "control_db", "mode", "distributed",
-                     "archive", "reconcile")
+                     "archive", "reconcile", *OBSERVABILITY_SECTIONS)
 EXPORT_SOURCES = ("simulator", "openai", "anthropic")  # who serves an account's usage export
 
 
@@ -124,6 +125,7 @@ class Settings:
     def archive_root(self) -> Path:
         return self.archive.path or self.state_dir / "archive"
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
+    observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)  # logs, traces, alerts
 
     @property
     def safe_db_url(self) -> str:
@@ -226,6 +228,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     d.reject_unknown()
     archive = _archive_settings(root.child("archive"), base)
     reconcile = _reconcile_settings(root.child("reconcile"), problems)
+    observability = parse_observability(root, env, problems)
     root.skip(*CONTROL_SECTIONS)
     root.reject_unknown()
     control_tree = {k: tree[k] for k in CONTROL_SECTIONS if k in tree}
@@ -263,6 +266,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         distributed=dist,
         archive=archive,
         reconcile=reconcile,
+        observability=observability,
     )
 
 

@@ -18,6 +18,8 @@ from aiohttp import web
 
 from farebox.archiving import embedded_archive_ctx
 from farebox.control import open_config_db
+from farebox.logs import configure_logging
+from farebox.observe import build_tracing, tracing_ctx
 from farebox.pod import build_runtime, first_snapshot
 from farebox.reload import SnapshotFollower, follow_ctx
 from farebox.settings import Settings, load_secrets
@@ -81,7 +83,10 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
     follower.swap, follower.emit = pod.swap, recorder.emit
     # Load exact tokenizers now, not on the first request (tens of ms each).
     preload(*{e for d in snapshot.deployments.values() if (e := encoding_for_model(d.model, d.tokenizer))})
-    app = create_app(runtime)
+    recorder.metrics.state.queue_depth = budgets.queue.depth
+    tracing = build_tracing(settings.observability.tracing, recorder.metrics)
+    app = create_app(runtime, tracing=tracing)
+    app.cleanup_ctx.append(tracing_ctx(tracing))
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         follower = asyncio.create_task(runner.follow())
@@ -126,6 +131,7 @@ def _ready(line: str, _aiohttp_banner: str) -> None:
 
 
 def serve(settings: Settings, secrets: Secrets | None = None) -> None:
+    configure_logging(settings.observability.logging)
     loop = new_loop()
     ready = (
         f"farebox serving on http://{settings.host}:{settings.port} "

@@ -1,0 +1,70 @@
+"""Metrics read from the pod's state when ``/metrics`` is scraped, never on the request path.
+
+Breakers and retry budgets come from the routing state; the admission queue,
+the event log's spool and the lease traffic from whichever adapters the pod
+was wired with (``farebox/`` sets the readers it has; a reader left ``None``
+exports nothing rather than a made-up zero).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:  # the routing state is read, never imported at run time (no cycle through proxy.routing)
+    from proxy.routing.state import RoutingState
+
+Reader = Callable[[], int]
+
+
+class PodStateCollector(Collector):
+    """Yields the gauges (and the lease counters the wallets keep) of one pod at scrape time."""
+
+    def __init__(self) -> None:
+        self.routing: RoutingState | None = None
+        self.queue_depth: Reader | None = None  # requests waiting for in-flight holds (embedded admission queue)
+        self.spool_bytes: Reader | None = None  # distributed: bytes waiting in the Kafka log's disk spool
+        self.lease_grants: Reader | None = None  # distributed: leases granted to this pod so far
+        self.lease_returns: Reader | None = None  # ... and returned by it
+
+    def describe(self) -> list:  # families vary with the wiring: nothing described up front
+        return []
+
+    def collect(self) -> Iterator:
+        if self.routing is not None:
+            yield from _routing(self.routing)
+        if self.queue_depth is not None:
+            g = GaugeMetricFamily("farebox_admission_queue_depth",
+                                  "Requests waiting for money that in-flight holds cover.")
+            g.add_metric([], self.queue_depth())
+            yield g
+        if self.spool_bytes is not None:
+            g = GaugeMetricFamily("farebox_spool_depth_bytes",
+                                  "Bytes of events in the local spool, waiting for Kafka.")
+            g.add_metric([], self.spool_bytes())
+            yield g
+        for name, reader, what in (("farebox_lease_grants", self.lease_grants, "Budget leases granted to this pod."),
+                                   ("farebox_lease_returns", self.lease_returns, "Budget leases this pod returned.")):
+            if reader is not None:
+                c = CounterMetricFamily(name, what)
+                c.add_metric([], reader())
+                yield c
+
+
+def _routing(state: RoutingState) -> Iterator:
+    now = state.clock()
+    breaker = GaugeMetricFamily("farebox_breaker_open", "1 while the deployment's circuit is open, else 0.",
+                                labels=["deployment"])
+    for dep_id, b in list(state.breakers.items()):
+        breaker.add_metric([dep_id], 1.0 if b.state == "open" else 0.0)
+    yield breaker
+    used = GaugeMetricFamily("farebox_retry_budget_used_ratio",
+                             "Retries in the window over the retries the alias's budget allows.", labels=["alias"])
+    for alias, budget in list(state.budgets.items()):
+        requests, retries = budget.totals(now)
+        allowed = (budget.pct * requests + budget.minimum * 100) / 100
+        used.add_metric([alias], retries / allowed if allowed else 0.0)
+    yield used
