@@ -61,7 +61,7 @@ async def running_pod(tracing: Any = None) -> AsyncIterator[Pod]:
 
     @web.middleware
     async def record_headers(request: web.Request, handler):  # type: ignore[no-untyped-def]
-        seen.append(dict(request.headers))
+        seen.append({k.lower(): v for k, v in request.headers.items()})
         return await handler(request)
 
     simulator = create_simulator(parse_config(SIMULATOR))
