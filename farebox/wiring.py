@@ -19,7 +19,7 @@ from aiohttp import web
 from farebox.archiving import embedded_archive_ctx
 from farebox.control import open_config_db
 from farebox.logs import configure_logging
-from farebox.observe import build_tracing, tracing_ctx
+from farebox.observe import alerts_ctx, build_tracing, expiring_keys, tracing_ctx
 from farebox.pod import build_runtime, first_snapshot
 from farebox.reload import SnapshotFollower, follow_ctx
 from farebox.settings import Settings, load_secrets
@@ -87,6 +87,7 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
     tracing = build_tracing(settings.observability.tracing, recorder.metrics)
     app = create_app(runtime, tracing=tracing)
     app.cleanup_ctx.append(tracing_ctx(tracing))
+    app.cleanup_ctx.append(alerts_ctx(settings.observability.alerts, events, lambda: expiring_keys(pod.snapshot)))
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         follower = asyncio.create_task(runner.follow())
