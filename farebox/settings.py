@@ -73,6 +73,7 @@ class DistributedSettings:
     breaker_probe_grace_s: float = 2.0  # another pod's open ends this much later here: its opener probes first
     worker_stall_s: float = 60.0  # a worker whose table recovery reads nothing this long exits (75) for a restart
     request_retention_s: int = 6 * 3600  # the worker forgets closed requests this long after (ledger/retention.py)
+    worker_metrics_port: int = 0  # the worker's /metrics (consumer lag per topic) on server.host; 0: off
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         breaker_probe_grace_s=d.number("breaker_probe_grace_s", dflt.breaker_probe_grace_s, 0),
         request_retention_s=d.int("request_retention_s", dflt.request_retention_s, 60),
         worker_stall_s=d.number("worker_stall_s", dflt.worker_stall_s, 0),
+        worker_metrics_port=d.int("worker_metrics_port", dflt.worker_metrics_port, 0),
     )
     d.reject_unknown()
     archive = _archive_settings(root.child("archive"), base)

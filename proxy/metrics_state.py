@@ -9,22 +9,20 @@ exports nothing rather than a made-up zero).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:  # the routing state is read, never imported at run time (no cycle through proxy.routing)
-    from proxy.routing.state import RoutingState
-
 Reader = Callable[[], int]
+RoutingState = Any  # proxy.routing.state.RoutingState: read by shape, not imported (routing imports metrics' users)
 
 
 class PodStateCollector(Collector):
     """Yields the gauges (and the lease counters the wallets keep) of one pod at scrape time."""
 
     def __init__(self) -> None:
-        self.routing: RoutingState | None = None
+        self.routing: RoutingState = None
         self.queue_depth: Reader | None = None  # requests waiting for in-flight holds (embedded admission queue)
         self.spool_bytes: Reader | None = None  # distributed: bytes waiting in the Kafka log's disk spool
         self.lease_grants: Reader | None = None  # distributed: leases granted to this pod so far
