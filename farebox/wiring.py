@@ -83,7 +83,8 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
     follower.swap, follower.emit = pod.swap, recorder.emit
     # Load exact tokenizers now, not on the first request (tens of ms each).
     preload(*{e for d in snapshot.deployments.values() if (e := encoding_for_model(d.model, d.tokenizer))})
-    recorder.metrics.state.queue_depth = budgets.queue.depth
+    recorder.metrics.state.queue_depth = budgets.queue.depth  # read at scrape time
+    recorder.metrics.state.budget_use = lambda: budgets.usage(pod.snapshot, runtime.clock())
     tracing = build_tracing(settings.observability.tracing, recorder.metrics)
     app = create_app(runtime, tracing=tracing)
     app.cleanup_ctx.append(tracing_ctx(tracing))

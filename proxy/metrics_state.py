@@ -1,14 +1,14 @@
 """Metrics read from the pod's state when ``/metrics`` is scraped, never on the request path.
 
 Breakers and retry budgets come from the routing state; the admission queue,
-the event log's spool and the lease traffic from whichever adapters the pod
-was wired with (``farebox/`` sets the readers it has; a reader left ``None``
+budget use (embedded), the event log's spool and the lease traffic
+(distributed) from whichever adapters the pod was wired with (``farebox/`` sets the readers it has; a reader left ``None``
 exports nothing rather than a made-up zero).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -27,6 +27,8 @@ class PodStateCollector(Collector):
         self.spool_bytes: Reader | None = None  # distributed: bytes waiting in the Kafka log's disk spool
         self.lease_grants: Reader | None = None  # distributed: leases granted to this pod so far
         self.lease_returns: Reader | None = None  # ... and returned by it
+        # embedded: (scope, spent, limit, soft %) of each limited team and business unit this month
+        self.budget_use: Callable[[], Iterable[tuple[str, int, int, int]]] | None = None
 
     def describe(self) -> list:  # families vary with the wiring: nothing described up front
         return []
@@ -44,6 +46,8 @@ class PodStateCollector(Collector):
                                   "Bytes of events in the local spool, waiting for Kafka.")
             g.add_metric([], self.spool_bytes())
             yield g
+        if self.budget_use is not None:
+            yield from _budgets(self.budget_use())
         for name, reader, what in (("farebox_lease_grants", self.lease_grants, "Budget leases granted to this pod."),
                                    ("farebox_lease_returns", self.lease_returns, "Budget leases this pod returned.")):
             if reader is not None:
@@ -66,3 +70,17 @@ def _routing(state: RoutingState) -> Iterator:
         allowed = (budget.pct * requests + budget.minimum * 100) / 100
         used.add_metric([alias], retries / allowed if allowed else 0.0)
     yield used
+
+
+def _budgets(rows: Iterable[tuple[str, int, int, int]]) -> Iterator:
+    spent = GaugeMetricFamily("farebox_budget_spent_micro", "Settled plus held this month, in micro-units.",
+                              labels=["scope"])
+    limit = GaugeMetricFamily("farebox_budget_limit_micro", "The scope's monthly limit, in micro-units.",
+                              labels=["scope"])
+    soft = GaugeMetricFamily("farebox_budget_soft_pct", "The scope's soft threshold, percent of its limit.",
+                             labels=["scope"])
+    for scope, s, lim, pct in rows:
+        spent.add_metric([scope], s)
+        limit.add_metric([scope], lim)
+        soft.add_metric([scope], pct)
+    yield from (spent, limit, soft)

@@ -74,7 +74,8 @@ async def running_pod(tracing: Any = None) -> AsyncIterator[Pod]:
     budgets = LedgerBudgets(Ledger(ZoneInfo(snap.budgets.timezone)))
     log = MemoryLog()
     rt = runtime(snap, budgets=budgets, log=log, fold=budgets.fold, clock=time.time)
-    rt.metrics.state.queue_depth = budgets.queue.depth
+    rt.metrics.state.queue_depth = budgets.queue.depth  # as farebox/wiring.py does
+    rt.metrics.state.budget_use = lambda: budgets.usage(rt.snapshot, rt.clock())
     client = TestClient(TestServer(create_app(rt, tracing=tracing)))
     await client.start_server()
     try:

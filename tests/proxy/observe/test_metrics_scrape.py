@@ -14,7 +14,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::aiohttp.web_exceptions.NotAppKe
 
 # Exported only when the pod is wired in distributed mode (spool, leases) or by the worker.
 DISTRIBUTED_ONLY = {"farebox_spool_depth_bytes", "farebox_lease_grants", "farebox_lease_returns",
-                    "farebox_consumer_lag_events", "farebox_archive_lag_events", "farebox_archive_lag_seconds"}
+                    "farebox_consumer_lag_events", "farebox_archive_lag_events", "farebox_archive_lag_seconds",
+                    "farebox_spans_dropped"}  # tracing on only: tests/proxy/observe/test_tracing.py
 
 
 def samples(text: str) -> dict[str, list]:
@@ -71,6 +72,10 @@ async def test_every_family_after_traffic_with_sane_values() -> None:
     assert value(found, "farebox_breaker_open", deployment="sim-openai-mumbai") == 0
     assert 0 < value(found, "farebox_retry_budget_used_ratio", alias="chat-failover") <= 1
     assert value(found, "farebox_admission_queue_depth") == 0
+    assert value(found, "farebox_budget_spent_micro", scope="team:platform") == sum(e.cost_micro for e in settled)
+    assert value(found, "farebox_budget_limit_micro", scope="team:platform") == 50_000_000_000
+    assert value(found, "farebox_budget_soft_pct", scope="team:platform") == 80
+    assert value(found, "farebox_budget_spent_micro", scope="bu:retail") == sum(e.cost_micro for e in settled)
     assert value(found, "farebox_in_flight_requests") == 0
     # the event log: one acknowledgement timed per event appended
     assert value(found, "farebox_event_append_seconds_count") == len(events) >= len(attempted) + 10
