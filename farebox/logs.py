@@ -53,6 +53,10 @@ class TextFormatter(logging.Formatter):
 
 def configure_logging(settings: LoggingSettings, stream: IO[str] | None = None) -> logging.Handler:
     """Install the one handler on the ``farebox`` logger (replacing an earlier one); returns it."""
+    # The logging HOWTO's "Optimization" switches: the formatters print none of these, and an access line
+    # per request should not pay for a stack walk (findCaller) and thread/process lookups per record.
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+    logging._srcfile = None
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(JsonFormatter() if settings.format == "json" else TextFormatter())

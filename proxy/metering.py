@@ -87,11 +87,13 @@ class Meter:
         metrics = rt.metrics
         metrics.attempts.labels(dep.id, record.outcome).inc()
         self.upstream_s += ended - started
-        if ttft_s is not None:
-            self.ttft_s = ttft_s
-            metrics.ttft_seconds.labels(tab.alias.name, dep.id).observe(ttft_s)
-        if error is None:
-            metrics.upstream_latency_seconds.labels(tab.alias.name, dep.id).observe(ended - started)
+        if ttft_s is not None or error is None:
+            timing = metrics.timing(tab.alias.name, dep.id)
+            if ttft_s is not None:
+                self.ttft_s = ttft_s
+                timing.ttft.observe(ttft_s)
+            if error is None:
+                timing.upstream.observe(ended - started)
         if self.trace is not None:
             self.trace.attempt(tab, dep, record, started, ended, ttft_s)
         rt.recorder.emit(record.event)
@@ -127,14 +129,14 @@ class Meter:
         tab, metrics = self.tab, self.rt.metrics
         alias, team = tab.alias.name, tab.key.team
         metrics.requests.labels(alias, str(final_status)).inc()
-        usage = tab.total_usage
-        for kind, n in (("input", usage.input), ("cached_input", usage.cached_input),
-                        ("cache_write", usage.cache_write), ("output", usage.output), ("reasoning", usage.reasoning)):
+        usage, spend = tab.total_usage, metrics.spend(team, alias)
+        for child, n in zip(spend.tokens, (usage.input, usage.cached_input, usage.cache_write, usage.output,
+                                           usage.reasoning)):  # the order of metrics.TOKEN_TYPES
             if n:
-                metrics.tokens.labels(team, alias, kind).inc(n)
+                child.inc(n)
         if tab.total_cost:
-            metrics.cost_micro.labels(team, alias).inc(tab.total_cost)
+            spend.cost.inc(tab.total_cost)
         if dep is not None:
             if tab.attempts > 1 and final_status == 200:
                 metrics.fallbacks.labels(alias).inc()
-            metrics.added_latency_seconds.labels(alias, dep.id).observe(max(latency_s - self.upstream_s, 0.0))
+            metrics.timing(alias, dep.id).added.observe(max(latency_s - self.upstream_s, 0.0))

@@ -101,5 +101,39 @@ class Metrics:
         self.state = PodStateCollector()  # breakers, retry budgets, queue, spool, leases: read at scrape time
         r.register(self.state)
 
+        self._spend: dict[tuple[str, str], Spend] = {}
+        self._timing: dict[tuple[str, str], Timing] = {}
+
+    # Children of the labelled families a request writes, looked up once per label set (bounded: teams x
+    # aliases, aliases x deployments), so a request skips ``labels()`` on each write.
+    def spend(self, team: str, alias: str) -> "Spend":
+        found = self._spend.get((team, alias))
+        if found is None:
+            found = self._spend[(team, alias)] = Spend(self, team, alias)
+        return found
+
+    def timing(self, alias: str, deployment: str) -> "Timing":
+        found = self._timing.get((alias, deployment))
+        if found is None:
+            found = self._timing[(alias, deployment)] = Timing(self, alias, deployment)
+        return found
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class Spend:
+    __slots__ = ("cost", "tokens")
+
+    def __init__(self, m: Metrics, team: str, alias: str) -> None:
+        self.cost = m.cost_micro.labels(team, alias)
+        self.tokens = tuple(m.tokens.labels(team, alias, kind) for kind in TOKEN_TYPES)
+
+
+class Timing:
+    __slots__ = ("ttft", "upstream", "added")
+
+    def __init__(self, m: Metrics, alias: str, deployment: str) -> None:
+        self.ttft = m.ttft_seconds.labels(alias, deployment)
+        self.upstream = m.upstream_latency_seconds.labels(alias, deployment)
+        self.added = m.added_latency_seconds.labels(alias, deployment)
