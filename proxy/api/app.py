@@ -28,7 +28,7 @@ from proxy.runtime import RUNTIME, Runtime
 
 log = logging.getLogger("farebox.proxy")
 
-OPEN_ROUTES = frozenset({"/health", "/metrics"})  # /metrics: aggregate counters only, no teams or keys
+OPEN_ROUTES = frozenset({"/health", "/metrics"})  # /metrics: aggregates by alias, deployment, team; never keys
 MODEL_PREFIX = "/v1/"  # what the in-flight cap and the drain count
 ADMIN_PREFIX = "/admin/"  # admin tokens, never virtual keys
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
