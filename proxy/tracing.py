@@ -91,9 +91,10 @@ class RequestTrace:
             self._child("farebox.relay", self.last_end_ns, now_ns, {"farebox.deployment": dep.id,
                                                                     "farebox.stream": False}, None)
         usage, span = tab.total_usage, self.span
-        span.update_name(f"chat {tab.alias.name}")
+        operation = "embeddings" if tab.alias.kind == "embeddings" else "chat"
+        span.update_name(f"{operation} {tab.alias.name}")
         attrs = {
-            "gen_ai.operation.name": "chat", "gen_ai.request.model": tab.alias.name,
+            "gen_ai.operation.name": operation, "gen_ai.request.model": tab.alias.name,
             "gen_ai.usage.input_tokens": usage.prompt_tokens, "gen_ai.usage.output_tokens": usage.completion_tokens,
             "farebox.request_id": tab.request_id, "farebox.key_id": tab.key.key_id, "farebox.team": tab.key.team,
             "farebox.alias": tab.alias.name, "farebox.attempts": tab.attempts, "farebox.cost_micro": tab.total_cost,

@@ -4,8 +4,8 @@
 ``NotifyFailed`` (the webhook adapter is ``streams.notify.webhook``). The
 ``Dispatcher`` owns delivery policy, the same for every adapter: each alert
 id is sent at most once per process (a bounded memory of ids), a failed send
-is retried with doubling backoff, and after the last try the alert is logged
-(id and kind, never its secret-free details twice) and counted as failed.
+is retried with doubling backoff, and after the last try the alert's id,
+kind and last error are logged at error and it is counted as failed.
 
 ``follow_alerts`` is the background task: it tails the event log from where
 it stood at start (old events do not fire again), turns events into alerts

@@ -109,3 +109,14 @@ async def test_an_otlp_endpoint_that_is_down_drops_spans_with_a_count_and_never_
     finally:
         await asyncio.to_thread(t.provider.shutdown)
     assert metrics.spans_dropped._value.get() >= 5 * 3  # request, admission, attempt, relay per request
+
+
+async def test_an_embeddings_request_is_an_embeddings_span() -> None:
+    t, exporter = tracing()
+    async with running_pod(tracing=t) as pod:
+        resp = await pod.client.post("/v1/embeddings", json={"model": "embed-default", "input": "hello"},
+                                     headers=pod.auth)
+        assert resp.status == 200, await resp.text()
+    root = next(s for s in exporter.get_finished_spans() if s.name == "embeddings embed-default")
+    assert root.attributes["gen_ai.operation.name"] == "embeddings"
+    assert root.attributes["farebox.deployment"] == "sim-embed-mumbai" and root.attributes["farebox.cost_micro"] >= 0
