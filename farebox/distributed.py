@@ -101,8 +101,6 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     tracing = build_tracing(settings.observability.tracing, recorder.metrics)
     app = create_app(runtime, tracing=tracing)
     app.cleanup_ctx.append(tracing_ctx(tracing))
-    if settings.observability.alerts.webhook_url is not None:
-        log.warning("alerts.webhook_url: the notifier runs in embedded mode only; this pod sends no alerts")
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         await limits.start()

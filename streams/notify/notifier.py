@@ -7,9 +7,10 @@ id is sent at most once per process (a bounded memory of ids), a failed send
 is retried with doubling backoff, and after the last try the alert's id,
 kind and last error are logged at error and it is counted as failed.
 
-``follow_alerts`` is the background task: it tails the event log from where
-it stood at start (old events do not fire again), turns events into alerts
-(``streams.notify.alerts``) and queues them. Requests never wait on it: the
+``AlertFeed`` turns events into alerts (``streams.notify.alerts``) and
+queues them; ``follow_alerts`` (embedded) feeds it by tailing the event log
+from where it stood at start (old events do not fire again), and
+``streams.notify.kafka_feed`` (distributed) by reading the topics. Requests never wait on it: the
 request path only appends events, as it always does.
 """
 
@@ -21,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from ledger.events import Event
 from streams.eventlog import EventLog
 from streams.notify.alerts import Alert, CostAnomaly, alert_of
 from streams.tail import follow
@@ -88,11 +90,20 @@ class Dispatcher:
         return False
 
 
-async def follow_alerts(events: EventLog, dispatcher: Dispatcher, anomaly: CostAnomaly, *,
-                        after: int | None = None, poll_s: float = 0.5) -> None:
-    """Tail ``events`` from ``after`` (default: the log's end now) and offer the alerts they raise."""
+class AlertFeed:
+    """Turns events into alerts for the dispatcher (the cost-anomaly detector keeps its minutes here)."""
+
+    def __init__(self, dispatcher: Dispatcher, anomaly: CostAnomaly) -> None:
+        self.dispatcher, self.anomaly = dispatcher, anomaly
+
+    def __call__(self, event: Event) -> None:
+        found = [a for a in (alert_of(event), self.anomaly.observe(event)) if a is not None]
+        if found:
+            self.dispatcher.offer(found)
+
+
+async def follow_alerts(events: EventLog, feed: AlertFeed, *, after: int | None = None, poll_s: float = 0.5) -> None:
+    """Embedded mode: tail ``events`` from ``after`` (default: the log's end now) into ``feed``."""
     start = events.last_offset if after is None else after
     async for _, event in follow(events, after=start, poll_s=poll_s):
-        found = [a for a in (alert_of(event), anomaly.observe(event)) if a is not None]
-        if found:
-            dispatcher.offer(found)
+        feed(event)
