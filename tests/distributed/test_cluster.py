@@ -135,6 +135,9 @@ def _distributed_metrics(cluster, worker_url: str) -> None:  # type: ignore[no-u
     assert sum(p[("farebox_lease_grants_total", ())] for p in pods) > 0
     assert all(p[("farebox_spool_depth_bytes", ())] == 0 for p in pods)  # Kafka was up throughout
     assert all(("farebox_lease_returns_total", ()) in p for p in pods)
+    spent = ("farebox_budget_spent_micro", (("scope", "team:alpha"),))  # from the worker's projection, every 5 s
+    wait_until(lambda: scrape(cluster.pod_urls[0] + "/metrics").get(spent, 0) > 0, 20, what="alpha's spend on /metrics")
+    assert pods[0][("farebox_budget_limit_micro", (("scope", "team:alpha"),))] == 1_000_000
 
     def caught_up():  # type: ignore[no-untyped-def]
         lag = {dict(k[1])["topic"]: v for k, v in scrape(worker_url).items() if k[0] == "farebox_consumer_lag_events"}
