@@ -1,9 +1,10 @@
 """Metrics read from the pod's state when ``/metrics`` is scraped, never on the request path.
 
-Breakers and retry budgets come from the routing state; the admission queue,
-budget use (embedded), the event log's spool and the lease traffic
-(distributed) from whichever adapters the pod was wired with (``farebox/`` sets the readers it has; a reader left ``None``
-exports nothing rather than a made-up zero).
+Breakers and retry budgets come from the routing state; the admission queue
+(embedded), budget use, the event log's spool and the lease traffic
+(distributed) from whichever adapters the pod was wired with (``farebox/``
+sets the readers it has; a reader left ``None`` exports nothing rather than a
+made-up zero).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class PodStateCollector(Collector):
         self.spool_bytes: Reader | None = None  # distributed: bytes waiting in the Kafka log's disk spool
         self.lease_grants: Reader | None = None  # distributed: leases granted to this pod so far
         self.lease_returns: Reader | None = None  # ... and returned by it
-        # embedded: (scope, spent, limit, soft %) of each limited team and business unit this month
+        # (scope, spent, limit, soft %) of each limited team and business unit this month
         self.budget_use: Callable[[], Iterable[tuple[str, int, int, int]]] | None = None
 
     def describe(self) -> list:  # families vary with the wiring: nothing described up front
