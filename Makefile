@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install lock services run run-cluster stop-cluster test bench bench-budget bench-distributed bench-availability bench-finance bench-sim bench-limits bench-privacy kafka-up kafka-down clean
+.PHONY: install lock services run run-cluster stop-cluster test bench bench-tracing bench-budget bench-distributed bench-availability bench-finance bench-sim bench-limits bench-privacy kafka-up kafka-down clean
 
 LOCK_VENV := .lock-venv
 
@@ -54,6 +54,10 @@ test: install services
 ## Added latency and TTFT against a direct-to-simulator run, at several concurrencies and rates.
 bench: install
 	$(BIN)/python -m tests.bench.gateway
+
+## The same with tracing on (every span built, none exported): compare with `make bench` for tracing's cost.
+bench-tracing: install
+	$(BIN)/python -m tests.bench.gateway --tracing --json var/bench/gateway-tracing.json
 
 ## Budgets under a burst: 2,000 concurrent streams, 50 keys, a team budget for ~60% of them.
 bench-budget: install

@@ -17,7 +17,8 @@ oldest unarchived event).
 Distributed: ``run_kafka_archiver`` runs ``KafkaArchiver`` on the requests
 topic as its own consumer group until SIGTERM/SIGINT, then flushes its batch
 and commits; a task beside it runs the same ``Housekeeper`` (in a thread;
-the manifest lock keeps it and the writer apart).
+the manifest lock keeps it and the writer apart). With ``alerts.webhook_url``
+set, the archiver is also the cluster's notifier (``farebox.observe``).
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ from typing import AsyncIterator, Callable
 
 from prometheus_client import CollectorRegistry, Gauge
 
+from farebox.observe import config_db_keys, running_alerts
 from farebox.settings import ArchiveSettings, Settings
 from streams.archive import ArchiveError, archive_from_log, archived_offset
 from streams.archive_compact import Housekeeping, compact, compact_hours, expire
 from streams.archive_manifest import file_lock
+from streams.notify.kafka_feed import follow_topics
 from streams.sqlite_log import SqliteEventLog
 
 log = logging.getLogger("farebox.archive")
@@ -227,8 +230,11 @@ async def run_kafka_archiver(settings: Settings, stop: asyncio.Event | None = No
 
     print(f"farebox archiver: {d.requests_topic} -> {settings.archive_root} (group {cfg.group_id})", flush=True)
     keeper = asyncio.create_task(housekeeping())
+    alerts = settings.observability.alerts  # one archiver per cluster: the one process that raises alerts
     try:
-        return await archiver.run(stop)
+        async with running_alerts(alerts, lambda feed: follow_topics(d.bootstrap, (d.requests_topic, d.scope_topic),
+                                                                     feed), config_db_keys(settings)):
+            return await archiver.run(stop)
     finally:
         stop.set()
         await keeper

@@ -25,12 +25,14 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from farebox.control import open_config_db
+from farebox.observe import build_tracing, tracing_ctx
 from farebox.pod import build_runtime, first_snapshot
 from farebox.reload import SnapshotFollower, attach_config_topic, config_topic_ctx, follow_ctx
 from farebox.settings import Settings, load_secrets
 from farebox.usage import attach_usage
 from ledger.codec import from_dict
 from ledger.events import LeaseGranted
+from proxy.admission.budget_port import budget_period
 from proxy.admission.lease_budgets import LeaseBudgets
 from proxy.admission.limits.redis_buckets import RedisBuckets
 from proxy.admission.scope_states import ScopeStates
@@ -95,7 +97,14 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets, limits=limits, control=control,
                             idempotency=idempotency)
     follower.swap, follower.emit = pod.swap, recorder.emit
-    app = create_app(runtime)
+    state = recorder.metrics.state  # read at scrape time
+    state.spool_bytes = lambda: events.spooled_bytes
+    state.lease_grants, state.lease_returns = lambda: wallets.stats["granted"], lambda: wallets.stats["returned"]
+    budget_use: list[tuple[str, int, int, int]] = []  # refreshed from the worker's projection by _follow_budgets
+    state.budget_use = lambda: budget_use
+    tracing = build_tracing(settings.observability.tracing, recorder.metrics)
+    app = create_app(runtime, tracing=tracing)
+    app.cleanup_ctx.append(tracing_ctx(tracing))
     attach_usage(app, settings.archive_root)  # the archiver consumer (`farebox archiver`) keeps this archive
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -108,7 +117,8 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     async def wallet_ctx(app: web.Application) -> AsyncIterator[None]:
         tasks = [asyncio.create_task(_listen(redis, settings.pod_id, wallets)),
                  asyncio.create_task(_poll(redis, wallets)), asyncio.create_task(_sweep(wallets)),
-                 asyncio.create_task(_follow_scopes(redis, wallets.states))]
+                 asyncio.create_task(_follow_scopes(redis, wallets.states)),
+                 asyncio.create_task(_follow_budgets(redis, lambda: pod.snapshot, budget_use))]
         yield
         for task in tasks:
             task.cancel()
@@ -193,6 +203,29 @@ async def _follow_scopes(redis: aioredis.Redis, states: ScopeStates, interval_s:
             continue
         states.update({scope: {k.decode(): v.decode() for k, v in row.items()} for scope, row in zip(scopes, rows)},
                       loop.time())
+
+
+async def _follow_budgets(redis: aioredis.Redis, snapshot: Callable[[], Snapshot], out: list,
+                          interval_s: float = 5.0) -> None:
+    """For /metrics: this month's settled + held of each limited team and business unit, from the worker's
+    projection (one pipelined read every ``interval_s``); a row of an earlier month counts as nothing spent."""
+    while True:
+        snap = snapshot()
+        limits = [(scope, lim) for scope, lim in snap.budgets.scopes.items()
+                  if lim.limit_micro is not None and scope.startswith(("team:", "bu:"))]
+        try:
+            pipe = redis.pipeline(transaction=False)
+            for scope, _ in limits:
+                pipe.hgetall(f"fb:scope:{scope}")
+            rows = await pipe.execute()
+        except Exception:  # noqa: BLE001 - Redis away: keep the last reading
+            rows = None
+        if rows is not None:
+            period = budget_period(snap, time.time())
+            out[:] = [(scope, int(row.get(b"settled", 0)) + int(row.get(b"held", 0))
+                       if row.get(b"period", b"").decode() == period else 0, lim.limit_micro, lim.soft_pct)
+                      for (scope, lim), row in zip(limits, rows)]
+        await asyncio.sleep(interval_s)
 
 
 async def _sweep(wallets: Wallets, interval_s: float = 1.0) -> None:

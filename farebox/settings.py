@@ -20,13 +20,14 @@ from typing import Any, Iterable, Mapping
 import yaml
 from sqlalchemy.engine import make_url
 
+from farebox.settings_observe import OBSERVABILITY_SECTIONS, ObservabilitySettings, parse_observability
 from pricing.errors import PricingError
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.problems import ConfigError, Problems, Reader
 from proxy.snapshot import Secrets, Snapshot
 
 SETTINGS_SECTIONS = ("server", "event_log", "state_dir", "secrets_file", "control_db", "mode", "distributed",
-                     "archive", "reconcile")
+                     "archive", "reconcile", *OBSERVABILITY_SECTIONS)
 EXPORT_SOURCES = ("simulator", "openai", "anthropic")  # who serves an account's usage export
 
 
@@ -72,6 +73,7 @@ class DistributedSettings:
     breaker_probe_grace_s: float = 2.0  # another pod's open ends this much later here: its opener probes first
     worker_stall_s: float = 60.0  # a worker whose table recovery reads nothing this long exits (75) for a restart
     request_retention_s: int = 6 * 3600  # the worker forgets closed requests this long after (ledger/retention.py)
+    worker_metrics_port: int = 0  # the worker's /metrics (consumer lag per topic) on server.host; 0: off
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,7 @@ class Settings:
     def archive_root(self) -> Path:
         return self.archive.path or self.state_dir / "archive"
     reconcile: ReconcileSettings = field(default_factory=ReconcileSettings)
+    observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)  # logs, traces, alerts
 
     @property
     def safe_db_url(self) -> str:
@@ -222,10 +225,12 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         breaker_probe_grace_s=d.number("breaker_probe_grace_s", dflt.breaker_probe_grace_s, 0),
         request_retention_s=d.int("request_retention_s", dflt.request_retention_s, 60),
         worker_stall_s=d.number("worker_stall_s", dflt.worker_stall_s, 0),
+        worker_metrics_port=d.int("worker_metrics_port", dflt.worker_metrics_port, 0),
     )
     d.reject_unknown()
     archive = _archive_settings(root.child("archive"), base)
     reconcile = _reconcile_settings(root.child("reconcile"), problems)
+    observability = parse_observability(root, env, problems)
     root.skip(*CONTROL_SECTIONS)
     root.reject_unknown()
     control_tree = {k: tree[k] for k in CONTROL_SECTIONS if k in tree}
@@ -263,6 +268,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         distributed=dist,
         archive=archive,
         reconcile=reconcile,
+        observability=observability,
     )
 
 

@@ -18,6 +18,8 @@ from aiohttp import web
 
 from farebox.archiving import EmbeddedArchiver, embedded_archive_ctx
 from farebox.control import open_config_db
+from farebox.logs import configure_logging
+from farebox.observe import alerts_ctx, build_tracing, expiring_keys, tracing_ctx
 from farebox.pod import build_runtime, first_snapshot
 from farebox.reload import SnapshotFollower, follow_ctx
 from farebox.settings import Settings, load_secrets
@@ -82,7 +84,12 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
     follower.swap, follower.emit = pod.swap, recorder.emit
     # Load exact tokenizers now, not on the first request (tens of ms each).
     preload(*{e for d in snapshot.deployments.values() if (e := encoding_for_model(d.model, d.tokenizer))})
-    app = create_app(runtime)
+    recorder.metrics.state.queue_depth = budgets.queue.depth  # read at scrape time
+    recorder.metrics.state.budget_use = lambda: budgets.usage(pod.snapshot, runtime.clock())
+    tracing = build_tracing(settings.observability.tracing, recorder.metrics)
+    app = create_app(runtime, tracing=tracing)
+    app.cleanup_ctx.append(tracing_ctx(tracing))
+    app.cleanup_ctx.append(alerts_ctx(settings.observability.alerts, events, lambda: expiring_keys(pod.snapshot)))
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         follower = asyncio.create_task(runner.follow())
@@ -134,6 +141,7 @@ def _ready(line: str, _aiohttp_banner: str) -> None:
 
 
 def serve(settings: Settings, secrets: Secrets | None = None) -> None:
+    configure_logging(settings.observability.logging)
     loop = new_loop()
     ready = (
         f"farebox serving on http://{settings.host}:{settings.port} "

@@ -77,7 +77,25 @@ def build_worker(settings: Settings) -> Worker:
         except Exception:  # keep the last good snapshot
             log.warning("config database unreachable; keeping the last good limits", exc_info=True)
 
+    if d.worker_metrics_port:
+        serve_worker_metrics(settings, worker)
     return worker
+
+
+def serve_worker_metrics(settings: Settings, worker: Worker) -> None:
+    """The worker's /metrics on ``server.host:distributed.worker_metrics_port``: consumer lag per source topic."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from streams.worker.lag import ConsumerLag
+
+    d = settings.distributed
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(ConsumerLag(lambda: worker.app, (d.requests_topic, d.scope_topic)))
+    try:
+        start_http_server(d.worker_metrics_port, addr=settings.host, registry=registry)
+    except OSError as exc:
+        raise SystemExit(f"error: distributed.worker_metrics_port: cannot listen on {settings.host}:"
+                         f"{d.worker_metrics_port}: {exc.strerror or exc}") from None
 
 
 def run_worker(settings: Settings, loglevel: str = "warning") -> None:

@@ -4,7 +4,9 @@ A ``Meter`` lives for one request. Every number and event comes from the
 pure calculator (``proxy.settlement``); the meter only does what those
 values ask: record the event (``Recorder.emit``: append, then fold), settle
 rate-limit reservations in the background, settle the budget hold through
-the ``BudgetPort``, feed the estimator's calibration, count metrics.
+the ``BudgetPort``, feed the estimator's calibration, count metrics, and
+keep what the access log reads (``proxy.access_log``) and, when tracing is
+on, hand each step to the request's trace (``proxy.tracing``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from proxy.snapshot import Deployment
 
 
 class Meter:
-    __slots__ = ("rt", "tab", "started", "draws", "dep_draws", "estimates", "max_wait_s")
+    __slots__ = ("rt", "tab", "started", "draws", "dep_draws", "estimates", "max_wait_s", "upstream_s", "ttft_s",
+                 "trace", "final")
 
     def __init__(self, rt: Runtime, tab: Tab) -> None:
         self.rt = rt
@@ -36,6 +39,10 @@ class Meter:
         self.dep_draws: dict[str, list[Draw]] = {}  # ... and of each deployment tried
         self.estimates: dict[str, Estimate] = {}  # input-token estimate per candidate, for calibration
         self.max_wait_s = rt.options.budget_wait_s  # how long admission may wait for in-flight holds
+        self.upstream_s = 0.0  # time the attempts spent upstream: the rest of the latency is the gateway's
+        self.ttft_s: float | None = None  # the last streamed attempt's first token
+        self.trace = None  # the request's ``proxy.tracing.RequestTrace`` when tracing is on
+        self.final: tuple[int, Deployment | None] | None = None  # (status, deployment) once settled
 
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self.rt.clock(), timezone.utc)
@@ -73,10 +80,22 @@ class Meter:
         if error is None and dep.id in self.estimates:
             rt.estimator.observe(self.estimates[dep.id], usage, key_id=tab.key.key_id, model_family=dep.provider)
         rt.limit_settler.adjust(limit_settlement(self.dep_draws.pop(dep.id, []), usage))
+        ended = time.monotonic()
         record = attempt_record(tab, dep, usage, error, status=status, ttft_s=ttft_s,
-                                latency_ms=int((time.monotonic() - started) * 1000), now=self._now())
+                                latency_ms=int((ended - started) * 1000), now=self._now())
         count(tab, record)
-        rt.metrics.attempts.labels(dep.id, record.outcome).inc()
+        metrics = rt.metrics
+        metrics.attempts.labels(dep.id, record.outcome).inc()
+        self.upstream_s += ended - started
+        if ttft_s is not None or error is None:
+            timing = metrics.timing(tab.alias.name, dep.id)
+            if ttft_s is not None:
+                self.ttft_s = ttft_s
+                timing.ttft.observe(ttft_s)
+            if error is None:
+                timing.upstream.observe(ended - started)
+        if self.trace is not None:
+            self.trace.attempt(tab, dep, record, started, ended, ttft_s)
         rt.recorder.emit(record.event)
         return record.cost
 
@@ -90,14 +109,34 @@ class Meter:
             return
         tab.settled = True
         rt.limit_settler.adjust(limit_settlement(self.draws, tab.total_usage, tab.total_cost))
-        done = settlement(tab, final_status, dep, latency_ms=int((time.monotonic() - self.started) * 1000),
-                          now=self._now())
+        latency_s = time.monotonic() - self.started
+        done = settlement(tab, final_status, dep, latency_ms=int(latency_s * 1000), now=self._now())
         rt.budgets.settle(tab.request_id, done.charges)
         if final_status == 200 and tab.plan.max_output_tokens:  # what the key really uses of its cap
             rt.outputs.observe(tab.key.key_id, tab.alias.name, tab.total_usage.completion_tokens,
                                tab.plan.max_output_tokens)
-        rt.metrics.requests.labels(tab.alias.name, str(final_status)).inc()
+        self._count(final_status, dep, latency_s)
         if done.overrun:  # recorded, never hidden: in the event and here
             rt.metrics.overruns.inc()
             rt.metrics.overrun_micro.inc(done.overrun)
         rt.recorder.emit(done.event)
+        self.final = (final_status, dep)  # for the access line (``proxy.access_log``)
+        if self.trace is not None:
+            self.trace.settled(tab, final_status, dep)
+
+    def _count(self, final_status: int, dep: Deployment | None, latency_s: float) -> None:
+        """The settled request's families: status, tokens and cost by team and alias, fallbacks, added latency."""
+        tab, metrics = self.tab, self.rt.metrics
+        alias, team = tab.alias.name, tab.key.team
+        metrics.requests.labels(alias, str(final_status)).inc()
+        usage, spend = tab.total_usage, metrics.spend(team, alias)
+        for child, n in zip(spend.tokens, (usage.input, usage.cached_input, usage.cache_write, usage.output,
+                                           usage.reasoning)):  # the order of metrics.TOKEN_TYPES
+            if n:
+                child.inc(n)
+        if tab.total_cost:
+            spend.cost.inc(tab.total_cost)
+        if dep is not None:
+            if tab.attempts > 1 and final_status == 200:
+                metrics.fallbacks.labels(alias).inc()
+            metrics.timing(alias, dep.id).added.observe(max(latency_s - self.upstream_s, 0.0))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Callable
 
 from ledger.events import Event
@@ -51,12 +52,13 @@ class Recorder:
             return False
         if self.fold is not None:
             self.fold(event)
-        fut.add_done_callback(functools.partial(self._appended, event))
+        fut.add_done_callback(functools.partial(self._appended, event, time.perf_counter()))
         return True
 
-    def _appended(self, event: Event, fut: asyncio.Future[int]) -> None:
+    def _appended(self, event: Event, started: float, fut: asyncio.Future[int]) -> None:
         if fut.cancelled():
             return
+        self.metrics.event_append_seconds.observe(time.perf_counter() - started)
         exc = fut.exception()
         if exc is not None:
             self._failed()

@@ -144,6 +144,22 @@ def partition_report(app: Any, tp: Any) -> str:
                    f"last fetch {state.timestamp}, buffered {aiotp in getattr(fetcher, '_records', {})}")
 
 
+def consumer_positions(app: Any) -> list[tuple[str, int | None, int | None]]:
+    """(topic, next offset to read, high-water mark) of each partition assigned to the worker's consumer:
+    the offset after Faust's last read (else its committed offset) and aiokafka's cached high-water mark.
+    Reads only; safe from the metrics server's thread."""
+    consumer = app.consumer
+    out = []
+    for tp in list(consumer.assignment()):
+        read = consumer._read_offset.get(tp)
+        try:
+            high = consumer.highwater(tp)
+        except Exception:  # noqa: BLE001 - not fetched yet, or mid-rebalance: unknown
+            high = None
+        out.append((tp.topic, read + 1 if read is not None else consumer._committed_offset.get(tp), high))
+    return out
+
+
 # --- patches of the worker's Faust consumer ------------------------------------------------------------------
 
 

@@ -72,6 +72,10 @@ class AdmissionQueue:
     def waiting(self, scope: str) -> int:
         return len(self._queues.get(scope, ()))
 
+    def depth(self) -> int:
+        """Requests waiting, each counted once however many scopes it queues on (for ``/metrics``)."""
+        return len({id(w) for queue in self._queues.values() for w in queue})
+
 
 class Flights:
     """Admission times of requests in flight per scope and a moving mean of how long they take."""

@@ -216,6 +216,14 @@ class LedgerBudgets:
         return ScopeState(period, bal.settled, bal.held, bal.overrun, bal.requests,
                           self.ledger.threshold_crossed(scope, period))
 
+    def usage(self, snapshot: Snapshot, now_s: float) -> list[tuple[str, int, int, int]]:
+        """(scope, settled + held, limit, soft %) this month of each limited team and business unit, for /metrics
+        (key and run scopes are left out: their ids are not a bounded label set)."""
+        period = budget_period(snapshot, now_s)
+        return [(scope, self.ledger.balance(scope, period).spent, lim.limit_micro, lim.soft_pct)
+                for scope, lim in snapshot.budgets.scopes.items()
+                if lim.limit_micro is not None and scope.startswith(("team:", "bu:"))]
+
     def downgrade_target(self, snapshot: Snapshot, scopes: Sequence[str], now_s: float) -> str | None:
         """The cheaper alias to serve instead, once a scope past its soft threshold asks for one."""
         period = budget_period(snapshot, now_s)

@@ -98,7 +98,7 @@ class Wallets:
         self._ids = itertools.count(1)
         self._prefix = f"{pod}-{uuid.uuid4().hex[:8]}"
         self.stats = {"funded_locally": 0, "waited": 0, "asked": 0, "granted_micro": 0, "returned_micro": 0,
-                      "refused_at_hard": 0}
+                      "refused_at_hard": 0, "granted": 0, "returned": 0}
 
     # --- admission ----------------------------------------------------------------
 
@@ -239,6 +239,7 @@ class Wallets:
                 self._maybe_return(granted.scope, old, superseded=True)
             leases.append(PodLease(granted.lease_id, granted.scope, granted.amount_micro, granted.expires_at))
             self.stats["granted_micro"] += granted.amount_micro
+            self.stats["granted"] += 1
         else:  # a refusal: close the (empty) lease so the ledger forgets it
             self.emit(PodLease(granted.lease_id, granted.scope, 0, granted.expires_at).returned(self.clock(), self.pod))
         if not ask.answer.done():
@@ -261,6 +262,7 @@ class Wallets:
         if lease.lease_id.startswith("emergency/"):
             return  # never granted: nothing to give back
         self.stats["returned_micro"] += max(lease.balance, 0)
+        self.stats["returned"] += 1
         self.emit(lease.returned(now, self.pod))
 
     def top_up(self, scope: str, need: int) -> None:

@@ -47,14 +47,18 @@ class Admitted:
 async def admit(rt: Runtime, meter: Meter, cands: Sequence[Deployment], est_input: int, max_output: int) -> Admitted:
     """Admit or raise; either way the answer carries ``server-timing: admit;dur=<ms>``."""
     started = time.perf_counter()
+    refused = None
     try:
         admitted = await _admit(rt, meter, cands, est_input, max_output)
     except GatewayError as exc:
         exc.headers["server-timing"] = _timing(started)
         rt.metrics.refusals.labels(exc.code or "unknown").inc()
+        refused = exc.code or "refused"
         raise
     finally:
         rt.metrics.admission_seconds.observe(time.perf_counter() - started)
+        if meter.trace is not None:
+            meter.trace.admission(started, refused)
     admitted.headers["server-timing"] = _timing(started)
     return admitted
 

@@ -11,12 +11,14 @@ import itertools
 import logging
 import re
 import secrets as _secrets
-from typing import AsyncIterator, Awaitable, Callable
+import time
+from typing import AsyncIterator, Awaitable, Callable, Protocol
 
 import aiohttp
 import orjson
 from aiohttp import web
 
+from proxy.access_log import ACCESS, INFO, log_access
 from proxy.admission.auth import authenticate, authenticate_admin
 from proxy.api import chat, embeddings, models, protocol_errors, watch
 from proxy.control import admin, ui
@@ -26,12 +28,20 @@ from proxy.runtime import RUNTIME, Runtime
 
 log = logging.getLogger("farebox.proxy")
 
-OPEN_ROUTES = frozenset({"/health", "/metrics"})  # /metrics: aggregate counters only, no teams or keys
+OPEN_ROUTES = frozenset({"/health", "/metrics"})  # /metrics: aggregates by alias, deployment, team; never keys
 MODEL_PREFIX = "/v1/"  # what the in-flight cap and the drain count
 ADMIN_PREFIX = "/admin/"  # admin tokens, never virtual keys
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class Tracer(Protocol):
+    """What the app needs of ``proxy.tracing.Tracing`` (imported only when tracing is on)."""
+
+    def install(self, middlewares: list) -> None: ...
+
+    async def echo(self, request: web.Request, response: web.StreamResponse) -> None: ...
 
 
 def error_response(exc: GatewayError, echo_id: str | None = None, request_id: str | None = None) -> web.Response:
@@ -56,6 +66,19 @@ def new_request_id() -> str:
 
 @web.middleware
 async def gateway_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """``_gateway``, and the request's access line when the access log is on (``proxy.access_log``)."""
+    if request.path in OPEN_ROUTES or not ACCESS.isEnabledFor(INFO):
+        return await _gateway(request, handler)
+    started, status = time.monotonic(), 499  # cancelled: the caller left
+    try:
+        resp = await _gateway(request, handler)
+        status = resp.status
+        return resp
+    finally:
+        log_access(request, status, time.monotonic() - started)
+
+
+async def _gateway(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Request id, authentication, and the OpenAI error shape for every failure.
 
     The internal request id is always generated (event ids derive from it and
@@ -163,9 +186,17 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSession] | None = None) -> web.Application:
-    app = web.Application(middlewares=[protection_middleware, gateway_middleware, protocol_errors.body_errors],
+def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSession] | None = None,
+               tracing: Tracer | None = None) -> web.Application:
+    """The gateway app; with ``tracing`` (``proxy.tracing.Tracing``) its middleware runs inside the gateway's."""
+    middlewares: list = [protection_middleware, gateway_middleware]
+    traced: list = []
+    if tracing is not None:
+        tracing.install(traced)
+    app = web.Application(middlewares=[*middlewares, *traced, protocol_errors.body_errors],
                           client_max_size=runtime.options.max_body_bytes)
+    if tracing is not None:
+        app.on_response_prepare.append(tracing.echo)  # the request span's traceparent, back to the caller
     protocol_errors.install(app)  # what the HTTP parser refuses leaves in the OpenAI shape too
     app[RUNTIME] = runtime
     app[DRAINED] = asyncio.Event()
@@ -175,6 +206,7 @@ def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSes
     app.router.add_get("/metrics", metrics)
     runtime.metrics.in_flight.set_function(lambda: runtime.pod.in_flight)
     runtime.metrics.snapshot_version.set_function(lambda: runtime.snapshot.version)
+    runtime.metrics.state.routing = runtime.routing  # breakers and retry budgets, read at scrape time
     app.router.add_post("/v1/chat/completions", chat.chat_completions)
     app.router.add_post("/v1/embeddings", embeddings.create_embeddings)
     app.router.add_get("/v1/models", models.list_models)

@@ -38,6 +38,8 @@ def open_meter(rt: Runtime, snap: Snapshot, request: web.Request, key: KeyRecord
     tab = Tab(snap, request["request_id"], key, alias, run_id, data_class, stream, scopes_of(key, run_id),
               cost_centre=snap.cost_centre_of(key.team, key.app), tags=parse_tags(request.headers.get(HEADER)))
     meter = Meter(rt, tab)
+    request["meter"] = meter  # the access line reads the settled request from it
+    meter.trace = request.get("trace")  # proxy.tracing.RequestTrace, when tracing is on
     meter.max_wait_s = max_wait_s(request.headers.get("x-fb-max-wait-ms"), rt.options.budget_wait_s,
                                   rt.options.budget_wait_max_s)
     return meter

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Mapping
 
@@ -21,6 +22,9 @@ from proxy.errors import GatewayError, UpstreamError, UpstreamUnavailable
 from proxy.snapshot import Alias, Deployment, Secrets
 from proxy.upstream.base import Dialect, StreamTranslator, UpstreamRequest
 from proxy.upstream.sse import SSEParser
+
+# Tracing on: the request's ``traceparent``, set by ``proxy.tracing`` for the request's task and its attempts.
+TRACE_HEADERS: ContextVar[Mapping[str, str] | None] = ContextVar("farebox_trace_headers", default=None)
 
 HEARTBEAT = None  # what ``UpstreamStream.chunks`` yields after ``heartbeat_s`` of upstream silence
 
@@ -68,7 +72,9 @@ class UpstreamClient:
     async def _send(self, dialect: Dialect, req: UpstreamRequest, t: Timeouts) -> aiohttp.ClientResponse:
         timeout = aiohttp.ClientTimeout(total=None, connect=t.connect_s, sock_connect=t.connect_s)
         try:
-            resp = await self.session.request(req.method, req.url, data=req.body, headers=req.headers, timeout=timeout)
+            traced = TRACE_HEADERS.get()
+            headers = req.headers if traced is None else {**req.headers, **traced}
+            resp = await self.session.request(req.method, req.url, data=req.body, headers=headers, timeout=timeout)
         except asyncio.TimeoutError:
             raise UpstreamUnavailable("Timed out connecting to the provider.", code="upstream_timeout") from None
         except aiohttp.ClientError as exc:

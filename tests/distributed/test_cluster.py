@@ -23,7 +23,7 @@ from infra.redis.server import RedisServer
 from ledger.codec import decode
 from streams.archive import read_archive
 from tests.distributed.cluster import TEAMS, running_cluster, wait_until
-from tests.harness import spawn, stop
+from tests.harness import free_port, spawn, stop
 from tests.infra.kafka.support import read_records, session_broker
 
 pytestmark = pytest.mark.e2e
@@ -61,12 +61,14 @@ def test_three_pods_one_worker_money_exact_and_replay_equals_live(tmp_path, redi
     broker = session_broker()
     # alpha can afford only part of its traffic: refusals must come before its hard limit
     limits = {"alpha": "1.00", "beta": "100000.00", "gamma": "100000.00"}
+    worker_metrics = free_port()
     with running_cluster(tmp_path, broker.bootstrap, redis_server.url, limits=limits,
-                         lease={"lease_share": 4, "lease_last_pct": 5},
+                         lease={"lease_share": 4, "lease_last_pct": 5, "worker_metrics_port": worker_metrics},
                          sim_defaults={"ttft_ms": 20, "tokens_per_s": 2000, "output_tokens": 24}) as cluster:
         archiver = spawn(["farebox", "archiver", "--config", str(cluster.config)], tmp_path / "archiver.log")
         request.addfinalizer(lambda: stop(archiver))
         statuses = asyncio.run(_fire(cluster, N))  # archived as it goes, by the README recipe's own process
+        _distributed_metrics(cluster, f"http://127.0.0.1:{worker_metrics}/metrics")
         for i, proc in enumerate(cluster.pods):  # graceful: leases returned, events flushed
             rc = stop(proc, timeout=40)
             assert rc == 0, f"pod-{i} exited {rc}:\n" + (cluster.folder / f"pod-{i}.log").read_text()[-4000:]
@@ -118,6 +120,32 @@ def test_three_pods_one_worker_money_exact_and_replay_equals_live(tmp_path, redi
         assert "0 difference(s)" in report and "behind" not in report  # the archiver had caught up
         print(f"\n{N} requests: {dict(statuses)}; duplicates in Kafka: {sum(v - 1 for v in ids.values())}; "
               f"alpha settled {int(rows['alpha']['settled']) / 1e6:.2f} of {limits['alpha']}; {report.strip()}")
+
+
+def _distributed_metrics(cluster, worker_url: str) -> None:  # type: ignore[no-untyped-def]
+    """After the traffic: the pods' lease and spool families, and the worker's consumer lag per topic
+    (it reaches 0 on both source topics once the worker has read everything)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def scrape(url: str) -> dict[tuple[str, tuple], float]:
+        text = httpx.get(url, timeout=10).text
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+    pods = [scrape(url + "/metrics") for url in cluster.pod_urls]
+    assert sum(p[("farebox_lease_grants_total", ())] for p in pods) > 0
+    assert all(p[("farebox_spool_depth_bytes", ())] == 0 for p in pods)  # Kafka was up throughout
+    assert all(("farebox_lease_returns_total", ()) in p for p in pods)
+    spent = ("farebox_budget_spent_micro", (("scope", "team:alpha"),))  # from the worker's projection, every 5 s
+    wait_until(lambda: scrape(cluster.pod_urls[0] + "/metrics").get(spent, 0) > 0, 20, what="alpha's spend on /metrics")
+    assert pods[0][("farebox_budget_limit_micro", (("scope", "team:alpha"),))] == 1_000_000
+
+    def caught_up():  # type: ignore[no-untyped-def]
+        lag = {dict(k[1])["topic"]: v for k, v in scrape(worker_url).items() if k[0] == "farebox_consumer_lag_events"}
+        return lag if set(lag) == {cluster.requests_topic, cluster.prefix + "scope-entries"} and not any(
+            lag.values()) else False
+
+    wait_until(caught_up, 60, what="the worker's consumer lag back to 0")
 
 
 def _budget_api_reads_the_projection(cluster, rows: dict, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -254,3 +254,12 @@ def test_a_planted_provider_secret_appears_nowhere(pods: Pods) -> None:
         assert pods.planted.encode() not in p.read_bytes(), f"planted secret found in {p}"
     for body in bodies:  # ...never their values
         assert pods.planted not in body
+    # The logs (each pod's gateway.log, scanned above) hold one JSON access line per request: never the
+    # virtual key, a provider key or a body.
+    access = [json.loads(line) for i in range(3)
+              for line in (pods.folder / f"pod{i}" / "gateway.log").read_text().splitlines()
+              if line.startswith("{") and '"event":"access"' in line]
+    assert len([a for a in access if a["path"] == CHAT]) >= 6 * 3  # four faults, an unknown alias, a wrong key
+    assert {a.get("alias") for a in access if a.get("attempts")} == {"chat-openai"}  # the faulted requests
+    logs = "\n".join((pods.folder / f"pod{i}" / "gateway.log").read_text() for i in range(3))
+    assert key not in logs and pods.planted not in logs and '"messages"' not in logs

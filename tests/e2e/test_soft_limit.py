@@ -42,4 +42,6 @@ def test_soft_threshold_downgrades_and_metrics_count(sstack: Stack) -> None:
     assert 'farebox_requests_total{alias="chat-openai",status="200"} 1.0' in text
     assert 'farebox_requests_total{alias="chat-anthropic",status="200"} 1.0' in text
     assert "farebox_admission_seconds_count 2.0" in text
-    assert "platform" not in text  # no team or key labels
+    # Teams are labels (cost and tokens by team, budget use by scope: bounded sets); keys never are.
+    assert 'farebox_cost_micro_total{alias="chat-openai",team="platform"}' in text
+    assert sstack.key not in text and "key_id" not in text and 'scope="key:' not in text

@@ -139,6 +139,11 @@ def print_profile(path: Path, requests: int, out: Callable[[str], None] = print)
         out(buf.getvalue().split("\n", 4)[-1] if "function calls" in buf.getvalue() else buf.getvalue())
 
 
+def _with_tracing(tree: dict) -> None:
+    generous_limits(tree)
+    tree["tracing"] = {"enabled": True}  # no otlp_endpoint: spans are built and ended, then dropped
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.bench.gateway", description=DESCRIPTION)
     ap.add_argument("--quick", action="store_true", help="small counts, for a smoke run (< 30 s)")
@@ -150,7 +155,11 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"run the gateway under cProfile for a fixed load, print the top functions, save {OUT_PROF}")
     ap.add_argument("--profile-requests", type=int, default=3000)
     ap.add_argument("--json", type=Path, default=OUT_JSON, help="where to write the figures")
+    ap.add_argument("--tracing", action="store_true",
+                    help="run the gateway with tracing on (every span built, none exported): its cost against a "
+                         "run without")
     args = ap.parse_args(argv)
+    mutate = _with_tracing if args.tracing else generous_limits
 
     base = QUICK if args.quick else FULL
     plan = Plan(levels=dict(base.levels),
@@ -174,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             OUT_PROF.parent.mkdir(parents=True, exist_ok=True)
             OUT_PROF.unlink(missing_ok=True)
-            with running_stack(Path(tmp), gateway_wrap=("cProfile", "-o", str(OUT_PROF), "-m"), mutate=generous_limits) as stack:
+            with running_stack(Path(tmp), gateway_wrap=("cProfile", "-o", str(OUT_PROF), "-m"), mutate=mutate) as stack:
                 with asyncio.Runner(loop_factory=loop_factory) as runner:
                     runner.run(run_profile(stack, args.profile_requests))
             # the stack's exit sent SIGTERM: aiohttp shuts down gracefully and cProfile writes its file
@@ -186,10 +195,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
 
         started = time.monotonic()
-        with running_stack(Path(tmp), mutate=generous_limits) as stack:
+        with running_stack(Path(tmp), mutate=mutate) as stack:
             with asyncio.Runner(loop_factory=loop_factory) as runner:
                 report = runner.run(run_bench(stack, plan))
     report = {"machine": facts, "plan": asdict(plan), "prompt_bytes": len(PROMPT), "output_tokens": 32,
+              "tracing": args.tracing,
               "elapsed_s": round(time.monotonic() - started, 1), **report}
     for line in summary_lines(report):
         print(line)

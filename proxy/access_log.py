@@ -1,0 +1,59 @@
+"""The access log: one structured line per request, on the ``farebox.access`` logger.
+
+``access_line`` is pure: it reads the request's own record (ids, key id,
+team, alias) and, for a model request that reached admission, its meter (the
+deployment, attempts, TTFT, tokens and cost it was settled with). It never
+reads a body, a header value other than the caller's request id, or a
+secret: the key is named by its display id, never by its value or hash. The
+line is handed to the logger as the record's ``access`` field; the handler
+``farebox/`` installs renders it as JSON (or text), at the configured level.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+ACCESS = logging.getLogger("farebox.access")
+INFO = logging.INFO
+
+
+def access_line(request: Mapping[str, Any], method: str, path: str, status: int, latency_s: float) -> dict:
+    """The request's fields; ``request`` is the aiohttp request's per-request store."""
+    line: dict[str, Any] = {
+        "request_id": request.get("request_id"),
+        "client_request_id": request.get("client_request_id"),
+        "method": method,
+        "path": path,
+        "status": status,
+        "latency_ms": round(latency_s * 1000, 3),
+    }
+    key = request.get("key")
+    if key is not None:
+        line["key_id"], line["team"], line["app"] = key.key_id, key.team, key.app
+    admin = request.get("admin")
+    if admin is not None:
+        line["admin"] = getattr(admin, "name", None)
+    meter = request.get("meter")
+    if meter is None:
+        return line
+    tab = meter.tab
+    line["alias"] = tab.alias.name
+    line["attempts"] = tab.attempts
+    if meter.final is not None:
+        line["status"], dep = meter.final
+        line["deployment"] = dep.id if dep is not None else None
+    line["ttft_ms"] = None if meter.ttft_s is None else round(meter.ttft_s * 1000, 3)
+    usage = tab.total_usage
+    line["tokens"] = {"input": usage.prompt_tokens, "output": usage.completion_tokens,
+                      "cached_input": usage.cached_input, "reasoning": usage.reasoning, "source": usage.source}
+    line["cost_micro"] = tab.total_cost
+    line["currency"] = tab.snapshot.currency
+    line["price_version"] = tab.plan.price_version if tab.plan is not None else None
+    return line
+
+
+def log_access(request: Any, status: int, latency_s: float) -> None:
+    """Write the request's line (the caller checked ``ACCESS.isEnabledFor(INFO)``)."""
+    ACCESS.info("%s %s %d", request.method, request.path, status,
+                extra={"access": access_line(request, request.method, request.path, status, latency_s)})
