@@ -93,7 +93,7 @@ class Meter:
         done = settlement(tab, final_status, dep, latency_ms=int((time.monotonic() - self.started) * 1000),
                           now=self._now())
         rt.budgets.settle(tab.request_id, done.charges)
-        if final_status == 200 and tab.plan.max_output_tokens:  # what the key really uses of its cap
+        if final_status == 200 and tab.plan.max_output_tokens and not tab.cache_hit:  # what the key uses of its cap
             rt.outputs.observe(tab.key.key_id, tab.alias.name, tab.total_usage.completion_tokens,
                                tab.plan.max_output_tokens)
         rt.metrics.requests.labels(tab.alias.name, str(final_status)).inc()

@@ -343,7 +343,7 @@ def _aliases(root: Reader, deployments: Mapping[str, Deployment]) -> dict[str, A
             dep = deployments.get(d)
             if dep is not None and not needs <= dep.capabilities:
                 r.problems.add(r.at("needs"), f"deployment {d!r} lacks {sorted(needs - dep.capabilities)}")
-        t, rb, hedge = r.child("timeouts"), r.child("retry_budget"), r.child("hedge")
+        t, rb, hedge, cache = r.child("timeouts"), r.child("retry_budget"), r.child("hedge"), r.child("cache")
         alias = Alias(
             name=name or "?",
             kind=kind,
@@ -365,7 +365,9 @@ def _aliases(root: Reader, deployments: Mapping[str, Deployment]) -> dict[str, A
             sticky=r.bool("sticky", True),
             hedge=hedge.bool("enabled", False),
             hedge_after_s=hedge.number("after_s", None),
+            cache=cache.bool("exact", False),
         )
+        cache.reject_unknown()
         t.reject_unknown()
         rb.reject_unknown()
         hedge.reject_unknown()

@@ -1,0 +1,210 @@
+"""The exact response cache's hook into the request path: decide, look up or lead, answer a hit, store.
+
+How a handler uses it (``chat.py``, ``embeddings.py``), in request order:
+
+1. ``for_chat`` / ``for_embeddings`` before admission: the decision
+   (``proxy.cache.policy``; a malformed ``x-fb-cache`` is a 400 before any
+   hold) and the keys, one per distinct model of the candidates in routing
+   order (any of them may answer for the alias; the first stored wins);
+2. after admission, ``async with serving(rt, step, meter) as hit``: a
+   stored entry, or the entry an identical request in flight on this pod
+   fetched (``Flights``), else None and this request leads: it goes upstream
+   and hands its answer to ``step.keep`` (non-stream) or ``step.capture``
+   (stream chunks); leaving the block stores the entry and lands the flight;
+3. a hit is answered by ``answer_chat`` / ``answer_embeddings``: settled at
+   once (hold released, cost 0, ``cache_hit`` and ``cache_saved_micro`` in
+   ``request.settled``), ``x-fb-cache: hit``, a stream replayed as SSE.
+
+Misses answer ``x-fb-cache: miss``; a request that asked for the cache where
+it may not be used answers ``x-fb-cache: bypass`` and ``x-fb-cache-reason``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from pricing.usage import TokenUsage
+from proxy.api.classify import Classified
+from proxy.cache.entry import Entry, StreamCapture, chat_entry, replay_chunks
+from proxy.cache.policy import HEADER, OFF, CacheUse, cache_use, chat_key, embeddings_key
+from proxy.metering import Meter
+from proxy.runtime import Runtime
+from proxy.settlement import cost_of
+from proxy.snapshot import Alias, Deployment
+from proxy.upstream.sse import DONE
+
+
+@dataclass(slots=True)
+class CacheStep:
+    """One request's use of the cache: its decision, key, and the answer it fetched to store."""
+
+    use: CacheUse
+    kind: str = "chat"
+    team: str = ""
+    key: str = ""  # the first candidate's: the flight's, and where a fresh answer is stored
+    lookups: tuple[str, ...] = ()  # every candidate model's key, in routing order
+    max_output_tokens: int = 0
+    body: Mapping[str, Any] = field(default_factory=dict)
+    capture: StreamCapture | None = None  # a leading stream's chunks, as relayed
+    entry: Entry | None = None  # a leading request's answer, to store
+
+    def keep(self, rt: Runtime, meter: Meter, dep: Deployment, body: Mapping[str, Any], usage: TokenUsage) -> None:
+        """The upstream answer of a leading request (only a 200 reaches here)."""
+        if not self.use.write:
+            return
+        currency = meter.tab.snapshot.currency
+        if self.kind == "chat":
+            self.entry = chat_entry(body, usage, dep.id, meter.tab.total_cost, currency)
+        else:
+            self.entry = Entry("embeddings", {k: v for k, v in body.items() if k in ("object", "data")}, usage,
+                               dep.id, meter.tab.total_cost, currency)
+        if self.entry is not None:
+            self.key = self._key_for(dep.model)  # failover may have answered with another model
+
+    def _key_for(self, model: str) -> str:
+        if self.kind == "chat":
+            return chat_key(self.team, model, self.body, self.max_output_tokens)
+        return embeddings_key(self.team, model, self.body)
+
+
+def _step(rt: Runtime, request: web.Request, alias: Alias, privacy: Classified, kind: str, body: Mapping[str, Any],
+          cands: Sequence[Deployment], max_output_tokens: int) -> CacheStep:
+    use = cache_use(alias_on=alias.cache, header=request.headers.get(HEADER),
+                    control=request.headers.get("Cache-Control"), kind=kind, body=body,
+                    data_class=privacy.data_class, redacted=privacy.redaction is not None,
+                    max_temperature=rt.options.cache_max_temperature)
+    if not (use.read or use.write):
+        return CacheStep(use)
+    step = CacheStep(use, kind, request["key"].team, max_output_tokens=max_output_tokens, body=body)
+    step.lookups = tuple(step._key_for(m) for m in dict.fromkeys(d.model for d in cands))
+    step.key = step.lookups[0]
+    return step
+
+
+def for_chat(rt: Runtime, request: web.Request, alias: Alias, privacy: Classified, body: Mapping[str, Any],
+             cands: Sequence[Deployment], max_output_tokens: int, stream: bool) -> CacheStep:
+    step = _step(rt, request, alias, privacy, "chat", body, cands, max_output_tokens)
+    if step.use.write and stream:
+        step.capture = StreamCapture()
+    return step
+
+
+def for_embeddings(rt: Runtime, request: web.Request, alias: Alias, privacy: Classified, body: Mapping[str, Any],
+                   cands: Sequence[Deployment]) -> CacheStep:
+    return _step(rt, request, alias, privacy, "embeddings", body, cands, 0)
+
+
+def headers_of(step: CacheStep) -> dict[str, str]:
+    """The cache headers of a request that did not hit."""
+    if step.use is OFF or not step.use.asked:
+        return {}
+    if step.use.bypass is not None:
+        return {HEADER: "bypass", "x-fb-cache-reason": step.use.bypass}
+    return {HEADER: "miss"}
+
+
+@asynccontextmanager
+async def serving(rt: Runtime, step: CacheStep, meter: Meter) -> AsyncIterator[Entry | None]:
+    """The entry to answer with, or None (then this request fetches, and its answer is stored on leaving)."""
+    if not (step.use.read or step.use.write):
+        yield None
+        return
+    if step.use.read:
+        for key in step.lookups:
+            raw = await rt.cache.get(key)
+            if raw is not None:
+                yield Entry.loads(raw)
+                return
+    async with rt.flights.join(step.key) as flight:
+        if not flight.leader:
+            yield Entry.loads(flight.entry) if flight.entry is not None and step.use.read else None
+            return
+        yield None
+        if step.capture is not None:
+            _keep_stream(rt, step, meter)
+        if step.entry is not None:
+            raw = step.entry.dumps()
+            flight.land(raw)
+            if len(raw) <= rt.options.cache_max_entry_bytes:
+                await rt.cache.put(step.key, raw, rt.options.cache_ttl_s)
+
+
+def _keep_stream(rt: Runtime, step: CacheStep, meter: Meter) -> None:
+    """A led stream that finished every choice, served by the last attempt, becomes the entry."""
+    assert step.capture is not None
+    body, tab = step.capture.body(), meter.tab
+    last = tab.path[-1] if tab.path else None
+    if body is None or last is None or last["outcome"] != "ok":
+        return
+    dep = tab.snapshot.deployments.get(last["deployment"])
+    if dep is not None:
+        step.keep(rt, meter, dep, body, tab.total_usage)
+
+
+def saved_micro(meter: Meter, entry: Entry, now: datetime) -> int:
+    """What the entry's answer would cost now at its deployment's price; else what it cost, in our currency."""
+    tab = meter.tab
+    assert tab.plan is not None
+    dep = tab.snapshot.deployments.get(entry.deployment)
+    if dep is not None:
+        try:
+            return cost_of(tab.snapshot, tab.plan.price_version, dep, entry.usage, now)
+        except LookupError:
+            pass
+    return entry.cost_micro if entry.currency == tab.snapshot.currency else 0
+
+
+def _settle_hit(rt: Runtime, meter: Meter, entry: Entry) -> dict[str, Any]:
+    """Settle a hit at once (hold released, cost 0); returns the answer's ``x_farebox`` block."""
+    tab = meter.tab
+    tab.cache_hit = True
+    tab.cache_saved_micro = saved_micro(meter, entry, datetime.fromtimestamp(rt.clock(), timezone.utc))
+    meter.settle(200, tab.snapshot.deployments.get(entry.deployment))
+    return {"request_id": tab.request_id, "deployment": entry.deployment, "attempts": 0, "cost": "0",
+            "cost_micro": 0, "currency": tab.snapshot.currency,
+            "price_version": tab.plan.price_version if tab.plan else None, "cache": "hit",
+            "cache_saved_micro": tab.cache_saved_micro, "path": []}
+
+
+def _hit_headers(meter: Meter, entry: Entry, headers: Mapping[str, str]) -> dict[str, str]:
+    return {**headers, HEADER: "hit", "x-fb-deployment": entry.deployment, "x-fb-attempts": "0"}
+
+
+async def answer_chat(request: web.Request, rt: Runtime, meter: Meter, entry: Entry, *, stream: bool,
+                      include_usage: bool, headers: Mapping[str, str]) -> web.StreamResponse:
+    """A chat hit, as a completion or replayed as an SSE stream."""
+    tab = meter.tab
+    x_farebox = _settle_hit(rt, meter, entry)
+    head = {"id": f"chatcmpl-{tab.request_id}", "created": int(rt.clock()), "model": tab.alias.name}
+    if not stream:
+        body = {**head, "object": "chat.completion", **entry.body, "usage": entry.usage.to_openai(),
+                "x_farebox": x_farebox}
+        return web.Response(body=orjson.dumps(body), content_type="application/json",
+                            headers=_hit_headers(meter, entry, headers))
+    resp = web.StreamResponse(status=200, headers={
+        **_hit_headers(meter, entry, headers), "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+        "x-request-id": request["client_request_id"] or tab.request_id, "x-fb-request-id": tab.request_id})
+    chunks = replay_chunks(entry)
+    if include_usage:
+        chunks.append({"choices": [], "usage": entry.usage.to_openai(), "x_farebox": x_farebox})
+    head["object"] = "chat.completion.chunk"
+    await resp.prepare(request)
+    await resp.write(b"".join(b"data: " + orjson.dumps({**head, **c}) + b"\n\n" for c in chunks) + DONE)
+    await resp.write_eof()
+    return resp
+
+
+def answer_embeddings(rt: Runtime, meter: Meter, entry: Entry, headers: Mapping[str, str]) -> web.Response:
+    x_farebox = _settle_hit(rt, meter, entry)
+    body = {**entry.body, "model": meter.tab.alias.name, "usage": {
+        "prompt_tokens": entry.usage.prompt_tokens, "total_tokens": entry.usage.prompt_tokens},
+        "x_farebox": x_farebox}
+    return web.Response(body=orjson.dumps(body), content_type="application/json",
+                        headers=_hit_headers(meter, entry, headers))
