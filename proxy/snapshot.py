@@ -173,6 +173,7 @@ class Team:
     name: str
     business_unit: str | None = None
     cost_centre: str | None = None  # finance's allocation code for the team's spend
+    body_log: bool = False  # opt-in: request and answer bodies kept encrypted (per-team key) for the retention
 
 
 @dataclass(frozen=True, slots=True)

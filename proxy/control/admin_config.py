@@ -90,7 +90,8 @@ async def list_teams(request: web.Request) -> web.Response:
     await allowed(request, "", "", "finance", "auditor")
     snap = request.app[RUNTIME].snapshot
     return web.json_response({"object": "list", "data": [
-        {"name": t.name, "business_unit": t.business_unit, "cost_centre": t.cost_centre} for t in snap.teams.values()]})
+        {"name": t.name, "business_unit": t.business_unit, "cost_centre": t.cost_centre, "body_log": t.body_log}
+        for t in snap.teams.values()]})
 
 
 async def put_team(request: web.Request) -> web.Response:

@@ -167,13 +167,14 @@ def _teams(root: Reader, bus: set[str]) -> dict[str, Team]:
     teams: dict[str, Team] = {}
     for r in root.items("teams", required=True):
         name, bu, cc = r.str("name"), r.str("business_unit", None), _cost_centre(r)
+        body_log = r.bool("body_log", False)
         if bu is not None and bu not in bus:
             r.problems.add(r.at("business_unit"), f"unknown business unit {bu!r}")
         if name in teams:
             r.problems.add(r.at("name"), f"duplicate team {name!r}")
         r.reject_unknown()
         if name:
-            teams[name] = Team(name=name, business_unit=bu, cost_centre=cc)
+            teams[name] = Team(name=name, business_unit=bu, cost_centre=cc, body_log=body_log)
     return teams
 
 
