@@ -25,7 +25,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from farebox.control import open_config_db
-from farebox.pod import build_runtime, first_snapshot
+from farebox.pod import body_log_ctx, build_runtime, first_snapshot
 from farebox.reload import SnapshotFollower, attach_config_topic, config_topic_ctx, follow_ctx
 from farebox.settings import Settings, load_secrets
 from ledger.codec import from_dict
@@ -37,6 +37,7 @@ from proxy.admission.wallet import WalletPolicy, Wallets
 from proxy.api.app import create_app
 from proxy.control.errors import ControlUnavailable
 from proxy.control.service import ControlService
+from proxy.cache.redis_cache import RedisCache
 from proxy.idempotency.redis_store import RedisIdempotency
 from proxy.metrics import Metrics
 from proxy.recorder import Recorder
@@ -77,6 +78,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     recorder = Recorder(events, Metrics())  # the worker projects the ledger; this pod keeps none
     limits = RedisBuckets.from_url(d.redis_url, pods=d.pods)
     idempotency = RedisIdempotency.from_url(d.redis_url)  # Idempotency-Key records shared by every pod
+    cache = RedisCache.from_url(d.redis_url)  # the response cache, shared by every pod
     clock = time.time
     wallets = Wallets(settings.pod_id, recorder.emit, lambda: datetime.fromtimestamp(clock(), timezone.utc),
                       WalletPolicy(lease_wait_s=d.lease_wait_s, low_water_pct=d.low_water_pct,
@@ -92,15 +94,17 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     redis = aioredis.Redis.from_url(d.redis_url)
     budgets = LeaseBudgets(wallets, settings.hold_ttl_s, read_scope=RedisProjections(redis).read_scope)
     runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets, limits=limits, control=control,
-                            idempotency=idempotency)
+                            idempotency=idempotency, cache=cache)
     follower.swap, follower.emit = pod.swap, recorder.emit
     app = create_app(runtime)
+    app.cleanup_ctx.append(functools.partial(body_log_ctx, runtime=runtime))
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         await limits.start()
         yield
         await limits.close()
         await idempotency.close()
+        await cache.close()
         await events.close()
 
     async def wallet_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from farebox.archiving import embedded_archive_ctx
 from farebox.control import open_config_db
-from farebox.pod import build_runtime, first_snapshot
+from farebox.pod import body_log_ctx, build_runtime, first_snapshot
 from farebox.reload import SnapshotFollower, follow_ctx
 from farebox.settings import Settings, load_secrets
 from pricing.tokenizer import encoding_for_model, preload
@@ -82,6 +82,7 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
     # Load exact tokenizers now, not on the first request (tens of ms each).
     preload(*{e for d in snapshot.deployments.values() if (e := encoding_for_model(d.model, d.tokenizer))})
     app = create_app(runtime)
+    app.cleanup_ctx.append(functools.partial(body_log_ctx, runtime=runtime))
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         follower = asyncio.create_task(runner.follow())

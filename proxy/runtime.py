@@ -24,6 +24,7 @@ from pricing.calibration import Estimator
 from proxy.admission.budget_port import BudgetPort
 from proxy.admission.limits import Buckets
 from proxy.admission.limits.settler import LimitSettler
+from proxy.bodylog import BodyLog
 from proxy.cache import CachePort, Flights, MemoryCache
 from proxy.idempotency import IdempotencyStore, MemoryIdempotency
 from proxy.metrics import Metrics
@@ -86,6 +87,7 @@ class Runtime:
     control: ControlStore | None = None  # admin writes (None: a pod without a config database)
     cache: CachePort = field(default_factory=MemoryCache)  # exact response cache: in-process LRU, or Redis
     flights: Flights = field(default_factory=Flights)  # identical concurrent cache misses share one call
+    body_log: BodyLog | None = None  # opt-in encrypted body logging (None: no master key configured)
     estimator: Estimator = field(default_factory=Estimator)  # input tokens; calibrated per key
     outputs: OutputLearner = field(default_factory=OutputLearner)  # output used per key and alias: right-sized holds
     routing: RoutingState = field(default_factory=RoutingState)  # breakers, health, 429 pauses, retry budgets

@@ -17,6 +17,11 @@ How a handler uses it (``chat.py``, ``embeddings.py``), in request order:
 
 Misses answer ``x-fb-cache: miss``; a request that asked for the cache where
 it may not be used answers ``x-fb-cache: bypass`` and ``x-fb-cache-reason``.
+
+The same step hands a fetched answer to the team's body log when the team
+opted in (``Team.body_log``): the caller's request body and the answer it
+got, queued for sealing (``proxy.bodylog``). Hits and failed requests are not
+logged (a hit's answer is the logged answer of the request that fetched it).
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from proxy.upstream.sse import DONE
 
 @dataclass(slots=True)
 class CacheStep:
-    """One request's use of the cache: its decision, key, and the answer it fetched to store."""
+    """One request's use of the cache (and of the team's body log): decision, keys, the answer it fetched."""
 
     use: CacheUse
     kind: str = "chat"
@@ -52,26 +57,30 @@ class CacheStep:
     lookups: tuple[str, ...] = ()  # every candidate model's key, in routing order
     max_output_tokens: int = 0
     body: Mapping[str, Any] = field(default_factory=dict)
-    capture: StreamCapture | None = None  # a leading stream's chunks, as relayed
-    entry: Entry | None = None  # a leading request's answer, to store
+    log_bodies: bool = False  # the team keeps its bodies (encrypted): the answer goes to ``rt.body_log``
+    capture: StreamCapture | None = None  # a fetched stream's chunks, as relayed
+    answer: tuple[Deployment, Mapping[str, Any], TokenUsage] | None = None  # a fetched answer (200 only)
 
     def keep(self, rt: Runtime, meter: Meter, dep: Deployment, body: Mapping[str, Any], usage: TokenUsage) -> None:
-        """The upstream answer of a leading request (only a 200 reaches here)."""
-        if not self.use.write:
-            return
-        currency = meter.tab.snapshot.currency
-        if self.kind == "chat":
-            self.entry = chat_entry(body, usage, dep.id, meter.tab.total_cost, currency)
-        else:
-            self.entry = Entry("embeddings", {k: v for k, v in body.items() if k in ("object", "data")}, usage,
-                               dep.id, meter.tab.total_cost, currency)
-        if self.entry is not None:
-            self.key = self._key_for(dep.model)  # failover may have answered with another model
+        """The upstream answer of a request that fetched one (only a 200 reaches here)."""
+        if self.use.write or self.log_bodies:
+            self.answer = (dep, body, usage)
 
     def _key_for(self, model: str) -> str:
         if self.kind == "chat":
             return chat_key(self.team, model, self.body, self.max_output_tokens)
         return embeddings_key(self.team, model, self.body)
+
+    def entry(self, meter: Meter) -> Entry | None:
+        """The fetched answer as a cache entry; None when there is none or it must not be stored."""
+        if self.answer is None or not self.use.write:
+            return None
+        dep, body, usage = self.answer
+        currency = meter.tab.snapshot.currency
+        if self.kind == "chat":
+            return chat_entry(body, usage, dep.id, meter.tab.total_cost, currency)
+        return Entry("embeddings", {k: v for k, v in body.items() if k in ("object", "data")}, usage, dep.id,
+                     meter.tab.total_cost, currency)
 
 
 def _step(rt: Runtime, request: web.Request, alias: Alias, privacy: Classified, kind: str, body: Mapping[str, Any],
@@ -80,18 +89,22 @@ def _step(rt: Runtime, request: web.Request, alias: Alias, privacy: Classified, 
                     control=request.headers.get("Cache-Control"), kind=kind, body=body,
                     data_class=privacy.data_class, redacted=privacy.redaction is not None,
                     max_temperature=rt.options.cache_max_temperature)
-    if not (use.read or use.write):
+    team = request["key"].team
+    owner = rt.snapshot.teams.get(team)
+    log_bodies = rt.body_log is not None and owner is not None and owner.body_log
+    if not (use.read or use.write or log_bodies):
         return CacheStep(use)
-    step = CacheStep(use, kind, request["key"].team, max_output_tokens=max_output_tokens, body=body)
-    step.lookups = tuple(step._key_for(m) for m in dict.fromkeys(d.model for d in cands))
-    step.key = step.lookups[0]
+    step = CacheStep(use, kind, team, max_output_tokens=max_output_tokens, body=body, log_bodies=log_bodies)
+    if use.read or use.write:
+        step.lookups = tuple(step._key_for(m) for m in dict.fromkeys(d.model for d in cands))
+        step.key = step.lookups[0]
     return step
 
 
 def for_chat(rt: Runtime, request: web.Request, alias: Alias, privacy: Classified, body: Mapping[str, Any],
              cands: Sequence[Deployment], max_output_tokens: int, stream: bool) -> CacheStep:
     step = _step(rt, request, alias, privacy, "chat", body, cands, max_output_tokens)
-    if step.use.write and stream:
+    if stream and (step.use.write or step.log_bodies):
         step.capture = StreamCapture()
     return step
 
@@ -103,7 +116,7 @@ def for_embeddings(rt: Runtime, request: web.Request, alias: Alias, privacy: Cla
 
 def headers_of(step: CacheStep) -> dict[str, str]:
     """The cache headers of a request that did not hit."""
-    if step.use is OFF or not step.use.asked:
+    if not step.use.asked:
         return {}
     if step.use.bypass is not None:
         return {HEADER: "bypass", "x-fb-cache-reason": step.use.bypass}
@@ -112,34 +125,46 @@ def headers_of(step: CacheStep) -> dict[str, str]:
 
 @asynccontextmanager
 async def serving(rt: Runtime, step: CacheStep, meter: Meter) -> AsyncIterator[Entry | None]:
-    """The entry to answer with, or None (then this request fetches, and its answer is stored on leaving)."""
-    if not (step.use.read or step.use.write):
-        yield None
-        return
+    """The entry to answer with, or None: then this request fetches, and on leaving its answer is stored
+    (and logged, when its team keeps bodies)."""
     if step.use.read:
         for key in step.lookups:
             raw = await rt.cache.get(key)
             if raw is not None:
                 yield Entry.loads(raw)
                 return
+    if not step.use.write:
+        yield None
+        _finish(rt, step, meter)
+        return
     async with rt.flights.join(step.key) as flight:
-        if not flight.leader:
-            yield Entry.loads(flight.entry) if flight.entry is not None and step.use.read else None
+        if not flight.leader and flight.entry is not None and step.use.read:
+            yield Entry.loads(flight.entry)
             return
         yield None
-        if step.capture is not None:
-            _keep_stream(rt, step, meter)
-        if step.entry is not None:
-            raw = step.entry.dumps()
+        entry = _finish(rt, step, meter)
+        if entry is not None:
+            raw = entry.dumps()
             flight.land(raw)
             if len(raw) <= rt.options.cache_max_entry_bytes:
-                await rt.cache.put(step.key, raw, rt.options.cache_ttl_s)
+                key = step._key_for(step.answer[0].model) if step.answer else step.key  # failover: its model
+                await rt.cache.put(key, raw, rt.options.cache_ttl_s)
+
+
+def _finish(rt: Runtime, step: CacheStep, meter: Meter) -> Entry | None:
+    """After a fetch: the stream's answer assembled, the bodies logged, the entry to store."""
+    if step.capture is not None:
+        _keep_stream(rt, step, meter)
+    if step.log_bodies and step.answer is not None and rt.body_log is not None:
+        rt.body_log.record(step.team, meter.tab.request_id, step.body, step.answer[1])
+    return step.entry(meter)
 
 
 def _keep_stream(rt: Runtime, step: CacheStep, meter: Meter) -> None:
-    """A led stream that finished every choice, served by the last attempt, becomes the entry."""
+    """A fetched stream that finished every choice, served by the last attempt, becomes the answer."""
     assert step.capture is not None
     body, tab = step.capture.body(), meter.tab
+    step.capture = None
     last = tab.path[-1] if tab.path else None
     if body is None or last is None or last["outcome"] != "ok":
         return

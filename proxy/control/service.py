@@ -56,6 +56,10 @@ class ControlService:
     async def denied(self, actor: str, action: str, obj: str) -> None:
         await asyncio.to_thread(self.db.record, actor, action, obj, "denied")
 
+    async def accessed(self, actor: str, action: str, obj: str) -> None:
+        """Audit a sensitive read before it is answered; raises ``ControlUnavailable`` when it cannot be."""
+        await asyncio.to_thread(self.db.record_access, actor, action, obj)
+
     async def rejected(self, actor: str, action: str, obj: str, problems: list[str]) -> None:
         await asyncio.to_thread(self.db.record, actor, action, obj, "rejected", None, {"problems": problems})
 

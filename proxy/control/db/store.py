@@ -179,6 +179,12 @@ class ConfigDB:
         except ControlUnavailable:
             log.warning("could not audit %s %s by %s (%s): database down", action, obj, actor, outcome)
 
+    def record_access(self, actor: str, action: str, obj: str) -> None:
+        """An audit row for a read that must not happen unaudited: raises ``ControlUnavailable`` if not written."""
+        with self._guard(), Session(self.engine) as s, s.begin():
+            s.add(AuditRow(at=self.now(), actor=actor, action=action, object=obj, outcome="ok", before=None,
+                           after=None, snapshot_version=None))
+
 
 def audit_view(r: AuditRow) -> dict[str, Any]:
     return {"id": r.id, "at": _iso(r.at), "actor": r.actor, "action": r.action, "object": r.object,
