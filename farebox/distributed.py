@@ -35,9 +35,9 @@ from proxy.admission.limits.redis_buckets import RedisBuckets
 from proxy.admission.scope_states import ScopeStates
 from proxy.admission.wallet import WalletPolicy, Wallets
 from proxy.api.app import create_app
+from proxy.cache.redis_cache import RedisCache
 from proxy.control.errors import ControlUnavailable
 from proxy.control.service import ControlService
-from proxy.cache.redis_cache import RedisCache
 from proxy.idempotency.redis_store import RedisIdempotency
 from proxy.metrics import Metrics
 from proxy.recorder import Recorder

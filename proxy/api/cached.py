@@ -38,7 +38,7 @@ from aiohttp import web
 from pricing.usage import TokenUsage
 from proxy.api.classify import Classified
 from proxy.cache.entry import Entry, StreamCapture, chat_entry, replay_chunks
-from proxy.cache.policy import HEADER, OFF, CacheUse, cache_use, chat_key, embeddings_key
+from proxy.cache.policy import HEADER, CacheUse, cache_use, chat_key, embeddings_key
 from proxy.metering import Meter
 from proxy.runtime import Runtime
 from proxy.settlement import cost_of

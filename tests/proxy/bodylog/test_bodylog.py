@@ -24,8 +24,8 @@ from proxy.api.app import create_app
 from proxy.bodylog import BodyLog, BodyStore, TeamCipher
 from proxy.bodylog.cipher import SealError
 from proxy.control.db import migrate
-from proxy.control.declarative import compile_snapshot
 from proxy.control.db.store import ConfigDB
+from proxy.control.declarative import compile_snapshot
 from proxy.control.keys import mint_admin_token
 from proxy.control.service import ControlService
 from proxy.runtime import Runtime
