@@ -4,7 +4,7 @@ business units, admin tokens, the audit log and the live snapshot.
     GET /admin/v1/aliases | PUT /admin/v1/aliases/{name}              admin (reads: auditor)
     GET /admin/v1/deployments | PUT /admin/v1/deployments/{id}        admin
     GET /admin/v1/prices | POST /admin/v1/prices | PUT /admin/v1/prices/v{n}   admin; a new version, never an edit
-    GET /admin/v1/teams | PUT /admin/v1/teams/{name}                  admin
+    GET /admin/v1/teams | PUT /admin/v1/teams/{name}                  admin ({business_unit, cost_centre, body_log})
     GET /admin/v1/apps | PUT /admin/v1/apps/{team}/{name}             admin ({cost_centre}: overrides the team's)
     GET /admin/v1/business-units | PUT /admin/v1/business-units/{name}   admin
     GET/POST /admin/v1/admin-tokens, POST /admin/v1/admin-tokens/{name}:revoke   admin

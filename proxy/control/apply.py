@@ -58,7 +58,7 @@ def _sync(s: Session, diff: list[str], kind: str, model: type, key: str, desired
         row = current.get(name)
         if row is None:
             s.add(build(name, want))
-            shown = {k: v for k, v in want.items() if v is not None}
+            shown = {k: v for k, v in want.items() if v is not None and v is not False}  # defaults unshown
             diff.append(f"+ {kind} {name}" + (f": {_fmt(shown)}" if shown else ""))
         elif view(row) != want:
             diff.append(f"~ {kind} {name}: {_changed(view(row), want)}")

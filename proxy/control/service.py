@@ -94,7 +94,7 @@ class ControlService:
         return (await self.run(actor, "budgets.set", f"budget:{scope}", changes.set_budget(scope, spec))).after
 
     async def put_team(self, actor: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        _only(body, "business_unit", "cost_centre")
+        _only(body, "business_unit", "cost_centre", "body_log")
         mutation = changes.put_team(name, body)
         return (await self.run(actor, "teams.put", f"team:{name}", mutation)).after
 
