@@ -26,6 +26,8 @@ logged (a hit's answer is the logged answer of the request that fetched it).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -44,6 +46,8 @@ from proxy.runtime import Runtime
 from proxy.settlement import cost_of
 from proxy.snapshot import Alias, Deployment
 from proxy.upstream.sse import DONE
+
+log = logging.getLogger("farebox.proxy")
 
 
 @dataclass(slots=True)
@@ -126,29 +130,56 @@ def headers_of(step: CacheStep) -> dict[str, str]:
 @asynccontextmanager
 async def serving(rt: Runtime, step: CacheStep, meter: Meter) -> AsyncIterator[Entry | None]:
     """The entry to answer with, or None: then this request fetches, and on leaving its answer is stored
-    (and logged, when its team keeps bodies)."""
-    if step.use.read:
-        for key in step.lookups:
-            raw = await rt.cache.get(key)
-            if raw is not None:
-                yield Entry.loads(raw)
-                return
-    if not step.use.write:
-        yield None
-        _finish(rt, step, meter)
+    (and logged, when its team keeps bodies).
+
+    The request is admitted before this and settled by whoever answers it; if it ends while still
+    looking up or waiting for the flight it leads nothing and is settled here (499 when its caller left).
+    """
+    flight = None
+    try:
+        hit = await _stored(rt, step)
+        if hit is None and step.use.write:
+            flight = await rt.flights.join(step.key)
+            if not flight.leader and flight.entry is not None and step.use.read:
+                hit = _loaded(flight.entry)
+    except BaseException as exc:
+        meter.settle(499 if isinstance(exc, asyncio.CancelledError) else 500, None)
+        raise
+    if hit is not None:
+        yield hit
         return
-    async with rt.flights.join(step.key) as flight:
-        if not flight.leader and flight.entry is not None and step.use.read:
-            yield Entry.loads(flight.entry)
-            return
+    landed = None
+    try:
         yield None
         entry = _finish(rt, step, meter)
-        if entry is not None:
-            raw = entry.dumps()
-            flight.land(raw)
-            if len(raw) <= rt.options.cache_max_entry_bytes:
-                key = step._key_for(step.answer[0].model) if step.answer else step.key  # failover: its model
-                await rt.cache.put(key, raw, rt.options.cache_ttl_s)
+        if entry is not None and step.use.write:
+            landed = entry.dumps()
+    finally:
+        if flight is not None:
+            rt.flights.land(flight, landed)  # None (an error, the caller left): followers fetch themselves
+    if landed is not None and len(landed) <= rt.options.cache_max_entry_bytes:
+        assert step.answer is not None
+        await rt.cache.put(step._key_for(step.answer[0].model), landed, rt.options.cache_ttl_s)  # failover: its model
+
+
+async def _stored(rt: Runtime, step: CacheStep) -> Entry | None:
+    """The first stored entry under the candidates' keys, if reading is allowed."""
+    if not step.use.read:
+        return None
+    for key in step.lookups:
+        raw = await rt.cache.get(key)
+        if raw is not None and (entry := _loaded(raw)) is not None:
+            return entry
+    return None
+
+
+def _loaded(raw: bytes) -> Entry | None:
+    """An entry's bytes, or None when they do not read as one (a miss, logged)."""
+    try:
+        return Entry.loads(raw)
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("unreadable response cache entry skipped: %s", type(exc).__name__)
+        return None
 
 
 def _finish(rt: Runtime, step: CacheStep, meter: Meter) -> Entry | None:

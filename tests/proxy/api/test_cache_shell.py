@@ -180,3 +180,19 @@ async def test_a_malformed_cache_header_is_a_400_naming_it(pod: Pod) -> None:
     assert resp.status == 400 and body["error"]["param"] == "x-fb-cache"
     assert "x-fb-cache" in body["error"]["message"]
     assert pod.log.events == []  # refused before admission: nothing held
+
+
+async def test_a_follower_whose_caller_leaves_while_waiting_is_settled(pod: Pod) -> None:
+    marker = uuid.uuid4().hex
+    slow = {"x-sim-ttft-ms": "600"}
+    leader = asyncio.create_task(pod.post("/v1/chat/completions", chat(marker), **slow))
+    await asyncio.sleep(0.1)
+    with pytest.raises(asyncio.TimeoutError):  # the caller gives up while the leader's call is in the air
+        await asyncio.wait_for(pod.post("/v1/chat/completions", chat(marker), **slow), 0.2)
+    assert (await leader).status == 200
+    deadline = time.monotonic() + 3
+    while len(pod.budgets.settled) < len(pod.budgets.asks) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert len(pod.budgets.asks) == 2 and set(pod.budgets.settled) == {a.request_id for a in pod.budgets.asks}
+    statuses = sorted(e.final_status for e in pod.settled())
+    assert statuses == [200, 499] and await pod.upstream_calls(marker) == 1

@@ -116,23 +116,32 @@ async def test_followers_get_the_leaders_entry_and_go_upstream_themselves_when_i
     seen: list[tuple[bool, bytes | None]] = []
 
     async def one(result: bytes | None) -> None:
-        async with flights.join("k") as flight:
-            seen.append((flight.leader, flight.entry))
-            if flight.leader:
-                await release.wait()
-                if result is not None:
-                    flight.land(result)
+        flight = await flights.join("k")
+        seen.append((flight.leader, flight.entry))
+        if flight.leader:
+            await release.wait()
+            flights.land(flight, result)
 
-    tasks = [asyncio.create_task(one(b"entry")) for _ in range(5)]
-    await asyncio.sleep(0.01)
-    release.set()
-    await asyncio.gather(*tasks)
-    assert sorted(seen, key=lambda s: not s[0]) == [(True, None)] + [(False, b"entry")] * 4
-    assert len(flights) == 0
-    release.clear()
-    seen.clear()
-    tasks = [asyncio.create_task(one(None)) for _ in range(3)]  # the leader fails: followers get None
-    await asyncio.sleep(0.01)
-    release.set()
-    await asyncio.gather(*tasks)
-    assert sorted(seen, key=lambda s: not s[0]) == [(True, None), (False, None), (False, None)]
+    for result, followers in ((b"entry", 4), (None, 2)):
+        release.clear()
+        seen.clear()
+        tasks = [asyncio.create_task(one(result)) for _ in range(followers + 1)]
+        await asyncio.sleep(0.01)
+        assert len(flights) == 1
+        release.set()
+        await asyncio.gather(*tasks)
+        assert sorted(seen, key=lambda s: not s[0]) == [(True, None)] + [(False, result)] * followers
+        assert len(flights) == 0
+
+
+async def test_a_follower_leaving_does_not_cancel_the_flight() -> None:
+    flights = Flights()
+    leader = await flights.join("k")
+    follower = asyncio.create_task(flights.join("k"))
+    await asyncio.sleep(0)
+    follower.cancel()
+    await asyncio.gather(follower, return_exceptions=True)
+    late = asyncio.create_task(flights.join("k"))
+    await asyncio.sleep(0)
+    flights.land(leader, b"e")
+    assert (await late).entry == b"e"
