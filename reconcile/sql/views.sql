@@ -73,7 +73,7 @@ QUALIFY row_number() OVER (PARTITION BY id ORDER BY pos) = 1;
 -- * cost_micro: what the request cost: the settled cost, or for an expiry the largest hold it charged in full
 --   (as ledger/rollups.py counts it). scope_costs: the charge per scope; holds: the hold per scope.
 -- * fallback: served (settled below 400) after more than one attempt or by a deployment other than the first
---   tried. hedge_micro is 0 until hedging exists.
+--   tried; never a cache hit (no attempt). hedge_micro is 0 until hedging exists.
 -- * cache_hit/cache_saved_micro: answered from the response cache, and what that answer would have cost upstream
 --   (request.settled's cache_saved_micro, read from the event JSON of hits only; 0 otherwise).
 -- * ttft_ms_sum/ttft_count: the TTFT of the attempts delivered while the request was open (each attempt
@@ -141,7 +141,7 @@ SELECT adm.request_id, strftime(timezone(getvariable('budget_tz'), a.at), '%Y-%m
             ELSE 0 END AS cost_micro,
        c.scope_costs, coalesce(c.overrun_micro, 0) AS overrun_micro,
        coalesce(c.type = 'request.settled' AND c.status < 400, false) AS served,
-       coalesce(c.type = 'request.settled' AND c.status < 400
+       coalesce(c.type = 'request.settled' AND c.status < 400 AND NOT coalesce(c.cache_hit, false)
                 AND (c.attempts > 1 OR c.deployment IS DISTINCT FROM t.first_deployment), false) AS fallback,
        0::BIGINT AS hedge_micro, coalesce(c.cache_hit, false) AS cache_hit,
        coalesce(c.cache_saved_micro, 0)::BIGINT AS cache_saved_micro,

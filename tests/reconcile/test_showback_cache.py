@@ -22,11 +22,13 @@ def test_a_hit_costs_nothing_and_its_saving_is_summed_per_group(tmp_path: Path) 
     assert decode(encode(hit)) == hit
     events = [*month_events(), _admit("c1", at, 9_000), hit]
     with Warehouse(write_archive(tmp_path / "archive", events)) as wh:
-        [req] = wh.query("SELECT served, cost_micro, cache_hit, cache_saved_micro, attempts FROM requests "
+        [req] = wh.query("SELECT served, fallback, cost_micro, cache_hit, cache_saved_micro, attempts FROM requests "
                          "WHERE request_id = 'c1'").dicts()
-        assert req == {"served": True, "cost_micro": 0, "cache_hit": True, "cache_saved_micro": 7_000, "attempts": 0}
+        assert req == {"served": True, "fallback": False, "cost_micro": 0, "cache_hit": True,
+                       "cache_saved_micro": 7_000, "attempts": 0}
         rows = {r["team"]: r for r in showback(wh, "2026-12", ["team"], {}).dicts()}
         assert rows["payments"]["cache_saved_micro"] == 7_000 and rows["payments"]["spend_micro"] == 32_000
+        assert (rows["payments"]["served"], rows["payments"]["fallbacks"]) == (3, 1)  # the hit served, no fallback
         assert rows["search"]["cache_saved_micro"] == 0
 
 
