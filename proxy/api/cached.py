@@ -57,7 +57,7 @@ class CacheStep:
     use: CacheUse
     kind: str = "chat"
     team: str = ""
-    key: str = ""  # the first candidate's: the flight's, and where a fresh answer is stored
+    key: str = ""  # the first candidate's model's: identical requests share a flight under it
     lookups: tuple[str, ...] = ()  # every candidate model's key, in routing order
     max_output_tokens: int = 0
     body: Mapping[str, Any] = field(default_factory=dict)
@@ -65,12 +65,13 @@ class CacheStep:
     capture: StreamCapture | None = None  # a fetched stream's chunks, as relayed
     answer: tuple[Deployment, Mapping[str, Any], TokenUsage] | None = None  # a fetched answer (200 only)
 
-    def keep(self, rt: Runtime, meter: Meter, dep: Deployment, body: Mapping[str, Any], usage: TokenUsage) -> None:
+    def keep(self, dep: Deployment, body: Mapping[str, Any], usage: TokenUsage) -> None:
         """The upstream answer of a request that fetched one (only a 200 reaches here)."""
         if self.use.write or self.log_bodies:
             self.answer = (dep, body, usage)
 
-    def _key_for(self, model: str) -> str:
+    def key_for(self, model: str) -> str:
+        """The key of this request's answer from ``model`` (stored under the model that answered)."""
         if self.kind == "chat":
             return chat_key(self.team, model, self.body, self.max_output_tokens)
         return embeddings_key(self.team, model, self.body)
@@ -100,7 +101,7 @@ def _step(rt: Runtime, request: web.Request, alias: Alias, privacy: Classified, 
         return CacheStep(use)
     step = CacheStep(use, kind, team, max_output_tokens=max_output_tokens, body=body, log_bodies=log_bodies)
     if use.read or use.write:
-        step.lookups = tuple(step._key_for(m) for m in dict.fromkeys(d.model for d in cands))
+        step.lookups = tuple(step.key_for(m) for m in dict.fromkeys(d.model for d in cands))
         step.key = step.lookups[0]
     return step
 
@@ -159,7 +160,7 @@ async def serving(rt: Runtime, step: CacheStep, meter: Meter) -> AsyncIterator[E
             rt.flights.land(flight, landed)  # None (an error, the caller left): followers fetch themselves
     if landed is not None and len(landed) <= rt.options.cache_max_entry_bytes:
         assert step.answer is not None
-        await rt.cache.put(step._key_for(step.answer[0].model), landed, rt.options.cache_ttl_s)  # failover: its model
+        await rt.cache.put(step.key_for(step.answer[0].model), landed, rt.options.cache_ttl_s)  # failover: its model
 
 
 async def _stored(rt: Runtime, step: CacheStep) -> Entry | None:
@@ -185,13 +186,13 @@ def _loaded(raw: bytes) -> Entry | None:
 def _finish(rt: Runtime, step: CacheStep, meter: Meter) -> Entry | None:
     """After a fetch: the stream's answer assembled, the bodies logged, the entry to store."""
     if step.capture is not None:
-        _keep_stream(rt, step, meter)
+        _keep_stream(step, meter)
     if step.log_bodies and step.answer is not None and rt.body_log is not None:
         rt.body_log.record(step.team, meter.tab.request_id, step.body, step.answer[1])
     return step.entry(meter)
 
 
-def _keep_stream(rt: Runtime, step: CacheStep, meter: Meter) -> None:
+def _keep_stream(step: CacheStep, meter: Meter) -> None:
     """A fetched stream that finished every choice, served by the last attempt, becomes the answer."""
     assert step.capture is not None
     body, tab = step.capture.body(), meter.tab
@@ -201,7 +202,7 @@ def _keep_stream(rt: Runtime, step: CacheStep, meter: Meter) -> None:
         return
     dep = tab.snapshot.deployments.get(last["deployment"])
     if dep is not None:
-        step.keep(rt, meter, dep, body, tab.total_usage)
+        step.keep(dep, body, tab.total_usage)
 
 
 def saved_micro(meter: Meter, entry: Entry, now: datetime) -> int:

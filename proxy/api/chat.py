@@ -146,7 +146,7 @@ async def _complete(
         return result
 
     dep, result = await settled_answer(rt, meter, cands, chain, attempt)
-    cache.keep(rt, meter, dep, result.body, result.usage)
+    cache.keep(dep, result.body, result.usage)
     body = {
         "id": f"chatcmpl-{meter.tab.request_id}",
         "object": "chat.completion",

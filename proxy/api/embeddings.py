@@ -51,7 +51,7 @@ async def create_embeddings(request: web.Request) -> web.StreamResponse:
 
     async def answer() -> web.Response:
         dep, result = await settled_answer(rt, meter, chain.deployments, chain, attempt)
-        cache.keep(rt, meter, dep, result.body, result.usage)
+        cache.keep(dep, result.body, result.usage)
         body = {**result.body, "model": alias.name, "usage": {
             "prompt_tokens": result.usage.prompt_tokens, "total_tokens": result.usage.prompt_tokens,
         }}
