@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
+from farebox.cli import main
 from farebox.pod import body_log_of
 from farebox.settings import load_settings
 from proxy.control.problems import ConfigError
+from tests.harness import test_config as write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "farebox.yaml"
@@ -68,3 +71,11 @@ def test_a_team_opting_in_without_a_key_is_a_problem(tmp_path: Path) -> None:
     assert "opt into body logging but FAREBOX_BODY_LOG_KEY is not set" in str(err.value)
     assert load_settings(write(tmp_path, mutate), env={"FAREBOX_BODY_LOG_KEY": KEY}).snapshot.teams[
         yaml.safe_load(EXAMPLE.read_text())["teams"][0]["name"]].body_log
+
+
+def test_the_cli_turns_a_teams_body_log_on_and_off(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_config(tmp_path, sim_port=9, gw_port=9)  # nothing is served: the CLI writes the config database
+    for flag, want in (("on", True), ("off", False)):
+        capsys.readouterr()
+        assert main(["teams", "set", "platform", "--body-log", flag, "--config", str(path)]) == 0
+        assert json.loads(capsys.readouterr().out)["body_log"] is want
