@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+import aiohttp
 import orjson
 from aiohttp import web
 
@@ -252,9 +253,13 @@ async def answer_chat(request: web.Request, rt: Runtime, meter: Meter, entry: En
     if include_usage:
         chunks.append({"choices": [], "usage": entry.usage.to_openai(), "x_farebox": x_farebox})
     head["object"] = "chat.completion.chunk"
-    await resp.prepare(request)
-    await resp.write(b"".join(b"data: " + orjson.dumps({**head, **c}) + b"\n\n" for c in chunks) + DONE)
-    await resp.write_eof()
+    data = b"".join(b"data: " + orjson.dumps({**head, **c}) + b"\n\n" for c in chunks) + DONE
+    try:
+        await resp.prepare(request)
+        await resp.write(data)
+        await resp.write_eof()
+    except (ConnectionError, aiohttp.ClientConnectionResetError):  # the caller left; the hit is already settled
+        pass
     return resp
 
 
