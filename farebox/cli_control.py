@@ -153,6 +153,8 @@ def _prices_list(args: argparse.Namespace) -> int:
 def _teams_set(args: argparse.Namespace) -> int:
     body = {name: value for name, value in (("business_unit", args.business_unit), ("cost_centre", args.cost_centre))
             if value is not None}
+    if args.body_log is not None:
+        body["body_log"] = args.body_log == "on"
     print(json.dumps(_run(_control(args.config).put_team(_actor(), args.name, body))))
     return 0
 
@@ -313,6 +315,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--config", required=True)
     s.add_argument("--business-unit")
     s.add_argument("--cost-centre", help="finance's allocation code for the team's spend (an app's overrides it)")
+    s.add_argument("--body-log", choices=("on", "off"), help="keep the team's request bodies encrypted (README)")
     s.set_defaults(func=_teams_set)
     apps = sub.add_parser("apps", help="apps").add_subparsers(dest="apps_command", required=True)
     s = apps.add_parser("set", help="create an app of a team or set its cost centre")

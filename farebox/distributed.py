@@ -26,7 +26,7 @@ from aiohttp import web
 
 from farebox.control import open_config_db
 from farebox.observe import build_tracing, tracing_ctx
-from farebox.pod import build_runtime, first_snapshot
+from farebox.pod import body_log_ctx, build_runtime, first_snapshot
 from farebox.reload import SnapshotFollower, attach_config_topic, config_topic_ctx, follow_ctx
 from farebox.settings import Settings, load_secrets
 from farebox.usage import attach_usage
@@ -38,6 +38,7 @@ from proxy.admission.limits.redis_buckets import RedisBuckets
 from proxy.admission.scope_states import ScopeStates
 from proxy.admission.wallet import WalletPolicy, Wallets
 from proxy.api.app import create_app
+from proxy.cache.redis_cache import RedisCache
 from proxy.control.errors import ControlUnavailable
 from proxy.control.service import ControlService
 from proxy.idempotency.redis_store import RedisIdempotency
@@ -80,6 +81,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     recorder = Recorder(events, Metrics())  # the worker projects the ledger; this pod keeps none
     limits = RedisBuckets.from_url(d.redis_url, pods=d.pods)
     idempotency = RedisIdempotency.from_url(d.redis_url)  # Idempotency-Key records shared by every pod
+    cache = RedisCache.from_url(d.redis_url)  # the response cache, shared by every pod
     clock = time.time
     wallets = Wallets(settings.pod_id, recorder.emit, lambda: datetime.fromtimestamp(clock(), timezone.utc),
                       WalletPolicy(lease_wait_s=d.lease_wait_s, low_water_pct=d.low_water_pct,
@@ -95,7 +97,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     redis = aioredis.Redis.from_url(d.redis_url)
     budgets = LeaseBudgets(wallets, settings.hold_ttl_s, read_scope=RedisProjections(redis).read_scope)
     runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets, limits=limits, control=control,
-                            idempotency=idempotency)
+                            idempotency=idempotency, cache=cache)
     follower.swap, follower.emit = pod.swap, recorder.emit
     state = recorder.metrics.state  # read at scrape time
     state.spool_bytes = lambda: events.spooled_bytes
@@ -106,12 +108,14 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     app = create_app(runtime, tracing=tracing)
     app.cleanup_ctx.append(tracing_ctx(tracing))
     attach_usage(app, settings.archive_root)  # the archiver consumer (`farebox archiver`) keeps this archive
+    app.cleanup_ctx.append(functools.partial(body_log_ctx, runtime=runtime))
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         await limits.start()
         yield
         await _step("closing the Redis buckets", limits.close(), 10.0)
         await _step("closing the idempotency store", idempotency.close(), 10.0)
+        await _step("closing the response cache", cache.close(), 10.0)
         await _step("flushing and closing the event log", events.close(), None)  # never cut: the money is in it
 
     async def wallet_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -6,13 +6,19 @@ neither imports the other's wiring.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
+from collections.abc import AsyncIterator
+
+from aiohttp import web
 
 from farebox.reload import SnapshotFollower
 from farebox.settings import Settings
 from proxy.admission.budget_port import BudgetPort
 from proxy.admission.limits import Buckets
+from proxy.bodylog import BodyLog, BodyStore, TeamCipher
+from proxy.cache import CachePort, MemoryCache
 from proxy.control.document import load_last_good
 from proxy.control.errors import ControlUnavailable
 from proxy.control.problems import ConfigError
@@ -33,16 +39,43 @@ def options_of(settings: Settings) -> ProxyOptions:
         idempotency_ttl_s=settings.idempotency_ttl_s,
         idempotency_max_answer_bytes=settings.idempotency_max_answer_bytes,
         budget_wait_s=settings.budget_wait_s, budget_wait_max_s=settings.budget_wait_max_s,
+        cache_ttl_s=settings.cache.ttl_s, cache_max_temperature=settings.cache.max_temperature,
+        cache_max_entry_bytes=settings.cache.max_entry_bytes,
     )
 
 
 def build_runtime(settings: Settings, secrets: Secrets, pod: PodState, *, recorder: Recorder, budgets: BudgetPort,
                   limits: Buckets, control: ControlStore | None,
-                  idempotency: IdempotencyStore | None = None) -> Runtime:
-    """The pod's runtime, once, with one adapter per port (idempotency: in-process unless given)."""
+                  idempotency: IdempotencyStore | None = None, cache: CachePort | None = None) -> Runtime:
+    """The pod's runtime, once, with one adapter per port (idempotency and cache: in-process unless given)."""
+    c = settings.cache
     return Runtime(pod=pod, secrets=secrets, options=options_of(settings), recorder=recorder, budgets=budgets,
                    limits=limits, upstream=UpstreamClient(secrets), control=control, rng=random.Random(),
-                   idempotency=idempotency or MemoryIdempotency())
+                   idempotency=idempotency or MemoryIdempotency(),
+                   cache=cache or MemoryCache(max_entries=c.max_entries, max_bytes=c.max_bytes),
+                   body_log=body_log_of(settings))
+
+
+def body_log_of(settings: Settings) -> BodyLog | None:
+    """The encrypted body log, when its master key is configured (its store opens here)."""
+    b = settings.body_log
+    if b.master_key is None:
+        return None
+    return BodyLog(BodyStore(b.url), TeamCipher(b.master_key), retention_s=b.retention_days * 86_400,
+                   sweep_s=b.sweep_interval_s)
+
+
+async def body_log_ctx(app: web.Application, runtime: Runtime) -> AsyncIterator[None]:
+    """Flush and sweep the body log while the app runs; write what is queued on shutdown."""
+    body_log = runtime.body_log
+    if body_log is None:
+        yield
+        return
+    task = asyncio.create_task(body_log.run())
+    yield
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await body_log.close()
 
 
 def first_snapshot(settings: Settings, follower: SnapshotFollower) -> Snapshot:

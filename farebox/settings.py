@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 from sqlalchemy.engine import make_url
 
+from farebox.data_settings import BodyLogSettings, CacheSettings, body_log_settings, cache_settings
 from farebox.settings_observe import OBSERVABILITY_SECTIONS, ObservabilitySettings, parse_observability
 from pricing.errors import PricingError
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
@@ -121,6 +122,8 @@ class Settings:
     mode: str = "embedded"  # embedded | distributed
     distributed: DistributedSettings = field(default_factory=DistributedSettings)
     archive: ArchiveSettings = field(default_factory=ArchiveSettings)
+    cache: CacheSettings = field(default_factory=CacheSettings)  # the exact response cache
+    body_log: BodyLogSettings = field(default_factory=BodyLogSettings)  # opt-in encrypted bodies per team
 
     @property
     def archive_root(self) -> Path:
@@ -231,6 +234,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     archive = _archive_settings(root.child("archive"), base)
     reconcile = _reconcile_settings(root.child("reconcile"), problems)
     observability = parse_observability(root, env, problems)
+    cache, body_log_section = cache_settings(root.child("cache")), root.child("body_log")
     root.skip(*CONTROL_SECTIONS)
     root.reject_unknown()
     control_tree = {k: tree[k] for k in CONTROL_SECTIONS if k in tree}
@@ -240,6 +244,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     secrets_file = base / secrets_name if secrets_name else None
     if secrets_file is not None and not secrets_file.exists():
         problems.add("secrets_file", f"{secrets_file} does not exist")
+    body_log = body_log_settings(body_log_section, state_dir, env, snapshot)
     problems.raise_if_any(str(path))
     assert snapshot is not None
     return Settings(
@@ -269,6 +274,8 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         archive=archive,
         reconcile=reconcile,
         observability=observability,
+        cache=cache,
+        body_log=body_log,
     )
 
 

@@ -20,7 +20,7 @@ from farebox.archiving import EmbeddedArchiver, embedded_archive_ctx
 from farebox.control import open_config_db
 from farebox.logs import configure_logging
 from farebox.observe import alerts_ctx, build_tracing, expiring_keys, tracing_ctx
-from farebox.pod import build_runtime, first_snapshot
+from farebox.pod import body_log_ctx, build_runtime, first_snapshot
 from farebox.reload import SnapshotFollower, follow_ctx
 from farebox.settings import Settings, load_secrets
 from farebox.usage import attach_usage
@@ -90,6 +90,7 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
     app = create_app(runtime, tracing=tracing)
     app.cleanup_ctx.append(tracing_ctx(tracing))
     app.cleanup_ctx.append(alerts_ctx(settings.observability.alerts, events, lambda: expiring_keys(pod.snapshot)))
+    app.cleanup_ctx.append(functools.partial(body_log_ctx, runtime=runtime))
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         follower = asyncio.create_task(runner.follow())

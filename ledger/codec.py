@@ -18,7 +18,8 @@ Upcasters (``_UPCASTERS``), each from one schema to the next:
 * ``request.admitted`` 2 -> 3: ``cost_centre`` = None, ``tags`` = {}, ``retry_of`` = None (no allocation, not a retry);
 * ``request.refused`` 1 -> 2: ``cost_centre`` = None, ``tags`` = {};
 * ``lease.returned`` 1 -> 2: ``funded_micro`` = 0 (no admission of it still on the way);
-* ``lease.requested`` 1 -> 2: ``least_micro`` = 0 (one request's hold: the whole amount).
+* ``lease.requested`` 1 -> 2: ``least_micro`` = 0 (one request's hold: the whole amount);
+* ``request.settled`` 1 -> 2: ``cache_saved_micro`` = 0 (no response cache saved anything).
 """
 
 from __future__ import annotations
@@ -158,6 +159,7 @@ _UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = 
     ("request.refused", 1): lambda d: {**d, "schema": 2, "cost_centre": None, "tags": {}},
     ("lease.returned", 1): lambda d: {**d, "schema": 2, "funded_micro": 0},
     ("lease.requested", 1): lambda d: {**d, "schema": 2, "least_micro": 0},
+    ("request.settled", 1): lambda d: {**d, "schema": 2, "cache_saved_micro": 0},
 }
 
 

@@ -139,9 +139,14 @@ class RequestAttempted(RequestEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestSettled(RequestEvent):
-    """The hold is replaced by the actual cost; ``final_status`` is the HTTP status the client got."""
+    """The hold is replaced by the actual cost; ``final_status`` is the HTTP status the client got.
+
+    A cache hit (``cache_hit``) has no attempt and costs 0; ``cache_saved_micro``
+    is what the cached answer would have cost upstream (0 for every other request).
+    """
 
     type: ClassVar[str] = "request.settled"
+    schema: ClassVar[int] = 2  # 2: ``cache_saved_micro`` (codec upcasts)
 
     final_status: int
     attempts: int
@@ -154,10 +159,11 @@ class RequestSettled(RequestEvent):
     overrun_micro: int
     cache_hit: bool
     latency_ms: int
+    cache_saved_micro: int = 0
 
     def __post_init__(self) -> None:
         RequestEvent.__post_init__(self)
-        for name in ("final_status", "attempts", "cost_micro", "overrun_micro", "latency_ms"):
+        for name in ("final_status", "attempts", "cost_micro", "overrun_micro", "latency_ms", "cache_saved_micro"):
             non_negative(self, name, getattr(self, name))
         check_usage(self, "usage")
         freeze_scope_map(self, "cost_by_scope")

@@ -112,7 +112,7 @@ class Meter:
         latency_s = time.monotonic() - self.started
         done = settlement(tab, final_status, dep, latency_ms=int(latency_s * 1000), now=self._now())
         rt.budgets.settle(tab.request_id, done.charges)
-        if final_status == 200 and tab.plan.max_output_tokens:  # what the key really uses of its cap
+        if final_status == 200 and tab.plan.max_output_tokens and not tab.cache_hit:  # what the key uses of its cap
             rt.outputs.observe(tab.key.key_id, tab.alias.name, tab.total_usage.completion_tokens,
                                tab.plan.max_output_tokens)
         self._count(final_status, dep, latency_s)

@@ -24,6 +24,8 @@ from pricing.calibration import Estimator
 from proxy.admission.budget_port import BudgetPort
 from proxy.admission.limits import Buckets
 from proxy.admission.limits.settler import LimitSettler
+from proxy.bodylog import BodyLog
+from proxy.cache import CachePort, Flights, MemoryCache
 from proxy.idempotency import IdempotencyStore, MemoryIdempotency
 from proxy.metrics import Metrics
 from proxy.ports import ControlStore
@@ -44,6 +46,9 @@ class ProxyOptions:
     idempotency_max_answer_bytes: int = 1024 * 1024  # larger answers are not stored (a retry runs again)
     budget_wait_s: float = 2.0  # how long a request may wait for in-flight holds to settle (default)
     budget_wait_max_s: float = 30.0  # the most a caller may ask for with x-fb-max-wait-ms
+    cache_ttl_s: int = 3600  # how long a response-cache entry is served
+    cache_max_temperature: float = 1.0  # above this temperature a request is never cached
+    cache_max_entry_bytes: int = 1024 * 1024  # larger answers are not stored
 
 
 class Watch(Protocol):
@@ -80,6 +85,9 @@ class Runtime:
     upstream: UpstreamClient  # its session opens with the app
     idempotency: IdempotencyStore = field(default_factory=MemoryIdempotency)  # Idempotency-Key records
     control: ControlStore | None = None  # admin writes (None: a pod without a config database)
+    cache: CachePort = field(default_factory=MemoryCache)  # exact response cache: in-process LRU, or Redis
+    flights: Flights = field(default_factory=Flights)  # identical concurrent cache misses share one call
+    body_log: BodyLog | None = None  # opt-in encrypted body logging (None: no master key configured)
     estimator: Estimator = field(default_factory=Estimator)  # input tokens; calibrated per key
     outputs: OutputLearner = field(default_factory=OutputLearner)  # output used per key and alias: right-sized holds
     routing: RoutingState = field(default_factory=RoutingState)  # breakers, health, 429 pauses, retry budgets

@@ -80,6 +80,8 @@ class Tab:
     tags: Mapping[str, str] = field(default_factory=dict)  # the caller's x-fb-tags
     retry_of: str | None = None  # a stream retried with the same Idempotency-Key: the first request's id
     privacy: PrivacyAudit | None = None  # what the privacy step did (kinds, counts, hashes; never values)
+    cache_hit: bool = False  # answered from the response cache: no attempt, no cost
+    cache_saved_micro: int = 0  # what that answer would have cost upstream
 
 
 def admitted_event(tab: Tab, plan: Plan, leases: dict[str, str], pod: str, hold_ttl_s: int,
@@ -154,8 +156,8 @@ def settlement(tab: Tab, final_status: int, dep: Deployment | None, *, latency_m
     event = RequestSettled(
         time=now, request_id=tab.request_id, team=tab.key.team, final_status=final_status, attempts=tab.attempts,
         deployment=dep.id if dep else None, usage=tab.total_usage, cost_micro=cost, currency=tab.snapshot.currency,
-        cost_by_scope=charges, hold_released=dict(tab.holds), overrun_micro=overrun, cache_hit=False,
-        latency_ms=latency_ms,
+        cost_by_scope=charges, hold_released=dict(tab.holds), overrun_micro=overrun, cache_hit=tab.cache_hit,
+        latency_ms=latency_ms, cache_saved_micro=tab.cache_saved_micro,
     )
     return Settlement(event, charges, overrun)
 

@@ -85,6 +85,7 @@ class Alias:
     sticky: bool = True  # x-fb-session / user / long prompt prefix pick the same deployment
     hedge: bool = False  # opt-in: second attempt when the first has no token by its p95 TTFT
     hedge_after_s: float | None = None  # fixed hedge delay; None: the deployment's p95 TTFT
+    cache: bool = False  # opt-in: exact response cache (a caller's x-fb-cache: on|off overrides)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +173,7 @@ class Team:
     name: str
     business_unit: str | None = None
     cost_centre: str | None = None  # finance's allocation code for the team's spend
+    body_log: bool = False  # opt-in: request and answer bodies kept encrypted (per-team key) for the retention
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,9 @@ ledger charges them):
   an expiry charged in full), tokens by type;
 * ``fallbacks`` and ``fallback_rate`` (of the served: after more than one
   attempt, or by a deployment other than the first tried);
-* ``hedge_micro`` (0 until hedging exists) and ``cache_saved_micro`` (0 until
-  there is a cache);
+* ``hedge_micro`` (0 until hedging exists) and ``cache_saved_micro`` (what the
+  requests answered from the response cache would have cost upstream; such a
+  hit itself costs 0 and counts as served);
 * budget against actual, for the budget scope of the first scope-bearing
   column of ``by`` (team -> ``team:``, business_unit -> ``bu:``, key_id ->
   ``key:``): the ledger's settled and held in that month (``scope_balances``,

@@ -17,7 +17,7 @@ from pricing.tokens import estimate_tokens
 from pricing.usage import TokenUsage
 from proxy.admission.auth import allowed_alias
 from proxy.admission.plan import chat_input_estimates, output_cap
-from proxy.api import idempotent, streaming
+from proxy.api import cached, idempotent, streaming
 from proxy.api.admit import admit
 from proxy.api.classify import Classified, classify_chat, routed
 from proxy.api.shell import open_meter, plan, route_headers, settled_answer
@@ -72,6 +72,7 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
     chain = await routed(privacy, plan(rt, snap, alias, needs, sticky_key(request.headers.get("x-fb-session"), call.body),
                                        allows_fallback(request.headers)))
     cands = honouring(chain.deployments, call.body)
+    cache = cached.for_chat(rt, request, alias, privacy, call.body, cands, max_out, call.stream)
     meter = open_meter(rt, snap, request, key, alias, run_id=run_id, data_class=privacy.data_class,
                        stream=call.stream)
     meter.tab.retry_of = retry_of
@@ -80,12 +81,18 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
     admitted = await admit(rt, meter, cands, est_in, max_out)
     if downgraded_from is not None:
         admitted.headers["x-fb-downgraded-from"] = downgraded_from
+    admitted.headers.update(cached.headers_of(cache))
     with ClientWatch(request, rt.pod) as watch:
         try:
-            if call.stream:
-                return await watch.run(streaming.relay(request, rt, call, cands, chain, meter, admitted.headers,
-                                                       watch, privacy))
-            return await watch.run(_complete(request, rt, call, cands, chain, meter, admitted.headers, privacy))
+            async with cached.serving(rt, cache, meter) as hit:
+                if hit is not None:
+                    return await cached.answer_chat(request, rt, meter, hit, stream=call.stream,
+                                                    include_usage=call.include_usage, headers=admitted.headers)
+                if call.stream:
+                    return await watch.run(streaming.relay(request, rt, call, cands, chain, meter, admitted.headers,
+                                                           watch, privacy, cache.capture))
+                return await watch.run(_complete(request, rt, call, cands, chain, meter, admitted.headers, privacy,
+                                                 cache))
         except GatewayError as exc:
             exc.headers["x-fb-attempts"] = str(meter.tab.attempts)
             raise
@@ -119,7 +126,7 @@ def honouring(cands: list[Deployment], body: dict) -> list[Deployment]:
 
 async def _complete(
     request: web.Request, rt: Runtime, call: ChatCall, cands: list[Deployment], chain: Chain, meter: Meter,
-    headers: dict[str, str], privacy: Classified,
+    headers: dict[str, str], privacy: Classified, cache: cached.CacheStep,
 ) -> web.Response:
     assert meter.tab.plan is not None
     upstream, timeouts = rt.upstream, Timeouts.of(chain.alias)
@@ -140,6 +147,7 @@ async def _complete(
         return result
 
     dep, result = await settled_answer(rt, meter, cands, chain, attempt)
+    cache.keep(dep, result.body, result.usage)
     body = {
         "id": f"chatcmpl-{meter.tab.request_id}",
         "object": "chat.completion",

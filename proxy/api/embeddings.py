@@ -7,6 +7,7 @@ from aiohttp import web
 
 from proxy.admission.auth import allowed_alias
 from proxy.admission.plan import embeddings_input_estimate
+from proxy.api import cached
 from proxy.api.admit import admit
 from proxy.api.classify import classify_texts, routed
 from proxy.api.shell import open_meter, plan, route_headers, settled_answer
@@ -33,10 +34,12 @@ async def create_embeddings(request: web.Request) -> web.StreamResponse:
     needs = Needs((("embeddings", "model"),), privacy.data_class, est_in, key_regions(key), key_deployments(key),
                   outside_class=privacy.outside_class, outside_refused=privacy.outside_class is None)
     chain = await routed(privacy, plan(rt, snap, alias, needs, None, allows_fallback(request.headers)))
+    cache = cached.for_embeddings(rt, request, alias, privacy, call.body, chain.deployments)
     meter = open_meter(rt, snap, request, key, alias, run_id=request.headers.get("x-fb-run-id"),
                        data_class=privacy.data_class, stream=False)
     meter.tab.privacy = privacy.audit(snap.privacy, chain.deployments[0], call.body.get("input"))
     admitted = await admit(rt, meter, chain.deployments, est_in, 0)
+    admitted.headers.update(cached.headers_of(cache))
     upstream, timeouts = rt.upstream, Timeouts.of(alias)
 
     async def attempt(dep: Deployment):
@@ -48,6 +51,7 @@ async def create_embeddings(request: web.Request) -> web.StreamResponse:
 
     async def answer() -> web.Response:
         dep, result = await settled_answer(rt, meter, chain.deployments, chain, attempt)
+        cache.keep(dep, result.body, result.usage)
         body = {**result.body, "model": alias.name, "usage": {
             "prompt_tokens": result.usage.prompt_tokens, "total_tokens": result.usage.prompt_tokens,
         }}
@@ -56,7 +60,10 @@ async def create_embeddings(request: web.Request) -> web.StreamResponse:
 
     with ClientWatch(request, rt.pod) as watch:
         try:
-            return await watch.run(answer())
+            async with cached.serving(rt, cache, meter) as hit:
+                if hit is not None:
+                    return cached.answer_embeddings(rt, meter, hit, admitted.headers)
+                return await watch.run(answer())
         except GatewayError as exc:
             exc.headers["x-fb-attempts"] = str(meter.tab.attempts)
             raise

@@ -38,6 +38,7 @@ from proxy.api.classify import Classified
 from proxy.api.shell import tries
 from proxy.api.validate import ChatCall
 from proxy.api.watch import ClientWatch
+from proxy.cache.entry import StreamCapture
 from proxy.errors import ClientGone, Drained, GatewayError, UpstreamError
 from proxy.metering import Meter
 from proxy.privacy.redact import ChunkRestorer
@@ -56,15 +57,19 @@ HEARTBEAT_BYTES = b": keep-alive\n\n"
 
 
 class Stamp:
-    """Adds the gateway's id, created time and alias to each translated chunk."""
+    """Adds the gateway's id, created time and alias to each translated chunk (and shows them to ``tap``)."""
 
-    __slots__ = ("head",)
+    __slots__ = ("head", "tap")
 
-    def __init__(self, request_id: str, created: int, alias: str) -> None:
+    def __init__(self, request_id: str, created: int, alias: str, tap: StreamCapture | None = None) -> None:
         self.head = {"id": f"chatcmpl-{request_id}", "object": "chat.completion.chunk", "created": created, "model": alias}
+        self.tap = tap  # the response cache's capture of what the caller is sent
 
     def encode(self, chunks: Iterable[dict]) -> bytes:
         head = self.head
+        if self.tap is not None:
+            chunks = list(chunks)
+            self.tap.add(chunks)
         return b"".join(b"data: " + orjson.dumps({**head, **c}) + b"\n\n" for c in chunks)
 
 
@@ -85,6 +90,7 @@ def _usage(stream: UpstreamStream, est_input: int) -> TokenUsage:
 async def relay(
     request: web.Request, rt: Runtime, call: ChatCall, cands: list[Deployment], chain: Chain,
     meter: Meter, headers: dict[str, str], watch: ClientWatch, privacy: Classified,
+    tap: StreamCapture | None = None,
 ) -> web.StreamResponse:
     assert meter.tab.plan is not None
     upstream, timeouts, plan = rt.upstream, Timeouts.of(chain.alias), meter.tab.plan
@@ -110,7 +116,7 @@ async def relay(
     restorer = ChunkRestorer(privacy.redaction) if privacy.redacts(dep) and privacy.redaction else None
     try:
         status = await _pipe(request, rt, call, chain.alias.name, meter, dep, stream, started, headers, watch,
-                             restorer)
+                             restorer, tap)
     finally:
         stream.close()
         meter.settle(status, dep)
@@ -120,7 +126,7 @@ async def relay(
 async def _pipe(
     request: web.Request, rt: Runtime, call: ChatCall, alias: str, meter: Meter,
     dep: Deployment, stream: UpstreamStream, started: float, headers: dict[str, str], watch: ClientWatch,
-    restorer: ChunkRestorer | None = None,
+    restorer: ChunkRestorer | None = None, tap: StreamCapture | None = None,
 ) -> int:
     """Relay the opened stream; returns the status to settle with. Reports the attempt's outcome once.
 
@@ -144,7 +150,7 @@ async def _pipe(
         },
     )
     request["stream_response"] = resp
-    stamp = Stamp(meter.tab.request_id, int(rt.clock()), alias)
+    stamp = Stamp(meter.tab.request_id, int(rt.clock()), alias, tap)
 
     def end(outcome: str, **attempt: Any) -> None:
         meter.attempted(dep, started=started, usage=_usage(stream, est_in), ttft_s=ttft, **attempt)

@@ -4,7 +4,7 @@ business units, admin tokens, the audit log and the live snapshot.
     GET /admin/v1/aliases | PUT /admin/v1/aliases/{name}              admin (reads: auditor)
     GET /admin/v1/deployments | PUT /admin/v1/deployments/{id}        admin
     GET /admin/v1/prices | POST /admin/v1/prices | PUT /admin/v1/prices/v{n}   admin; a new version, never an edit
-    GET /admin/v1/teams | PUT /admin/v1/teams/{name}                  admin
+    GET /admin/v1/teams | PUT /admin/v1/teams/{name}                  admin ({business_unit, cost_centre, body_log})
     GET /admin/v1/apps | PUT /admin/v1/apps/{team}/{name}             admin ({cost_centre}: overrides the team's)
     GET /admin/v1/business-units | PUT /admin/v1/business-units/{name}   admin
     GET/POST /admin/v1/admin-tokens, POST /admin/v1/admin-tokens/{name}:revoke   admin
@@ -33,7 +33,8 @@ def _alias_view(a: Any) -> dict[str, Any]:
     return {"name": a.name, "kind": a.kind, "deployments": list(a.deployments), "needs": sorted(a.needs),
             "max_output_tokens": a.default_max_output_tokens, "max_output_tokens_cap": a.max_output_tokens_cap,
             "timeouts": {"connect_s": a.connect_timeout_s, "first_token_s": a.first_token_timeout_s,
-                         "total_s": a.total_timeout_s}, "fallback_alias": a.fallback_alias}
+                         "total_s": a.total_timeout_s}, "fallback_alias": a.fallback_alias,
+            "cache": {"exact": a.cache}}
 
 
 def _deployment_view(d: Any) -> dict[str, Any]:
@@ -89,7 +90,8 @@ async def list_teams(request: web.Request) -> web.Response:
     await allowed(request, "", "", "finance", "auditor")
     snap = request.app[RUNTIME].snapshot
     return web.json_response({"object": "list", "data": [
-        {"name": t.name, "business_unit": t.business_unit, "cost_centre": t.cost_centre} for t in snap.teams.values()]})
+        {"name": t.name, "business_unit": t.business_unit, "cost_centre": t.cost_centre, "body_log": t.body_log}
+        for t in snap.teams.values()]})
 
 
 async def put_team(request: web.Request) -> web.Response:

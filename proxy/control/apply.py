@@ -58,7 +58,7 @@ def _sync(s: Session, diff: list[str], kind: str, model: type, key: str, desired
         row = current.get(name)
         if row is None:
             s.add(build(name, want))
-            shown = {k: v for k, v in want.items() if v is not None}
+            shown = {k: v for k, v in want.items() if v is not None and v is not False}  # defaults unshown
             diff.append(f"+ {kind} {name}" + (f": {_fmt(shown)}" if shown else ""))
         elif view(row) != want:
             diff.append(f"~ {kind} {name}: {_changed(view(row), want)}")
@@ -91,7 +91,8 @@ def apply_tree(tree: Mapping[str, Any], now: datetime, actor: str, factor: Decim
               lambda r: {"from_ccy": r.from_ccy, "to_ccy": r.to_ccy, "month": r.month, "rate": r.rate},
               lambda n, w: FxRateRow(**w), lambda r, w: setattr(r, "rate", w["rate"]))
         bus = {name: {} for name in tree.get("business_units") or []}
-        teams = {t["name"]: {"business_unit": t.get("business_unit"), "cost_centre": t.get("cost_centre")}
+        teams = {t["name"]: {"business_unit": t.get("business_unit"), "cost_centre": t.get("cost_centre"),
+                             "body_log": bool(t.get("body_log", False))}
                  for t in tree.get("teams") or []}
         apps = {f"{a['team']}/{a['name']}": {"cost_centre": a.get("cost_centre")} for a in tree.get("apps") or []}
         # Deletions run children first (apps, teams, then units); additions parents first.
@@ -104,7 +105,7 @@ def apply_tree(tree: Mapping[str, Any], now: datetime, actor: str, factor: Decim
         _sync(s, diff, "business_unit", BusinessUnit, "name", bus, {r.name: r for r in s.scalars(sa.select(BusinessUnit))},
               lambda r: {}, lambda n, w: BusinessUnit(name=n), lambda r, w: None, delete=False)
         _sync(s, diff, "team", TeamRow, "name", teams, {r.name: r for r in s.scalars(sa.select(TeamRow))},
-              lambda r: {"business_unit": r.business_unit, "cost_centre": r.cost_centre},
+              lambda r: {"business_unit": r.business_unit, "cost_centre": r.cost_centre, "body_log": bool(r.body_log)},
               lambda n, w: TeamRow(name=n, **w), _set_fields)
         _sync(s, diff, "app", AppRow, "", apps, {f"{r.team}/{r.name}": r for r in s.scalars(sa.select(AppRow))},
               lambda r: {"cost_centre": r.cost_centre},

@@ -263,7 +263,8 @@ def put_team(name: str, fields: Mapping[str, Any]) -> Mutation:
         before = _team_record(row) if row else None
         business_unit = fields.get("business_unit", row.business_unit if row else None)
         cost_centre = fields.get("cost_centre", row.cost_centre if row else None)
-        problems = []
+        body_log = fields.get("body_log", row.body_log if row else False)
+        problems = [] if isinstance(body_log, bool) else [f"body_log: must be true or false, got {body_log!r}"]
         if business_unit is not None and s.get(BusinessUnit, business_unit) is None:
             problems.append(f"business_unit: unknown business unit {business_unit!r}")
         if not _good_cost_centre(cost_centre):
@@ -273,14 +274,15 @@ def put_team(name: str, fields: Mapping[str, Any]) -> Mutation:
         if row is None:
             row = TeamRow(name=name)
             s.add(row)
-        row.business_unit, row.cost_centre = business_unit, cost_centre
+        row.business_unit, row.cost_centre, row.body_log = business_unit, cost_centre, body_log
         return before, _team_record(row)
 
     return mutate
 
 
 def _team_record(row: TeamRow) -> dict[str, Any]:
-    return {"name": row.name, "business_unit": row.business_unit, "cost_centre": row.cost_centre}
+    return {"name": row.name, "business_unit": row.business_unit, "cost_centre": row.cost_centre,
+            "body_log": bool(row.body_log)}
 
 
 _COST_CENTRE_RULE = f"cost_centre: must be null or a non-empty string of at most {MAX_COST_CENTRE} characters"

@@ -167,13 +167,14 @@ def _teams(root: Reader, bus: set[str]) -> dict[str, Team]:
     teams: dict[str, Team] = {}
     for r in root.items("teams", required=True):
         name, bu, cc = r.str("name"), r.str("business_unit", None), _cost_centre(r)
+        body_log = r.bool("body_log", False)
         if bu is not None and bu not in bus:
             r.problems.add(r.at("business_unit"), f"unknown business unit {bu!r}")
         if name in teams:
             r.problems.add(r.at("name"), f"duplicate team {name!r}")
         r.reject_unknown()
         if name:
-            teams[name] = Team(name=name, business_unit=bu, cost_centre=cc)
+            teams[name] = Team(name=name, business_unit=bu, cost_centre=cc, body_log=body_log)
     return teams
 
 
@@ -343,7 +344,7 @@ def _aliases(root: Reader, deployments: Mapping[str, Deployment]) -> dict[str, A
             dep = deployments.get(d)
             if dep is not None and not needs <= dep.capabilities:
                 r.problems.add(r.at("needs"), f"deployment {d!r} lacks {sorted(needs - dep.capabilities)}")
-        t, rb, hedge = r.child("timeouts"), r.child("retry_budget"), r.child("hedge")
+        t, rb, hedge, cache = r.child("timeouts"), r.child("retry_budget"), r.child("hedge"), r.child("cache")
         alias = Alias(
             name=name or "?",
             kind=kind,
@@ -365,7 +366,9 @@ def _aliases(root: Reader, deployments: Mapping[str, Deployment]) -> dict[str, A
             sticky=r.bool("sticky", True),
             hedge=hedge.bool("enabled", False),
             hedge_after_s=hedge.number("after_s", None),
+            cache=cache.bool("exact", False),
         )
+        cache.reject_unknown()
         t.reject_unknown()
         rb.reject_unknown()
         hedge.reject_unknown()

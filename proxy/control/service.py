@@ -56,6 +56,10 @@ class ControlService:
     async def denied(self, actor: str, action: str, obj: str) -> None:
         await asyncio.to_thread(self.db.record, actor, action, obj, "denied")
 
+    async def accessed(self, actor: str, action: str, obj: str) -> None:
+        """Audit a sensitive read before it is answered; raises ``ControlUnavailable`` when it cannot be."""
+        await asyncio.to_thread(self.db.record_access, actor, action, obj)
+
     async def rejected(self, actor: str, action: str, obj: str, problems: list[str]) -> None:
         await asyncio.to_thread(self.db.record, actor, action, obj, "rejected", None, {"problems": problems})
 
@@ -90,7 +94,7 @@ class ControlService:
         return (await self.run(actor, "budgets.set", f"budget:{scope}", changes.set_budget(scope, spec))).after
 
     async def put_team(self, actor: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        _only(body, "business_unit", "cost_centre")
+        _only(body, "business_unit", "cost_centre", "body_log")
         mutation = changes.put_team(name, body)
         return (await self.run(actor, "teams.put", f"team:{name}", mutation)).after
 

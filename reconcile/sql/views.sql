@@ -73,7 +73,9 @@ QUALIFY row_number() OVER (PARTITION BY id ORDER BY pos) = 1;
 -- * cost_micro: what the request cost: the settled cost, or for an expiry the largest hold it charged in full
 --   (as ledger/rollups.py counts it). scope_costs: the charge per scope; holds: the hold per scope.
 -- * fallback: served (settled below 400) after more than one attempt or by a deployment other than the first
---   tried. hedge_micro and cache_saved_micro are 0 until hedging and a response cache exist.
+--   tried; never a cache hit (no attempt). hedge_micro is 0 until hedging exists.
+-- * cache_hit/cache_saved_micro: answered from the response cache, and what that answer would have cost upstream
+--   (request.settled's cache_saved_micro, read from the event JSON of hits only; 0 otherwise).
 -- * ttft_ms_sum/ttft_count: the TTFT of the attempts delivered while the request was open (each attempt
 --   number once), which is what the request processor's state sees (ledger/splitting.py).
 CREATE OR REPLACE VIEW requests AS
@@ -82,7 +84,9 @@ WITH r AS NOT MATERIALIZED (
            alias, data_class, pod, stream, price_version, est_input_tokens, max_output_tokens, holds, currency,
            attempt, deployment, provider, account, model, region, outcome, status, ttft_ms, latency_ms, attempts,
            input_tokens, cached_input_tokens, cache_write_tokens, output_tokens, reasoning_tokens, usage_source,
-           cost_micro, scope_costs, overrun_micro, cache_hit
+           cost_micro, scope_costs, overrun_micro, cache_hit,
+           CASE WHEN cache_hit THEN coalesce(json_extract(event, '$.cache_saved_micro')::BIGINT, 0) END
+               AS cache_saved_micro
     FROM archive_rows
     WHERE type IN ('request.admitted', 'request.attempted', 'request.settled', 'hold.expired')
 ), adm AS MATERIALIZED (
@@ -99,7 +103,8 @@ WITH r AS NOT MATERIALIZED (
                     'deployment': r.deployment, 'input': r.input_tokens, 'cached_input': r.cached_input_tokens,
                     'cache_write': r.cache_write_tokens, 'output': r.output_tokens, 'reasoning': r.reasoning_tokens,
                     'usage_source': r.usage_source, 'cost_micro': r.cost_micro, 'scope_costs': r.scope_costs,
-                    'overrun_micro': r.overrun_micro, 'cache_hit': r.cache_hit, 'latency_ms': r.latency_ms}, r.pos) AS c
+                    'overrun_micro': r.overrun_micro, 'cache_hit': r.cache_hit, 'cache_saved_micro': r.cache_saved_micro,
+                    'latency_ms': r.latency_ms}, r.pos) AS c
     FROM r JOIN adm ON adm.request_id = r.request_id AND r.pos > adm.admitted_pos
     WHERE r.type IN ('request.settled', 'hold.expired') GROUP BY r.request_id
 ), tried AS (
@@ -136,9 +141,10 @@ SELECT adm.request_id, strftime(timezone(getvariable('budget_tz'), a.at), '%Y-%m
             ELSE 0 END AS cost_micro,
        c.scope_costs, coalesce(c.overrun_micro, 0) AS overrun_micro,
        coalesce(c.type = 'request.settled' AND c.status < 400, false) AS served,
-       coalesce(c.type = 'request.settled' AND c.status < 400
+       coalesce(c.type = 'request.settled' AND c.status < 400 AND NOT coalesce(c.cache_hit, false)
                 AND (c.attempts > 1 OR c.deployment IS DISTINCT FROM t.first_deployment), false) AS fallback,
-       0::BIGINT AS hedge_micro, coalesce(c.cache_hit, false) AS cache_hit, 0::BIGINT AS cache_saved_micro,
+       0::BIGINT AS hedge_micro, coalesce(c.cache_hit, false) AS cache_hit,
+       coalesce(c.cache_saved_micro, 0)::BIGINT AS cache_saved_micro,
        c.latency_ms, t.last.ttft_ms, coalesce(t.ttft_ms_sum, 0) AS ttft_ms_sum, coalesce(t.ttft_count, 0) AS ttft_count,
        a.currency, adm.request_id || '/admitted' AS admitted_id,
        adm.request_id || CASE c.type WHEN 'request.settled' THEN '/settled' WHEN 'hold.expired' THEN '/expired' END

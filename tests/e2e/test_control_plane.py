@@ -207,7 +207,7 @@ def test_cost_centres_set_by_cli_and_admin_api_reach_every_pod(pods: Pods) -> No
         return json.loads(out.stdout)
 
     assert farebox("teams", "set", "platform", "--cost-centre", "CC-1500") == {
-        "name": "platform", "business_unit": "retail", "cost_centre": "CC-1500"}  # the business unit is kept
+        "name": "platform", "business_unit": "retail", "cost_centre": "CC-1500", "body_log": False}  # the unit is kept
     assert farebox("apps", "set", "platform", "playground", "--cost-centre", "CC-1501")["cost_centre"] == "CC-1501"
     resp = httpx.put(pods.urls[1] + "/admin/v1/apps/kyc-ops/kyc-summariser", headers=h(pods.admin),
                      json={"cost_centre": None})  # null: back to the team's

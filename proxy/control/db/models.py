@@ -52,6 +52,7 @@ class TeamRow(Base):
     name: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
     business_unit: Mapped[str | None] = mapped_column(sa.String(200), sa.ForeignKey("business_units.name"))
     cost_centre: Mapped[str | None] = mapped_column(sa.String(200))
+    body_log: Mapped[bool] = mapped_column(default=False, server_default=sa.false())  # encrypted body logging
 
 
 class AppRow(Base):

@@ -179,6 +179,12 @@ class ConfigDB:
         except ControlUnavailable:
             log.warning("could not audit %s %s by %s (%s): database down", action, obj, actor, outcome)
 
+    def record_access(self, actor: str, action: str, obj: str) -> None:
+        """An audit row for a read that must not happen unaudited: raises ``ControlUnavailable`` if not written."""
+        with self._guard(), Session(self.engine) as s, s.begin():
+            s.add(AuditRow(at=self.now(), actor=actor, action=action, object=obj, outcome="ok", before=None,
+                           after=None, snapshot_version=None))
+
 
 def audit_view(r: AuditRow) -> dict[str, Any]:
     return {"id": r.id, "at": _iso(r.at), "actor": r.actor, "action": r.action, "object": r.object,
@@ -224,7 +230,8 @@ def build_document(s: Session) -> dict[str, Any]:
     control["fx"] = [{"from": r.from_ccy, "to": r.to_ccy, "month": r.month, "rate": r.rate}
                      for r in s.scalars(sa.select(FxRateRow).order_by(FxRateRow.from_ccy, FxRateRow.to_ccy, FxRateRow.month))]
     control["business_units"] = list(s.scalars(sa.select(BusinessUnit.name).order_by(BusinessUnit.name)))
-    control["teams"] = [_drop_none({"name": t.name, "business_unit": t.business_unit, "cost_centre": t.cost_centre})
+    control["teams"] = [_drop_none({"name": t.name, "business_unit": t.business_unit, "cost_centre": t.cost_centre,
+                                    "body_log": True if t.body_log else None})
                         for t in s.scalars(sa.select(TeamRow).order_by(TeamRow.name))]
     control["apps"] = [_drop_none({"name": a.name, "team": a.team, "cost_centre": a.cost_centre})
                        for a in s.scalars(sa.select(AppRow).order_by(AppRow.team, AppRow.name))]

@@ -165,9 +165,9 @@ async def test_cost_centres_from_the_file_the_api_and_the_database(svc: ControlS
     assert snap.teams["kyc-ops"].cost_centre == "CC-2002"
     # the admin API's PUT: an omitted field keeps its value, null clears it
     after = await svc.put_team("ops", "platform", {"cost_centre": "CC-1500"})
-    assert after == {"name": "platform", "business_unit": "retail", "cost_centre": "CC-1500"}
+    assert after == {"name": "platform", "business_unit": "retail", "cost_centre": "CC-1500", "body_log": False}
     after = await svc.put_team("ops", "platform", {"cost_centre": None})
-    assert after == {"name": "platform", "business_unit": "retail", "cost_centre": None}
+    assert after == {"name": "platform", "business_unit": "retail", "cost_centre": None, "body_log": False}
     assert snapshot_of(svc).teams["platform"].cost_centre is None
     with pytest.raises(ConfigRejected) as err:
         await svc.put_team("ops", "platform", {"cost_centre": "x" * 65, "business_unit": "nowhere"})
@@ -200,3 +200,14 @@ async def test_an_apps_cost_centre_is_set_kept_and_cleared(svc: ControlService) 
         with pytest.raises(ConfigRejected) as err:
             await svc.put_app("ops", team, "x", body)
         assert why in err.value.problems[0]
+
+
+async def test_a_team_opts_in_to_body_logging_through_the_api(svc: ControlService) -> None:
+    after = await svc.put_team("ops", "platform", {"body_log": True})
+    assert after["body_log"] is True and snapshot_of(svc).teams["platform"].body_log
+    assert (await svc.put_team("ops", "platform", {"cost_centre": "CC-9"}))["body_log"] is True  # omitted: kept
+    with pytest.raises(ConfigRejected) as err:
+        await svc.put_team("ops", "platform", {"body_log": "yes"})
+    assert err.value.problems == ["body_log: must be true or false, got 'yes'"]
+    await svc.put_team("ops", "platform", {"body_log": False})
+    assert not snapshot_of(svc).teams["platform"].body_log

@@ -154,11 +154,28 @@ def test_sqlite_budget_spend_per_hour_migration(tmp_path: Path) -> None:
         migrate.upgrade(engine, "0004")
         with engine.begin() as conn:
             conn.execute(sa.text("INSERT INTO budgets (scope, monthly_limit, soft_pct, env) VALUES ('team:a', '5', 80, 'any')"))
-        migrate.upgrade(engine)
-        assert migrate.current(engine) == migrate.head() == "0005"
+        migrate.upgrade(engine, "0005")
+        assert migrate.current(engine) == "0005"
         with engine.connect() as conn:
             assert tuple(conn.execute(sa.text("SELECT scope, spend_per_hour FROM budgets")).one()) == ("team:a", None)
         migrate.downgrade(engine, "0004")
         assert "spend_per_hour" not in {c["name"] for c in sa.inspect(engine).get_columns("budgets")}
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_team_body_log_migration(tmp_path: Path) -> None:
+    """0006 adds ``teams.body_log`` (not null, false for existing teams: body logging is opt-in) and drops it back."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'control.sqlite'}")
+    try:
+        migrate.upgrade(engine, "0005")
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO teams (name) VALUES ('payments')"))
+        migrate.upgrade(engine)
+        assert migrate.current(engine) == migrate.head() == "0006"
+        with engine.connect() as conn:
+            assert tuple(conn.execute(sa.text("SELECT name, body_log FROM teams")).one()) == ("payments", False)
+        migrate.downgrade(engine, "0005")
+        assert "body_log" not in {c["name"] for c in sa.inspect(engine).get_columns("teams")}
     finally:
         engine.dispose()

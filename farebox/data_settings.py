@@ -1,0 +1,89 @@
+"""Settings for what the gateway keeps of requests: the response cache and the encrypted body log.
+
+``cache:`` (both modes; distributed pods share Redis at ``distributed.redis_url``)::
+
+    cache: {max_entries: 10000, max_bytes: 268435456, ttl_s: 3600, max_temperature: 1.0,
+            max_entry_bytes: 1048576}
+
+``body_log:`` (teams opt in with ``body_log: true``)::
+
+    body_log: {url: sqlite:///var/bodies.sqlite, retention_days: 30, sweep_interval_s: 3600,
+               key_env: FAREBOX_BODY_LOG_KEY}
+
+The body log's master key is read here, once, from the environment variable
+``key_env`` names (urlsafe base64 of at least 32 random bytes, e.g. what
+``Fernet.generate_key()`` prints). Without it there is no body log; a team
+that opts in while the key is missing is a configuration problem.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from proxy.control.problems import Reader
+from proxy.snapshot import Snapshot
+
+MIN_KEY_BYTES = 32
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    max_entries: int = 10_000  # in-process LRU bound (embedded mode)
+    max_bytes: int = 256 * 1024 * 1024  # ... and its bytes bound
+    ttl_s: int = 3600  # how long an entry is served
+    max_temperature: float = 1.0  # above it a request is never cached (absent temperature = 1.0)
+    max_entry_bytes: int = 1024 * 1024  # larger answers are not stored
+
+
+@dataclass(frozen=True)
+class BodyLogSettings:
+    url: str = ""  # its own database; default sqlite under state_dir
+    retention_days: int = 30
+    sweep_interval_s: float = 3600.0
+    key_env: str = "FAREBOX_BODY_LOG_KEY"
+    master_key: bytes | None = None  # from the environment; None: no body log
+
+    def __repr__(self) -> str:  # the key never reaches a log line or an error
+        return (f"BodyLogSettings(url={self.url!r}, retention_days={self.retention_days}, "
+                f"key_env={self.key_env!r}, key={'set' if self.master_key else 'unset'})")
+
+
+def cache_settings(r: Reader) -> CacheSettings:
+    d = CacheSettings()
+    out = CacheSettings(
+        max_entries=r.int("max_entries", d.max_entries, 1),
+        max_bytes=r.int("max_bytes", d.max_bytes, 1024),
+        ttl_s=r.int("ttl_s", d.ttl_s, 1),
+        max_temperature=r.number("max_temperature", d.max_temperature, 0),
+        max_entry_bytes=r.int("max_entry_bytes", d.max_entry_bytes, 1),
+    )
+    r.reject_unknown()
+    return out
+
+
+def body_log_settings(r: Reader, state_dir: Path, env: Mapping[str, str], snapshot: Snapshot | None) -> BodyLogSettings:
+    d = BodyLogSettings()
+    key_env = r.str("key_env", d.key_env) or d.key_env
+    url = r.str("url", None) or f"sqlite:///{(state_dir / 'bodies.sqlite').resolve()}"
+    out = BodyLogSettings(url=url, retention_days=r.int("retention_days", d.retention_days, 1),
+                          sweep_interval_s=r.number("sweep_interval_s", d.sweep_interval_s, 1),
+                          key_env=key_env, master_key=None)
+    r.reject_unknown()
+    raw = env.get(key_env)
+    key = None
+    if raw:
+        try:
+            key = base64.urlsafe_b64decode(raw.strip().encode())
+        except (binascii.Error, ValueError):
+            key = None
+        if key is None or len(key) < MIN_KEY_BYTES:
+            r.problems.add(r.at("key_env"), f"{key_env} must be urlsafe base64 of at least {MIN_KEY_BYTES} bytes")
+            key = None
+    opted = sorted(t.name for t in snapshot.teams.values() if t.body_log) if snapshot is not None else []
+    if opted and key is None and raw is None:
+        r.problems.add(r.at("key_env"), f"teams {opted} opt into body logging but {key_env} is not set")
+    return BodyLogSettings(out.url, out.retention_days, out.sweep_interval_s, out.key_env, key)
