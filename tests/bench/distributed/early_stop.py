@@ -9,7 +9,8 @@ pods, every stream read to the end. Then the pods stop gracefully (leases
 returned) and the worker settles everything.
 
 Reported, with the embedded bench's definitions (``tests.bench.budget``):
-  * admitted, refused 429 ``budget_exhausted``, refused 503
+  * admitted, refused 429 ``budget_exhausted``, refused 429
+    ``budget_reserved`` (money in flight, after the wait), refused 503
     ``budget_unavailable`` (a lease did not come in time), other errors;
   * unused budget at the first refusal: the requests topic (deduped by event
     id, ordered by event time) folded up to the instant the client received
@@ -97,9 +98,10 @@ def run(folder: Path, bootstrap: str, redis_url: str, prices: Prices, n: int, se
 
     ok = [r for r in results if r.status == 200 and r.error is None]
     r429 = [r for r in results if r.status == 429 and r.code == "budget_exhausted"]
+    reserved = [r for r in results if r.status == 429 and r.code == "budget_reserved"]
     r503 = [r for r in results if r.status == 503 and r.code == "budget_unavailable"]
-    other = [r for r in results if r not in ok and r not in r429 and r not in r503]
-    refusals = r429 + r503
+    other = [r for r in results if r not in ok and r not in r429 and r not in reserved and r not in r503]
+    refusals = r429 + reserved + r503
     first_refusal = min(refusals, key=lambda r: r.recv_wall, default=None)
     first_429 = min(r429, key=lambda r: r.recv_wall, default=None)
     by_index = {p.index: p for p in plan}
@@ -119,7 +121,8 @@ def run(folder: Path, bootstrap: str, redis_url: str, prices: Prices, n: int, se
     overshoot = max(0, f.settled - limit)
     return {
         "requests": n, "pods": len(pod_codes), "pod_exit_codes": pod_codes, "limit_micro": limit,
-        "predicted_total_micro": total, "admitted": len(ok), "refused_429": len(r429), "refused_503": len(r503),
+        "predicted_total_micro": total, "admitted": len(ok), "refused_429": len(r429),
+        "refused_reserved": len(reserved), "refused_503": len(r503),
         "other_errors": len(other),
         "other_samples": [f"#{r.index} HTTP {r.status} {r.code}: {r.error or r.message}" for r in other[:5]],
         "first_refusal": at(first_refusal), "first_429": at(first_429),
@@ -152,9 +155,10 @@ def lines(rep: dict) -> list[str]:
         f"== 4. early stop with {rep['pods']} pods: {rep['requests']} streaming requests of team {TEAM} at once, "
         f"round-robin over the pods; limit {money(lim)} = 60% of the predicted {money(rep['predicted_total_micro'])}",
         f"  admitted {rep['admitted']}, refused 429 budget_exhausted {rep['refused_429']}, "
+        f"refused 429 budget_reserved {rep.get('refused_reserved', 0)}, "
         f"refused 503 budget_unavailable {rep['refused_503']}, other errors {rep['other_errors']}",
         refusal("unused at the first refusal", rep["first_refusal"]),
-        refusal("unused at the first 429", rep["first_429"]),
+        refusal("unused at the first budget_exhausted", rep["first_429"]),
         f"  {'unused at the end (limit - settled)':<40} {money(rep['unused_at_end_micro']):>16}  "
         f"({rep['unused_at_end_pct']:.2f}% of the limit)",
         f"  {'settled (events, deduped by id)':<40} {money(el['settled_micro']):>16}  ({el['settled']} settled, "
