@@ -27,8 +27,9 @@ other request can take the same money.
   this pod or ``retry_s``, and asks again; at the deadline it gets
   ``budget_reserved``. Without a fresh projection the refusal stays final.
 * At the hard limit: when the worker's projection (``ScopeStates``) says a
-  scope is fully committed this period, a request the leases do not cover is
-  refused at once (429) without asking.
+  scope is fully committed this period and settled spend leaves less than
+  the hold, a request the leases do not cover is refused at once (429)
+  without asking.
 
 * Top-up: after funding, a scope whose current lease fell below
   ``low_water_pct`` of its grant asks for the next one in the background.
@@ -139,6 +140,7 @@ class Wallets:
                     self.stats["refused_at_hard"] += 1
                     raise _exhausted(spent[0])
                 if full:  # committed, not spent: asking would be refused; wait for money to come back
+                    answered.update(full)  # the projection answered for the ledger
                     await self._pause(full[0], hold, period, started, deadline)
                     continue
                 if not self.kafka_up():
