@@ -25,6 +25,7 @@ Reported, with the embedded bench's definitions (``tests.bench.budget``):
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from decimal import ROUND_FLOOR, Decimal
 from pathlib import Path
 
@@ -125,6 +126,7 @@ def run(folder: Path, bootstrap: str, redis_url: str, prices: Prices, n: int, se
         "refused_reserved": len(reserved), "refused_503": len(r503),
         "other_errors": len(other),
         "other_samples": [f"#{r.index} HTTP {r.status} {r.code}: {r.error or r.message}" for r in other[:5]],
+        "exhausted_messages": dict(Counter((r.message or "")[:80] for r in r429)),
         "first_refusal": at(first_refusal), "first_429": at(first_429),
         "eventlog": {"admitted": f.admitted, "settled": f.settled_n, "expired": f.expired_n,
                      "settled_micro": f.settled, "held_micro_at_end": f.held, "overrun_micro": f.overrun,
@@ -159,6 +161,7 @@ def lines(rep: dict) -> list[str]:
         f"refused 503 budget_unavailable {rep['refused_503']}, other errors {rep['other_errors']}",
         refusal("unused at the first refusal", rep["first_refusal"]),
         refusal("unused at the first budget_exhausted", rep["first_429"]),
+        *(f"    budget_exhausted {n}x: {text}" for text, n in rep.get("exhausted_messages", {}).items()),
         f"  {'unused at the end (limit - settled)':<40} {money(rep['unused_at_end_micro']):>16}  "
         f"({rep['unused_at_end_pct']:.2f}% of the limit)",
         f"  {'settled (events, deduped by id)':<40} {money(el['settled_micro']):>16}  ({el['settled']} settled, "
