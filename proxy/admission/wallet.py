@@ -26,9 +26,6 @@ other request can take the same money.
   caller's ``max_wait_s`` (at least ``lease_wait_s``), for a settlement on
   this pod or ``retry_s``, and asks again; at the deadline it gets
   ``budget_reserved``. Without a fresh projection the refusal stays final.
-  Likewise an ask slower than ``lease_wait_s`` is waited for up to
-  ``max_wait_s`` while the ledger has answered this pod within three
-  ``lease_wait_s`` (it is slow under a burst, not away); else 503.
 * At the hard limit: when the worker's projection (``ScopeStates``) says a
   scope is fully committed this period and settled spend leaves less than
   the hold, a request the leases do not cover is refused at once (429)
@@ -107,7 +104,6 @@ class Wallets:
         self.funded: dict[str, dict[str, PodLease]] = {}  # request id -> scope -> lease
         self.emergency_used: set[str] = set()
         self._settled: asyncio.Event | None = None  # set (and replaced) at every settlement on this pod
-        self.answered_at: dict[str, float] = {}  # scope -> when the ledger last answered an ask (loop time)
         self._ids = itertools.count(1)
         self._prefix = f"{pod}-{uuid.uuid4().hex[:8]}"
         self.stats = {"funded_locally": 0, "waited": 0, "asked": 0, "granted_micro": 0, "returned_micro": 0,
@@ -162,9 +158,7 @@ class Wallets:
                                                          - asked_at, 0))
                 answered.update(scope for scope, ask in asks.items() if ask.answer in done)
                 if len(done) < len(asks):
-                    contended = [s for s in short if s in answered or self._answering(s, loop.time())]
-                    if contended and loop.time() < deadline:
-                        continue  # the ledger answers, only slowly (a burst): wait for this ask, to the deadline
+                    contended = [s for s in short if s in answered]
                     if contended:  # the ledger is answering; what it grants goes to the requests ahead
                         raise self._after_wait(contended[0], hold, period, loop.time(), loop.time() - started)
                     raise BudgetUnavailable("The budget ledger did not answer in time; retry shortly.")
@@ -180,10 +174,6 @@ class Wallets:
                 waiting = self.waiting.get(scope)
                 if waiting is not None and waiting.pop(request_id, None) is not None and not waiting:
                     del self.waiting[scope]
-
-    def _answering(self, scope: str, now: float) -> bool:
-        """The ledger answered an ask of this pod for ``scope`` within the last three ``lease_wait_s``."""
-        return now - self.answered_at.get(scope, -math.inf) <= 3 * self.policy.lease_wait_s
 
     def _in_flight(self, scope: str, hold: int, period: str | None, now: float) -> bool:
         """The projection says settled spend still leaves ``hold``: what is short is held or leased, not spent."""
@@ -284,8 +274,7 @@ class Wallets:
         if ask is None or ask.lease_id != granted.lease_id:
             return
         del self.asked[granted.scope]
-        self.answered_at[granted.scope] = asyncio.get_running_loop().time()
-        self.observe_rtt(self.answered_at[granted.scope] - ask.sent_at)
+        self.observe_rtt(asyncio.get_running_loop().time() - ask.sent_at)
         assert granted.expires_at is not None
         if granted.amount_micro:
             leases = self.leases.setdefault(granted.scope, [])
