@@ -115,7 +115,7 @@ class Settings:
     control_db_url: str = "sqlite://"
     idempotency_ttl_s: int = 86_400  # an Idempotency-Key's answer is replayed this long
     idempotency_max_answer_bytes: int = 1024 * 1024  # larger answers are not stored
-    budget_wait_s: float = 2.0  # how long a request waits for in-flight holds to settle (x-fb-max-wait-ms: its own)
+    budget_wait_s: float = 20.0  # how long a request waits for in-flight holds to settle (x-fb-max-wait-ms: its own)
     budget_wait_max_s: float = 30.0  # the ceiling a caller's x-fb-max-wait-ms may ask for
     poll_interval_s: float = 0.2
     price_change_factor: Decimal = Decimal(2)
@@ -178,7 +178,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     drain_timeout = server.number("drain_timeout_s", 25.0, 0)
     idem_ttl = server.int("idempotency_ttl_s", 86_400, 1)
     idem_max = server.int("idempotency_max_answer_bytes", 1024 * 1024, 0)
-    budget_wait = server.number("budget_wait_s", 2.0, 0)
+    budget_wait = server.number("budget_wait_s", 20.0, 0)
     budget_wait_max = server.number("budget_wait_max_s", 30.0, 0)
     if budget_wait > budget_wait_max:
         problems.add("server.budget_wait_s", f"is {budget_wait:g}, above server.budget_wait_max_s ({budget_wait_max:g})")

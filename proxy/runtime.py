@@ -44,7 +44,7 @@ class ProxyOptions:
     drain_timeout_s: float = 25.0  # SIGTERM: how long streams may finish (below aiohttp's shutdown timeout)
     idempotency_ttl_s: int = 86_400  # how long an Idempotency-Key's stored answer is replayed
     idempotency_max_answer_bytes: int = 1024 * 1024  # larger answers are not stored (a retry runs again)
-    budget_wait_s: float = 2.0  # how long a request may wait for in-flight holds to settle (default)
+    budget_wait_s: float = 20.0  # how long a request may wait for in-flight holds to settle (default)
     budget_wait_max_s: float = 30.0  # the most a caller may ask for with x-fb-max-wait-ms
     cache_ttl_s: int = 3600  # how long a response-cache entry is served
     cache_max_temperature: float = 1.0  # above this temperature a request is never cached

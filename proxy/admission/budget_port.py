@@ -9,7 +9,8 @@ The contract every adapter keeps:
 
 * ``admit`` funds a hold between ``ask.learned_micro`` and ``ask.hold_micro``
   (the worst case) on every limited scope, waiting at most ``ask.max_wait_s``
-  for holds in flight to settle, or raises the caller-facing ``GatewayError``
+  (lease wallets: at least their ``lease_wait_s`` round trip) for holds in
+  flight to settle, or raises the caller-facing ``GatewayError``
   (429 ``BudgetRefused`` ``budget_exhausted`` / ``budget_reserved`` /
   ``run_calls_exhausted``, 400 ``request_cost_cap_exceeded``, 503 ``budget_unavailable``). After its last
   ``await`` it must not suspend: the caller records ``request.admitted`` (then

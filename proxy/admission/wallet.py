@@ -20,9 +20,16 @@ other request can take the same money.
   instead when the projection says settled spend still leaves its hold, so
   the money is in holds and leases in flight). 503 ``budget_unavailable``
   means the ledger did not answer at all.
+* Money in flight is not money spent: when the projection says settled
+  spend still leaves the hold, a refused ask (a grant of 0) or a scope at
+  "hard" (fully committed) does not refuse the request. It waits, up to the
+  caller's ``max_wait_s`` (at least ``lease_wait_s``), for a settlement on
+  this pod or ``retry_s``, and asks again; at the deadline it gets
+  ``budget_reserved``. Without a fresh projection the refusal stays final.
 * At the hard limit: when the worker's projection (``ScopeStates``) says a
-  scope is fully committed this period, a request the leases do not cover is
-  refused at once (429) without asking.
+  scope is fully committed this period and settled spend leaves less than
+  the hold, a request the leases do not cover is refused at once (429)
+  without asking.
 
 * Top-up: after funding, a scope whose current lease fell below
   ``low_water_pct`` of its grant asks for the next one in the background.
@@ -61,6 +68,7 @@ class WalletPolicy:
     low_water_pct: int = 30
     emergency_micro: int = 0
     expiry_margin_s: float = 5.0  # stop funding from a lease this long before it expires
+    retry_s: float = 0.25  # money in flight elsewhere: ask again this often (or at a settlement here)
 
 
 @dataclass
@@ -95,6 +103,7 @@ class Wallets:
         self.waiting: dict[str, dict[str, int]] = {}  # scope -> request id -> hold, waiting for a grant
         self.funded: dict[str, dict[str, PodLease]] = {}  # request id -> scope -> lease
         self.emergency_used: set[str] = set()
+        self._settled: asyncio.Event | None = None  # set (and replaced) at every settlement on this pod
         self._ids = itertools.count(1)
         self._prefix = f"{pod}-{uuid.uuid4().hex[:8]}"
         self.stats = {"funded_locally": 0, "waited": 0, "asked": 0, "granted_micro": 0, "returned_micro": 0,
@@ -103,15 +112,17 @@ class Wallets:
     # --- admission ----------------------------------------------------------------
 
     async def admit(self, request_id: str, scopes: list[str], hold: int, hold_ttl_s: int = 900,
-                    period: str | None = None) -> dict[str, str]:
+                    period: str | None = None, max_wait_s: float = 0.0) -> dict[str, str]:
         """Fund ``hold`` on every scope (limited scopes only); returns scope -> lease id, or raises.
 
         ``period`` (the budget month now) lets the projection's "hard" answer at once; None: always ask.
+        ``max_wait_s``: how long the request may wait for money in flight (at least ``lease_wait_s``).
         """
         if hold <= 0:
             return {}  # nothing to fund: a free request spends no lease
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.policy.lease_wait_s
+        started = loop.time()
+        deadline = started + max(self.policy.lease_wait_s, max_wait_s)
         self.states.watch(scopes, loop.time())
         answered: set[str] = set()  # scopes the ledger answered for while this request waited
         try:
@@ -124,9 +135,14 @@ class Wallets:
                     self.stats["funded_locally"] += 1
                     return self._fund(request_id, funding, hold, now + timedelta(seconds=hold_ttl_s))  # type: ignore[arg-type]
                 full = [s for s in short if period is not None and self.states.hard(s, period, loop.time())]
-                if full:
+                spent = [s for s in full if not self._in_flight(s, hold, period, loop.time())]
+                if spent:
                     self.stats["refused_at_hard"] += 1
-                    raise _exhausted(full[0])
+                    raise _exhausted(spent[0])
+                if full:  # committed, not spent: asking would be refused; wait for money to come back
+                    answered.update(full)  # the projection answered for the ledger
+                    await self._pause(full[0], hold, period, started, deadline)
+                    continue
                 if not self.kafka_up():
                     if self._emergency(short, hold, now):
                         continue
@@ -136,34 +152,58 @@ class Wallets:
                 for scope in short:
                     self.waiting.setdefault(scope, {})[request_id] = hold
                 asks = {scope: self._ask(scope) for scope in short}
+                asked_at = loop.time()
                 done, _ = await asyncio.wait([a.answer for a in asks.values()],
-                                             timeout=max(deadline - loop.time(), 0))
+                                             timeout=max(min(deadline, asked_at + self.policy.lease_wait_s)
+                                                         - asked_at, 0))
                 answered.update(scope for scope, ask in asks.items() if ask.answer in done)
                 if len(done) < len(asks):
                     contended = [s for s in short if s in answered]
                     if contended:  # the ledger is answering; what it grants goes to the requests ahead
-                        raise self._after_wait(contended[0], hold, period, loop.time())
+                        raise self._after_wait(contended[0], hold, period, loop.time(), loop.time() - started)
                     raise BudgetUnavailable("The budget ledger did not answer in time; retry shortly.")
                 for scope, ask in asks.items():
                     # in the batch and refused: not even the smallest waiting hold fits what is left
                     if request_id in ask.members and ask.answer.result().amount_micro == 0:
-                        raise _exhausted(scope)
+                        if not self._in_flight(scope, hold, period, loop.time()):
+                            raise _exhausted(scope)
+                        await self._pause(scope, hold, period, started, deadline)
+                        break
         finally:
             for scope in scopes:
                 waiting = self.waiting.get(scope)
                 if waiting is not None and waiting.pop(request_id, None) is not None and not waiting:
                     del self.waiting[scope]
 
-    def _after_wait(self, scope: str, hold: int, period: str | None, now: float) -> BudgetRefused:
-        """Unfunded after ``lease_wait_s`` while the ledger answered: ``budget_reserved`` (Retry-After) when the
+    def _in_flight(self, scope: str, hold: int, period: str | None, now: float) -> bool:
+        """The projection says settled spend still leaves ``hold``: what is short is held or leased, not spent."""
+        view = self.states.view(scope, period, now) if period is not None else None
+        return view is not None and view.limit is not None and view.limit - view.settled >= hold
+
+    async def _pause(self, scope: str, hold: int, period: str | None, started: float, deadline: float) -> None:
+        """Wait for a settlement on this pod or ``retry_s``; past ``deadline``, raise the refusal after the wait."""
+        loop = asyncio.get_running_loop()
+        left = deadline - loop.time()
+        if left <= 0:
+            raise self._after_wait(scope, hold, period, loop.time(), loop.time() - started)
+        if self._settled is None:
+            self._settled = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._settled.wait(), min(self.policy.retry_s, left))
+        except TimeoutError:
+            pass
+
+    def _after_wait(self, scope: str, hold: int, period: str | None, now: float,
+                    waited_s: float | None = None) -> BudgetRefused:
+        """Unfunded after the wait while the ledger answered: ``budget_reserved`` (Retry-After) when the
         projection says settled spend leaves the hold (the money is in holds and leases in flight), else
         ``budget_exhausted``, as when the projection is stale or missing."""
-        view = self.states.view(scope, period, now) if period is not None else None
-        if view is None or view.limit is None or view.limit - view.settled < hold:
-            return _exhausted(scope, waited_s=self.policy.lease_wait_s)
+        waited = round(self.policy.lease_wait_s if waited_s is None else waited_s, 1)
+        if not self._in_flight(scope, hold, period, now):
+            return _exhausted(scope, waited_s=waited)
         retry = max(1, math.ceil(self.policy.lease_wait_s))
         return BudgetRefused(f"The budget of {scope} is held by requests in flight; none of it was freed for this "
-                             f"request within {self.policy.lease_wait_s:g} s. Retry in about {retry} s.",
+                             f"request within {waited:g} s. Retry in about {retry} s.",
                              code="budget_reserved", scope=scope, retry_after_s=retry)
 
     def _emergency(self, short: list[str], hold: int, now: datetime) -> bool:
@@ -198,6 +238,9 @@ class Wallets:
         for scope, lease in funded.items():
             lease.settle(request_id, charges.get(scope, 0), self.clock())
             self._maybe_return(scope, lease)
+        if self._settled is not None:  # wake the requests waiting for money in flight
+            self._settled.set()
+            self._settled = None
 
     # --- leases ------------------------------------------------------------------------
 

@@ -1,23 +1,29 @@
-"""POST /v1/embeddings: the same route / admit / attempt / settle path, no stream."""
+"""POST /v1/embeddings: the same route / admit / attempt / settle path, no stream.
+
+An ``Idempotency-Key`` is claimed before anything is routed or admitted, as for
+chat (``proxy.api.idempotent``): a repeat gets the stored answer, billed once.
+"""
 
 from __future__ import annotations
+
+import asyncio
 
 import orjson
 from aiohttp import web
 
 from proxy.admission.auth import allowed_alias
 from proxy.admission.plan import embeddings_input_estimate
-from proxy.api import cached
+from proxy.api import cached, idempotent
 from proxy.api.admit import admit
 from proxy.api.classify import classify_texts, routed
 from proxy.api.shell import open_meter, plan, route_headers, settled_answer
-from proxy.api.validate import validate_embeddings
+from proxy.api.validate import EmbeddingsCall, validate_embeddings
 from proxy.api.watch import ClientWatch
 from proxy.body import parse_json_object
 from proxy.errors import GatewayError
 from proxy.routing.chain import allows_fallback, key_deployments, key_regions
 from proxy.routing.router import Needs
-from proxy.runtime import RUNTIME
+from proxy.runtime import RUNTIME, Runtime
 from proxy.snapshot import Deployment
 from proxy.upstream.dialects import get_dialect
 from proxy.upstream.relay import Timeouts, forwarded_headers
@@ -25,9 +31,21 @@ from proxy.upstream.relay import Timeouts, forwarded_headers
 
 async def create_embeddings(request: web.Request) -> web.StreamResponse:
     rt = request.app[RUNTIME]
+    call = validate_embeddings(parse_json_object(await request.read()))
+    idem = await idempotent.begin(rt, request, call.body, stream=False)  # first: a replay is neither routed nor billed
+    if idem.replay is not None:
+        return idem.replay
+    response: web.StreamResponse | None = None
+    try:
+        response = await _serve(request, rt, call)
+        return response
+    finally:
+        await asyncio.shield(idempotent.finish(rt, idem, response if isinstance(response, web.Response) else None))
+
+
+async def _serve(request: web.Request, rt: Runtime, call: EmbeddingsCall) -> web.StreamResponse:
     snap = rt.pod.snapshot
     key = request["key"]
-    call = validate_embeddings(parse_json_object(await request.read()))
     alias = allowed_alias(snap, key, call.alias, "embeddings")
     privacy = classify_texts(snap.privacy, key, request.headers.get("x-fb-data-class"), call.texts)
     est_in = embeddings_input_estimate(call.texts)

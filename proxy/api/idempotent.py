@@ -1,4 +1,4 @@
-"""The idempotency shell of ``POST /v1/chat/completions``: claim, replay, store or release.
+"""The idempotency shell of ``POST /v1/chat/completions`` and ``POST /v1/embeddings``: claim, replay, store or release.
 
 Before admission (so a replay is never admitted nor settled a second time):
 ``begin`` checks the ``Idempotency-Key`` header (400 naming it if empty or

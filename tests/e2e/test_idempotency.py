@@ -113,6 +113,33 @@ def test_a_cut_answer_is_retried_by_the_sdk_and_billed_once(stack: Stack, proxy:
     assert sum(isinstance(e, RequestSettled) and e.request_id == rid for e in all_events) == 1
 
 
+
+def test_a_cut_embeddings_answer_is_retried_by_the_sdk_and_billed_once(stack: Stack, proxy: CuttingProxy) -> None:
+    key = f"embed-{time.time_ns()}"
+    texts = ["first text to embed", "second text to embed"]
+    with openai.OpenAI(base_url=f"http://127.0.0.1:{proxy.port}/v1", api_key=stack.key, max_retries=2) as sdk:
+        raw = sdk.embeddings.with_raw_response.create(model="embed-default", input=texts,
+                                                      extra_headers={"Idempotency-Key": key})
+    assert proxy.connections >= 2 and proxy.swallowed > 0  # the first answer was cut off, the SDK retried
+    assert raw.headers["x-fb-idempotent-replay"] == "true"
+    rid = raw.headers["x-fb-replay-of"]
+    events = _settled(stack, rid)
+    assert [type(e) for e in events if isinstance(e, (RequestAdmitted, RequestSettled))] == [
+        RequestAdmitted, RequestSettled]
+    replayed = raw.parse()
+    assert len(replayed.data) == 2 and replayed.usage.prompt_tokens > 0
+    with openai.OpenAI(base_url=stack.gateway_url + "/v1", api_key=stack.key, max_retries=0) as direct:
+        again = direct.embeddings.with_raw_response.create(model="embed-default", input=texts,
+                                                            extra_headers={"Idempotency-Key": key})
+        assert again.headers["x-fb-idempotent-replay"] == "true"
+        assert again.parse().model_dump() == replayed.model_dump()
+        with pytest.raises(openai.UnprocessableEntityError) as reused:
+            direct.embeddings.create(model="embed-default", input=texts[:1], extra_headers={"Idempotency-Key": key})
+    assert reused.value.code == "idempotency_key_reused"
+    time.sleep(0.3)
+    assert sum(isinstance(e, RequestSettled) and e.request_id == rid for e in read_events(stack.events_path)) == 1
+
+
 def _post(stack: Stack, body: dict, idem_key: str) -> tuple[int, dict]:
     req = urllib.request.Request(stack.gateway_url + "/v1/chat/completions", data=json.dumps(body).encode(),
                                  headers={"Authorization": f"Bearer {stack.key}", "Content-Type": "application/json",

@@ -79,7 +79,7 @@ def test_config_check_cli(tmp_path: Path) -> None:
 
 def test_budget_wait_settings_default_and_bound(tmp_path: Path) -> None:
     settings = load_settings(EXAMPLE)
-    assert (settings.budget_wait_s, settings.budget_wait_max_s) == (2.0, 30.0)
+    assert (settings.budget_wait_s, settings.budget_wait_max_s) == (20.0, 30.0)
 
     def mutate(t):
         t["server"]["budget_wait_s"] = 40

@@ -9,7 +9,8 @@ pods, every stream read to the end. Then the pods stop gracefully (leases
 returned) and the worker settles everything.
 
 Reported, with the embedded bench's definitions (``tests.bench.budget``):
-  * admitted, refused 429 ``budget_exhausted``, refused 503
+  * admitted, refused 429 ``budget_exhausted``, refused 429
+    ``budget_reserved`` (money in flight, after the wait), refused 503
     ``budget_unavailable`` (a lease did not come in time), other errors;
   * unused budget at the first refusal: the requests topic (deduped by event
     id, ordered by event time) folded up to the instant the client received
@@ -24,6 +25,7 @@ Reported, with the embedded bench's definitions (``tests.bench.budget``):
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from decimal import ROUND_FLOOR, Decimal
 from pathlib import Path
 
@@ -97,9 +99,10 @@ def run(folder: Path, bootstrap: str, redis_url: str, prices: Prices, n: int, se
 
     ok = [r for r in results if r.status == 200 and r.error is None]
     r429 = [r for r in results if r.status == 429 and r.code == "budget_exhausted"]
+    reserved = [r for r in results if r.status == 429 and r.code == "budget_reserved"]
     r503 = [r for r in results if r.status == 503 and r.code == "budget_unavailable"]
-    other = [r for r in results if r not in ok and r not in r429 and r not in r503]
-    refusals = r429 + r503
+    other = [r for r in results if r not in ok and r not in r429 and r not in reserved and r not in r503]
+    refusals = r429 + reserved + r503
     first_refusal = min(refusals, key=lambda r: r.recv_wall, default=None)
     first_429 = min(r429, key=lambda r: r.recv_wall, default=None)
     by_index = {p.index: p for p in plan}
@@ -119,9 +122,11 @@ def run(folder: Path, bootstrap: str, redis_url: str, prices: Prices, n: int, se
     overshoot = max(0, f.settled - limit)
     return {
         "requests": n, "pods": len(pod_codes), "pod_exit_codes": pod_codes, "limit_micro": limit,
-        "predicted_total_micro": total, "admitted": len(ok), "refused_429": len(r429), "refused_503": len(r503),
+        "predicted_total_micro": total, "admitted": len(ok), "refused_429": len(r429),
+        "refused_reserved": len(reserved), "refused_503": len(r503),
         "other_errors": len(other),
         "other_samples": [f"#{r.index} HTTP {r.status} {r.code}: {r.error or r.message}" for r in other[:5]],
+        "exhausted_messages": dict(Counter((r.message or "")[:80] for r in r429)),
         "first_refusal": at(first_refusal), "first_429": at(first_429),
         "eventlog": {"admitted": f.admitted, "settled": f.settled_n, "expired": f.expired_n,
                      "settled_micro": f.settled, "held_micro_at_end": f.held, "overrun_micro": f.overrun,
@@ -152,9 +157,11 @@ def lines(rep: dict) -> list[str]:
         f"== 4. early stop with {rep['pods']} pods: {rep['requests']} streaming requests of team {TEAM} at once, "
         f"round-robin over the pods; limit {money(lim)} = 60% of the predicted {money(rep['predicted_total_micro'])}",
         f"  admitted {rep['admitted']}, refused 429 budget_exhausted {rep['refused_429']}, "
+        f"refused 429 budget_reserved {rep.get('refused_reserved', 0)}, "
         f"refused 503 budget_unavailable {rep['refused_503']}, other errors {rep['other_errors']}",
         refusal("unused at the first refusal", rep["first_refusal"]),
-        refusal("unused at the first 429", rep["first_429"]),
+        refusal("unused at the first budget_exhausted", rep["first_429"]),
+        *(f"    budget_exhausted {n}x: {text}" for text, n in rep.get("exhausted_messages", {}).items()),
         f"  {'unused at the end (limit - settled)':<40} {money(rep['unused_at_end_micro']):>16}  "
         f"({rep['unused_at_end_pct']:.2f}% of the limit)",
         f"  {'settled (events, deduped by id)':<40} {money(el['settled_micro']):>16}  ({el['settled']} settled, "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
@@ -290,3 +291,48 @@ async def test_unfunded_after_the_wait_is_reserved_when_settled_spend_leaves_the
     spent = wallets._after_wait(SCOPE, 1_000, PERIOD, now)
     assert spent.code == "budget_exhausted" and "Retry-After" not in spent.headers
     assert wallets._after_wait(SCOPE, 1_000, PERIOD, now + 60).code == "budget_exhausted"  # stale: not trusted
+
+
+def _committed(wallets: Wallets, settled: int, limit: int, state: str = "hard") -> None:
+    row = {"period": PERIOD, "state": state, "settled": str(settled), "held": str(limit - settled), "leased": "0",
+           "limit": str(limit)}
+    wallets.states.update({SCOPE: row}, asyncio.get_running_loop().time())
+
+
+async def test_money_in_flight_is_waited_for_not_refused_and_funded_when_holds_settle():
+    # 10 holds of 1,000 commit the whole 10,000; nothing is settled, so an 11th request waits instead of
+    # budget_exhausted, and is funded from the lease once two holds settle below their hold
+    processor = Processor(limit=10_000)
+    wallets = wallets_for(processor, retry_s=0.02)
+    assert await burst(wallets, processor, 10, 1_000) == Counter(admitted=10)
+    wallets.policy = replace(wallets.policy, lease_wait_s=0.05)
+    _committed(wallets, settled=0, limit=10_000)
+    waiting = asyncio.create_task(wallets.admit("late", [SCOPE], 1_000, period=PERIOD, max_wait_s=2.0))
+    await asyncio.sleep(0.2)  # past lease_wait_s: still waiting, because the money is only committed
+    assert not waiting.done()
+    for rid in ("r0", "r1"):  # each costs 200 of its 1,000: the worker folds it, the projection says so
+        lease = wallets.funded[rid][SCOPE].lease_id
+        wallets.settle(rid, {SCOPE: 200})
+        processor.state.apply_entry(ScopeEntry("close", SCOPE, f"{rid}/settled", rid, PERIOD, 1_000, 200, lease, NOW))
+    _committed(wallets, settled=400, limit=10_000, state="ok")
+    assert SCOPE in await asyncio.wait_for(waiting, 1.0)
+    assert processor.state.spent(PERIOD) <= processor.limit
+
+
+async def test_a_refused_ask_with_money_in_flight_waits_then_is_reserved_and_spent_money_is_final():
+    processor = Processor(limit=10_000)
+    wallets = wallets_for(processor, retry_s=0.02)
+    assert await burst(wallets, processor, 10, 1_000) == Counter(admitted=10)
+    wallets.policy = replace(wallets.policy, lease_wait_s=0.05)
+    _committed(wallets, settled=5_000, limit=10_000, state="ok")  # not hard yet: the pod asks, and gets 0
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(RateLimited) as reserved:
+        await wallets.admit("late", [SCOPE], 1_000, period=PERIOD, max_wait_s=0.3)
+    assert reserved.value.code == "budget_reserved" and 0.3 <= loop.time() - started < 1.0
+    assert len(processor.requests) >= 3  # asked again while it waited
+    _committed(wallets, settled=9_500, limit=10_000)  # settled spend leaves less than the hold: final at once
+    started = loop.time()
+    with pytest.raises(RateLimited) as spent:
+        await wallets.admit("later", [SCOPE], 1_000, period=PERIOD, max_wait_s=5.0)
+    assert spent.value.code == "budget_exhausted" and loop.time() - started < 0.1
