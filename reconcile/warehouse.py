@@ -12,6 +12,11 @@ them and turns every way the archive can be unreadable into one
 * a corrupt or truncated file (DuckDB names it; when it does not, every file
   is read with pyarrow to find the first that fails).
 
+When the per-request table (``reconcile.request_table``) was built from exactly
+the archive files present and in the same budget zone, ``request_base`` and
+``corrections`` read it instead of the raw events (same rows, much faster);
+otherwise the views compute them from the events.
+
 Nothing here writes to the archive. The archive is read through the layout
 ``streams.archive`` writes (hourly files under ``date=YYYY-MM-DD/hour=HH/``,
 compacted daily files under ``date=YYYY-MM-DD/``); rows are deduplicated by
@@ -29,14 +34,16 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from reconcile.request_table import usable_table
+
 VIEWS_SQL = Path(__file__).with_name("sql") / "views.sql"
 ARCHIVE_GLOB = "date=*/**/*.parquet"
 VIEWS_ARCHIVE_SCHEMA = 2
 """The archive schema ``views.sql`` is written against (its ``archive_guard``); a test keeps it equal to
 ``streams.archive_schema.ARCHIVE_SCHEMA_VERSION``, so a schema bump makes someone read the views again."""
 
-VIEWS = ("archive_files", "archive_scan", "archive_rows", "events", "requests", "attempts", "ledger_entries", "scope_balances",
-         "minute_rollups", "daily_cost")
+VIEWS = ("archive_files", "archive_scan", "archive_rows", "events", "request_base", "corrections", "requests", "attempts",
+         "ledger_entries", "scope_balances", "minute_rollups", "daily_cost")
 
 PINNED = ("requests", "scope_balances")
 """The views ``Warehouse.pin_requests`` snapshots, in the order they are computed."""
@@ -85,7 +92,8 @@ def first_unreadable(files: Sequence[Path]) -> str | None:
 class Warehouse:
     """DuckDB over one archive root, views loaded; ``tz`` is ``budgets.timezone`` (budget months)."""
 
-    def __init__(self, root: str | Path, *, tz: str = "Asia/Kolkata", threads: int | None = None) -> None:
+    def __init__(self, root: str | Path, *, tz: str = "Asia/Kolkata", threads: int | None = None,
+                 request_table: bool = True) -> None:
         self.root = Path(root)
         self.tz = tz
         self.files = archive_files(self.root)
@@ -104,6 +112,11 @@ class Warehouse:
             self._con.execute("SELECT ok FROM archive_guard").fetchall()
             # checked once: every later query reads the rows without paying for the footers again
             self._con.execute("CREATE OR REPLACE VIEW archive_rows AS SELECT * FROM archive_scan")
+            self.table = usable_table(self.root, tz) if request_table else None
+            if self.table is not None:  # the same rows the raw views would compute: see reconcile.request_table
+                for view, path in (("request_base", self.table.requests), ("corrections", self.table.corrections)):
+                    self._con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM read_parquet("
+                                      f"{sql_string(str(path))})")
         except duckdb.Error as exc:
             self._con.close()
             raise self._explain(exc) from None
@@ -125,6 +138,13 @@ class Warehouse:
                 return Result((), [])
             columns = tuple(d[0] for d in cursor.description)
             return Result(columns, cursor.fetchall())
+        except duckdb.Error as exc:
+            raise self._explain(exc) from None
+
+    def arrow(self, sql: str) -> pa.Table:
+        """Run one SQL statement over the views; its answer as an Arrow table."""
+        try:
+            return self._con.execute(sql).fetch_arrow_table()
         except duckdb.Error as exc:
             raise self._explain(exc) from None
 

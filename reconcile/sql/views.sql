@@ -67,8 +67,10 @@ CREATE OR REPLACE VIEW events AS
 SELECT * FROM archive_rows
 QUALIFY row_number() OVER (PARTITION BY id ORDER BY pos) = 1;
 
--- requests: one row per admitted request: its first admission, its attempts, and its close (the first
--- request.settled or hold.expired after that admission), in one pass over the request events.
+-- request_base: one row per admitted request: its first admission, its attempts, and its close (the first
+-- request.settled or hold.expired after that admission), in one pass over the request events. farebox's
+-- Warehouse reads it from the per-request table instead (reconcile/request_table.py) when that table was built
+-- from exactly the archive files present; read `requests`, which adds the corrections.
 -- * month/day: the admission's, in budget_tz. state: open, settled or expired.
 -- * cost_micro: what the request cost: the settled cost, or for an expiry the largest hold it charged in full
 --   (as ledger/rollups.py counts it). scope_costs: the charge per scope; holds: the hold per scope.
@@ -76,7 +78,7 @@ QUALIFY row_number() OVER (PARTITION BY id ORDER BY pos) = 1;
 --   tried. hedge_micro and cache_saved_micro are 0 until hedging and a response cache exist.
 -- * ttft_ms_sum/ttft_count: the TTFT of the attempts delivered while the request was open (each attempt
 --   number once), which is what the request processor's state sees (ledger/splitting.py).
-CREATE OR REPLACE VIEW requests AS
+CREATE OR REPLACE VIEW request_base AS
 WITH r AS NOT MATERIALIZED (
     SELECT type, request_id, pos, event_time, team, business_unit, app, key_id, run_id, cost_centre, tags,
            alias, data_class, pod, stream, price_version, est_input_tokens, max_output_tokens, holds, currency,
@@ -147,6 +149,41 @@ FROM adm
 LEFT JOIN cls ON cls.request_id = adm.request_id
 LEFT JOIN tries AS t ON t.request_id = adm.request_id;
 
+-- corrections: one row per rating.corrected event id (its first occurrence in log order): re-rating's change to a
+-- request's cost. month is the budget month of the corrected request's admission (the event's admitted_at), where
+-- the ledger folds it; delta_micro is new - old cost; scope_deltas lists new - old per scope (every scope either
+-- side names, a zero included, as ledger.events.RatingCorrected.deltas does).
+CREATE OR REPLACE VIEW corrections AS
+WITH c AS (
+    SELECT id, request_id, pos, team, currency, event_time AS at, cost_micro, scope_costs,
+           CAST(json_extract_string(event, '$.admitted_at') AS TIMESTAMPTZ) AS admitted_at,
+           CAST(json_extract(event, '$.old_cost_micro') AS BIGINT) AS old_cost_micro,
+           CAST(json_extract(event, '$.old_cost_by_scope') AS MAP(VARCHAR, BIGINT)) AS old_by_scope
+    FROM archive_rows WHERE type = 'rating.corrected'
+    QUALIFY row_number() OVER (PARTITION BY id ORDER BY pos) = 1
+), d AS (
+    SELECT id, s.scope AS scope, s.micro AS micro
+    FROM (SELECT id, unnest(scope_costs) AS s FROM c
+          UNION ALL
+          SELECT id, {'scope': e.key, 'micro': -e.value} FROM (SELECT id, unnest(map_entries(old_by_scope)) AS e FROM c))
+), per_scope AS (
+    SELECT id, list({'scope': scope, 'micro': micro} ORDER BY scope) AS scope_deltas
+    FROM (SELECT id, scope, sum(micro)::BIGINT AS micro FROM d GROUP BY id, scope) GROUP BY id
+)
+SELECT c.id, c.request_id, c.pos, c.team, c.currency, c.at, c.admitted_at,
+       strftime(timezone(getvariable('budget_tz'), c.admitted_at), '%Y-%m') AS month,
+       (c.cost_micro - c.old_cost_micro)::BIGINT AS delta_micro,
+       coalesce(p.scope_deltas, []) AS scope_deltas
+FROM c LEFT JOIN per_scope AS p ON p.id = c.id;
+
+-- requests: request_base, plus corrected_micro: the net change re-rating made to the request's cost (0 when none).
+-- cost_micro stays what settlement (or the expiry) charged; cost_micro + corrected_micro is what it costs now.
+CREATE OR REPLACE VIEW requests AS
+SELECT b.*, coalesce(k.corrected_micro, 0)::BIGINT AS corrected_micro
+FROM request_base AS b
+LEFT JOIN (SELECT request_id, sum(delta_micro) AS corrected_micro FROM corrections GROUP BY request_id) AS k
+  ON k.request_id = b.request_id;
+
 -- attempts: one row per (request, attempt number), its first occurrence; while_open says whether it was
 -- delivered while its request was open (after the admission, before the close).
 CREATE OR REPLACE VIEW attempts AS
@@ -158,12 +195,13 @@ QUALIFY row_number() OVER (PARTITION BY t.request_id, t.attempt ORDER BY t.pos) 
 
 -- ledger_entries: one row per (request, scope) movement of the budget ledger: a 'hold' at admission, then a
 -- 'settlement' or an 'expiry' that releases the hold, charges the cost and records any overrun (charge above
--- the hold: estimator error, never hidden). month is the admission's; balance_period is 'run' for run: scopes.
+-- the hold: estimator error, never hidden), and a 'correction' per (re-rating event, scope) that charges its
+-- new - old cost (negative when the price fell). month is the admission's; balance_period is 'run' for run: scopes.
 CREATE OR REPLACE VIEW ledger_entries AS
 WITH q AS MATERIALIZED (
     SELECT request_id, month, team, currency, admitted_id, admitted_at, holds, closed_id, closed_type, closed_at,
            scope_costs
-    FROM requests
+    FROM request_base
 ), held AS (
     SELECT request_id, u.h.scope AS scope, u.h.micro::BIGINT AS micro FROM q, unnest(q.holds) AS u(h)
 ), moved AS (
@@ -183,7 +221,11 @@ UNION ALL
 SELECT CASE q.closed_type WHEN 'request.settled' THEN 'settlement' ELSE 'expiry' END, q.closed_id, m.request_id,
        m.scope, q.month, CASE WHEN m.scope LIKE 'run:%' THEN 'run' ELSE q.month END, q.closed_at, q.team, 0,
        m.released_micro, m.charged_micro, greatest(m.charged_micro - m.released_micro, 0), q.currency
-FROM moved AS m JOIN q ON q.request_id = m.request_id;
+FROM moved AS m JOIN q ON q.request_id = m.request_id
+UNION ALL
+SELECT 'correction', k.id, k.request_id, u.d.scope, k.month,
+       CASE WHEN u.d.scope LIKE 'run:%' THEN 'run' ELSE k.month END, k.at, k.team, 0, 0, u.d.micro, 0, k.currency
+FROM corrections AS k, unnest(k.scope_deltas) AS u(d);
 
 -- scope_balances: one row per (scope, balance period): settled, held, overrun and admitted requests, as the
 -- budget ledger's fold (ledger.balances.Ledger) and GET /admin/v1/budgets/{scope} report them.
@@ -208,11 +250,12 @@ FROM requests WHERE state <> 'open'
 GROUP BY ALL;
 
 -- daily_cost: one row per admission day (budget_tz) x team x app x alias x deployment x model: requests,
--- tokens and cost, so a month's days add up to its showback.
+-- tokens, cost as charged and the corrections re-rating made to it, so a month's days add up to its showback.
 CREATE OR REPLACE VIEW daily_cost AS
 SELECT day, month, team, business_unit, app, cost_centre, alias, deployment, provider, model, currency,
        count(*) AS requests, count(*) FILTER (WHERE state <> 'open') AS closed,
        sum(input_tokens)::BIGINT AS input_tokens, sum(cached_input_tokens)::BIGINT AS cached_input_tokens,
        sum(cache_write_tokens)::BIGINT AS cache_write_tokens, sum(output_tokens)::BIGINT AS output_tokens,
-       sum(reasoning_tokens)::BIGINT AS reasoning_tokens, sum(cost_micro)::BIGINT AS cost_micro
+       sum(reasoning_tokens)::BIGINT AS reasoning_tokens, sum(cost_micro)::BIGINT AS cost_micro,
+       sum(corrected_micro)::BIGINT AS corrected_micro
 FROM requests GROUP BY ALL;

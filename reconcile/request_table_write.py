@@ -1,0 +1,69 @@
+"""Writing the per-request table (``reconcile.request_table``) after compaction or retention.
+
+``write_request_table(root, tz)`` computes ``request_base`` and ``corrections``
+over the raw events (the views of ``sql/views.sql``, never the table itself),
+then, under the manifest lock:
+
+1. checks the archive files are still the ones it read (else it writes nothing:
+   a table of a file set that no longer exists would never be used);
+2. writes both files (temp, fsync, rename) under ``summary/``, named by content;
+3. appends one ``summary`` manifest entry listing them, removing the previous
+   table's files, and recording ``covers`` (the digest of the source list);
+4. deletes the previous files.
+
+Killed before 3, the new files are unlisted (``farebox archive verify`` names
+them) and unused unless they match; the next run lists a fresh pair. Killed
+after 3, the old files are recorded as removed and the next compaction deletes
+them (``streams.archive_compact.finish``). Readers never depend on the order:
+they use a table only when its recorded sources equal the files present.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+
+from reconcile.request_table import SUMMARY_DIR, archive_sources, sources_digest, table_metadata
+from reconcile.warehouse import Warehouse
+from streams.archive_manifest import Manifest, file_entry
+from streams.archive_write import parquet_bytes, write_atomic
+
+
+def _named(table: pa.Table, prefix: str) -> tuple[str, bytes]:
+    data = parquet_bytes(table)
+    return f"{SUMMARY_DIR}/{prefix}-{hashlib.sha256(data).hexdigest()[:16]}.parquet", data
+
+
+def write_request_table(root: str | Path, tz: str, *, now: datetime | None = None) -> Path | None:
+    """Write the table of the archive at ``root`` in budget zone ``tz``; the requests file, or None when the
+    archive is empty or changed while the table was computed."""
+    root = Path(root)
+    sources = archive_sources(root)
+    if not sources:
+        return None
+    with Warehouse(root, tz=tz, request_table=False) as warehouse:
+        requests = warehouse.arrow("SELECT * FROM request_base ORDER BY request_id")
+        corrections = warehouse.arrow("SELECT * FROM corrections ORDER BY id")
+    corrections_path, corrections_data = _named(corrections, "corrections")
+    requests = requests.replace_schema_metadata(table_metadata(tz, sources, Path(corrections_path).name))
+    requests_path, requests_data = _named(requests, "requests")
+    manifest = Manifest(root)
+    with manifest.locked():
+        if archive_sources(root) != sources:
+            return None
+        state = manifest.read()
+        old = sorted(p for p in state.live if p.startswith(f"{SUMMARY_DIR}/") and p not in (requests_path,
+                                                                                            corrections_path))
+        for path, data in ((corrections_path, corrections_data), (requests_path, requests_data)):
+            write_atomic(root / path, data)
+        manifest.append_locked(
+            "summary", now=now, covers=sources_digest(sources), budget_tz=tz,
+            files=[file_entry(requests_path, requests_data, requests.num_rows),
+                   file_entry(corrections_path, corrections_data, corrections.num_rows)],
+            removes=old)
+        for path in old:
+            (root / path).unlink(missing_ok=True)
+    return root / requests_path
