@@ -144,7 +144,7 @@ class Warehouse:
     def arrow(self, sql: str) -> pa.Table:
         """Run one SQL statement over the views; its answer as an Arrow table."""
         try:
-            return self._con.execute(sql).fetch_arrow_table()
+            return self._con.sql(sql).to_arrow_table()
         except duckdb.Error as exc:
             raise self._explain(exc) from None
 

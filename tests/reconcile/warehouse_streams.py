@@ -4,7 +4,8 @@ A stream is a few requests, each with its life (admission, attempts, then a
 settlement, an expiry, both, or neither), delivered in a random order: a
 request's own events may arrive out of order (a settlement before its
 admission, an attempt after its close), any event may be delivered again
-later, and settlements may cost more than the hold (overruns). Admissions
+later, settlements may cost more than the hold (overruns), and a settled request may be re-rated once or
+twice (``rating.corrected``, chained) days later. Admissions
 straddle midnight of 1 December in Kolkata, so a stream spans two budget
 months; a ``run:`` scope keeps one balance across both.
 
@@ -26,7 +27,7 @@ import pyarrow.parquet as pq
 from hypothesis import strategies as st
 
 from ledger.codec import encode
-from ledger.events import Event, HoldExpired, RequestAdmitted, RequestAttempted, RequestSettled
+from ledger.events import Event, HoldExpired, RatingCorrected, RequestAdmitted, RequestAttempted, RequestSettled
 from pricing.usage import TokenUsage
 from streams.archive import ArchiveWriter, Record
 
@@ -89,6 +90,16 @@ def request_life(draw: st.DrawFn, n: int) -> Life:
             attempts=max(tries, 1), deployment=deployment, usage=usage, cost_micro=cost, currency="INR",
             cost_by_scope=costs, hold_released={s: max(hold - costs.get(s, 0), 0) for s in scopes},
             overrun_micro=max(cost - hold, 0), cache_hit=False, latency_ms=1_500))
+        old_cost, old_costs = cost, costs
+        for sequence in range(1, draw(st.integers(0, 2)) + 1):  # re-rated: each relative to the one before
+            new_cost = draw(st.integers(0, 3_000))
+            new_costs = {s: new_cost for s in scopes if draw(st.booleans())}
+            events.append(RatingCorrected(
+                time=close_at + timedelta(days=2, seconds=sequence), request_id=rid, team=team, sequence=sequence,
+                admitted_at=at, currency="INR", old_price_version=sequence, price_version=sequence + 1,
+                old_cost_micro=old_cost, cost_micro=new_cost, old_cost_by_scope=old_costs, cost_by_scope=new_costs,
+                old_attempt_costs={"1": old_cost}, attempt_costs={"1": new_cost}, reason="price typo"))
+            old_cost, old_costs = new_cost, new_costs
     return Life(tuple(events))
 
 
