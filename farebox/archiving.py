@@ -32,6 +32,10 @@ from typing import AsyncIterator, Callable
 
 from prometheus_client import CollectorRegistry, Gauge
 
+from reconcile.request_table import usable_table
+from reconcile.request_table_write import write_request_table
+from reconcile.warehouse import WarehouseError
+
 from farebox.settings import ArchiveSettings, Settings
 from streams.archive import ArchiveError, archive_from_log, archived_offset
 from streams.archive_compact import Housekeeping, compact, compact_hours, expire
@@ -44,8 +48,10 @@ log = logging.getLogger("farebox.archive")
 HOUR_GRACE = timedelta(minutes=10)  # an hour's files are merged this long after it ends (late batches)
 
 
-def housekeep(root: Path, cfg: ArchiveSettings, now: datetime) -> Housekeeping:
-    """Retention first (nothing is compacted only to be dropped), then compaction of the closed days."""
+def housekeep(root: Path, cfg: ArchiveSettings, now: datetime, tz: str | None = None) -> Housekeeping:
+    """Retention first (nothing is compacted only to be dropped), then compaction of the closed days, then (given
+    the budget zone ``tz``) the per-request table over the files that remain, when they changed or it is missing
+    (``reconcile.request_table``)."""
     done = Housekeeping()
     if cfg.retention_days is not None:
         dropped = expire(root, before=now.date() - timedelta(days=cfg.retention_days), now=now)
@@ -54,6 +60,11 @@ def housekeep(root: Path, cfg: ArchiveSettings, now: datetime) -> Housekeeping:
         merged = compact(root, before=now.date(), now=now)
         done.compacted_days, done.written, done.replaced = merged.compacted_days, merged.written, merged.replaced
         done.leftovers_deleted += merged.leftovers_deleted
+    if tz is not None and (done.compacted_days or done.expired or usable_table(root, tz) is None):
+        try:
+            write_request_table(root, tz, before=now.date(), now=now)
+        except WarehouseError as exc:  # the raw events stay readable; verify and the warehouse name the file
+            log.error("archive: per-request table not written: %s", exc)
     return done
 
 
@@ -61,8 +72,8 @@ class Housekeeper:
     """When to compact and expire: each closed hour's files once the hour is ``HOUR_GRACE`` old, and the
     daily ``housekeep`` once a UTC day from ``compact_hour_utc`` on. ``run`` blocks: call it in a thread."""
 
-    def __init__(self, root: Path, cfg: ArchiveSettings) -> None:
-        self.root, self.cfg = root, cfg
+    def __init__(self, root: Path, cfg: ArchiveSettings, tz: str | None = None) -> None:
+        self.root, self.cfg, self.tz = root, cfg, tz
         self.daily_on: date | None = None
         self.hours_before: datetime | None = None
 
@@ -90,7 +101,7 @@ class Housekeeper:
                              hours.replaced)
             if self._daily_due(now):
                 self.daily_on = now.date()
-                done = housekeep(self.root, self.cfg, now)
+                done = housekeep(self.root, self.cfg, now, self.tz)
                 if done.compacted_days or done.expired:
                     log.info("archive: compacted %d day(s) (%d files replaced), expired %d file(s)",
                              len(done.compacted_days), done.replaced, done.expired)

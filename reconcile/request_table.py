@@ -12,15 +12,22 @@ column of every event. Compaction therefore writes the result once
 Both are listed in the manifest (a ``summary`` entry that also removes the
 previous pair), so ``farebox archive verify`` checks them like every file.
 
-Invariant: a table is used only when it is exactly what the views would compute
-now. The requests file's Parquet metadata records the budget zone it was
-computed in and the archive files it was computed from (path and size; archive
-files are immutable and compacted outputs are named by content), and
-``usable_table`` accepts it only when both equal the warehouse's zone and the
-files present now. Anything else (a new batch, a compaction or retention since,
-another zone, no table) and the warehouse reads the raw events, as the plain
-``duckdb`` CLI over ``views.sql`` always does. So every total is the same to
-the micro-unit whichever path answers.
+Invariant: the warehouse answers exactly what the raw views would. The requests
+file's Parquet metadata records the budget zone it was computed in and the
+archive files it was computed from (path and size; archive files are immutable
+and compacted outputs are named by content). ``usable_table`` accepts it only in
+the warehouse's zone and while every one of those files is still present; the
+files that arrived since are ``fresh``. A request row depends only on that
+request's own events, so the warehouse (``Warehouse._read_table``) takes the
+table's row of every request with no event in a fresh file, and recomputes from
+all the raw events the requests that have one; corrections are the table's plus
+the fresh files', each id once (first in log order). A compaction or retention
+since (a source gone), another zone, or no table, and the warehouse reads the raw
+events, as the plain ``duckdb`` CLI over ``views.sql`` always does. So every
+total is the same to the micro-unit whichever path answers.
+
+Compaction builds the table over the closed days only (dates before its
+cut-off), so the hourly merging of today's files does not retire it.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ class RequestTable:
 
     requests: Path
     corrections: Path
+    fresh: tuple[Path, ...] = ()  # archive files present now that the table was not computed from
 
 
 def archive_sources(root: Path) -> Sources:
@@ -82,8 +90,8 @@ def _read_meta(path: Path) -> dict[bytes, bytes] | None:
 
 
 def usable_table(root: str | Path, tz: str, sources: Sources | None = None) -> RequestTable | None:
-    """The table computed in ``tz`` from exactly the archive files present now (``sources``, listed if not
-    given), or None: then read the raw events."""
+    """The table computed in ``tz`` from archive files that are all still present (``sources``: the files
+    present now, listed if not given), with the files it does not cover; None: read the raw events."""
     root = Path(root)
     candidates = sorted((root / SUMMARY_DIR).glob("requests-*.parquet"))
     if not candidates:
@@ -91,14 +99,19 @@ def usable_table(root: str | Path, tz: str, sources: Sources | None = None) -> R
     current = archive_sources(root) if sources is None else sources
     if not current:
         return None
-    wanted = orjson.dumps(current)
+    present = set(current)
     for path in candidates:
         meta = _read_meta(path)
         if meta is None or meta.get(META_FORMAT) != str(TABLE_FORMAT).encode() or meta.get(META_TZ) != tz.encode():
             continue
-        if meta.get(META_SOURCES) != wanted:
+        try:
+            covered = {(p, size) for p, size in orjson.loads(meta.get(META_SOURCES, b"null"))}
+        except (ValueError, TypeError):
             continue
+        if not covered or not covered <= present:
+            continue  # a file it was computed from is gone (compacted, expired): it describes other files
         corrections = root / SUMMARY_DIR / meta.get(META_CORRECTIONS, b"").decode()
         if corrections.is_file() and _read_meta(corrections) is not None:
-            return RequestTable(path, corrections)
+            fresh = tuple(root / p for p, size in current if (p, size) not in covered)
+            return RequestTable(path, corrections, fresh)
     return None

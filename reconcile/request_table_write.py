@@ -1,8 +1,9 @@
 """Writing the per-request table (``reconcile.request_table``) after compaction or retention.
 
-``write_request_table(root, tz)`` computes ``request_base`` and ``corrections``
-over the raw events (the views of ``sql/views.sql``, never the table itself),
-then, under the manifest lock:
+``write_request_table(root, tz, before=...)`` computes ``request_base`` and
+``corrections`` over the raw events of the files of event dates before
+``before`` (the views of ``sql/views.sql`` over just those files, never the
+table itself), then, under the manifest lock:
 
 1. checks the archive files are still the ones it read (else it writes nothing:
    a table of a file set that no longer exists would never be used);
@@ -21,15 +22,22 @@ they use a table only when its recorded sources equal the files present.
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 
 import pyarrow as pa
 
-from reconcile.request_table import SUMMARY_DIR, archive_sources, sources_digest, table_metadata
+from reconcile.request_table import SUMMARY_DIR, Sources, archive_sources, sources_digest, table_metadata
 from reconcile.warehouse import Warehouse
 from streams.archive_manifest import Manifest, file_entry
 from streams.archive_write import parquet_bytes, write_atomic
+
+
+def _dated_before(sources: Sources, before: date | None) -> Sources:
+    if before is None:
+        return sources
+    cut = f"date={before:%Y-%m-%d}"
+    return [(p, size) for p, size in sources if p.split("/", 1)[0] < cut]
 
 
 def _named(table: pa.Table, prefix: str) -> tuple[str, bytes]:
@@ -37,14 +45,15 @@ def _named(table: pa.Table, prefix: str) -> tuple[str, bytes]:
     return f"{SUMMARY_DIR}/{prefix}-{hashlib.sha256(data).hexdigest()[:16]}.parquet", data
 
 
-def write_request_table(root: str | Path, tz: str, *, now: datetime | None = None) -> Path | None:
-    """Write the table of the archive at ``root`` in budget zone ``tz``; the requests file, or None when the
-    archive is empty or changed while the table was computed."""
+def write_request_table(root: str | Path, tz: str, *, before: date | None = None,
+                        now: datetime | None = None) -> Path | None:
+    """Write the table of the archive files at ``root`` (those of event dates before ``before``, if given) in
+    budget zone ``tz``; the requests file, or None when there are none or they changed while it was computed."""
     root = Path(root)
-    sources = archive_sources(root)
+    sources = _dated_before(archive_sources(root), before)
     if not sources:
         return None
-    with Warehouse(root, tz=tz, request_table=False) as warehouse:
+    with Warehouse(root, tz=tz, files=[root / p for p, _ in sources]) as warehouse:
         requests = warehouse.arrow("SELECT * FROM request_base ORDER BY request_id")
         corrections = warehouse.arrow("SELECT * FROM corrections ORDER BY id")
     corrections_path, corrections_data = _named(corrections, "corrections")
@@ -52,7 +61,7 @@ def write_request_table(root: str | Path, tz: str, *, now: datetime | None = Non
     requests_path, requests_data = _named(requests, "requests")
     manifest = Manifest(root)
     with manifest.locked():
-        if archive_sources(root) != sources:
+        if _dated_before(archive_sources(root), before) != sources:
             return None
         state = manifest.read()
         old = sorted(p for p in state.live if p.startswith(f"{SUMMARY_DIR}/") and p not in (requests_path,

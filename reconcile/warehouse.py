@@ -34,7 +34,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from reconcile.request_table import usable_table
+from reconcile.request_table import RequestTable, usable_table
 
 VIEWS_SQL = Path(__file__).with_name("sql") / "views.sql"
 ARCHIVE_GLOB = "date=*/**/*.parquet"
@@ -79,6 +79,10 @@ def views_preamble(root: str | Path, tz: str) -> list[str]:
     return [f"SET VARIABLE archive_root = {sql_string(str(root))}", f"SET VARIABLE budget_tz = {sql_string(tz)}"]
 
 
+def _file_list(files: Sequence[Path]) -> str:
+    return "[" + ", ".join(sql_string(str(p)) for p in files) + "]"
+
+
 def first_unreadable(files: Sequence[Path]) -> str | None:
     """The first file pyarrow cannot read whole, as "<path>: <why>"; None when all read."""
     for path in files:
@@ -93,7 +97,7 @@ class Warehouse:
     """DuckDB over one archive root, views loaded; ``tz`` is ``budgets.timezone`` (budget months)."""
 
     def __init__(self, root: str | Path, *, tz: str = "Asia/Kolkata", threads: int | None = None,
-                 request_table: bool = True) -> None:
+                 request_table: bool = True, files: Sequence[Path] | None = None) -> None:
         self.root = Path(root)
         self.tz = tz
         self.files = archive_files(self.root)
@@ -112,14 +116,40 @@ class Warehouse:
             self._con.execute("SELECT ok FROM archive_guard").fetchall()
             # checked once: every later query reads the rows without paying for the footers again
             self._con.execute("CREATE OR REPLACE VIEW archive_rows AS SELECT * FROM archive_scan")
-            self.table = usable_table(self.root, tz) if request_table else None
-            if self.table is not None:  # the same rows the raw views would compute: see reconcile.request_table
-                for view, path in (("request_base", self.table.requests), ("corrections", self.table.corrections)):
-                    self._con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM read_parquet("
-                                      f"{sql_string(str(path))})")
+            if files is not None:  # only these files (the per-request table is computed over closed days)
+                self._con.execute(f"CREATE OR REPLACE VIEW archive_rows AS SELECT *, (log_partition::HUGEINT << 64) "
+                                  f"+ log_offset AS pos FROM read_parquet({_file_list(files)}, "
+                                  f"hive_partitioning = false)")
+            self.table = usable_table(self.root, tz) if request_table and files is None else None
+            if self.table is not None:
+                self._read_table(self.table)
         except duckdb.Error as exc:
             self._con.close()
             raise self._explain(exc) from None
+
+    def _read_table(self, table: RequestTable) -> None:
+        """Point ``request_base`` and ``corrections`` at the per-request table, recomputing from the raw events
+        the requests that have an event in a file the table does not cover (see ``reconcile.request_table``)."""
+        con, types = self._con, "('request.admitted', 'request.attempted', 'request.settled', 'hold.expired')"
+        requests, corrections = sql_string(str(table.requests)), sql_string(str(table.corrections))
+        if not table.fresh:
+            con.execute(f"CREATE OR REPLACE VIEW request_base AS SELECT * FROM read_parquet({requests})")
+            con.execute(f"CREATE OR REPLACE VIEW corrections AS SELECT * FROM read_parquet({corrections})")
+            return
+        con.execute(f"CREATE OR REPLACE VIEW fresh_rows AS SELECT *, (log_partition::HUGEINT << 64) + log_offset AS pos "
+                    f"FROM read_parquet({_file_list(table.fresh)}, hive_partitioning = false)")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE dirty_ids AS SELECT DISTINCT request_id FROM fresh_rows "
+                    f"WHERE type IN {types}")
+        con.execute("CREATE OR REPLACE VIEW request_events AS SELECT * FROM request_events_all "
+                    "WHERE request_id IN (SELECT request_id FROM dirty_ids)")
+        con.execute(f"CREATE OR REPLACE VIEW request_base AS SELECT * FROM read_parquet({requests}) "
+                    f"WHERE request_id NOT IN (SELECT request_id FROM dirty_ids) "
+                    f"UNION ALL BY NAME SELECT * FROM request_rows")
+        con.execute("CREATE OR REPLACE VIEW correction_events AS SELECT id, request_id, pos, team, currency, "
+                    "event_time, cost_micro, scope_costs, event FROM fresh_rows WHERE type = 'rating.corrected'")
+        con.execute(f"CREATE OR REPLACE VIEW corrections AS SELECT * FROM (SELECT * FROM read_parquet({corrections}) "
+                    f"UNION ALL BY NAME SELECT * FROM correction_rows) "
+                    f"QUALIFY row_number() OVER (PARTITION BY id ORDER BY pos) = 1")
 
     def close(self) -> None:
         self._con.close()

@@ -78,16 +78,19 @@ QUALIFY row_number() OVER (PARTITION BY id ORDER BY pos) = 1;
 --   tried. hedge_micro and cache_saved_micro are 0 until hedging and a response cache exist.
 -- * ttft_ms_sum/ttft_count: the TTFT of the attempts delivered while the request was open (each attempt
 --   number once), which is what the request processor's state sees (ledger/splitting.py).
-CREATE OR REPLACE VIEW request_base AS
-WITH r AS NOT MATERIALIZED (
-    SELECT type, request_id, pos, event_time, team, business_unit, app, key_id, run_id, cost_centre, tags,
-           alias, data_class, pod, stream, price_version, est_input_tokens, max_output_tokens, holds, currency,
-           attempt, deployment, provider, account, model, region, outcome, status, ttft_ms, latency_ms, attempts,
-           input_tokens, cached_input_tokens, cache_write_tokens, output_tokens, reasoning_tokens, usage_source,
-           cost_micro, scope_costs, overrun_micro, cache_hit
-    FROM archive_rows
-    WHERE type IN ('request.admitted', 'request.attempted', 'request.settled', 'hold.expired')
-), adm AS MATERIALIZED (
+-- request_events: the archived rows of request lives (admissions, attempts, closes), the columns request_base reads.
+CREATE OR REPLACE VIEW request_events_all AS
+SELECT type, request_id, pos, event_time, team, business_unit, app, key_id, run_id, cost_centre, tags,
+       alias, data_class, pod, stream, price_version, est_input_tokens, max_output_tokens, holds, currency,
+       attempt, deployment, provider, account, model, region, outcome, status, ttft_ms, latency_ms, attempts,
+       input_tokens, cached_input_tokens, cache_write_tokens, output_tokens, reasoning_tokens, usage_source,
+       cost_micro, scope_costs, overrun_micro, cache_hit
+FROM archive_rows
+WHERE type IN ('request.admitted', 'request.attempted', 'request.settled', 'hold.expired');
+CREATE OR REPLACE VIEW request_events AS SELECT * FROM request_events_all;
+
+CREATE OR REPLACE VIEW request_rows AS
+WITH r AS NOT MATERIALIZED (SELECT * FROM request_events), adm AS MATERIALIZED (
     SELECT request_id, min(pos) AS admitted_pos,
            arg_min({'at': event_time, 'team': team, 'business_unit': business_unit, 'app': app,
                     'key_id': key_id, 'run_id': run_id, 'cost_centre': cost_centre, 'tags': tags, 'alias': alias,
@@ -148,18 +151,23 @@ SELECT adm.request_id, strftime(timezone(getvariable('budget_tz'), a.at), '%Y-%m
 FROM adm
 LEFT JOIN cls ON cls.request_id = adm.request_id
 LEFT JOIN tries AS t ON t.request_id = adm.request_id;
+CREATE OR REPLACE VIEW request_base AS SELECT * FROM request_rows;
 
 -- corrections: one row per rating.corrected event id (its first occurrence in log order): re-rating's change to a
 -- request's cost. month is the budget month of the corrected request's admission (the event's admitted_at), where
 -- the ledger folds it; delta_micro is new - old cost; scope_deltas lists new - old per scope (every scope either
 -- side names, a zero included, as ledger.events.RatingCorrected.deltas does).
-CREATE OR REPLACE VIEW corrections AS
+CREATE OR REPLACE VIEW correction_events AS
+SELECT id, request_id, pos, team, currency, event_time, cost_micro, scope_costs, event
+FROM archive_rows WHERE type = 'rating.corrected';
+
+CREATE OR REPLACE VIEW correction_rows AS
 WITH c AS (
     SELECT id, request_id, pos, team, currency, event_time AS at, cost_micro, scope_costs,
            CAST(json_extract_string(event, '$.admitted_at') AS TIMESTAMPTZ) AS admitted_at,
            CAST(json_extract(event, '$.old_cost_micro') AS BIGINT) AS old_cost_micro,
            CAST(json_extract(event, '$.old_cost_by_scope') AS MAP(VARCHAR, BIGINT)) AS old_by_scope
-    FROM archive_rows WHERE type = 'rating.corrected'
+    FROM correction_events
     QUALIFY row_number() OVER (PARTITION BY id ORDER BY pos) = 1
 ), d AS (
     SELECT id, s.scope AS scope, s.micro AS micro
@@ -175,6 +183,7 @@ SELECT c.id, c.request_id, c.pos, c.team, c.currency, c.at, c.admitted_at,
        (c.cost_micro - c.old_cost_micro)::BIGINT AS delta_micro,
        coalesce(p.scope_deltas, []) AS scope_deltas
 FROM c LEFT JOIN per_scope AS p ON p.id = c.id;
+CREATE OR REPLACE VIEW corrections AS SELECT * FROM correction_rows;
 
 -- requests: request_base, plus corrected_micro: the net change re-rating made to the request's cost (0 when none).
 -- cost_micro stays what settlement (or the expiry) charged; cost_micro + corrected_micro is what it costs now.

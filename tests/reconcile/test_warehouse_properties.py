@@ -70,22 +70,27 @@ def warehouse_spend(warehouse: Warehouse) -> list[tuple]:
                            "GROUP BY ALL ORDER BY ALL").rows
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(events=delivery(), batch_sizes=st.lists(st.integers(1, 12), max_size=6), compact=st.booleans())
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(events=delivery(), batch_sizes=st.lists(st.integers(1, 12), max_size=6), compact=st.booleans(),
+       table_after=st.integers(1, 4))
 def test_warehouse_equals_the_ledger_fold_and_the_rollups(events: list[Event], batch_sizes: list[int],
-                                                          compact: bool) -> None:
-    """Both paths: the raw events, then the per-request table built over the same files."""
+                                                          compact: bool, table_after: int) -> None:
+    """Both paths: the raw events, then the per-request table built after ``table_after`` batches (the rest,
+    and any compacted copy, are files it does not cover), then the table built over every file."""
     with TemporaryDirectory() as tmp:
-        archive_stream(Path(tmp), events, batch_sizes=batch_sizes, compact=compact)
+        archive_stream(Path(tmp), events, batch_sizes=batch_sizes, compact=compact,
+                       between=(table_after, lambda: write_request_table(tmp, "Asia/Kolkata")))
         balances, rollups = fold_balances(events), fold_rollups(events)
-        with Warehouse(tmp, tz="Asia/Kolkata", threads=1) as warehouse:
+        with Warehouse(tmp, tz="Asia/Kolkata", threads=1, request_table=False) as warehouse:
             assert warehouse.table is None
             assert warehouse_balances(warehouse) == balances
             assert warehouse_rollups(warehouse) == rollups
             spend = warehouse_spend(warehouse)
-        assert write_request_table(tmp, "Asia/Kolkata") is not None
-        with Warehouse(tmp, tz="Asia/Kolkata", threads=1) as warehouse:
-            assert warehouse.table is not None
-            assert warehouse_balances(warehouse) == balances
-            assert warehouse_rollups(warehouse) == rollups
-            assert warehouse_spend(warehouse) == spend
+        for build in (False, True):
+            if build:
+                assert write_request_table(tmp, "Asia/Kolkata") is not None
+            with Warehouse(tmp, tz="Asia/Kolkata", threads=1) as warehouse:
+                assert warehouse.table is not None and (not build or not warehouse.table.fresh)
+                assert warehouse_balances(warehouse) == balances
+                assert warehouse_rollups(warehouse) == rollups
+                assert warehouse_spend(warehouse) == spend

@@ -17,6 +17,7 @@ does, so the same rows appear twice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -121,8 +122,10 @@ def delivery(draw: st.DrawFn) -> list[Event]:
     return out
 
 
-def archive_stream(root: Path, events: list[Event], *, batch_sizes: list[int], compact: bool = False) -> None:
-    """Archive ``events`` in delivery order: partition = the team's index, offsets increasing per partition."""
+def archive_stream(root: Path, events: list[Event], *, batch_sizes: list[int], compact: bool = False,
+                   between: tuple[int, Callable[[], object]] | None = None) -> None:
+    """Archive ``events`` in delivery order: partition = the team's index, offsets increasing per partition;
+    ``between`` = (n, call): call it once n batches are written (e.g. build the per-request table)."""
     writer = ArchiveWriter(root, "test")
     offsets = dict.fromkeys(range(len(TEAMS)), 0)
     records = []
@@ -132,10 +135,16 @@ def archive_stream(root: Path, events: list[Event], *, batch_sizes: list[int], c
         records.append(Record(partition, offsets[partition], encode(event)))
     start = 0
     sizes = iter(batch_sizes)
+    written = 0
     while start < len(records):
+        if between is not None and written == between[0]:
+            between[1]()
         size = max(next(sizes, len(records)), 1)
         writer.write(records[start:start + size])
         start += size
+        written += 1
+    if between is not None and written <= between[0]:
+        between[1]()
     if compact:  # compaction's daily file: the same rows again, beside the hourly files it replaces
         for day in sorted(root.glob("date=*")):
             hourly = sorted(day.glob("hour=*/*.parquet"))
