@@ -8,9 +8,10 @@ column of every event. Compaction therefore writes the result once
 
     summary/requests-<sha256 prefix>.parquet      # one row per admitted request: the request_base view
     summary/corrections-<sha256 prefix>.parquet   # one row per rating.corrected event id: the corrections view
+    summary/entries-<sha256 prefix>.parquet       # the requests' hold and close ledger entries: request_entries
 
-Both are listed in the manifest (a ``summary`` entry that also removes the
-previous pair), so ``farebox archive verify`` checks them like every file.
+All three are listed in the manifest (a ``summary`` entry that also removes the
+previous ones), so ``farebox archive verify`` checks them like every file.
 
 Invariant: the warehouse answers exactly what the raw views would. The requests
 file's Parquet metadata records the budget zone it was computed in and the
@@ -20,7 +21,8 @@ the warehouse's zone and while every one of those files is still present; the
 files that arrived since are ``fresh``. A request row depends only on that
 request's own events, so the warehouse (``Warehouse._read_table``) takes the
 table's row of every request with no event in a fresh file, and recomputes from
-all the raw events the requests that have one; corrections are the table's plus
+all the raw events the requests that have one (and their ledger entries);
+corrections are the table's plus
 the fresh files', each id once (first in log order). A compaction or retention
 since (a source gone), another zone, or no table, and the warehouse reads the raw
 events, as the plain ``duckdb`` CLI over ``views.sql`` always does. So every
@@ -41,12 +43,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 SUMMARY_DIR = "summary"
-TABLE_FORMAT = 1
+TABLE_FORMAT = 2
 """Bump when the columns of ``request_base`` or ``corrections`` change: a table of another format is not used."""
 META_FORMAT = b"farebox.request_table"
 META_TZ = b"farebox.budget_tz"
 META_SOURCES = b"farebox.sources"
 META_CORRECTIONS = b"farebox.corrections_file"
+META_ENTRIES = b"farebox.entries_file"
 
 Sources = list[tuple[str, int]]
 
@@ -57,6 +60,7 @@ class RequestTable:
 
     requests: Path
     corrections: Path
+    entries: Path
     fresh: tuple[Path, ...] = ()  # archive files present now that the table was not computed from
 
 
@@ -77,9 +81,9 @@ def sources_digest(sources: Sources) -> str:
     return hashlib.sha256(orjson.dumps(sources)).hexdigest()
 
 
-def table_metadata(tz: str, sources: Sources, corrections_name: str) -> dict[bytes, bytes]:
+def table_metadata(tz: str, sources: Sources, corrections_name: str, entries_name: str) -> dict[bytes, bytes]:
     return {META_FORMAT: str(TABLE_FORMAT).encode(), META_TZ: tz.encode(), META_SOURCES: orjson.dumps(sources),
-            META_CORRECTIONS: corrections_name.encode()}
+            META_CORRECTIONS: corrections_name.encode(), META_ENTRIES: entries_name.encode()}
 
 
 def _read_meta(path: Path) -> dict[bytes, bytes] | None:
@@ -111,7 +115,8 @@ def usable_table(root: str | Path, tz: str, sources: Sources | None = None) -> R
         if not covered or not covered <= present:
             continue  # a file it was computed from is gone (compacted, expired): it describes other files
         corrections = root / SUMMARY_DIR / meta.get(META_CORRECTIONS, b"").decode()
-        if corrections.is_file() and _read_meta(corrections) is not None:
+        entries = root / SUMMARY_DIR / meta.get(META_ENTRIES, b"").decode()
+        if all(f.is_file() and _read_meta(f) is not None for f in (corrections, entries)):
             fresh = tuple(root / p for p, size in current if (p, size) not in covered)
-            return RequestTable(path, corrections, fresh)
+            return RequestTable(path, corrections, entries, fresh)
     return None

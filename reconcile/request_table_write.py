@@ -7,7 +7,7 @@ table itself), then, under the manifest lock:
 
 1. checks the archive files are still the ones it read (else it writes nothing:
    a table of a file set that no longer exists would never be used);
-2. writes both files (temp, fsync, rename) under ``summary/``, named by content;
+2. writes the three files (temp, fsync, rename) under ``summary/``, named by content;
 3. appends one ``summary`` manifest entry listing them, removing the previous
    table's files, and recording ``covers`` (the digest of the source list);
 4. deletes the previous files.
@@ -56,23 +56,25 @@ def write_request_table(root: str | Path, tz: str, *, before: date | None = None
     with Warehouse(root, tz=tz, files=[root / p for p, _ in sources]) as warehouse:
         requests = warehouse.arrow("SELECT * FROM request_base ORDER BY request_id")
         corrections = warehouse.arrow("SELECT * FROM corrections ORDER BY id")
+        entries = warehouse.arrow("SELECT * FROM request_entries ORDER BY request_id, entry, scope")
     corrections_path, corrections_data = _named(corrections, "corrections")
-    requests = requests.replace_schema_metadata(table_metadata(tz, sources, Path(corrections_path).name))
+    entries_path, entries_data = _named(entries, "entries")
+    requests = requests.replace_schema_metadata(table_metadata(tz, sources, Path(corrections_path).name,
+                                                               Path(entries_path).name))
     requests_path, requests_data = _named(requests, "requests")
     manifest = Manifest(root)
     with manifest.locked():
         if _dated_before(archive_sources(root), before) != sources:
             return None
         state = manifest.read()
-        old = sorted(p for p in state.live if p.startswith(f"{SUMMARY_DIR}/") and p not in (requests_path,
-                                                                                            corrections_path))
-        for path, data in ((corrections_path, corrections_data), (requests_path, requests_data)):
+        new = ((corrections_path, corrections_data, corrections), (entries_path, entries_data, entries),
+               (requests_path, requests_data, requests))  # the requests file last: it names the others
+        old = sorted(p for p in state.live if p.startswith(f"{SUMMARY_DIR}/") and p not in {n[0] for n in new})
+        for path, data, _ in new:
             write_atomic(root / path, data)
-        manifest.append_locked(
-            "summary", now=now, covers=sources_digest(sources), budget_tz=tz,
-            files=[file_entry(requests_path, requests_data, requests.num_rows),
-                   file_entry(corrections_path, corrections_data, corrections.num_rows)],
-            removes=old)
+        manifest.append_locked("summary", now=now, covers=sources_digest(sources), budget_tz=tz,
+                               files=[file_entry(path, data, table.num_rows) for path, data, table in new],
+                               removes=old)
         for path in old:
             (root / path).unlink(missing_ok=True)
     return root / requests_path

@@ -128,13 +128,15 @@ class Warehouse:
             raise self._explain(exc) from None
 
     def _read_table(self, table: RequestTable) -> None:
-        """Point ``request_base`` and ``corrections`` at the per-request table, recomputing from the raw events
-        the requests that have an event in a file the table does not cover (see ``reconcile.request_table``)."""
+        """Point ``request_base``, ``request_entries`` and ``corrections`` at the per-request table, recomputing
+        from the raw events the requests that have an event in a file it does not cover (``reconcile.request_table``)."""
         con, types = self._con, "('request.admitted', 'request.attempted', 'request.settled', 'hold.expired')"
         requests, corrections = sql_string(str(table.requests)), sql_string(str(table.corrections))
+        entries = sql_string(str(table.entries))
         if not table.fresh:
             con.execute(f"CREATE OR REPLACE VIEW request_base AS SELECT * FROM read_parquet({requests})")
             con.execute(f"CREATE OR REPLACE VIEW corrections AS SELECT * FROM read_parquet({corrections})")
+            con.execute(f"CREATE OR REPLACE VIEW request_entries AS SELECT * FROM read_parquet({entries})")
             return
         con.execute(f"CREATE OR REPLACE VIEW fresh_rows AS SELECT *, (log_partition::HUGEINT << 64) + log_offset AS pos "
                     f"FROM read_parquet({_file_list(table.fresh)}, hive_partitioning = false)")
@@ -145,6 +147,11 @@ class Warehouse:
         con.execute(f"CREATE OR REPLACE VIEW request_base AS SELECT * FROM read_parquet({requests}) "
                     f"WHERE request_id NOT IN (SELECT request_id FROM dirty_ids) "
                     f"UNION ALL BY NAME SELECT * FROM request_rows")
+        con.execute("CREATE OR REPLACE VIEW entry_requests AS SELECT * FROM request_base "
+                    "WHERE request_id IN (SELECT request_id FROM dirty_ids)")
+        con.execute(f"CREATE OR REPLACE VIEW request_entries AS SELECT * FROM read_parquet({entries}) "
+                    f"WHERE request_id NOT IN (SELECT request_id FROM dirty_ids) "
+                    f"UNION ALL BY NAME SELECT * FROM request_entry_rows")
         con.execute("CREATE OR REPLACE VIEW correction_events AS SELECT id, request_id, pos, team, currency, "
                     "event_time, cost_micro, scope_costs, event FROM fresh_rows WHERE type = 'rating.corrected'")
         con.execute(f"CREATE OR REPLACE VIEW corrections AS SELECT * FROM (SELECT * FROM read_parquet({corrections}) "
@@ -204,6 +211,8 @@ class Warehouse:
         files are unchanged (``archive_state``); a new, compacted or expired file makes the next pin compute them
         again. The state is taken before they are computed, so a file that lands meanwhile makes the next pin
         recompute (never a stale reuse)."""
+        if self.table is not None and not self.table.fresh:
+            return  # the per-request table already is a snapshot of exactly these files
         state = self.archive_state()
         if state != self._snapshot_state:
             self._snapshot_state = None

@@ -206,11 +206,14 @@ QUALIFY row_number() OVER (PARTITION BY t.request_id, t.attempt ORDER BY t.pos) 
 -- 'settlement' or an 'expiry' that releases the hold, charges the cost and records any overrun (charge above
 -- the hold: estimator error, never hidden), and a 'correction' per (re-rating event, scope) that charges its
 -- new - old cost (negative when the price fell). month is the admission's; balance_period is 'run' for run: scopes.
-CREATE OR REPLACE VIEW ledger_entries AS
+-- (entry_requests: the requests request_entries are computed from; farebox's Warehouse narrows it to the requests
+-- the per-request table does not cover and reads the rest of request_entries from that table.)
+CREATE OR REPLACE VIEW entry_requests AS SELECT * FROM request_base;
+CREATE OR REPLACE VIEW request_entry_rows AS
 WITH q AS MATERIALIZED (
     SELECT request_id, month, team, currency, admitted_id, admitted_at, holds, closed_id, closed_type, closed_at,
            scope_costs
-    FROM request_base
+    FROM entry_requests
 ), held AS (
     SELECT request_id, u.h.scope AS scope, u.h.micro::BIGINT AS micro FROM q, unnest(q.holds) AS u(h)
 ), moved AS (
@@ -230,7 +233,11 @@ UNION ALL
 SELECT CASE q.closed_type WHEN 'request.settled' THEN 'settlement' ELSE 'expiry' END, q.closed_id, m.request_id,
        m.scope, q.month, CASE WHEN m.scope LIKE 'run:%' THEN 'run' ELSE q.month END, q.closed_at, q.team, 0,
        m.released_micro, m.charged_micro, greatest(m.charged_micro - m.released_micro, 0), q.currency
-FROM moved AS m JOIN q ON q.request_id = m.request_id
+FROM moved AS m JOIN q ON q.request_id = m.request_id;
+CREATE OR REPLACE VIEW request_entries AS SELECT * FROM request_entry_rows;
+
+CREATE OR REPLACE VIEW ledger_entries AS
+SELECT * FROM request_entries
 UNION ALL
 SELECT 'correction', k.id, k.request_id, u.d.scope, k.month,
        CASE WHEN u.d.scope LIKE 'run:%' THEN 'run' ELSE k.month END, k.at, k.team, 0, 0, u.d.micro, 0, k.currency
