@@ -211,18 +211,18 @@ class Warehouse:
         files are unchanged (``archive_state``); a new, compacted or expired file makes the next pin compute them
         again. The state is taken before they are computed, so a file that lands meanwhile makes the next pin
         recompute (never a stale reuse)."""
-        if self.table is not None and not self.table.fresh:
-            return  # the per-request table already is a snapshot of exactly these files
+        # a per-request table covering every file already is a snapshot of requests: keep the balances only
+        pinned = PINNED[1:] if self.table is not None and not self.table.fresh else PINNED
         state = self.archive_state()
         if state != self._snapshot_state:
             self._snapshot_state = None
             self.unpin_requests()
-            for view in PINNED:  # in order: scope_balances' snapshot is read from the requests snapshot
+            for view in pinned:  # in order: scope_balances' snapshot is read from the requests snapshot
                 self.query(f"CREATE OR REPLACE TEMP TABLE {view}_snapshot AS SELECT * FROM {view}")
                 self.query(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM temp.{view}_snapshot")
             self._snapshot_state = state
             return
-        for view in PINNED:
+        for view in pinned:
             self.query(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM temp.{view}_snapshot")
 
     def unpin_requests(self) -> None:
