@@ -5,7 +5,8 @@ settlement, an expiry, both, or neither), delivered in a random order: a
 request's own events may arrive out of order (a settlement before its
 admission, an attempt after its close), any event may be delivered again
 later, settlements may cost more than the hold (overruns), and a settled request may be re-rated once or
-twice (``rating.corrected``, chained) days later. Admissions
+twice (``rating.corrected``, chained) days later, delivered after every life, as re-rating reads closed
+requests from the archive. Admissions
 straddle midnight of 1 December in Kolkata, so a stream spans two budget
 months; a ``run:`` scope keeps one balance across both.
 
@@ -45,6 +46,7 @@ class Life:
     """One request's events in the order its pod produced them."""
 
     events: tuple[Event, ...]
+    corrections: tuple[Event, ...] = ()  # re-rating's, delivered after every life (it reads closed requests)
 
 
 @st.composite
@@ -92,15 +94,17 @@ def request_life(draw: st.DrawFn, n: int) -> Life:
             cost_by_scope=costs, hold_released={s: max(hold - costs.get(s, 0), 0) for s in scopes},
             overrun_micro=max(cost - hold, 0), cache_hit=False, latency_ms=1_500))
         old_cost, old_costs = cost, costs
+        fixes: list[Event] = []
         for sequence in range(1, draw(st.integers(0, 2)) + 1):  # re-rated: each relative to the one before
             new_cost = draw(st.integers(0, 3_000))
             new_costs = {s: new_cost for s in scopes if draw(st.booleans())}
-            events.append(RatingCorrected(
+            fixes.append(RatingCorrected(
                 time=close_at + timedelta(days=2, seconds=sequence), request_id=rid, team=team, sequence=sequence,
                 admitted_at=at, currency="INR", old_price_version=sequence, price_version=sequence + 1,
                 old_cost_micro=old_cost, cost_micro=new_cost, old_cost_by_scope=old_costs, cost_by_scope=new_costs,
                 old_attempt_costs={"1": old_cost}, attempt_costs={"1": new_cost}, reason="price typo"))
             old_cost, old_costs = new_cost, new_costs
+        return Life(tuple(events), tuple(fixes))
     return Life(tuple(events))
 
 
@@ -119,6 +123,10 @@ def delivery(draw: st.DrawFn) -> list[Event]:
         out.append(queue.pop(0))
         if draw(st.integers(0, 5)) == 0:  # a re-delivery of anything seen so far
             out.append(out[draw(st.integers(0, len(out) - 1))])
+    for fix in (fix for life in lives for fix in life.corrections):  # re-rating runs over the closed requests
+        out.append(fix)
+        if draw(st.integers(0, 3)) == 0:
+            out.append(fix)  # a re-rate applied twice
     return out
 
 
