@@ -32,11 +32,10 @@ from typing import AsyncIterator, Callable
 
 from prometheus_client import CollectorRegistry, Gauge
 
+from farebox.settings import ArchiveSettings, Settings
 from reconcile.request_table import usable_table
 from reconcile.request_table_write import write_request_table
 from reconcile.warehouse import WarehouseError
-
-from farebox.settings import ArchiveSettings, Settings
 from streams.archive import ArchiveError, archive_from_log, archived_offset
 from streams.archive_compact import Housekeeping, compact, compact_hours, expire
 from streams.archive_manifest import file_lock
