@@ -135,7 +135,7 @@ class EmbeddedArchiver:
         self.archived = archived_offset(self.root)
         self.caught_up_at = time.monotonic()
         self.last_pass = float("-inf")  # the first due check runs a pass
-        self.housekeeper = Housekeeper(self.root, self.cfg)
+        self.housekeeper = Housekeeper(self.root, self.cfg, settings.snapshot.budgets.timezone)
         if registry is not None:
             Gauge("farebox_archive_lag_events", "Events in the log not yet in the Parquet archive.",
                   registry=registry).set_function(self.lag_events)
@@ -213,7 +213,7 @@ async def run_kafka_archiver(settings: Settings, stop: asyncio.Event | None = No
                              batch_size=cfg.flush_events, flush_interval_s=cfg.flush_interval_s)
 
     async def housekeeping() -> None:
-        keeper = Housekeeper(settings.archive_root, cfg)
+        keeper = Housekeeper(settings.archive_root, cfg, settings.snapshot.budgets.timezone)
         while not stop.is_set():
             if keeper.due(now := datetime.now(timezone.utc)):
                 await asyncio.to_thread(keeper.run, now)
