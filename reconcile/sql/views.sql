@@ -67,17 +67,6 @@ CREATE OR REPLACE VIEW events AS
 SELECT * FROM archive_rows
 QUALIFY row_number() OVER (PARTITION BY id ORDER BY pos) = 1;
 
--- request_base: one row per admitted request: its first admission, its attempts, and its close (the first
--- request.settled or hold.expired after that admission), in one pass over the request events. farebox's
--- Warehouse reads it from the per-request table instead (reconcile/request_table.py) when that table was built
--- from exactly the archive files present; read `requests`, which adds the corrections.
--- * month/day: the admission's, in budget_tz. state: open, settled or expired.
--- * cost_micro: what the request cost: the settled cost, or for an expiry the largest hold it charged in full
---   (as ledger/rollups.py counts it). scope_costs: the charge per scope; holds: the hold per scope.
--- * fallback: served (settled below 400) after more than one attempt or by a deployment other than the first
---   tried. hedge_micro and cache_saved_micro are 0 until hedging and a response cache exist.
--- * ttft_ms_sum/ttft_count: the TTFT of the attempts delivered while the request was open (each attempt
---   number once), which is what the request processor's state sees (ledger/splitting.py).
 -- request_events: the archived rows of request lives (admissions, attempts, closes), the columns request_base reads.
 CREATE OR REPLACE VIEW request_events_all AS
 SELECT type, request_id, pos, event_time, team, business_unit, app, key_id, run_id, cost_centre, tags,
@@ -89,6 +78,18 @@ FROM archive_rows
 WHERE type IN ('request.admitted', 'request.attempted', 'request.settled', 'hold.expired');
 CREATE OR REPLACE VIEW request_events AS SELECT * FROM request_events_all;
 
+-- request_rows, request_base: one row per admitted request: its first admission, its attempts, and its close (the
+-- first request.settled or hold.expired after that admission), in one pass over the request events. farebox's
+-- Warehouse reads request_base from the per-request table (reconcile/request_table.py) while the files it was
+-- computed from are present, and request_rows only for the requests with an event in a newer file. Read
+-- `requests`, which adds the corrections.
+-- * month/day: the admission's, in budget_tz. state: open, settled or expired.
+-- * cost_micro: what the request cost: the settled cost, or for an expiry the largest hold it charged in full
+--   (as ledger/rollups.py counts it). scope_costs: the charge per scope; holds: the hold per scope.
+-- * fallback: served (settled below 400) after more than one attempt or by a deployment other than the first
+--   tried. hedge_micro and cache_saved_micro are 0 until hedging and a response cache exist.
+-- * ttft_ms_sum/ttft_count: the TTFT of the attempts delivered while the request was open (each attempt
+--   number once), which is what the request processor's state sees (ledger/splitting.py).
 CREATE OR REPLACE VIEW request_rows AS
 WITH r AS NOT MATERIALIZED (SELECT * FROM request_events), adm AS MATERIALIZED (
     SELECT request_id, min(pos) AS admitted_pos,
