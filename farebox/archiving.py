@@ -35,6 +35,9 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from farebox.observe import config_db_keys, running_alerts
 from farebox.settings import ArchiveSettings, Settings
+from reconcile.request_table import usable_table
+from reconcile.request_table_write import write_request_table
+from reconcile.warehouse import WarehouseError
 from streams.archive import ArchiveError, archive_from_log, archived_offset
 from streams.archive_compact import Housekeeping, compact, compact_hours, expire
 from streams.archive_manifest import file_lock
@@ -47,8 +50,10 @@ log = logging.getLogger("farebox.archive")
 HOUR_GRACE = timedelta(minutes=10)  # an hour's files are merged this long after it ends (late batches)
 
 
-def housekeep(root: Path, cfg: ArchiveSettings, now: datetime) -> Housekeeping:
-    """Retention first (nothing is compacted only to be dropped), then compaction of the closed days."""
+def housekeep(root: Path, cfg: ArchiveSettings, now: datetime, tz: str | None = None) -> Housekeeping:
+    """Retention first (nothing is compacted only to be dropped), then compaction of the closed days, then (given
+    the budget zone ``tz``) the per-request table over the files that remain, when they changed or it is missing
+    (``reconcile.request_table``)."""
     done = Housekeeping()
     if cfg.retention_days is not None:
         dropped = expire(root, before=now.date() - timedelta(days=cfg.retention_days), now=now)
@@ -57,6 +62,11 @@ def housekeep(root: Path, cfg: ArchiveSettings, now: datetime) -> Housekeeping:
         merged = compact(root, before=now.date(), now=now)
         done.compacted_days, done.written, done.replaced = merged.compacted_days, merged.written, merged.replaced
         done.leftovers_deleted += merged.leftovers_deleted
+    if tz is not None and (done.compacted_days or done.expired or usable_table(root, tz) is None):
+        try:
+            write_request_table(root, tz, before=now.date(), now=now)
+        except WarehouseError as exc:  # the raw events stay readable; verify and the warehouse name the file
+            log.error("archive: per-request table not written: %s", exc)
     return done
 
 
@@ -64,8 +74,8 @@ class Housekeeper:
     """When to compact and expire: each closed hour's files once the hour is ``HOUR_GRACE`` old, and the
     daily ``housekeep`` once a UTC day from ``compact_hour_utc`` on. ``run`` blocks: call it in a thread."""
 
-    def __init__(self, root: Path, cfg: ArchiveSettings) -> None:
-        self.root, self.cfg = root, cfg
+    def __init__(self, root: Path, cfg: ArchiveSettings, tz: str | None = None) -> None:
+        self.root, self.cfg, self.tz = root, cfg, tz
         self.daily_on: date | None = None
         self.hours_before: datetime | None = None
 
@@ -93,7 +103,7 @@ class Housekeeper:
                              hours.replaced)
             if self._daily_due(now):
                 self.daily_on = now.date()
-                done = housekeep(self.root, self.cfg, now)
+                done = housekeep(self.root, self.cfg, now, self.tz)
                 if done.compacted_days or done.expired:
                     log.info("archive: compacted %d day(s) (%d files replaced), expired %d file(s)",
                              len(done.compacted_days), done.replaced, done.expired)
@@ -128,7 +138,7 @@ class EmbeddedArchiver:
         self.archived = archived_offset(self.root)
         self.caught_up_at = time.monotonic()
         self.last_pass = float("-inf")  # the first due check runs a pass
-        self.housekeeper = Housekeeper(self.root, self.cfg)
+        self.housekeeper = Housekeeper(self.root, self.cfg, settings.snapshot.budgets.timezone)
         self._pass_lock: asyncio.Lock | None = None  # one pass at a time: the loop's and a reader's catch_up
         if registry is not None:
             Gauge("farebox_archive_lag_events", "Events in the log not yet in the Parquet archive.",
@@ -219,7 +229,7 @@ async def run_kafka_archiver(settings: Settings, stop: asyncio.Event | None = No
                              batch_size=cfg.flush_events, flush_interval_s=cfg.flush_interval_s)
 
     async def housekeeping() -> None:
-        keeper = Housekeeper(settings.archive_root, cfg)
+        keeper = Housekeeper(settings.archive_root, cfg, settings.snapshot.budgets.timezone)
         while not stop.is_set():
             if keeper.due(now := datetime.now(timezone.utc)):
                 await asyncio.to_thread(keeper.run, now)

@@ -89,7 +89,7 @@ def _compact(args: argparse.Namespace) -> int:
     if args.before:
         done = compact(root, before=date.fromisoformat(args.before), now=now)
     else:
-        done = housekeep(root, settings.archive, now)
+        done = housekeep(root, settings.archive, now, settings.snapshot.budgets.timezone)
     days = ", ".join(str(d) for d in done.compacted_days) or "none"
     print(f"compacted day(s): {days} ({len(done.written)} daily file(s) written, {done.replaced} replaced); "
           f"expired {done.expired} file(s); finished {done.leftovers_deleted} interrupted delete(s)")

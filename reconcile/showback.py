@@ -7,7 +7,8 @@ ledger charges them):
 
 * ``requests`` admitted, ``closed`` (settled or expired), ``served`` (settled
   below 400), ``spend_micro`` (each request's cost: settled cost, or the hold
-  an expiry charged in full), tokens by type;
+  an expiry charged in full, plus re-rating's corrections of it), ``corrected_micro``
+  (those corrections' net sum), tokens by type;
 * ``fallbacks`` and ``fallback_rate`` (of the served: after more than one
   attempt, or by a deployment other than the first tried);
 * ``hedge_micro`` (0 until hedging exists) and ``cache_saved_micro`` (what the
@@ -46,7 +47,8 @@ LIMITS_SCHEMA = pa.schema([("scope", pa.string()), ("limit_micro", pa.int64()), 
 _MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 
 _TOTALS = """count(*) AS requests, count(*) FILTER (WHERE state <> 'open') AS closed,
-       count(*) FILTER (WHERE served) AS served, sum(cost_micro)::BIGINT AS spend_micro,
+       count(*) FILTER (WHERE served) AS served,
+       sum(cost_micro + corrected_micro)::BIGINT AS spend_micro, sum(corrected_micro)::BIGINT AS corrected_micro,
        sum(input_tokens)::BIGINT AS input_tokens, sum(cached_input_tokens)::BIGINT AS cached_input_tokens,
        sum(cache_write_tokens)::BIGINT AS cache_write_tokens, sum(output_tokens)::BIGINT AS output_tokens,
        sum(reasoning_tokens)::BIGINT AS reasoning_tokens"""

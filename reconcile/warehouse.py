@@ -12,6 +12,11 @@ them and turns every way the archive can be unreadable into one
 * a corrupt or truncated file (DuckDB names it; when it does not, every file
   is read with pyarrow to find the first that fails).
 
+When the per-request table (``reconcile.request_table``) was built from exactly
+the archive files present and in the same budget zone, ``request_base`` and
+``corrections`` read it instead of the raw events (same rows, much faster);
+otherwise the views compute them from the events.
+
 Nothing here writes to the archive. The archive is read through the layout
 ``streams.archive`` writes (hourly files under ``date=YYYY-MM-DD/hour=HH/``,
 compacted daily files under ``date=YYYY-MM-DD/``); rows are deduplicated by
@@ -29,14 +34,16 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from reconcile.request_table import RequestTable, usable_table
+
 VIEWS_SQL = Path(__file__).with_name("sql") / "views.sql"
 ARCHIVE_GLOB = "date=*/**/*.parquet"
 VIEWS_ARCHIVE_SCHEMA = 2
 """The archive schema ``views.sql`` is written against (its ``archive_guard``); a test keeps it equal to
 ``streams.archive_schema.ARCHIVE_SCHEMA_VERSION``, so a schema bump makes someone read the views again."""
 
-VIEWS = ("archive_files", "archive_scan", "archive_rows", "events", "requests", "attempts", "ledger_entries", "scope_balances",
-         "minute_rollups", "daily_cost")
+VIEWS = ("archive_files", "archive_scan", "archive_rows", "events", "request_base", "corrections", "requests", "attempts",
+         "ledger_entries", "scope_balances", "minute_rollups", "daily_cost")
 
 PINNED = ("requests", "scope_balances")
 """The views ``Warehouse.pin_requests`` snapshots, in the order they are computed."""
@@ -72,6 +79,10 @@ def views_preamble(root: str | Path, tz: str) -> list[str]:
     return [f"SET VARIABLE archive_root = {sql_string(str(root))}", f"SET VARIABLE budget_tz = {sql_string(tz)}"]
 
 
+def _file_list(files: Sequence[Path]) -> str:
+    return "[" + ", ".join(sql_string(str(p)) for p in files) + "]"
+
+
 def first_unreadable(files: Sequence[Path]) -> str | None:
     """The first file pyarrow cannot read whole, as "<path>: <why>"; None when all read."""
     for path in files:
@@ -85,7 +96,8 @@ def first_unreadable(files: Sequence[Path]) -> str | None:
 class Warehouse:
     """DuckDB over one archive root, views loaded; ``tz`` is ``budgets.timezone`` (budget months)."""
 
-    def __init__(self, root: str | Path, *, tz: str = "Asia/Kolkata", threads: int | None = None) -> None:
+    def __init__(self, root: str | Path, *, tz: str = "Asia/Kolkata", threads: int | None = None,
+                 request_table: bool = True, files: Sequence[Path] | None = None) -> None:
         self.root = Path(root)
         self.tz = tz
         self.files = archive_files(self.root)
@@ -104,9 +116,47 @@ class Warehouse:
             self._con.execute("SELECT ok FROM archive_guard").fetchall()
             # checked once: every later query reads the rows without paying for the footers again
             self._con.execute("CREATE OR REPLACE VIEW archive_rows AS SELECT * FROM archive_scan")
+            if files is not None:  # only these files (the per-request table is computed over closed days)
+                self._con.execute(f"CREATE OR REPLACE VIEW archive_rows AS SELECT *, (log_partition::HUGEINT << 64) "
+                                  f"+ log_offset AS pos FROM read_parquet({_file_list(files)}, "
+                                  f"hive_partitioning = false)")
+            self.table = usable_table(self.root, tz) if request_table and files is None else None
+            if self.table is not None:
+                self._read_table(self.table)
         except duckdb.Error as exc:
             self._con.close()
             raise self._explain(exc) from None
+
+    def _read_table(self, table: RequestTable) -> None:
+        """Point ``request_base``, ``request_entries`` and ``corrections`` at the per-request table, recomputing
+        from the raw events the requests that have an event in a file it does not cover (``reconcile.request_table``)."""
+        con, types = self._con, "('request.admitted', 'request.attempted', 'request.settled', 'hold.expired')"
+        requests, corrections = sql_string(str(table.requests)), sql_string(str(table.corrections))
+        entries = sql_string(str(table.entries))
+        if not table.fresh:
+            con.execute(f"CREATE OR REPLACE VIEW request_base AS SELECT * FROM read_parquet({requests})")
+            con.execute(f"CREATE OR REPLACE VIEW corrections AS SELECT * FROM read_parquet({corrections})")
+            con.execute(f"CREATE OR REPLACE VIEW request_entries AS SELECT * FROM read_parquet({entries})")
+            return
+        con.execute(f"CREATE OR REPLACE VIEW fresh_rows AS SELECT *, (log_partition::HUGEINT << 64) + log_offset AS pos "
+                    f"FROM read_parquet({_file_list(table.fresh)}, hive_partitioning = false)")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE dirty_ids AS SELECT DISTINCT request_id FROM fresh_rows "
+                    f"WHERE type IN {types}")
+        con.execute("CREATE OR REPLACE VIEW request_events AS SELECT * FROM request_events_all "
+                    "WHERE request_id IN (SELECT request_id FROM dirty_ids)")
+        con.execute(f"CREATE OR REPLACE VIEW request_base AS SELECT * FROM read_parquet({requests}) "
+                    f"WHERE request_id NOT IN (SELECT request_id FROM dirty_ids) "
+                    f"UNION ALL BY NAME SELECT * FROM request_rows")
+        con.execute("CREATE OR REPLACE VIEW entry_requests AS SELECT * FROM request_base "
+                    "WHERE request_id IN (SELECT request_id FROM dirty_ids)")
+        con.execute(f"CREATE OR REPLACE VIEW request_entries AS SELECT * FROM read_parquet({entries}) "
+                    f"WHERE request_id NOT IN (SELECT request_id FROM dirty_ids) "
+                    f"UNION ALL BY NAME SELECT * FROM request_entry_rows")
+        con.execute("CREATE OR REPLACE VIEW correction_events AS SELECT id, request_id, pos, team, currency, "
+                    "event_time, cost_micro, scope_costs, event FROM fresh_rows WHERE type = 'rating.corrected'")
+        con.execute(f"CREATE OR REPLACE VIEW corrections AS SELECT * FROM (SELECT * FROM read_parquet({corrections}) "
+                    f"UNION ALL BY NAME SELECT * FROM correction_rows) "
+                    f"QUALIFY row_number() OVER (PARTITION BY id ORDER BY pos) = 1")
 
     def close(self) -> None:
         self._con.close()
@@ -125,6 +175,13 @@ class Warehouse:
                 return Result((), [])
             columns = tuple(d[0] for d in cursor.description)
             return Result(columns, cursor.fetchall())
+        except duckdb.Error as exc:
+            raise self._explain(exc) from None
+
+    def arrow(self, sql: str) -> pa.Table:
+        """Run one SQL statement over the views; its answer as an Arrow table."""
+        try:
+            return self._con.sql(sql).to_arrow_table()
         except duckdb.Error as exc:
             raise self._explain(exc) from None
 
@@ -154,16 +211,18 @@ class Warehouse:
         files are unchanged (``archive_state``); a new, compacted or expired file makes the next pin compute them
         again. The state is taken before they are computed, so a file that lands meanwhile makes the next pin
         recompute (never a stale reuse)."""
+        # a per-request table covering every file already is a snapshot of requests: keep the balances only
+        pinned = PINNED[1:] if self.table is not None and not self.table.fresh else PINNED
         state = self.archive_state()
         if state != self._snapshot_state:
             self._snapshot_state = None
             self.unpin_requests()
-            for view in PINNED:  # in order: scope_balances' snapshot is read from the requests snapshot
+            for view in pinned:  # in order: scope_balances' snapshot is read from the requests snapshot
                 self.query(f"CREATE OR REPLACE TEMP TABLE {view}_snapshot AS SELECT * FROM {view}")
                 self.query(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM temp.{view}_snapshot")
             self._snapshot_state = state
             return
-        for view in PINNED:
+        for view in pinned:
             self.query(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM temp.{view}_snapshot")
 
     def unpin_requests(self) -> None:

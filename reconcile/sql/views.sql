@@ -67,8 +67,24 @@ CREATE OR REPLACE VIEW events AS
 SELECT * FROM archive_rows
 QUALIFY row_number() OVER (PARTITION BY id ORDER BY pos) = 1;
 
--- requests: one row per admitted request: its first admission, its attempts, and its close (the first
--- request.settled or hold.expired after that admission), in one pass over the request events.
+-- request_events: the archived rows of request lives (admissions, attempts, closes), the columns request_base reads.
+CREATE OR REPLACE VIEW request_events_all AS
+SELECT type, request_id, pos, event_time, team, business_unit, app, key_id, run_id, cost_centre, tags,
+       alias, data_class, pod, stream, price_version, est_input_tokens, max_output_tokens, holds, currency,
+       attempt, deployment, provider, account, model, region, outcome, status, ttft_ms, latency_ms, attempts,
+       input_tokens, cached_input_tokens, cache_write_tokens, output_tokens, reasoning_tokens, usage_source,
+       cost_micro, scope_costs, overrun_micro, cache_hit,
+       CASE WHEN cache_hit THEN coalesce(json_extract(event, '$.cache_saved_micro')::BIGINT, 0) END
+           AS cache_saved_micro
+FROM archive_rows
+WHERE type IN ('request.admitted', 'request.attempted', 'request.settled', 'hold.expired');
+CREATE OR REPLACE VIEW request_events AS SELECT * FROM request_events_all;
+
+-- request_rows, request_base: one row per admitted request: its first admission, its attempts, and its close (the
+-- first request.settled or hold.expired after that admission), in one pass over the request events. farebox's
+-- Warehouse reads request_base from the per-request table (reconcile/request_table.py) while the files it was
+-- computed from are present, and request_rows only for the requests with an event in a newer file. Read
+-- `requests`, which adds the corrections.
 -- * month/day: the admission's, in budget_tz. state: open, settled or expired.
 -- * cost_micro: what the request cost: the settled cost, or for an expiry the largest hold it charged in full
 --   (as ledger/rollups.py counts it). scope_costs: the charge per scope; holds: the hold per scope.
@@ -78,18 +94,8 @@ QUALIFY row_number() OVER (PARTITION BY id ORDER BY pos) = 1;
 --   (request.settled's cache_saved_micro, read from the event JSON of hits only; 0 otherwise).
 -- * ttft_ms_sum/ttft_count: the TTFT of the attempts delivered while the request was open (each attempt
 --   number once), which is what the request processor's state sees (ledger/splitting.py).
-CREATE OR REPLACE VIEW requests AS
-WITH r AS NOT MATERIALIZED (
-    SELECT type, request_id, pos, event_time, team, business_unit, app, key_id, run_id, cost_centre, tags,
-           alias, data_class, pod, stream, price_version, est_input_tokens, max_output_tokens, holds, currency,
-           attempt, deployment, provider, account, model, region, outcome, status, ttft_ms, latency_ms, attempts,
-           input_tokens, cached_input_tokens, cache_write_tokens, output_tokens, reasoning_tokens, usage_source,
-           cost_micro, scope_costs, overrun_micro, cache_hit,
-           CASE WHEN cache_hit THEN coalesce(json_extract(event, '$.cache_saved_micro')::BIGINT, 0) END
-               AS cache_saved_micro
-    FROM archive_rows
-    WHERE type IN ('request.admitted', 'request.attempted', 'request.settled', 'hold.expired')
-), adm AS MATERIALIZED (
+CREATE OR REPLACE VIEW request_rows AS
+WITH r AS NOT MATERIALIZED (SELECT * FROM request_events), adm AS MATERIALIZED (
     SELECT request_id, min(pos) AS admitted_pos,
            arg_min({'at': event_time, 'team': team, 'business_unit': business_unit, 'app': app,
                     'key_id': key_id, 'run_id': run_id, 'cost_centre': cost_centre, 'tags': tags, 'alias': alias,
@@ -152,6 +158,47 @@ SELECT adm.request_id, strftime(timezone(getvariable('budget_tz'), a.at), '%Y-%m
 FROM adm
 LEFT JOIN cls ON cls.request_id = adm.request_id
 LEFT JOIN tries AS t ON t.request_id = adm.request_id;
+CREATE OR REPLACE VIEW request_base AS SELECT * FROM request_rows;
+
+-- corrections: one row per rating.corrected event id (its first occurrence in log order): re-rating's change to a
+-- request's cost. month is the budget month of the corrected request's admission (the event's admitted_at), where
+-- the ledger folds it; delta_micro is new - old cost; scope_deltas lists new - old per scope (every scope either
+-- side names, a zero included, as ledger.events.RatingCorrected.deltas does).
+CREATE OR REPLACE VIEW correction_events AS
+SELECT id, request_id, pos, team, currency, event_time, cost_micro, scope_costs, event
+FROM archive_rows WHERE type = 'rating.corrected';
+
+CREATE OR REPLACE VIEW correction_rows AS
+WITH c AS (
+    SELECT id, request_id, pos, team, currency, event_time AS at, cost_micro, scope_costs,
+           CAST(json_extract_string(event, '$.admitted_at') AS TIMESTAMPTZ) AS admitted_at,
+           CAST(json_extract(event, '$.old_cost_micro') AS BIGINT) AS old_cost_micro,
+           CAST(json_extract(event, '$.old_cost_by_scope') AS MAP(VARCHAR, BIGINT)) AS old_by_scope
+    FROM correction_events
+    QUALIFY row_number() OVER (PARTITION BY id ORDER BY pos) = 1
+), d AS (
+    SELECT id, s.scope AS scope, s.micro AS micro
+    FROM (SELECT id, unnest(scope_costs) AS s FROM c
+          UNION ALL
+          SELECT id, {'scope': e.key, 'micro': -e.value} FROM (SELECT id, unnest(map_entries(old_by_scope)) AS e FROM c))
+), per_scope AS (
+    SELECT id, list({'scope': scope, 'micro': micro} ORDER BY scope) AS scope_deltas
+    FROM (SELECT id, scope, sum(micro)::BIGINT AS micro FROM d GROUP BY id, scope) GROUP BY id
+)
+SELECT c.id, c.request_id, c.pos, c.team, c.currency, c.at, c.admitted_at,
+       strftime(timezone(getvariable('budget_tz'), c.admitted_at), '%Y-%m') AS month,
+       (c.cost_micro - c.old_cost_micro)::BIGINT AS delta_micro,
+       coalesce(p.scope_deltas, []) AS scope_deltas
+FROM c LEFT JOIN per_scope AS p ON p.id = c.id;
+CREATE OR REPLACE VIEW corrections AS SELECT * FROM correction_rows;
+
+-- requests: request_base, plus corrected_micro: the net change re-rating made to the request's cost (0 when none).
+-- cost_micro stays what settlement (or the expiry) charged; cost_micro + corrected_micro is what it costs now.
+CREATE OR REPLACE VIEW requests AS
+SELECT b.*, coalesce(k.corrected_micro, 0)::BIGINT AS corrected_micro
+FROM request_base AS b
+LEFT JOIN (SELECT request_id, sum(delta_micro) AS corrected_micro FROM corrections GROUP BY request_id) AS k
+  ON k.request_id = b.request_id;
 
 -- attempts: one row per (request, attempt number), its first occurrence; while_open says whether it was
 -- delivered while its request was open (after the admission, before the close).
@@ -164,12 +211,16 @@ QUALIFY row_number() OVER (PARTITION BY t.request_id, t.attempt ORDER BY t.pos) 
 
 -- ledger_entries: one row per (request, scope) movement of the budget ledger: a 'hold' at admission, then a
 -- 'settlement' or an 'expiry' that releases the hold, charges the cost and records any overrun (charge above
--- the hold: estimator error, never hidden). month is the admission's; balance_period is 'run' for run: scopes.
-CREATE OR REPLACE VIEW ledger_entries AS
+-- the hold: estimator error, never hidden), and a 'correction' per (re-rating event, scope) that charges its
+-- new - old cost (negative when the price fell). month is the admission's; balance_period is 'run' for run: scopes.
+-- (entry_requests: the requests request_entries are computed from; farebox's Warehouse narrows it to the requests
+-- the per-request table does not cover and reads the rest of request_entries from that table.)
+CREATE OR REPLACE VIEW entry_requests AS SELECT * FROM request_base;
+CREATE OR REPLACE VIEW request_entry_rows AS
 WITH q AS MATERIALIZED (
     SELECT request_id, month, team, currency, admitted_id, admitted_at, holds, closed_id, closed_type, closed_at,
            scope_costs
-    FROM requests
+    FROM entry_requests
 ), held AS (
     SELECT request_id, u.h.scope AS scope, u.h.micro::BIGINT AS micro FROM q, unnest(q.holds) AS u(h)
 ), moved AS (
@@ -190,6 +241,14 @@ SELECT CASE q.closed_type WHEN 'request.settled' THEN 'settlement' ELSE 'expiry'
        m.scope, q.month, CASE WHEN m.scope LIKE 'run:%' THEN 'run' ELSE q.month END, q.closed_at, q.team, 0,
        m.released_micro, m.charged_micro, greatest(m.charged_micro - m.released_micro, 0), q.currency
 FROM moved AS m JOIN q ON q.request_id = m.request_id;
+CREATE OR REPLACE VIEW request_entries AS SELECT * FROM request_entry_rows;
+
+CREATE OR REPLACE VIEW ledger_entries AS
+SELECT * FROM request_entries
+UNION ALL
+SELECT 'correction', k.id, k.request_id, u.d.scope, k.month,
+       CASE WHEN u.d.scope LIKE 'run:%' THEN 'run' ELSE k.month END, k.at, k.team, 0, 0, u.d.micro, 0, k.currency
+FROM corrections AS k, unnest(k.scope_deltas) AS u(d);
 
 -- scope_balances: one row per (scope, balance period): settled, held, overrun and admitted requests, as the
 -- budget ledger's fold (ledger.balances.Ledger) and GET /admin/v1/budgets/{scope} report them.
@@ -214,11 +273,12 @@ FROM requests WHERE state <> 'open'
 GROUP BY ALL;
 
 -- daily_cost: one row per admission day (budget_tz) x team x app x alias x deployment x model: requests,
--- tokens and cost, so a month's days add up to its showback.
+-- tokens, cost as charged and the corrections re-rating made to it, so a month's days add up to its showback.
 CREATE OR REPLACE VIEW daily_cost AS
 SELECT day, month, team, business_unit, app, cost_centre, alias, deployment, provider, model, currency,
        count(*) AS requests, count(*) FILTER (WHERE state <> 'open') AS closed,
        sum(input_tokens)::BIGINT AS input_tokens, sum(cached_input_tokens)::BIGINT AS cached_input_tokens,
        sum(cache_write_tokens)::BIGINT AS cache_write_tokens, sum(output_tokens)::BIGINT AS output_tokens,
-       sum(reasoning_tokens)::BIGINT AS reasoning_tokens, sum(cost_micro)::BIGINT AS cost_micro
+       sum(reasoning_tokens)::BIGINT AS reasoning_tokens, sum(cost_micro)::BIGINT AS cost_micro,
+       sum(corrected_micro)::BIGINT AS corrected_micro
 FROM requests GROUP BY ALL;

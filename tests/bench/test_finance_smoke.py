@@ -26,10 +26,12 @@ def test_the_synthetic_month_is_a_valid_archive(tmp_path: Path) -> None:
 def test_the_bench_reports_every_figure(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "finance.json"
     assert main(["--events", "3000", "--days", "2", "--writer-events", "600", "--folder", str(tmp_path / "month"),
-                 "--json", str(out)]) == 0
+                 "--json", str(out), "--raw-cold"]) == 0
     rep = json.loads(out.read_text())
     assert rep["archive_writer"]["events_per_s"] > 0 and rep["archive_writer"]["mb_per_million_events"] > 0
+    assert rep["archive_writer"]["trusted_events_per_s"] > 0 and rep["request_table"]["built"]
     assert rep["showback"]["by_team_rows"] > 0 and rep["showback"]["daily_cost_agrees"]
+    assert rep["showback"]["request_table"] and rep["showback"]["raw_agrees"]
     assert "measured" in rep["focus"]
     printed = capsys.readouterr().out
     assert "events/s" in printed and "showback" in printed and "FOCUS export" in printed

@@ -17,6 +17,7 @@ from farebox.settings import load_settings
 from ledger.events import RequestAdmitted, RequestSettled
 from pricing.usage import TokenUsage
 from proxy.control.problems import ConfigError
+from reconcile.request_table import usable_table
 from streams.archive import archive_files
 from streams.archive_schema import SCHEMA_METADATA_KEY
 from streams.sqlite_log import SqliteEventLog
@@ -197,7 +198,7 @@ def test_housekeeper_merges_an_hour_after_its_grace_and_a_day_from_compact_hour(
     settings = load_settings(config)  # compact_hour_utc: 1
     append(settings.event_log_path, requests(40))  # all in 2026-11-20 09:xx, 7 events a file
     main(["archive", "flush", "--config", str(config)])
-    root, keeper = settings.archive_root, Housekeeper(settings.archive_root, settings.archive)
+    root, keeper = settings.archive_root, Housekeeper(settings.archive_root, settings.archive, "Asia/Kolkata")
     names = lambda: sorted(p.name[:5] for p in archive_files(root, DAY, DAY))  # noqa: E731
     assert len(names()) > 5
 
@@ -216,4 +217,6 @@ def test_housekeeper_merges_an_hour_after_its_grace_and_a_day_from_compact_hour(
     assert names() == ["hour-", "part-"] and not keeper.due(at(21, 0, 40))
     keeper.run(at(21, 1, 0))
     assert len(names()) == 1 and names()[0].startswith("day-")
+    table = usable_table(root, "Asia/Kolkata")  # the per-request table of the closed days, listed in the manifest
+    assert table is not None and not table.fresh
     assert main(["archive", "verify", "--config", str(config)]) == 0

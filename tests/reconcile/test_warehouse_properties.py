@@ -4,11 +4,14 @@ For streams with duplicates, expiries, overruns, settlements after expiries
 and out-of-order delivery, archived to Parquet in random batches (sometimes
 with a compacted daily copy of the same rows):
 
-* ``scope_balances`` equals the budget ledger's fold (``ledger.balances.Ledger``)
+* ``scope_balances`` (re-rating corrections included) equals the budget ledger's fold (``ledger.balances.Ledger``)
   for every scope and balance period: settled, held, overrun and requests;
 * ``minute_rollups`` equals what ``ledger/rollups.py`` derives from the same
   events through the request processor's split (``ledger.splitting.split``),
-  the definition distributed mode's worker uses.
+  the definition distributed mode's worker uses;
+
+and all of it again, with the same spend per month and team, once the
+per-request table (``reconcile.request_table``) is built over the same files.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from ledger.balances import Ledger
 from ledger.events import Event
 from ledger.rollups import COUNTERS, merge
 from ledger.splitting import split
+from reconcile.request_table_write import write_request_table
 from reconcile.warehouse import Warehouse
 from tests.reconcile.warehouse_streams import IST, archive_stream, delivery
 
@@ -61,12 +65,32 @@ def warehouse_rollups(warehouse: Warehouse) -> dict[tuple[str, ...], dict[str, i
     return {tuple(row[:5]): dict(zip(COUNTERS, row[5:])) for row in warehouse.query(ROLLUP_SQL).rows}
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(events=delivery(), batch_sizes=st.lists(st.integers(1, 12), max_size=6), compact=st.booleans())
+def warehouse_spend(warehouse: Warehouse) -> list[tuple]:
+    return warehouse.query("SELECT month, team, sum(cost_micro + corrected_micro) FROM requests "
+                           "GROUP BY ALL ORDER BY ALL").rows
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(events=delivery(), batch_sizes=st.lists(st.integers(1, 12), max_size=6), compact=st.booleans(),
+       table_after=st.integers(1, 4))
 def test_warehouse_equals_the_ledger_fold_and_the_rollups(events: list[Event], batch_sizes: list[int],
-                                                          compact: bool) -> None:
+                                                          compact: bool, table_after: int) -> None:
+    """Both paths: the raw events, then the per-request table built after ``table_after`` batches (the rest,
+    and any compacted copy, are files it does not cover), then the table built over every file."""
     with TemporaryDirectory() as tmp:
-        archive_stream(Path(tmp), events, batch_sizes=batch_sizes, compact=compact)
-        with Warehouse(tmp, tz="Asia/Kolkata", threads=1) as warehouse:
-            assert warehouse_balances(warehouse) == fold_balances(events)
-            assert warehouse_rollups(warehouse) == fold_rollups(events)
+        archive_stream(Path(tmp), events, batch_sizes=batch_sizes, compact=compact,
+                       between=(table_after, lambda: write_request_table(tmp, "Asia/Kolkata")))
+        balances, rollups = fold_balances(events), fold_rollups(events)
+        with Warehouse(tmp, tz="Asia/Kolkata", threads=1, request_table=False) as warehouse:
+            assert warehouse.table is None
+            assert warehouse_balances(warehouse) == balances
+            assert warehouse_rollups(warehouse) == rollups
+            spend = warehouse_spend(warehouse)
+        for build in (False, True):
+            if build:
+                assert write_request_table(tmp, "Asia/Kolkata") is not None
+            with Warehouse(tmp, tz="Asia/Kolkata", threads=1) as warehouse:
+                assert warehouse.table is not None and (not build or not warehouse.table.fresh)
+                assert warehouse_balances(warehouse) == balances
+                assert warehouse_rollups(warehouse) == rollups
+                assert warehouse_spend(warehouse) == spend

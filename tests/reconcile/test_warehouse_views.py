@@ -34,8 +34,8 @@ def test_the_views_read_the_archive_schema_streams_writes() -> None:
 
 def test_every_view_answers(archive: Path) -> None:
     with Warehouse(archive) as wh:
-        for view in VIEWS:
-            assert wh.query(f"SELECT count(*) FROM {view}").rows[0][0] > 0, view
+        for view in VIEWS:  # the month was never re-rated: corrections is the one empty view
+            assert (wh.query(f"SELECT count(*) FROM {view}").rows[0][0] > 0) is (view != "corrections"), view
 
 
 def test_requests_join_admission_attempts_and_close_in_budget_months(archive: Path) -> None:

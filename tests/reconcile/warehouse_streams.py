@@ -4,7 +4,9 @@ A stream is a few requests, each with its life (admission, attempts, then a
 settlement, an expiry, both, or neither), delivered in a random order: a
 request's own events may arrive out of order (a settlement before its
 admission, an attempt after its close), any event may be delivered again
-later, and settlements may cost more than the hold (overruns). Admissions
+later, settlements may cost more than the hold (overruns), and a settled request may be re-rated once or
+twice (``rating.corrected``, chained) days later, delivered after every life, as re-rating reads closed
+requests from the archive. Admissions
 straddle midnight of 1 December in Kolkata, so a stream spans two budget
 months; a ``run:`` scope keeps one balance across both.
 
@@ -16,6 +18,7 @@ does, so the same rows appear twice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -26,7 +29,7 @@ import pyarrow.parquet as pq
 from hypothesis import strategies as st
 
 from ledger.codec import encode
-from ledger.events import Event, HoldExpired, RequestAdmitted, RequestAttempted, RequestSettled
+from ledger.events import Event, HoldExpired, RatingCorrected, RequestAdmitted, RequestAttempted, RequestSettled
 from pricing.usage import TokenUsage
 from streams.archive import ArchiveWriter, Record
 
@@ -43,6 +46,7 @@ class Life:
     """One request's events in the order its pod produced them."""
 
     events: tuple[Event, ...]
+    corrections: tuple[Event, ...] = ()  # re-rating's, delivered after every life (it reads closed requests)
 
 
 @st.composite
@@ -89,6 +93,18 @@ def request_life(draw: st.DrawFn, n: int) -> Life:
             attempts=max(tries, 1), deployment=deployment, usage=usage, cost_micro=cost, currency="INR",
             cost_by_scope=costs, hold_released={s: max(hold - costs.get(s, 0), 0) for s in scopes},
             overrun_micro=max(cost - hold, 0), cache_hit=False, latency_ms=1_500))
+        old_cost, old_costs = cost, costs
+        fixes: list[Event] = []
+        for sequence in range(1, draw(st.integers(0, 2)) + 1):  # re-rated: each relative to the one before
+            new_cost = draw(st.integers(0, 3_000))
+            new_costs = {s: new_cost for s in scopes if draw(st.booleans())}
+            fixes.append(RatingCorrected(
+                time=close_at + timedelta(days=2, seconds=sequence), request_id=rid, team=team, sequence=sequence,
+                admitted_at=at, currency="INR", old_price_version=sequence, price_version=sequence + 1,
+                old_cost_micro=old_cost, cost_micro=new_cost, old_cost_by_scope=old_costs, cost_by_scope=new_costs,
+                old_attempt_costs={"1": old_cost}, attempt_costs={"1": new_cost}, reason="price typo"))
+            old_cost, old_costs = new_cost, new_costs
+        return Life(tuple(events), tuple(fixes))
     return Life(tuple(events))
 
 
@@ -107,11 +123,17 @@ def delivery(draw: st.DrawFn) -> list[Event]:
         out.append(queue.pop(0))
         if draw(st.integers(0, 5)) == 0:  # a re-delivery of anything seen so far
             out.append(out[draw(st.integers(0, len(out) - 1))])
+    for fix in (fix for life in lives for fix in life.corrections):  # re-rating runs over the closed requests
+        out.append(fix)
+        if draw(st.integers(0, 3)) == 0:
+            out.append(fix)  # a re-rate applied twice
     return out
 
 
-def archive_stream(root: Path, events: list[Event], *, batch_sizes: list[int], compact: bool = False) -> None:
-    """Archive ``events`` in delivery order: partition = the team's index, offsets increasing per partition."""
+def archive_stream(root: Path, events: list[Event], *, batch_sizes: list[int], compact: bool = False,
+                   between: tuple[int, Callable[[], object]] | None = None) -> None:
+    """Archive ``events`` in delivery order: partition = the team's index, offsets increasing per partition;
+    ``between`` = (n, call): call it once n batches are written (e.g. build the per-request table)."""
     writer = ArchiveWriter(root, "test")
     offsets = dict.fromkeys(range(len(TEAMS)), 0)
     records = []
@@ -121,10 +143,16 @@ def archive_stream(root: Path, events: list[Event], *, batch_sizes: list[int], c
         records.append(Record(partition, offsets[partition], encode(event)))
     start = 0
     sizes = iter(batch_sizes)
+    written = 0
     while start < len(records):
+        if between is not None and written == between[0]:
+            between[1]()
         size = max(next(sizes, len(records)), 1)
         writer.write(records[start:start + size])
         start += size
+        written += 1
+    if between is not None and written <= between[0]:
+        between[1]()
     if compact:  # compaction's daily file: the same rows again, beside the hourly files it replaces
         for day in sorted(root.glob("date=*")):
             hourly = sorted(day.glob("hour=*/*.parquet"))
