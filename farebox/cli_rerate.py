@@ -75,7 +75,7 @@ def _render(rows: list[dict[str, object]], fmt: str) -> str:
     return format_table(rows)
 
 
-async def _unarchived(settings: Settings, archive: Path) -> list[RatingCorrected]:
+async def unarchived(settings: Settings, archive: Path) -> list[RatingCorrected]:
     """Embedded: the corrections in the SQLite log after the archiver's last offset (none if no log yet)."""
     from ledger.events import RatingCorrected
     from streams.sqlite_log import SqliteEventLog
@@ -131,7 +131,7 @@ def rerate_command(args: argparse.Namespace) -> int:
         settings = load_settings(args.config)
         snapshot = live_snapshot(settings)
         archive = Path(args.archive) if args.archive else settings.archive_root
-        pending = asyncio.run(_unarchived(settings, archive))
+        pending = asyncio.run(unarchived(settings, archive))
         result = plan_rerate(archive, start, end, snapshot.price_book, snapshot.fx, args.price_version,
                              now=datetime.now(timezone.utc), pending=pending, reason=args.reason)
     except RerateError as exc:

@@ -27,6 +27,7 @@ from aiohttp import web
 from farebox.control import open_config_db
 from farebox.pod import build_runtime, first_snapshot
 from farebox.reload import SnapshotFollower, attach_config_topic, config_topic_ctx, follow_ctx
+from farebox.rerating import ArchiveRerater
 from farebox.settings import Settings, load_secrets
 from ledger.codec import from_dict
 from ledger.events import LeaseGranted
@@ -92,7 +93,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     redis = aioredis.Redis.from_url(d.redis_url)
     budgets = LeaseBudgets(wallets, settings.hold_ttl_s, read_scope=RedisProjections(redis).read_scope)
     runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets, limits=limits, control=control,
-                            idempotency=idempotency)
+                            idempotency=idempotency, rerater=ArchiveRerater(settings))
     follower.swap, follower.emit = pod.swap, recorder.emit
     app = create_app(runtime)
 

@@ -17,7 +17,7 @@ from proxy.control.document import load_last_good
 from proxy.control.errors import ControlUnavailable
 from proxy.control.problems import ConfigError
 from proxy.idempotency import IdempotencyStore, MemoryIdempotency
-from proxy.ports import ControlStore
+from proxy.ports import ControlStore, Rerater
 from proxy.recorder import Recorder
 from proxy.runtime import PodState, ProxyOptions, Runtime
 from proxy.snapshot import Secrets, Snapshot
@@ -38,11 +38,11 @@ def options_of(settings: Settings) -> ProxyOptions:
 
 def build_runtime(settings: Settings, secrets: Secrets, pod: PodState, *, recorder: Recorder, budgets: BudgetPort,
                   limits: Buckets, control: ControlStore | None,
-                  idempotency: IdempotencyStore | None = None) -> Runtime:
+                  idempotency: IdempotencyStore | None = None, rerater: Rerater | None = None) -> Runtime:
     """The pod's runtime, once, with one adapter per port (idempotency: in-process unless given)."""
     return Runtime(pod=pod, secrets=secrets, options=options_of(settings), recorder=recorder, budgets=budgets,
                    limits=limits, upstream=UpstreamClient(secrets), control=control, rng=random.Random(),
-                   idempotency=idempotency or MemoryIdempotency())
+                   idempotency=idempotency or MemoryIdempotency(), rerater=rerater)
 
 
 def first_snapshot(settings: Settings, follower: SnapshotFollower) -> Snapshot:

@@ -20,6 +20,7 @@ from farebox.archiving import embedded_archive_ctx
 from farebox.control import open_config_db
 from farebox.pod import build_runtime, first_snapshot
 from farebox.reload import SnapshotFollower, follow_ctx
+from farebox.rerating import ArchiveRerater
 from farebox.settings import Settings, load_secrets
 from pricing.tokenizer import encoding_for_model, preload
 from proxy.admission.budgets import LedgerBudgets
@@ -77,7 +78,7 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
                              status=follower.status)
     pod = PodState(snapshot)
     runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets,
-                            limits=MemoryBuckets(), control=control)  # one process: exact in-process buckets
+                            limits=MemoryBuckets(), control=control, rerater=ArchiveRerater(settings))  # one process: exact in-process buckets
     follower.swap, follower.emit = pod.swap, recorder.emit
     # Load exact tokenizers now, not on the first request (tens of ms each).
     preload(*{e for d in snapshot.deployments.values() if (e := encoding_for_model(d.model, d.tokenizer))})

@@ -26,7 +26,7 @@ from proxy.admission.limits import Buckets
 from proxy.admission.limits.settler import LimitSettler
 from proxy.idempotency import IdempotencyStore, MemoryIdempotency
 from proxy.metrics import Metrics
-from proxy.ports import ControlStore
+from proxy.ports import ControlStore, Rerater
 from proxy.recorder import Recorder
 from proxy.routing.state import RoutingState
 from proxy.snapshot import Secrets, Snapshot
@@ -80,6 +80,7 @@ class Runtime:
     upstream: UpstreamClient  # its session opens with the app
     idempotency: IdempotencyStore = field(default_factory=MemoryIdempotency)  # Idempotency-Key records
     control: ControlStore | None = None  # admin writes (None: a pod without a config database)
+    rerater: Rerater | None = None  # re-rating archived requests (None: a pod without an archive to read)
     estimator: Estimator = field(default_factory=Estimator)  # input tokens; calibrated per key
     outputs: OutputLearner = field(default_factory=OutputLearner)  # output used per key and alias: right-sized holds
     routing: RoutingState = field(default_factory=RoutingState)  # breakers, health, 429 pauses, retry budgets

@@ -100,9 +100,10 @@ async def put_budget(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
-    from proxy.control import admin_config, admin_keys
+    from proxy.control import admin_config, admin_keys, admin_rerate
 
     app.router.add_get("/admin/v1/budgets/{scope}", get_budget)
     app.router.add_put("/admin/v1/budgets/{scope}", put_budget)
     admin_keys.add_routes(app)
     admin_config.add_routes(app)
+    admin_rerate.add_routes(app)
