@@ -117,31 +117,45 @@ def rate_attempts(con: duckdb.DuckDBPyConnection, attempts: pa.Table, version: P
 
 
 def _rerate_sql(tables: PriceTables) -> str:
+    # One lean scan per event kind over the columns it needs (never the wide ``requests`` view): an event id
+    # counts once (attempts grouped by request and number; admissions by request), and a request's close is its
+    # first settlement or expiry in log order, as ``reconcile.rerate_archive.load_requests`` reads them.
+    tokens = ", ".join(f"any_value({k}_tokens) AS {k}_tokens" for k in TOKEN_TYPES)
     return f"""
 WITH q AS MATERIALIZED (
-    SELECT request_id, team, currency, state, cost_micro AS settled_cost FROM requests
-    WHERE CAST(timezone('UTC', admitted_at) AS DATE) BETWEEN $start AND $end
+    SELECT request_id, any_value(team) AS team, any_value(currency) AS currency FROM archive_rows
+    WHERE type = 'request.admitted' AND CAST(timezone('UTC', event_time) AS DATE) BETWEEN $start AND $end
+    GROUP BY request_id
+), cls AS MATERIALIZED (
+    SELECT request_id, arg_min(type, pos) AS close_type, arg_min(cost_micro, pos) AS settled_cost
+    FROM archive_rows WHERE type IN ('request.settled', 'hold.expired') AND request_id IN (SELECT request_id FROM q)
+    GROUP BY request_id
 ), fixed AS MATERIALIZED (
     SELECT DISTINCT request_id FROM archive_rows WHERE type = 'rating.corrected'
+), e AS MATERIALIZED (
+    SELECT request_id, attempt, any_value(id) AS id, any_value(deployment) AS deployment,
+           any_value(event_time) AS event_time, {tokens}, any_value(cost_micro) AS cost_micro,
+           any_value(price_version) AS price_version
+    FROM archive_rows WHERE type = 'request.attempted' AND request_id IN (SELECT request_id FROM q)
+    GROUP BY request_id, attempt
 ), a AS MATERIALIZED (
     SELECT e.request_id, e.attempt, e.deployment, CAST(timezone('UTC', e.event_time) AS DATE) AS day, q.team,
            q.currency, e.price_version, e.cost_micro AS old_micro, {new_cost_sql(tables, "e", currency="q.currency")}
            AS new_micro
-    FROM (SELECT * FROM archive_rows WHERE type = 'request.attempted'
-          QUALIFY row_number() OVER (PARTITION BY id ORDER BY pos) = 1) AS e
-    JOIN q ON q.request_id = e.request_id
+    FROM e JOIN q ON q.request_id = e.request_id
     {price_join("e", "q.currency")}
 ), r AS MATERIALIZED (
     SELECT q.request_id, CASE
         WHEN fixed.request_id IS NOT NULL THEN 'corrected'
-        WHEN q.state <> 'settled' THEN 'not_settled'
+        WHEN cls.close_type IS DISTINCT FROM 'request.settled' THEN 'not_settled'
         WHEN count(a.attempt) = 0 THEN 'no_attempts'
         WHEN count(DISTINCT a.price_version) > 1 THEN 'mixed_versions'
-        WHEN sum(a.old_micro) <> q.settled_cost THEN 'inconsistent'
+        WHEN sum(a.old_micro) <> cls.settled_cost THEN 'inconsistent'
         ELSE 'ok' END AS verdict,
         coalesce(bool_or(a.new_micro <> a.old_micro), false) AS changes
-    FROM q LEFT JOIN a ON a.request_id = q.request_id LEFT JOIN fixed ON fixed.request_id = q.request_id
-    GROUP BY q.request_id, q.state, q.settled_cost, fixed.request_id
+    FROM q LEFT JOIN cls ON cls.request_id = q.request_id LEFT JOIN a ON a.request_id = q.request_id
+    LEFT JOIN fixed ON fixed.request_id = q.request_id
+    GROUP BY q.request_id, cls.close_type, cls.settled_cost, fixed.request_id
 )
 SELECT 'line' AS kind, a.team, a.deployment, a.day, a.currency, count(DISTINCT a.request_id) AS requests,
        count(*) AS attempts, sum(a.old_micro)::BIGINT AS old_micro, sum(a.new_micro)::BIGINT AS new_micro
