@@ -107,7 +107,13 @@ def _showback(args: argparse.Namespace) -> int:
     ctx = context(args, need_budgets=True)
     by = [name.strip() for name in args.by.split(",") if name.strip()]
     with Warehouse(ctx.archive, tz=ctx.tz) as warehouse:
-        sys.stdout.write(render(showback(warehouse, args.month, by, ctx.budgets), args.format))
+        result = showback(warehouse, args.month, by, ctx.budgets)
+        sys.stdout.write(render(result, args.format))
+    corrected = sum(row["corrected_requests"] for row in result.dicts())
+    if corrected:
+        print(f"note: {corrected} request(s) of {args.month} were re-rated: spend_micro is what was originally "
+              "charged; corrected_micro, corrected_spend_micro and the budget_* columns include the corrections",
+              file=sys.stderr)
     return 0
 
 

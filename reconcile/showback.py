@@ -10,6 +10,12 @@ ledger charges them):
   an expiry charged in full), tokens by type;
 * ``fallbacks`` and ``fallback_rate`` (of the served: after more than one
   attempt, or by a deployment other than the first tried);
+* corrected figures, after re-rating (``rating.corrected``, the ``corrections``
+  view): ``spend_micro`` stays what was originally charged; beside it
+  ``corrected_requests`` (re-rated requests of the group),
+  ``corrected_micro`` (their net correction) and ``corrected_spend_micro``
+  (spend after corrections); the budget columns are the ledger's, which
+  folds corrections into settled money, so they are corrected figures too;
 * ``hedge_micro`` (0 until hedging exists) and ``cache_saved_micro`` (0 until
   there is a cache);
 * budget against actual, for the budget scope of the first scope-bearing
@@ -51,11 +57,16 @@ _TOTALS = """count(*) AS requests, count(*) FILTER (WHERE state <> 'open') AS cl
        sum(reasoning_tokens)::BIGINT AS reasoning_tokens"""
 
 _SHOWBACK = """
-WITH spend AS (
+WITH fixes AS (
+    SELECT request_id, sum(delta_micro)::BIGINT AS fix_micro FROM corrections WHERE month = $month GROUP BY request_id
+), spend AS (
     SELECT {dims}, {totals},
            count(*) FILTER (WHERE fallback) AS fallbacks, sum(hedge_micro)::BIGINT AS hedge_micro,
-           sum(cache_saved_micro)::BIGINT AS cache_saved_micro, any_value(currency) AS currency
-    FROM requests WHERE month = $month GROUP BY {dims}
+           sum(cache_saved_micro)::BIGINT AS cache_saved_micro,
+           count(fixes.request_id) AS corrected_requests, coalesce(sum(fix_micro), 0)::BIGINT AS corrected_micro,
+           (sum(cost_micro) + coalesce(sum(fix_micro), 0))::BIGINT AS corrected_spend_micro,
+           any_value(currency) AS currency
+    FROM requests LEFT JOIN fixes USING (request_id) WHERE month = $month GROUP BY {dims}
 ), notices AS (
     SELECT DISTINCT scope FROM archive_rows WHERE type = 'budget.threshold_crossed' AND period = $month
 ), budget AS (

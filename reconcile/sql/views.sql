@@ -156,9 +156,30 @@ FROM archive_rows AS t LEFT JOIN requests AS q ON q.request_id = t.request_id
 WHERE t.type = 'request.attempted'
 QUALIFY row_number() OVER (PARTITION BY t.request_id, t.attempt ORDER BY t.pos) = 1;
 
+-- corrections: one row per rating.corrected event (re-rating; its id once, first in log order): a settled request
+-- re-priced under another price version. month: the request's admission month in budget_tz, where the ledger
+-- folds the difference. old_*: the figures it corrects (the previous correction's, or the original charge);
+-- cost_micro / scope_costs / price_version: the corrected ones; delta_micro = cost_micro - old_cost_micro.
+CREATE OR REPLACE VIEW corrections AS
+SELECT event_id, request_id, team, currency, corrected_at, sequence, admitted_at,
+       strftime(timezone(getvariable('budget_tz'), admitted_at), '%Y-%m') AS month, old_price_version,
+       price_version, old_cost_micro, cost_micro, cost_micro - old_cost_micro AS delta_micro, old_cost_by_scope,
+       scope_costs
+FROM (
+    SELECT id AS event_id, request_id, team, currency, event_time AS corrected_at,
+           json_extract(event, '$.sequence')::INTEGER AS sequence,
+           json_extract_string(event, '$.admitted_at')::TIMESTAMPTZ AS admitted_at,
+           json_extract(event, '$.old_price_version')::BIGINT AS old_price_version, price_version,
+           json_extract(event, '$.old_cost_micro')::BIGINT AS old_cost_micro, cost_micro,
+           json_extract(event, '$.old_cost_by_scope')::MAP(VARCHAR, BIGINT) AS old_cost_by_scope, scope_costs
+    FROM archive_rows WHERE type = 'rating.corrected'
+    QUALIFY row_number() OVER (PARTITION BY id ORDER BY pos) = 1
+);
+
 -- ledger_entries: one row per (request, scope) movement of the budget ledger: a 'hold' at admission, then a
 -- 'settlement' or an 'expiry' that releases the hold, charges the cost and records any overrun (charge above
--- the hold: estimator error, never hidden). month is the admission's; balance_period is 'run' for run: scopes.
+-- the hold: estimator error, never hidden), and a 'correction' per re-rated request and scope (charged_micro:
+-- new - old cost, negative when the price fell). month is the admission's; balance_period is 'run' for run: scopes.
 CREATE OR REPLACE VIEW ledger_entries AS
 WITH q AS MATERIALIZED (
     SELECT request_id, month, team, currency, admitted_id, admitted_at, holds, closed_id, closed_type, closed_at,
@@ -183,7 +204,24 @@ UNION ALL
 SELECT CASE q.closed_type WHEN 'request.settled' THEN 'settlement' ELSE 'expiry' END, q.closed_id, m.request_id,
        m.scope, q.month, CASE WHEN m.scope LIKE 'run:%' THEN 'run' ELSE q.month END, q.closed_at, q.team, 0,
        m.released_micro, m.charged_micro, greatest(m.charged_micro - m.released_micro, 0), q.currency
-FROM moved AS m JOIN q ON q.request_id = m.request_id;
+FROM moved AS m JOIN q ON q.request_id = m.request_id
+UNION ALL
+-- a correction moves each scope's settled money by new - old, in the admission's month (ledger/balances.py)
+SELECT 'correction', c.event_id, c.request_id, c.scope, c.month,
+       CASE WHEN c.scope LIKE 'run:%' THEN 'run' ELSE c.month END, c.corrected_at, c.team, 0, 0,
+       c.delta_micro, 0, c.currency
+FROM (
+    SELECT event_id, request_id, scope, any_value(month) AS month, any_value(corrected_at) AS corrected_at,
+           any_value(team) AS team, any_value(currency) AS currency, (sum(new_micro) - sum(old_micro))::BIGINT
+           AS delta_micro
+    FROM (SELECT event_id, request_id, month, corrected_at, team, currency, u.s.scope AS scope,
+                 u.s.micro::BIGINT AS new_micro, 0::BIGINT AS old_micro
+          FROM corrections, unnest(scope_costs) AS u(s)
+          UNION ALL
+          SELECT event_id, request_id, month, corrected_at, team, currency, u.e.key, 0, u.e.value
+          FROM corrections, unnest(map_entries(old_cost_by_scope)) AS u(e))
+    GROUP BY event_id, request_id, scope
+) AS c;
 
 -- scope_balances: one row per (scope, balance period): settled, held, overrun and admitted requests, as the
 -- budget ledger's fold (ledger.balances.Ledger) and GET /admin/v1/budgets/{scope} report them.
