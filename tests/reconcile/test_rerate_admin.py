@@ -38,12 +38,12 @@ def test_admin_rerate_dry_run_then_apply_once_audited(tmp_path):
         client = openai.OpenAI(base_url=stack.gateway_url + "/v1", api_key=stack.key, max_retries=0)
         versions: list[int] = []
         deadline = time.monotonic() + 15
-        while versions.count(2) < 6 and time.monotonic() < deadline:
+        while versions.count(2) < 4 and time.monotonic() < deadline:
             for model in ("chat-openai", "chat-anthropic"):
                 resp = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
                                                       extra_headers={"x-sim-output-tokens": "211"})
                 versions.append(resp.model_extra["x_farebox"]["price_version"])
-        assert versions.count(2) >= 6, versions
+        assert versions.count(2) >= 4, versions
         _publish(stack.config, price_spec(v1.prices, 1))  # version 3: the fix
         time.sleep(0.5)  # the last settlements are appended after the response
         _archive(settings.state_dir, stack.events_path)

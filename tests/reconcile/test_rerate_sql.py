@@ -51,7 +51,7 @@ def books(draw: st.DrawFn) -> tuple[PriceVersion, FxTable, list[tuple[str, datet
     return version, FxTable(fx), attempts
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(books())
 def test_sql_rating_equals_pricing_rate_to_the_micro_unit(case):
     version, fx, attempts = case
@@ -89,7 +89,7 @@ def test_a_missing_fx_rate_or_price_fails_the_whole_query():
 
 
 def test_the_sql_report_equals_the_exact_rerate_under_every_version(tmp_path):
-    root = write_archive(tmp_path / "archive", month_events(count=120))
+    root = write_archive(tmp_path / "archive", month_events(count=80))
     start, end = date(2026, 11, 1), date(2026, 11, 30)
     with Warehouse(root) as wh:
         for version in (1, 2, 3, 4):

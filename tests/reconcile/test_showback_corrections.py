@@ -23,7 +23,7 @@ MONTH = "2026-11"
 
 
 def test_showback_and_scope_balances_include_applied_corrections(tmp_path):
-    events = month_events(count=120)
+    events = month_events(count=80)
     root = write_archive(tmp_path / "archive", events)
     with Warehouse(root) as wh:
         before = {r["team"]: r for r in showback(wh, MONTH, ["team"]).dicts()}
@@ -59,7 +59,7 @@ def test_showback_and_scope_balances_include_applied_corrections(tmp_path):
 
 
 def test_the_showback_command_says_which_figures_are_corrected(tmp_path, capsys):
-    events = month_events(count=40)
+    events = month_events(count=20)
     root = write_archive(tmp_path / "archive", events)
     args = ["report", "showback", "--config", str(example_config(tmp_path)), "--archive", str(root), "--month", MONTH, "--format", "csv"]
     assert main(args) == 0
