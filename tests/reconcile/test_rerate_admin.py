@@ -9,6 +9,7 @@ and a second apply appends nothing.
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime, timezone
 
@@ -16,21 +17,38 @@ import httpx
 import openai
 import pytest
 
+from farebox.cli import main
 from farebox.cli_export import live_snapshot
 from farebox.settings import load_settings
 from ledger.events import RatingCorrected
-from tests.harness import admin_token, read_events, running_stack
+from tests.harness import read_events, running_stack
 from tests.reconcile.rerate_fixtures import TYPO, price_spec
-from tests.reconcile.test_price_typo import _archive, _publish
+from tests.reconcile.test_price_typo import _archive
 
 pytestmark = pytest.mark.e2e
+
+
+def _publish(config, spec: str) -> None:
+    assert main(["prices", "add", "--config", str(config), "--spec", spec, "--allow-large-change"]) == 0
+
+
+def _token(config, name: str, role: str, gateway_url: str, capsys) -> str:  # noqa: ANN001
+    """An admin token made in-process (no CLI start-up), returned once the gateway accepts it."""
+    capsys.readouterr()
+    assert main(["admin", "token", "create", "--config", str(config), "--name", name, "--role", role, "--json"]) == 0
+    token = json.loads(capsys.readouterr().out)["token"]
+    deadline = time.monotonic() + 20
+    while httpx.get(gateway_url + "/admin/v1/snapshot", headers={"Authorization": f"Bearer {token}"}).status_code \
+            == 401 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return token
 
 
 def _error(resp: httpx.Response) -> tuple[int, str | None]:
     return resp.status_code, resp.json()["error"]["param"]
 
 
-def test_admin_rerate_dry_run_then_apply_once_audited(tmp_path):
+def test_admin_rerate_dry_run_then_apply_once_audited(tmp_path, capsys):
     with running_stack(tmp_path / "stack", aliases="chat-openai,chat-anthropic") as stack:
         settings = load_settings(stack.config)
         v1 = live_snapshot(settings).price_book.latest
@@ -48,8 +66,8 @@ def test_admin_rerate_dry_run_then_apply_once_audited(tmp_path):
         time.sleep(0.5)  # the last settlements are appended after the response
         _archive(settings.state_dir, stack.events_path)
 
-        finance = admin_token(stack.config, "fin", "finance", live_at=stack.gateway_url)
-        auditor = admin_token(stack.config, "aud", "auditor", live_at=stack.gateway_url)
+        finance = _token(stack.config, "fin", "finance", stack.gateway_url, capsys)
+        auditor = _token(stack.config, "aud", "auditor", stack.gateway_url, capsys)
         day = datetime.now(timezone.utc).date().isoformat()
         with httpx.Client(base_url=stack.gateway_url, headers={"Authorization": f"Bearer {finance}"},
                           timeout=30) as http:
