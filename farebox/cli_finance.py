@@ -107,7 +107,13 @@ def _showback(args: argparse.Namespace) -> int:
     ctx = context(args, need_budgets=True)
     by = [name.strip() for name in args.by.split(",") if name.strip()]
     with Warehouse(ctx.archive, tz=ctx.tz) as warehouse:
-        sys.stdout.write(render(showback(warehouse, args.month, by, ctx.budgets), args.format))
+        result = showback(warehouse, args.month, by, ctx.budgets)
+        sys.stdout.write(render(result, args.format))
+    corrected = [row for row in result.dicts() if row.get("corrected_micro")]
+    if corrected:
+        print(f"note: {len(corrected)} row(s) of {args.month} include re-rating corrections: spend_micro and the "
+              "budget_* columns are corrected figures; corrected_micro is the net correction in each",
+              file=sys.stderr)
     return 0
 
 

@@ -7,12 +7,14 @@ comes from (``reconcile.accounts`` in the config; an unlisted account served
 by the simulator reads the simulator) and reads admin keys by name from the
 environment or the secrets file. In embedded mode it first brings the archive
 up to date from the SQLite event log, so the report covers everything the
-gateway recorded. Then: fetch, compare, print, write the report
-(``<state_dir>/reconcile/<date>.json``, or ``<date>.<account>.json`` for one
-account, or ``--out``), append ``reconcile.reported`` to the event log.
+gateway recorded (in distributed mode the archiver keeps the archive). Then:
+fetch, compare, print, write the report (``<state_dir>/reconcile/<date>.json``,
+or ``<date>.<account>.json`` for one account, or ``--out``), append
+``reconcile.reported`` to the event log the mode names
+(``farebox.cli_events``: the SQLite log, or the Kafka requests topic).
 
-A re-run of an unchanged day rewrites the same file and appends nothing (the
-event id holds the content hash and the log dedupes by id); a re-run whose
+A re-run of an unchanged day rewrites the same file and appends nothing new (the
+event id holds the content hash; the SQLite log and Kafka's consumers dedupe by id); a re-run whose
 figures changed appends a new event: a new version of that day's report.
 
 Exit status: 0 nothing flagged, 1 something flagged, 2 bad input (bad date,
@@ -101,10 +103,6 @@ def reconcile_command(args: argparse.Namespace) -> int:
         print(f"error: --date must be a day YYYY-MM-DD, got {args.date!r}", file=sys.stderr)
         return 2
     settings = load_settings(args.config)
-    if settings.mode != "embedded":
-        print("error: farebox reconcile appends its event to the embedded event log; in distributed mode the Kafka "
-              "log has no topic for reconcile.reported yet", file=sys.stderr)
-        return 2
     try:
         snapshot = live_snapshot(settings)
         plans = export_plans(settings, snapshot, args.account)
@@ -124,33 +122,46 @@ async def _run(settings: Settings, snapshot: Any, plans: list[ExportPlan], day: 
                args: argparse.Namespace) -> tuple[Any, Path, str]:
     import aiohttp
 
-    from reconcile.daily import ReconcileInputError, currencies, fetch_exports, our_side, require_archive
+    from farebox.cli_events import append_events
+    from reconcile.daily import currencies, fetch_exports, our_side, require_archive
     from reconcile.report import build_report, report_json, reported_event
+
+    archive = Path(args.archive) if args.archive else settings.archive_root
+    if settings.mode == "embedded":
+        await _archive_embedded(settings, archive)
+    require_archive(archive, day)
+    async with aiohttp.ClientSession() as session:
+        usage, costs = await fetch_exports(plans, day, session)
+    ours = await asyncio.to_thread(our_side, archive, day, snapshot.price_book, snapshot.fx, currencies(costs))
+    report = build_report(day, {p.account: p.provider for p in plans}, usage, costs, ours.usage, ours.money,
+                          threshold=settings.reconcile.drift_threshold_pct,
+                          unattributed_expired=ours.unattributed_expired,
+                          current_price_version=ours.current_price_version)
+    event = reported_event(report, datetime.now(timezone.utc))
+    path = report_path(settings, day, args.account, args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(report_json(report, event.id))
+    tmp.replace(path)
+    # after the file: a failed append is redone by re-running (same id)
+    if await append_events(settings, [event], "reconcile"):
+        print(f"warning: Kafka was unreachable: the report event waits in the spool under "
+              f"{settings.distributed.spool_dir}/reconcile and is sent by the next farebox reconcile",
+              file=sys.stderr)
+    return report, path, event.id
+
+
+async def _archive_embedded(settings: Settings, archive: Path) -> None:
+    """Embedded: bring the archive up to date from the SQLite log (distributed: the archiver keeps it)."""
+    from reconcile.daily import ReconcileInputError
     from streams.archive import archive_from_log
     from streams.sqlite_log import SqliteEventLog
 
-    archive = Path(args.archive) if args.archive else settings.archive_root
     if not settings.event_log_path.exists():
         raise ReconcileInputError(f"no event log at {settings.event_log_path}: has the gateway run with this config?")
-    log = SqliteEventLog.open(settings.event_log_path)
+    log = SqliteEventLog.open(settings.event_log_path, readonly=True)
     try:
         with file_lock(archive / "_state" / "log.lock"):  # the log archiver's lock (farebox/archiving.py)
             await archive_from_log(log, archive)
-        require_archive(archive, day)
-        async with aiohttp.ClientSession() as session:
-            usage, costs = await fetch_exports(plans, day, session)
-        ours = await asyncio.to_thread(our_side, archive, day, snapshot.price_book, snapshot.fx, currencies(costs))
-        report = build_report(day, {p.account: p.provider for p in plans}, usage, costs, ours.usage, ours.money,
-                              threshold=settings.reconcile.drift_threshold_pct,
-                              unattributed_expired=ours.unattributed_expired,
-                              current_price_version=ours.current_price_version)
-        event = reported_event(report, datetime.now(timezone.utc))
-        path = report_path(settings, day, args.account, args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(report_json(report, event.id))
-        tmp.replace(path)
-        await log.append(event)  # after the file: a failed append is redone by re-running (same id)
     finally:
         await log.close()
-    return report, path, event.id

@@ -75,7 +75,7 @@ def _render(rows: list[dict[str, object]], fmt: str) -> str:
     return format_table(rows)
 
 
-async def _unarchived(settings: Settings, archive: Path) -> list[RatingCorrected]:
+async def unarchived(settings: Settings, archive: Path) -> list[RatingCorrected]:
     """Embedded: the corrections in the SQLite log after the archiver's last offset (none if no log yet)."""
     from ledger.events import RatingCorrected
     from streams.sqlite_log import SqliteEventLog
@@ -97,30 +97,8 @@ async def _unarchived(settings: Settings, archive: Path) -> list[RatingCorrected
     return found
 
 
-async def _append(settings: Settings, events: list[RatingCorrected]) -> int:
-    """Append and wait until durable: the SQLite log (embedded) or Kafka (distributed). Returns how many went
-    to the Kafka log's disk spool instead (Kafka unreachable: the next ``KafkaEventLog`` on it replays them)."""
-    spooled = -1
-    if settings.mode == "distributed":
-        from streams.kafka_log import SPOOLED, KafkaEventLog
-
-        spooled = SPOOLED
-        d = settings.distributed
-        log = KafkaEventLog(d.bootstrap, Path(d.spool_dir) / "rerate", requests_topic=d.requests_topic,
-                            scope_topic=d.scope_topic, config_topic=d.config_topic, client_id="farebox-rerate")
-    else:
-        from streams.sqlite_log import SqliteEventLog
-
-        log = SqliteEventLog.open(settings.event_log_path)
-    try:
-        offsets = await asyncio.gather(*[log.append(event) for event in events])
-        await log.flush()
-    finally:
-        await log.close()
-    return sum(1 for offset in offsets if offset == spooled)
-
-
 def rerate_command(args: argparse.Namespace) -> int:
+    from farebox.cli_events import append_events
     from farebox.cli_export import live_snapshot
     from farebox.settings import load_settings
     from reconcile.rerate import RerateError, report_rows
@@ -131,7 +109,7 @@ def rerate_command(args: argparse.Namespace) -> int:
         settings = load_settings(args.config)
         snapshot = live_snapshot(settings)
         archive = Path(args.archive) if args.archive else settings.archive_root
-        pending = asyncio.run(_unarchived(settings, archive))
+        pending = asyncio.run(unarchived(settings, archive))
         result = plan_rerate(archive, start, end, snapshot.price_book, snapshot.fx, args.price_version,
                              now=datetime.now(timezone.utc), pending=pending, reason=args.reason)
     except RerateError as exc:
@@ -145,7 +123,7 @@ def rerate_command(args: argparse.Namespace) -> int:
     summary = (f"{result.requests} request(s) admitted {start}..{end}; {len(result.corrections)} correction(s) "
                f"under price version {result.version}, net {result.diff_micro} micro-units")
     if args.apply and result.corrections:
-        spooled = asyncio.run(_append(settings, result.corrections))
+        spooled = asyncio.run(append_events(settings, result.corrections, "rerate"))
         print(f"{summary}; appended to the event log", file=sys.stderr)
         if spooled:
             print(f"warning: Kafka was unreachable: {spooled} correction(s) wait in the spool under "

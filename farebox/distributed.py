@@ -28,6 +28,7 @@ from farebox.control import open_config_db
 from farebox.observe import build_tracing, tracing_ctx
 from farebox.pod import body_log_ctx, build_runtime, first_snapshot
 from farebox.reload import SnapshotFollower, attach_config_topic, config_topic_ctx, follow_ctx
+from farebox.rerating import ArchiveRerater
 from farebox.settings import Settings, load_secrets
 from farebox.usage import attach_usage
 from ledger.codec import from_dict
@@ -97,7 +98,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     redis = aioredis.Redis.from_url(d.redis_url)
     budgets = LeaseBudgets(wallets, settings.hold_ttl_s, read_scope=RedisProjections(redis).read_scope)
     runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets, limits=limits, control=control,
-                            idempotency=idempotency, cache=cache)
+                            idempotency=idempotency, cache=cache, rerater=ArchiveRerater(settings))
     follower.swap, follower.emit = pod.swap, recorder.emit
     state = recorder.metrics.state  # read at scrape time
     state.spool_bytes = lambda: events.spooled_bytes

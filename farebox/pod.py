@@ -23,7 +23,7 @@ from proxy.control.document import load_last_good
 from proxy.control.errors import ControlUnavailable
 from proxy.control.problems import ConfigError
 from proxy.idempotency import IdempotencyStore, MemoryIdempotency
-from proxy.ports import ControlStore
+from proxy.ports import ControlStore, Rerater
 from proxy.recorder import Recorder
 from proxy.runtime import PodState, ProxyOptions, Runtime
 from proxy.snapshot import Secrets, Snapshot
@@ -46,14 +46,15 @@ def options_of(settings: Settings) -> ProxyOptions:
 
 def build_runtime(settings: Settings, secrets: Secrets, pod: PodState, *, recorder: Recorder, budgets: BudgetPort,
                   limits: Buckets, control: ControlStore | None,
-                  idempotency: IdempotencyStore | None = None, cache: CachePort | None = None) -> Runtime:
+                  idempotency: IdempotencyStore | None = None, cache: CachePort | None = None,
+                  rerater: Rerater | None = None) -> Runtime:
     """The pod's runtime, once, with one adapter per port (idempotency and cache: in-process unless given)."""
     c = settings.cache
     return Runtime(pod=pod, secrets=secrets, options=options_of(settings), recorder=recorder, budgets=budgets,
                    limits=limits, upstream=UpstreamClient(secrets), control=control, rng=random.Random(),
                    idempotency=idempotency or MemoryIdempotency(),
                    cache=cache or MemoryCache(max_entries=c.max_entries, max_bytes=c.max_bytes),
-                   body_log=body_log_of(settings))
+                   body_log=body_log_of(settings), rerater=rerater)
 
 
 def body_log_of(settings: Settings) -> BodyLog | None:

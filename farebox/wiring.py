@@ -22,6 +22,7 @@ from farebox.logs import configure_logging
 from farebox.observe import alerts_ctx, build_tracing, expiring_keys, tracing_ctx
 from farebox.pod import body_log_ctx, build_runtime, first_snapshot
 from farebox.reload import SnapshotFollower, follow_ctx
+from farebox.rerating import ArchiveRerater
 from farebox.settings import Settings, load_secrets
 from farebox.usage import attach_usage
 from pricing.tokenizer import encoding_for_model, preload
@@ -80,7 +81,7 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
                              status=follower.status)
     pod = PodState(snapshot)
     runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets,
-                            limits=MemoryBuckets(), control=control)  # one process: exact in-process buckets
+                            limits=MemoryBuckets(), control=control, rerater=ArchiveRerater(settings))  # one process: exact in-process buckets
     follower.swap, follower.emit = pod.swap, recorder.emit
     # Load exact tokenizers now, not on the first request (tens of ms each).
     preload(*{e for d in snapshot.deployments.values() if (e := encoding_for_model(d.model, d.tokenizer))})

@@ -7,14 +7,21 @@ beside admission (``proxy.admission.budget_port``, ``proxy.admission.limits``).
 ``ControlStore`` is exactly what the admin API calls; ``ControlService``
 (``proxy.control.service``) implements it, and
 ``tests/proxy/control/test_control_port.py`` holds the two to one signature.
+
+``Rerater`` is re-rating for the admin API (``POST /admin/v1/rerate``):
+``farebox/`` wires it to ``reconcile``'s re-rating over the archive, so the
+proxy never imports ``reconcile``.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import date, datetime
 from typing import Any, Mapping, Protocol
 
 from ledger.events import Event
+from pricing.book import FxTable, PriceBook
 
 
 class EventSink(Protocol):
@@ -70,8 +77,39 @@ class ControlStore(Protocol):
 
     async def list_admin_tokens(self) -> list[dict[str, Any]]: ...
 
+    async def recorded(self, actor: str, action: str, obj: str, after: Mapping[str, Any]) -> None:
+        """An audit row (outcome ``ok``) for an admin write that is not a config change (an applied re-rate)."""
+        ...
+
     async def audit(self, limit: int = 100, object_prefix: str | None = None) -> list[dict[str, Any]]: ...
 
     def snapshot_status(self) -> dict[str, Any]:
         """How this pod follows the config (source, versions, last poll); {} when nothing follows it."""
         ...
+
+
+class RerateRefused(Exception):
+    """The re-rate cannot be made as asked (no archive for the window, an unpriceable attempt); ``field`` names
+    the request field at fault. Nothing was appended."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+Append = Callable[[Sequence[Event]], Awaitable[None]]
+
+
+class Rerater(Protocol):
+    """Re-prices the requests admitted on the UTC days [start, end] under ``version`` of ``book``.
+
+    Returns the report (the JSON ``farebox rerate --format json`` describes:
+    rows per team x deployment x day, totals, correction ids, skipped) and
+    the ``rating.corrected`` events. With ``append`` given they are handed to
+    it before the call returns, one re-rate at a time, and remembered: a second
+    identical call (before or after the archive catches up) finds nothing left
+    to correct. Raises ``RerateRefused`` when the re-rate cannot be made.
+    """
+
+    async def rerate(self, start: date, end: date, book: PriceBook, fx: FxTable, version: int, *, now: datetime,
+                     reason: str, append: Append | None) -> tuple[dict[str, Any], list[Event]]: ...

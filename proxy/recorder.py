@@ -55,6 +55,18 @@ class Recorder:
         fut.add_done_callback(functools.partial(self._appended, event, time.perf_counter()))
         return True
 
+    async def record(self, event: Event) -> int:
+        """As ``emit``, then wait until the log holds the event durably (its offset); raises when it cannot."""
+        try:
+            fut = self.log.append(event)
+        except Exception:
+            self._failed()
+            raise
+        if self.fold is not None:
+            self.fold(event)
+        fut.add_done_callback(functools.partial(self._appended, event, time.perf_counter()))
+        return await asyncio.shield(fut)
+
     def _appended(self, event: Event, started: float, fut: asyncio.Future[int]) -> None:
         if fut.cancelled():
             return

@@ -28,7 +28,7 @@ from proxy.bodylog import BodyLog
 from proxy.cache import CachePort, Flights, MemoryCache
 from proxy.idempotency import IdempotencyStore, MemoryIdempotency
 from proxy.metrics import Metrics
-from proxy.ports import ControlStore
+from proxy.ports import ControlStore, Rerater
 from proxy.recorder import Recorder
 from proxy.routing.state import RoutingState
 from proxy.snapshot import Secrets, Snapshot
@@ -88,6 +88,7 @@ class Runtime:
     cache: CachePort = field(default_factory=MemoryCache)  # exact response cache: in-process LRU, or Redis
     flights: Flights = field(default_factory=Flights)  # identical concurrent cache misses share one call
     body_log: BodyLog | None = None  # opt-in encrypted body logging (None: no master key configured)
+    rerater: Rerater | None = None  # re-rating archived requests (None: a pod without an archive to read)
     estimator: Estimator = field(default_factory=Estimator)  # input tokens; calibrated per key
     outputs: OutputLearner = field(default_factory=OutputLearner)  # output used per key and alias: right-sized holds
     routing: RoutingState = field(default_factory=RoutingState)  # breakers, health, 429 pauses, retry budgets

@@ -34,7 +34,13 @@ from pricing.usage import TokenUsage
 
 
 class RerateError(Exception):
-    """Re-rating cannot be done as asked (unknown version, no archive, an unpriceable attempt); says why."""
+    """Re-rating cannot be done as asked (unknown version, no archive, an unpriceable attempt); says why.
+
+    ``field`` names the input at fault: ``price_version``, or ``from`` for the window of days."""
+
+    def __init__(self, message: str, field: str = "from") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +135,7 @@ def price_attempt(attempt: ArchivedAttempt, version: PriceVersion, fx: FxTable, 
         return rate(usage, price, fx.rate(price.currency, currency, attempt.time))
     except PricingError as exc:
         raise RerateError(f"cannot price attempt {attempt.attempt} on deployment {attempt.deployment!r} at price "
-                          f"version {version.version}: {exc}") from None
+                          f"version {version.version}: {exc}", "price_version") from None
 
 
 def rerate(requests: Iterable[ArchivedRequest], book: PriceBook, fx: FxTable, version: int, *, now: datetime,
@@ -139,7 +145,7 @@ def rerate(requests: Iterable[ArchivedRequest], book: PriceBook, fx: FxTable, ve
         target = book.get(version)
     except PricingError:
         known = ", ".join(str(v.version) for v in book.versions) or "none"
-        raise RerateError(f"unknown price version {version}; the book has {known}") from None
+        raise RerateError(f"unknown price version {version}; the book has {known}", "price_version") from None
     why = reason or f"re-rated under price version {version}"
     corrections: list[RatingCorrected] = []
     skipped: list[tuple[str, str]] = []

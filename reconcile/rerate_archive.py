@@ -104,7 +104,7 @@ def plan_rerate(archive_root: str | Path, start: date, end: date, book: PriceBoo
         book.get(version)
     except PricingError:
         known = ", ".join(str(v.version) for v in book.versions) or "none"
-        raise RerateError(f"unknown price version {version}; the book has {known}") from None
+        raise RerateError(f"unknown price version {version}; the book has {known}", "price_version") from None
     if start > end:
         raise RerateError(f"--from {start} is after --to {end}")
     root = Path(archive_root)

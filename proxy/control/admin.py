@@ -100,7 +100,7 @@ async def put_budget(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
-    from proxy.control import admin_bodies, admin_config, admin_keys, admin_usage
+    from proxy.control import admin_bodies, admin_config, admin_keys, admin_rerate, admin_usage
 
     app.router.add_get("/admin/v1/budgets/{scope}", get_budget)
     app.router.add_put("/admin/v1/budgets/{scope}", put_budget)
@@ -108,3 +108,4 @@ def add_routes(app: web.Application) -> None:
     admin_config.add_routes(app)
     admin_usage.add_routes(app)
     admin_bodies.add_routes(app)
+    admin_rerate.add_routes(app)

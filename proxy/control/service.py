@@ -63,6 +63,9 @@ class ControlService:
     async def rejected(self, actor: str, action: str, obj: str, problems: list[str]) -> None:
         await asyncio.to_thread(self.db.record, actor, action, obj, "rejected", None, {"problems": problems})
 
+    async def recorded(self, actor: str, action: str, obj: str, after: Mapping[str, Any]) -> None:
+        await asyncio.to_thread(self.db.record, actor, action, obj, "ok", None, dict(after))
+
     # -- keys ---------------------------------------------------------------------------------
 
     async def create_key(self, actor: str, body: Mapping[str, Any]) -> tuple[dict[str, Any], str]:

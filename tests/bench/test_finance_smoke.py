@@ -33,8 +33,11 @@ def test_the_bench_reports_every_figure(tmp_path: Path, capsys) -> None:  # type
     assert rep["showback"]["by_team_rows"] > 0 and rep["showback"]["daily_cost_agrees"]
     assert rep["showback"]["request_table"] and rep["showback"]["raw_agrees"]
     assert "measured" in rep["focus"]
+    rr = rep["rerate"]  # main() returned 0: every request accounted for, only the changed deployment moved
+    assert rr["requests"] == rr["admitted"] > 0 and rr["corrections"] > 0 and rr["diff_micro"] > 0
     printed = capsys.readouterr().out
     assert "events/s" in printed and "showback" in printed and "FOCUS export" in printed
+    assert "re-rating the month" in printed
     assert main(["--events", "3000", "--days", "2", "--writer-events", "600", "--folder", str(tmp_path / "month"),
                  "--json", str(out)]) == 0  # the month is reused
     assert json.loads(out.read_text())["month"]["reused"]

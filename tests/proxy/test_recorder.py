@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timezone
 
+import pytest
+
 from ledger.events import ConfigPublished
 from proxy.metrics import Metrics
 from proxy.recorder import Recorder
@@ -48,3 +50,15 @@ async def test_a_failed_append_is_counted_and_not_acknowledged() -> None:
     assert recorder.emit(EVENT)  # accepted: the failure comes later, from the writer
     await asyncio.sleep(0)
     assert recorder.failures == 1 and durable == []
+
+
+async def test_record_folds_and_waits_until_durable_and_raises_a_refusal() -> None:
+    log, folded, durable = MemoryLog(), [], []
+    recorder = Recorder(log, Metrics(), fold=folded.append, on_durable=lambda offset, e: durable.append(offset))
+    assert await recorder.record(EVENT) == 1  # the offset the log acknowledged
+    await asyncio.sleep(0)  # acknowledgements arrive as callbacks
+    assert folded == [EVENT] and durable == [1]
+    log.refuse = True
+    with pytest.raises(RuntimeError, match="closed"):  # what the log raises reaches the caller
+        await recorder.record(EVENT)
+    assert folded == [EVENT] and recorder.failures == 1

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench.finance.measure import archive_throughput, focus_export_time, request_table, showback_times
+from tests.bench.finance.measure_rerate import CHANGED, rerate_time
 from tests.bench.finance.synthetic import DAYS, MONTH, generate, price_book
 from tests.bench.output import finish
 from tests.harness import ROOT
 
 OUT = ROOT / "var" / "bench"
-GOALS = {"archive_events_per_s": 50_000, "showback_s": 2.0}
+GOALS = {"archive_events_per_s": 50_000, "showback_s": 2.0, "rerate_s": 60.0}
 GENERATOR = 2  # bump when synthetic.py changes what it writes: a kept month of another generator is made again
 
 
@@ -36,7 +37,7 @@ def month_archive(folder: Path, events: int, days: int = DAYS) -> dict[str, Any]
 
 
 def report(rep: dict[str, Any]) -> list[str]:
-    month, writer, show, focus = rep["month"], rep["archive_writer"], rep["showback"], rep["focus"]
+    month, writer, show, focus, rr = rep["month"], rep["archive_writer"], rep["showback"], rep["focus"], rep["rerate"]
     table = rep["request_table"]
     per_million = month["bytes"] / month["events"] * 1_000_000 / 1e6
     how = "reused" if month["reused"] else f"generated in {month['generate_s']} s"
@@ -56,6 +57,10 @@ def report(rep: dict[str, Any]) -> list[str]:
         f"by team,app,alias,model: {show['by_team_app_alias_model_s']} s, {show['by_team_app_alias_model_rows']} rows",
         "FOCUS export (one run): " + (f"{focus['seconds']} s" if focus["measured"]
                                       else f"not measured: {focus['why']}"),
+        f"re-rating the month in DuckDB ({CHANGED} output +10%): {rr['seconds']} s (goal <= {GOALS['rerate_s']:g} s), "
+        f"{rr['requests']:,} requests, {rr['attempts']:,} attempts re-priced, {rr['corrections']:,} would be "
+        f"corrected, {sum(rr['left_alone'].values()):,} left alone (not settled or inconsistent), "
+        f"net {rr['diff_micro']:,} micro-units",
     ]
     if "raw_cold_s" in show:
         lines.append(f"showback by team cold over the raw events (one run): {show['raw_cold_s']} s, same balances: "
@@ -69,6 +74,11 @@ def problems(rep: dict[str, Any], asked: int) -> list[str]:
         out.append("scope_balances through the per-request table differ from the raw events")
     if not rep["showback"]["daily_cost_agrees"]:
         out.append("daily_cost does not add up to the month's requests")
+    rr = rep["rerate"]
+    if rr["requests"] != rr["admitted"]:
+        out.append(f"re-rating accounted for {rr['requests']} requests of the {rr['admitted']} admitted")
+    if rr["moved"] != [CHANGED]:
+        out.append(f"re-rating moved the cost of {rr['moved']}, expected only {CHANGED}")
     if abs(rep["month"]["events"] - asked) > asked * 0.05 + 100:
         out.append(f"generated {rep['month']['events']} events, asked {asked}")
     return out
@@ -93,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         rep["showback"] = showback_times(folder / "archive", MONTH, raw_cold=args.raw_cold)
         rep["focus"] = ({"measured": False, "why": "--skip-focus"} if args.skip_focus else
                         focus_export_time(folder / "archive", MONTH, Path(tmp) / "focus", *price_book()))
+    rep["rerate"] = rerate_time(folder / "archive", *price_book())
     rep["goals"] = GOALS
     rep["elapsed_s"] = round(time.monotonic() - started, 1)
     for line in report(rep):
