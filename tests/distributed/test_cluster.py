@@ -75,12 +75,19 @@ def test_three_pods_one_worker_money_exact_and_replay_equals_live(tmp_path, redi
         cluster.pods = [None] * len(cluster.pods)  # type: ignore[list-item]
         rc = redis.Redis.from_url(redis_server.url)
 
+        seen: list[dict] = []
+
         def settled_and_quiet():
             rows = {t: {k.decode(): v.decode() for k, v in rc.hgetall(f"fb:scope:team:{t}").items()} for t in TEAMS}
+            seen[:] = [rows]
             quiet = all(r and r["held"] == "0" and r["leased"] == "0" for r in rows.values())
             return rows if quiet else False
 
-        rows = wait_until(settled_and_quiet, 60, what="all holds settled and all leases returned")
+        try:
+            rows = wait_until(settled_and_quiet, 60, what="all holds settled and all leases returned")
+        except AssertionError as exc:  # say what the projection still shows, and what the worker said
+            raise AssertionError(f"{exc}\nlast rows: {seen}\nworker log:\n"
+                                 + (cluster.folder / "worker.log").read_text()[-4000:]) from None
 
         records = asyncio.run(read_records(broker.bootstrap, cluster.requests_topic))
         events = [decode(value) for *_, value in records]
