@@ -41,7 +41,7 @@ PROVIDER = "simulator"
 _EXPORT_SQL = f"""
 SELECT account, model, COUNT(DISTINCT request_id)::BIGINT AS requests,
        {", ".join(f"SUM({t}_tokens)::BIGINT AS {t}" for t in TYPES)}
-FROM read_parquet($files, union_by_name = true)
+FROM day_events
 WHERE type = 'request.attempted' AND CAST(timezone('UTC', event_time) AS DATE) = $day
 GROUP BY account, model ORDER BY account, model
 """
@@ -53,7 +53,8 @@ def provider_export(root: Path, day: date = DAY, factor: Decimal = Decimal(1)) -
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
-        cur = con.execute(_EXPORT_SQL, {"files": files, "day": day})
+        con.register("day_events", con.read_parquet(files, union_by_name=True))
+        cur = con.execute(_EXPORT_SQL, {"day": day})
         names = [d[0] for d in cur.description]
         rows = [dict(zip(names, r)) for r in cur.fetchall()]
     finally:
