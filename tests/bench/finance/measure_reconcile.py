@@ -75,8 +75,8 @@ def reconcile_day(root: Path, export: bytes, book: PriceBook, fx: FxTable, day: 
     seconds = time.perf_counter() - started
     percents = [abs(r.percent) for r in report.flagged if r.percent is not None]
     return {"seconds": round(seconds, 2), "rows": len(report.rows), "flagged": len(report.flagged),
-            "flagged_pct_min": float(min(percents)) if percents else None,
-            "flagged_pct_max": float(max(percents)) if percents else None}
+            "flagged_pct_min": round(float(min(percents)), 2) if percents else None,
+            "flagged_pct_max": round(float(max(percents)), 2) if percents else None}
 
 
 def reconcile_time(root: Path, book: PriceBook, fx: FxTable, day: date = DAY) -> dict[str, Any]:
