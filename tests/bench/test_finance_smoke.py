@@ -35,9 +35,14 @@ def test_the_bench_reports_every_figure(tmp_path: Path, capsys) -> None:  # type
     assert "measured" in rep["focus"]
     rr = rep["rerate"]  # main() returned 0: every request accounted for, only the changed deployment moved
     assert rr["requests"] == rr["admitted"] > 0 and rr["corrections"] > 0 and rr["diff_micro"] > 0
+    rc = rep["reconcile"]  # one UTC day against its simulator usage export: exact, then every count x0.97
+    assert rc["day"] == "2026-10-01" and rc["exact"]["rows"] > 0 and rc["exact"]["flagged"] == 0
+    assert rc["scaled"]["flagged"] == rc["scaled"]["rows"] == rc["exact"]["rows"]
+    assert 2.5 <= rc["scaled"]["flagged_pct_min"] <= rc["scaled"]["flagged_pct_max"] <= 3.5
     printed = capsys.readouterr().out
     assert "events/s" in printed and "showback" in printed and "FOCUS export" in printed
     assert "re-rating the month" in printed
+    assert "one day's reconciliation (2026-10-01, simulator usage export)" in printed and "0 flagged" in printed
     assert main(["--events", "3000", "--days", "2", "--writer-events", "600", "--folder", str(tmp_path / "month"),
                  "--json", str(out)]) == 0  # the month is reused
     assert json.loads(out.read_text())["month"]["reused"]

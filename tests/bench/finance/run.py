@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench.finance.measure import archive_throughput, focus_export_time, request_table, showback_times
+from tests.bench.finance.measure_reconcile import reconcile_time
 from tests.bench.finance.measure_rerate import CHANGED, rerate_time
 from tests.bench.finance.synthetic import DAYS, MONTH, generate, price_book
 from tests.bench.output import finish
@@ -38,6 +39,7 @@ def month_archive(folder: Path, events: int, days: int = DAYS) -> dict[str, Any]
 
 def report(rep: dict[str, Any]) -> list[str]:
     month, writer, show, focus, rr = rep["month"], rep["archive_writer"], rep["showback"], rep["focus"], rep["rerate"]
+    rc = rep["reconcile"]
     table = rep["request_table"]
     per_million = month["bytes"] / month["events"] * 1_000_000 / 1e6
     how = "reused" if month["reused"] else f"generated in {month['generate_s']} s"
@@ -61,6 +63,10 @@ def report(rep: dict[str, Any]) -> list[str]:
         f"{rr['requests']:,} requests, {rr['attempts']:,} attempts re-priced, {rr['corrections']:,} would be "
         f"corrected, {sum(rr['left_alone'].values()):,} left alone (not settled or inconsistent), "
         f"net {rr['diff_micro']:,} micro-units",
+        f"one day's reconciliation ({rc['day']}, simulator usage export): exact export {rc['exact']['seconds']} s, "
+        f"{rc['exact']['rows']:,} rows compared, {rc['exact']['flagged']:,} flagged; export x{rc['scaled']['factor']} "
+        f"{rc['scaled']['seconds']} s, {rc['scaled']['flagged']:,} of {rc['scaled']['rows']:,} rows flagged at "
+        f"{rc['scaled']['flagged_pct_min']}-{rc['scaled']['flagged_pct_max']}%",
     ]
     if "raw_cold_s" in show:
         lines.append(f"showback by team cold over the raw events (one run): {show['raw_cold_s']} s, same balances: "
@@ -79,6 +85,15 @@ def problems(rep: dict[str, Any], asked: int) -> list[str]:
         out.append(f"re-rating accounted for {rr['requests']} requests of the {rr['admitted']} admitted")
     if rr["moved"] != [CHANGED]:
         out.append(f"re-rating moved the cost of {rr['moved']}, expected only {CHANGED}")
+    rc = rep["reconcile"]
+    if not rc["exact"]["rows"] or rc["exact"]["flagged"]:
+        out.append(f"reconciling {rc['day']} against its exact export flagged {rc['exact']['flagged']} of "
+                   f"{rc['exact']['rows']} rows, expected 0 of some")
+    if rc["scaled"]["flagged"] != rc["scaled"]["rows"] or not 2.5 <= (rc["scaled"]["flagged_pct_min"] or 0) <= (
+            rc["scaled"]["flagged_pct_max"] or 0) <= 3.5:
+        out.append(f"reconciling {rc['day']} against its export x{rc['scaled']['factor']} flagged "
+                   f"{rc['scaled']['flagged']} of {rc['scaled']['rows']} rows at {rc['scaled']['flagged_pct_min']}-"
+                   f"{rc['scaled']['flagged_pct_max']}%, expected every row at about 3%")
     if abs(rep["month"]["events"] - asked) > asked * 0.05 + 100:
         out.append(f"generated {rep['month']['events']} events, asked {asked}")
     return out
@@ -104,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         rep["focus"] = ({"measured": False, "why": "--skip-focus"} if args.skip_focus else
                         focus_export_time(folder / "archive", MONTH, Path(tmp) / "focus", *price_book()))
     rep["rerate"] = rerate_time(folder / "archive", *price_book())
+    rep["reconcile"] = reconcile_time(folder / "archive", *price_book())
     rep["goals"] = GOALS
     rep["elapsed_s"] = round(time.monotonic() - started, 1)
     for line in report(rep):
