@@ -109,7 +109,7 @@ def _checker(kind: type, name: str) -> _FromWire:
             raise CodecError(f"{name} must be {kind.__name__}, got {value!r}")
         return value
 
-    return check
+    return lambda value: value if type(value) is kind else check(value)
 
 
 def _converters(hint: Any, name: str) -> tuple[_ToWire | None, _FromWire]:
