@@ -75,6 +75,8 @@ def _usage_from_wire(value: Any) -> TokenUsage:
 
 
 def _expect_int(value: Any, name: str) -> int:
+    if type(value) is int:  # the common case, exactly as below (a bool's type is not int)
+        return value
     if isinstance(value, bool) or not isinstance(value, int):
         raise CodecError(f"{name} must be an integer, got {value!r}")
     return value
@@ -98,14 +100,16 @@ def _str_map_from_wire(value: Any) -> dict[str, str]:
 
 
 def _checker(kind: type, name: str) -> _FromWire:
+    """The check of one plain field, specialised once per field (``int`` never accepts a bool)."""
+    if kind is int:
+        return lambda value: value if type(value) is int else _expect_int(value, name)
+
     def check(value: Any) -> Any:
-        if kind is int:
-            return _expect_int(value, name)
         if not isinstance(value, kind):
             raise CodecError(f"{name} must be {kind.__name__}, got {value!r}")
         return value
 
-    return check
+    return lambda value: value if type(value) is kind else check(value)
 
 
 def _converters(hint: Any, name: str) -> tuple[_ToWire | None, _FromWire]:
@@ -131,6 +135,7 @@ def _converters(hint: Any, name: str) -> tuple[_ToWire | None, _FromWire]:
 class _Schema:
     cls: type[Event]
     names: tuple[str, ...]
+    expected: frozenset[str]  # the wire object's keys: the envelope and every field
     to_wire: tuple[tuple[str, _ToWire | None], ...]
     from_wire: tuple[tuple[str, _FromWire], ...]
 
@@ -142,6 +147,7 @@ def _schema_of(cls: type[Event]) -> _Schema:
     return _Schema(
         cls=cls,
         names=tuple(fields),
+        expected=frozenset({*_ENVELOPE, *fields}),
         to_wire=tuple((name, pairs[name][0]) for name in fields if name != "request_id"),
         from_wire=tuple((name, pairs[name][1]) for name in fields),
     )
@@ -206,10 +212,10 @@ def from_dict(data: Any) -> Event:
     if schema is None:
         known = sorted(f"{t}@{s}" for t, s in [*_READERS, *_UPCASTERS])
         raise UnknownEventType(f"cannot read event type {kind!r} schema {version!r}; this build reads {known}")
-    expected = {*_ENVELOPE, *schema.names}
-    missing = expected - data.keys()
-    extra = data.keys() - expected
-    if missing or extra:
+    expected = schema.expected
+    if data.keys() != expected:
+        missing = expected - data.keys()
+        extra = data.keys() - expected
         raise CodecError(f"{kind}@{version}: missing fields {sorted(missing)}, unexpected {sorted(extra)}")
     kwargs = {name: from_wire(data[name]) for name, from_wire in schema.from_wire}
     try:

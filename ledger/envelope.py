@@ -70,6 +70,8 @@ def check_usage(event: Event, name: str) -> None:
 
 def non_negative(event: Event, name: str, value: object) -> None:
     """An int >= 0 (not a bool): money in micro-units, token counts, versions."""
+    if type(value) is int and value >= 0:  # the common case, exactly as below (a bool's type is not int)
+        return
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidEvent(f"{event.type}.{name} must be a non-negative int, got {value!r}")
 
