@@ -48,6 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--format", choices=("table", "csv", "json"), default="table")
     s.add_argument("--archive", help="the archive root (default: <state_dir>/archive)")
     s.add_argument("--out", help="the report file (default: <state_dir>/reconcile/<date>.json)")
+    s.add_argument("--metrics-dir", help="where the Prometheus textfile per account goes "
+                                         "(default: <state_dir>/reconcile/metrics)")
     s.set_defaults(func=reconcile_command)
 
 
@@ -143,12 +145,50 @@ async def _run(settings: Settings, snapshot: Any, plans: list[ExportPlan], day: 
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(report_json(report, event.id))
     tmp.replace(path)
+    write_metrics(report, Path(args.metrics_dir) if args.metrics_dir else settings.state_dir / "reconcile" / "metrics")
     # after the file: a failed append is redone by re-running (same id)
     if await append_events(settings, [event], "reconcile"):
         print(f"warning: Kafka was unreachable: the report event waits in the spool under "
               f"{settings.distributed.spool_dir}/reconcile and is sent by the next farebox reconcile",
               file=sys.stderr)
     return report, path, event.id
+
+
+def write_metrics(report: Any, folder: Path) -> list[Path]:
+    """One Prometheus textfile per account of ``report`` (for node_exporter's textfile collector).
+
+    ``farebox reconcile`` is a batch job with no scrape endpoint, so its gauges
+    go to ``farebox_reconcile.<account>.prom`` in ``folder``, each replaced
+    atomically by prometheus-client: the latest run of an account is what a
+    scrape sees, and accounts reconciled in separate runs never collide.
+    """
+    from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+
+    from reconcile.report import drift_by_account
+
+    folder.mkdir(parents=True, exist_ok=True)
+    drift = drift_by_account(report)
+    day = datetime(report.day.year, report.day.month, report.day.day, tzinfo=timezone.utc).timestamp()
+    written = []
+    for account in report.accounts:
+        provider = report.providers[account]
+        registry = CollectorRegistry()
+        ratio = Gauge("farebox_reconcile_drift_ratio", "Largest |provider - ours| / provider of the account's "
+                      "rows in its latest reconciliation", ["provider", "account", "measure"], registry=registry)
+        for (prov, acct, measure), value in sorted(drift.items()):
+            if acct == account:
+                ratio.labels(prov, acct, measure).set(float(value))  # a ratio for alerting, never money
+        flagged = sum(1 for r in report.flagged if r.account == account)
+        Gauge("farebox_reconcile_flagged_rows", "Rows beyond the drift threshold in the account's latest "
+              "reconciliation", ["provider", "account"], registry=registry).labels(provider, account).set(flagged)
+        Gauge("farebox_reconcile_day_seconds", "Start (UTC) of the day the account's latest reconciliation "
+              "covered", ["provider", "account"], registry=registry).labels(provider, account).set(day)
+        Gauge("farebox_reconcile_last_run_timestamp_seconds", "When the account's latest reconciliation ran",
+              ["provider", "account"], registry=registry).labels(provider, account).set_to_current_time()
+        target = folder / f"farebox_reconcile.{account}.prom"
+        write_to_textfile(str(target), registry)
+        written.append(target)
+    return written
 
 
 async def _archive_embedded(settings: Settings, archive: Path) -> None:

@@ -34,6 +34,8 @@ from ledger.reconcile_events import ReconcileReported
 from reconcile.drift import DriftRow, OurUsage, compare_money, compare_tokens
 from reconcile.exports.rows import CostRow, UsageRow
 
+_HUNDRED = Decimal(100)
+
 Format = Literal["table", "csv", "json"]
 FORMATS: tuple[Format, ...] = ("table", "csv", "json")
 CSV_COLUMNS = ("measure", "provider", "account", "day", "model", "token_type", "provider_figure", "ours",
@@ -103,6 +105,26 @@ def report_json(report: Report, event_id: str | None = None) -> bytes:
     doc = {**report.content(), "content_hash": content_hash(report), "flagged": len(report.flagged),
            "event_id": event_id}
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
+
+
+def drift_by_account(report: Report) -> dict[tuple[str, str, str], Decimal]:
+    """The largest ``|provider - ours| / provider`` per (provider, account, measure) of the report.
+
+    A row the provider reports nothing for while we do counts as 1 (all of ours
+    is unmatched); every account compared appears, at 0 when its rows agree.
+    The monitoring gauge ``farebox_reconcile_drift_ratio`` is this figure.
+    """
+    out: dict[tuple[str, str, str], Decimal] = {}
+    for account in report.accounts:
+        out[(report.providers[account], account, "tokens")] = Decimal(0)
+    for row in report.rows:
+        if row.percent is not None:
+            ratio = abs(row.percent) / _HUNDRED
+        else:
+            ratio = Decimal(1) if row.ours else Decimal(0)
+        key = (row.provider, row.account, row.measure)
+        out[key] = max(out.get(key, Decimal(0)), ratio)
+    return out
 
 
 def exit_code(report: Report) -> int:

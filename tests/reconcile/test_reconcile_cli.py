@@ -164,6 +164,33 @@ def test_a_money_drift_is_flagged_exit_1_and_a_rerun_is_a_new_version(config, ad
     assert len(ids) == 2 and ids[0] == first["event_id"] and len(set(ids)) == 2
 
 
+def _gauges(config: Path) -> dict[tuple[str, str | None], float]:
+    """(name, measure) -> value of the account's textfile; every sample is labelled with the account."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = (config.parent / "state" / "reconcile" / "metrics" / "farebox_reconcile.acct-openai.prom").read_text()
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    assert all((s.labels["account"], s.labels["provider"]) == ("acct-openai", "openai") for s in samples)
+    return {(s.name, s.labels.get("measure")): s.value for s in samples}
+
+
+def test_each_run_leaves_the_accounts_drift_for_prometheus(config, admin, capsys):
+    record_usage(config, TokenUsage(input=1000, cached_input=500, output=300))
+    assert run(config) == 0
+    clean = _gauges(config)
+    assert clean[("farebox_reconcile_drift_ratio", "money")] == 0
+    assert clean[("farebox_reconcile_drift_ratio", "tokens")] == 0
+    assert clean[("farebox_reconcile_flagged_rows", None)] == 0
+    assert clean[("farebox_reconcile_day_seconds", None)] == START
+    assert clean[("farebox_reconcile_last_run_timestamp_seconds", None)] > START
+    admin.pages["/v1/organization/costs"] = json.dumps(cost_page(output="0.00315")).encode()
+    assert run(config) == 1  # the file is replaced by the latest run's figures
+    drifted = _gauges(config)
+    assert drifted[("farebox_reconcile_drift_ratio", "money")] == pytest.approx(0.0476, abs=1e-4)
+    assert drifted[("farebox_reconcile_drift_ratio", "tokens")] == 0
+    assert drifted[("farebox_reconcile_flagged_rows", None)] == 1
+
+
 def test_table_names_the_causes(config, admin, capsys):
     record_usage(config, TokenUsage(input=1000, cached_input=500, output=300, source="estimated"))
     admin.pages["/v1/organization/usage/completions"] = json.dumps(usage_page(output=330)).encode()
