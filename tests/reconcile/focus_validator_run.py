@@ -1,8 +1,12 @@
 """Running the FinOps Foundation's focus-validator on a file (a uniquely named test helper module).
 
-The validator lives in its own venv, ``var/focus-validator`` (made here on first
-use from ``focus-validator.txt`` beside this file; a failed install fails the
-test, it never skips it), because its pins cannot share the project's venv.
+The validator lives in its own venv, because its pins cannot share the
+project's: ``~/.cache/farebox/focus-validator-<hash of focus-validator.txt>``
+(``$FAREBOX_FOCUS_VALIDATOR_VENV`` overrides), made here on first use from
+``focus-validator.txt`` beside this file, outside the checkout like the Kafka
+jars, so a fresh clone on the same machine reuses it and a changed
+requirements file gets a venv of its own. A failed install fails the test,
+it never skips it.
 It runs as a subprocess with its JUnit-style report (``--output-type
 unittest``), which is parsed into failed and errored checks with their
 messages.
@@ -15,6 +19,8 @@ site-packages folder as the working directory.
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -23,8 +29,9 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
-VENV = REPO / "var" / "focus-validator"
 REQUIREMENTS = HERE / "focus-validator.txt"
+VENV = Path(os.environ.get("FAREBOX_FOCUS_VALIDATOR_VENV") or Path.home() / ".cache" / "farebox" / (
+    "focus-validator-" + hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:12]))
 
 
 @dataclass(frozen=True)
