@@ -145,8 +145,9 @@ class RequestSettled(RequestEvent):
     A cache hit (``cache_hit``) has no attempt and costs 0; ``cache_saved_micro``
     is what the cached answer would have cost upstream (0 for every other request).
     ``cache_kind`` says which cache answered (``exact`` or ``semantic``; None
-    exactly when it is no hit) and a semantic hit's ``cache_similarity`` is the
-    cosine similarity it was served at, a decimal string (e.g. "0.9731").
+    exactly when it is no hit; a hit built without one is ``exact``) and a
+    semantic hit's ``cache_similarity`` is the cosine similarity it was served
+    at, a decimal string (e.g. "0.9731").
     """
 
     type: ClassVar[str] = "request.settled"
@@ -171,6 +172,8 @@ class RequestSettled(RequestEvent):
         RequestEvent.__post_init__(self)
         for name in ("final_status", "attempts", "cost_micro", "overrun_micro", "latency_ms", "cache_saved_micro"):
             non_negative(self, name, getattr(self, name))
+        if self.cache_hit and self.cache_kind is None:  # a hit that names no cache is the exact cache's
+            object.__setattr__(self, "cache_kind", "exact")
         if self.cache_kind not in (CACHE_KINDS if self.cache_hit else (None,)):
             raise InvalidEvent(f"{self.type}: cache_kind {self.cache_kind!r} with cache_hit {self.cache_hit}")
         if (self.cache_similarity is not None) != (self.cache_kind == "semantic"):

@@ -4,7 +4,9 @@ Pure: no clock, no I/O. A vector is normalised once (``normalised``), when it
 is stored and when it is looked up, so the cosine similarity of two vectors
 is their dot product (``similarity``). Vectors are kept as float32
 (``array('f')``): half a double's bytes, and the rounding (about 1e-7 per
-component) is far below any threshold's resolution.
+component) is far below any threshold's resolution. A similarity is rounded to
+``SCORE_DIGITS`` places, so two copies of one vector score exactly 1.0 (a
+threshold of 1 then means "the same embedding", not "never").
 
 The hit rule (``is_hit``) compares the similarity's exact binary value with
 the alias's decimal threshold, so there is no float rounding of the threshold
@@ -31,6 +33,7 @@ K = TypeVar("K")
 # (README: Benchmarks): the threshold with the most true hits at a false-hit rate of at most 1%.
 DEFAULT_THRESHOLD = Decimal("0.90")
 PLACES = 4  # decimal places of a threshold (config check) and of a reported similarity
+SCORE_DIGITS = 6  # a similarity's places: float32 noise (~1e-7) rounds away
 _QUANTUM = Decimal(1).scaleb(-PLACES)
 _LITTLE = sys.byteorder == "little"
 
@@ -55,7 +58,7 @@ def similarity(a: Sequence[float], b: Sequence[float]) -> float:
     """
     if len(a) != len(b):
         return -1.0
-    return max(-1.0, min(1.0, sum(map(mul, a, b))))
+    return max(-1.0, min(1.0, round(sum(map(mul, a, b)), SCORE_DIGITS)))
 
 
 def is_hit(score: float, threshold: Decimal) -> bool:

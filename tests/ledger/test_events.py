@@ -278,7 +278,8 @@ def test_a_semantic_hit_carries_its_similarity_and_only_a_hit_names_a_cache():
     wire = to_dict(event)
     assert (wire["schema"], wire["cache_kind"], wire["cache_similarity"]) == (3, "semantic", "0.9731")
     assert decode(encode(event)) == event
-    for bad in (dict(cache_kind=None), dict(cache_kind="fuzzy"), dict(cache_hit=False),
+    assert settled(cache_kind=None).cache_kind == "exact"  # a hit naming no cache: the exact one, as before
+    for bad in (dict(cache_kind="fuzzy"), dict(cache_hit=False),
                 dict(cache_kind="exact", cache_similarity="0.99"), dict(cache_kind="semantic")):
         with pytest.raises(InvalidEvent, match="cache_"):
             settled(**bad)
