@@ -21,7 +21,6 @@ from functools import lru_cache
 
 from infra.simulator.generation import count_tokens
 
-
 _WORD = re.compile(r"\w+")
 
 

@@ -2,7 +2,7 @@
 
 Shape (in ``aliases[]`` and in the body of ``PUT /admin/v1/aliases/{name}``)::
 
-    cache: {exact: true, semantic: {embeddings_alias: embed-default, threshold: "0.90", ttl_s: 86400}}
+    cache: {exact: true, semantic: {embeddings_alias: embed-default, threshold: "0.93", ttl_s: 86400}}
 
 Every problem is recorded with its path (``proxy.control.problems``):
 ``semantic`` only on a chat alias; ``embeddings_alias`` required, and an alias

@@ -12,9 +12,9 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from infra.redis.server import RedisServer
 from infra.simulator.app import create_app as create_simulator
 from infra.simulator.config import parse_config
-from infra.redis.server import RedisServer
 from proxy.api.app import create_app
 from proxy.cache.redis_cache import RedisCache
 from proxy.cache.vector_redis import RedisVectors
