@@ -4,7 +4,7 @@
 
     cache: {max_entries: 10000, max_bytes: 268435456, ttl_s: 3600, max_temperature: 1.0,
             max_entry_bytes: 1048576,
-            semantic: {max_entries: 10000, max_bytes: 67108864, max_per_namespace: 1000}}
+            semantic: {max_entries: 10000, max_bytes: 67108864, max_per_namespace: 256}}
 
 ``cache.semantic`` bounds the semantic store (aliases opt in with
 ``cache.semantic``, each with its own threshold and TTL): ``max_entries`` and
@@ -45,7 +45,7 @@ class CacheSettings:
     max_entry_bytes: int = 1024 * 1024  # larger answers are not stored
     semantic_max_entries: int = 10_000  # the in-process semantic store's bounds (embedded mode) ...
     semantic_max_bytes: int = 64 * 1024 * 1024  # ... answers plus 4 bytes per vector component
-    semantic_max_per_namespace: int = 1000  # entries one lookup scans (both modes)
+    semantic_max_per_namespace: int = 256  # entries one lookup scans (both modes; pure Python: see README)
 
 
 @dataclass(frozen=True)

@@ -5,22 +5,49 @@ scans; the oldest of the namespace leaves first), and at most ``max_entries``
 entries and ``max_bytes`` (answer bytes plus 4 bytes per vector component)
 over all namespaces, the least recently used leaving first. An expired entry
 is dropped when a lookup of its namespace meets it, or when it reaches the
-LRU end. A lookup is a linear scan (``proxy.cache.similarity.best_match``) in
-pure Python: its cost grows with the namespace's entries, hence the bound.
+LRU end. A lookup is a linear scan in pure Python (``scan``: the namespace's
+entries in chunks of ``SCAN_CHUNK``, each chunk scored by
+``proxy.cache.similarity.best_match``, the event loop free between chunks, so
+other requests run while a long namespace is scored). Its cost grows with the
+entries and their dimensions (README: Response cache), hence the bound.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from array import array
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Callable
+from typing import Callable, TypeVar
 
 from proxy.cache.port import Match
 from proxy.cache.similarity import best_match, is_hit
+
+K = TypeVar("K")
+SCAN_CHUNK = 64  # entries scored between two yields to the event loop
+DEFAULT_MAX_PER_NAMESPACE = 256
+
+
+async def scan(query: Sequence[float], candidates: Iterable[tuple[K, Sequence[float]]]) -> tuple[K, float] | None:
+    """``best_match`` over the candidates, ``SCAN_CHUNK`` at a time with the event loop free in between
+    (the same answer: the most similar, the first of equals)."""
+    best: tuple[K, float] | None = None
+    chunk: list[tuple[K, Sequence[float]]] = []
+    for candidate in candidates:
+        chunk.append(candidate)
+        if len(chunk) == SCAN_CHUNK:
+            best = _better(best, best_match(query, chunk))
+            chunk = []
+            await asyncio.sleep(0)
+    return _better(best, best_match(query, chunk))
+
+
+def _better(a: tuple[K, float] | None, b: tuple[K, float] | None) -> tuple[K, float] | None:
+    return b if a is None or (b is not None and b[1] > a[1]) else a
 
 
 @dataclass(slots=True)
@@ -38,7 +65,8 @@ class _Item:
 class MemoryVectors:
     __slots__ = ("max_entries", "max_bytes", "max_per_namespace", "clock", "_items", "_spaces", "_bytes", "_ids")
 
-    def __init__(self, max_entries: int = 10_000, max_bytes: int = 64 * 1024 * 1024, max_per_namespace: int = 1000,
+    def __init__(self, max_entries: int = 10_000, max_bytes: int = 64 * 1024 * 1024,
+                 max_per_namespace: int = DEFAULT_MAX_PER_NAMESPACE,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
@@ -59,14 +87,15 @@ class MemoryVectors:
         now = self.clock()
         for i in [i for i in ids if self._items[i].expires <= now]:
             self._drop(i)
-        found = best_match(vector, ((i, self._items[i].vector) for i in ids))
+        found = await scan(vector, [(i, self._items[i].vector) for i in ids])  # a copy: adds may come meanwhile
         if found is None:
             return None
         i, score = found
-        if not is_hit(score, threshold):
+        item = self._items.get(i)  # an add while the scan yielded may have evicted it
+        if item is None or not is_hit(score, threshold):
             return Match(score, None)
         self._items.move_to_end(i)
-        return Match(score, self._items[i].value)
+        return Match(score, item.value)
 
     async def add(self, namespace: str, vector: array, value: bytes, ttl_s: float) -> None:
         item = _Item(namespace, self.clock() + ttl_s, vector, value)

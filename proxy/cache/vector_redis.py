@@ -11,9 +11,9 @@ A namespace is three keys under ``{prefix}{namespace}``:
 expired entries, then the ones nearest expiry while there are more than
 ``max_per_namespace``, and keep the three keys alive for the longest TTL
 stored (an idle namespace vanishes by itself). ``nearest`` reads the ``:v``
-hash whole (``HGETALL``) and scores it here, on the pod, then fetches the best
+hash whole (``HGETALL``) and scores it here, on the pod (``vector_memory.scan``), then fetches the best
 entry's answer only when it is a hit. That bounded scan (at most
-``max_per_namespace`` vectors, about 1 KB each at 256 dimensions) is the
+``max_per_namespace`` vectors, 1.5 KB each at 384 dimensions) is the
 design at this scale: Redis has no vector index without a module, and
 scoring in Lua would block Redis for every pod. Reads and writes have a
 short socket timeout; a slow or unreachable Redis is a miss and a skipped
@@ -33,7 +33,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from proxy.cache.port import Match
-from proxy.cache.similarity import best_match, is_hit, pack, unpack
+from proxy.cache.similarity import is_hit, pack, unpack
+from proxy.cache.vector_memory import DEFAULT_MAX_PER_NAMESPACE, scan
 
 log = logging.getLogger("farebox.proxy")
 
@@ -62,7 +63,7 @@ return #gone
 class RedisVectors:
     __slots__ = ("client", "prefix", "max_per_namespace", "clock", "_add")
 
-    def __init__(self, client: aioredis.Redis, key_prefix: str = "fb:semantic:", max_per_namespace: int = 1000,
+    def __init__(self, client: aioredis.Redis, key_prefix: str = "fb:semantic:", max_per_namespace: int = DEFAULT_MAX_PER_NAMESPACE,
                  clock: Callable[[], float] = time.time) -> None:
         self.client = client
         self.prefix = key_prefix
@@ -71,7 +72,7 @@ class RedisVectors:
         self._add = client.register_script(_ADD)
 
     @classmethod
-    def from_url(cls, url: str, key_prefix: str = "fb:semantic:", max_per_namespace: int = 1000,
+    def from_url(cls, url: str, key_prefix: str = "fb:semantic:", max_per_namespace: int = DEFAULT_MAX_PER_NAMESPACE,
                  timeout_s: float = 0.05) -> "RedisVectors":
         client = aioredis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
         return cls(client, key_prefix, max_per_namespace)
@@ -87,7 +88,7 @@ class RedisVectors:
         except (RedisError, OSError) as exc:
             log.warning("semantic cache read skipped: %s", type(exc).__name__)
             return None
-        found = best_match(vector, _live(stored, int(self.clock() * 1000)))
+        found = await scan(vector, _live(stored, int(self.clock() * 1000)))
         if found is None:
             return None
         entry_id, score = found

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import random
 from decimal import Decimal
 
 import pytest
 
 from proxy.cache import MemoryVectors, VectorStore
-from proxy.cache.similarity import normalised
+from proxy.cache.similarity import best_match, normalised
+from proxy.cache.vector_memory import SCAN_CHUNK, scan
 from proxy.cache.vector_redis import RedisVectors
 
 T = Decimal("0.9")
@@ -113,3 +115,12 @@ async def test_redis_keys_of_an_idle_namespace_expire_by_themselves(cache_redis)
     finally:
         await store.client.delete(*store._keys("ns"))
         await store.close()
+
+
+async def test_a_scan_in_chunks_finds_what_one_pass_finds() -> None:
+    rng = random.Random(3)
+    query = unit(1.0, 0.5, 0.25)
+    for n in (0, 1, SCAN_CHUNK - 1, SCAN_CHUNK, 3 * SCAN_CHUNK + 5):
+        cands = [(i, unit(rng.gauss(0, 1), rng.gauss(0, 1), rng.gauss(0, 1))) for i in range(n)]
+        cands += [(n, cands[0][1])] if cands else []  # an equal later on: the first one wins
+        assert await scan(query, cands) == best_match(query, cands)

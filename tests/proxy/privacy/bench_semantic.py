@@ -36,7 +36,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from proxy.cache.similarity import DEFAULT_THRESHOLD, is_hit, normalised, similarity
-from proxy.cache.vector_memory import MemoryVectors
+from proxy.cache.vector_memory import DEFAULT_MAX_PER_NAMESPACE, MemoryVectors
 
 DATA = Path(__file__).with_name("semantic_pairs.json")
 SWEEP = [Decimal(n).scaleb(-2) for n in (*range(60, 80, 5), *range(80, 100))]
@@ -119,6 +119,19 @@ async def cache_run(stored: list[str], vectors: dict, pairs: list[Pair], thresho
     return right / rephrasings, (wrong / served if served else 0.0), served
 
 
+async def lookup_ms(vectors: list, entries: int = DEFAULT_MAX_PER_NAMESPACE, lookups: int = 50) -> float:
+    """Median milliseconds of one ``MemoryVectors.nearest`` over a namespace of ``entries`` of these vectors."""
+    store = MemoryVectors(max_per_namespace=entries)
+    for i in range(entries):
+        await store.add("faq", vectors[i % len(vectors)], b"answer" * 100, 3600)
+    times = []
+    for i in range(lookups):
+        t0 = time.perf_counter()
+        await store.nearest("faq", vectors[(i * 7) % len(vectors)], DEFAULT_THRESHOLD)
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2] * 1000
+
+
 def chosen(sweep: list[tuple[Decimal, float, float]]) -> Decimal:
     """The lowest threshold whose false-hit rate is within the budget (the highest of the sweep if none is)."""
     for threshold, _, false_hit in sweep:
@@ -156,6 +169,10 @@ def main() -> None:
     print(f"  chosen: {pick} (lowest threshold with a false-hit rate <= {FALSE_HIT_BUDGET:.0%}); gateway default "
           f"{DEFAULT_THRESHOLD}: hit rate {hit:.1%}, false-hit rate {false_hit:.1%}"
           + ("" if pick == DEFAULT_THRESHOLD else "  (this run picks another threshold than the default)"))
+    dims = len(next(iter(vectors.values())))  # type: ignore[arg-type]
+    ms = asyncio.run(lookup_ms(list(vectors.values())))
+    print(f"  one lookup in a namespace of {DEFAULT_MAX_PER_NAMESPACE} entries ({dims} dimensions, pure Python): "
+          f"{ms:.2f} ms median ({ms * 1000 / DEFAULT_MAX_PER_NAMESPACE:.1f} us per entry)")
     worst = sorted(((s, p) for p, s in scores if not p.same), key=lambda x: -x[0])[:5]
     print("  closest hard negatives (similarity, stored | asked):")
     for s, p in worst:
