@@ -22,7 +22,7 @@ from ledger.events import RequestAdmitted, RequestSettled
 from reconcile.warehouse import Warehouse
 from streams.archive import archive_from_log
 from streams.sqlite_log import SqliteEventLog
-from tests.harness import Stack, read_events, running_stack
+from tests.harness import Stack, admin_token, read_events, running_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -148,3 +148,12 @@ def test_no_store_is_never_embedded(stack: Stack, client: openai.OpenAI) -> None
         raw = ask(client, text, extra_headers={"Cache-Control": "no-store"})
         assert (raw.headers["x-fb-cache"], raw.headers["x-fb-cache-reason"]) == ("bypass", "no_store")
     assert calls(stack, m) == {"chat": 2, "embeddings": 0}
+
+
+def test_the_admin_api_shows_the_alias_semantic_cache(stack: Stack) -> None:
+    token = admin_token(stack.config, "semantic-auditor", "auditor", live_at=stack.gateway_url)
+    data = httpx.get(stack.gateway_url + "/admin/v1/aliases", headers={"Authorization": f"Bearer {token}"}).json()
+    views = {a["name"]: a["cache"] for a in data["data"]}
+    assert views["chat-faq"] == {"exact": False, "semantic": {"embeddings_alias": "embed-default",
+                                                              "threshold": "0.95", "ttl_s": 86400}}
+    assert views["chat-openai"] == {"exact": False, "semantic": None}
