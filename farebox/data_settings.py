@@ -3,7 +3,13 @@
 ``cache:`` (both modes; distributed pods share Redis at ``distributed.redis_url``)::
 
     cache: {max_entries: 10000, max_bytes: 268435456, ttl_s: 3600, max_temperature: 1.0,
-            max_entry_bytes: 1048576}
+            max_entry_bytes: 1048576,
+            semantic: {max_entries: 10000, max_bytes: 67108864, max_per_namespace: 256}}
+
+``cache.semantic`` bounds the semantic store (aliases opt in with
+``cache.semantic``, each with its own threshold and TTL): ``max_entries`` and
+``max_bytes`` the in-process store of an embedded pod, ``max_per_namespace``
+what one lookup scans, in both modes.
 
 ``body_log:`` (teams opt in with ``body_log: true``)::
 
@@ -37,6 +43,9 @@ class CacheSettings:
     ttl_s: int = 3600  # how long an entry is served
     max_temperature: float = 1.0  # above it a request is never cached (absent temperature = 1.0)
     max_entry_bytes: int = 1024 * 1024  # larger answers are not stored
+    semantic_max_entries: int = 10_000  # the in-process semantic store's bounds (embedded mode) ...
+    semantic_max_bytes: int = 64 * 1024 * 1024  # ... answers plus 4 bytes per vector component
+    semantic_max_per_namespace: int = 256  # entries one lookup scans (both modes; pure Python: see README)
 
 
 @dataclass(frozen=True)
@@ -60,7 +69,11 @@ def cache_settings(r: Reader) -> CacheSettings:
         ttl_s=r.int("ttl_s", d.ttl_s, 1),
         max_temperature=r.number("max_temperature", d.max_temperature, 0),
         max_entry_bytes=r.int("max_entry_bytes", d.max_entry_bytes, 1),
+        semantic_max_entries=(sem := r.child("semantic")).int("max_entries", d.semantic_max_entries, 1),
+        semantic_max_bytes=sem.int("max_bytes", d.semantic_max_bytes, 1024),
+        semantic_max_per_namespace=sem.int("max_per_namespace", d.semantic_max_per_namespace, 1),
     )
+    sem.reject_unknown()
     r.reject_unknown()
     return out
 

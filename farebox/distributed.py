@@ -40,6 +40,7 @@ from proxy.admission.scope_states import ScopeStates
 from proxy.admission.wallet import WalletPolicy, Wallets
 from proxy.api.app import create_app
 from proxy.cache.redis_cache import RedisCache
+from proxy.cache.vector_redis import RedisVectors
 from proxy.control.errors import ControlUnavailable
 from proxy.control.service import ControlService
 from proxy.idempotency.redis_store import RedisIdempotency
@@ -83,6 +84,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     limits = RedisBuckets.from_url(d.redis_url, pods=d.pods)
     idempotency = RedisIdempotency.from_url(d.redis_url)  # Idempotency-Key records shared by every pod
     cache = RedisCache.from_url(d.redis_url)  # the response cache, shared by every pod
+    vectors = RedisVectors.from_url(d.redis_url, max_per_namespace=settings.cache.semantic_max_per_namespace)
     clock = time.time
     wallets = Wallets(settings.pod_id, recorder.emit, lambda: datetime.fromtimestamp(clock(), timezone.utc),
                       WalletPolicy(lease_wait_s=d.lease_wait_s, low_water_pct=d.low_water_pct,
@@ -98,7 +100,8 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     redis = aioredis.Redis.from_url(d.redis_url)
     budgets = LeaseBudgets(wallets, settings.hold_ttl_s, read_scope=RedisProjections(redis).read_scope)
     runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets, limits=limits, control=control,
-                            idempotency=idempotency, cache=cache, rerater=ArchiveRerater(settings))
+                            idempotency=idempotency, cache=cache, vectors=vectors,
+                            rerater=ArchiveRerater(settings))
     follower.swap, follower.emit = pod.swap, recorder.emit
     state = recorder.metrics.state  # read at scrape time
     state.spool_bytes = lambda: events.spooled_bytes
@@ -117,6 +120,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
         await _step("closing the Redis buckets", limits.close(), 10.0)
         await _step("closing the idempotency store", idempotency.close(), 10.0)
         await _step("closing the response cache", cache.close(), 10.0)
+        await _step("closing the semantic cache", vectors.close(), 10.0)
         await _step("flushing and closing the event log", events.close(), None)  # never cut: the money is in it
 
     async def wallet_ctx(app: web.Application) -> AsyncIterator[None]:

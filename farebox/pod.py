@@ -18,7 +18,7 @@ from farebox.settings import Settings
 from proxy.admission.budget_port import BudgetPort
 from proxy.admission.limits import Buckets
 from proxy.bodylog import BodyLog, BodyStore, TeamCipher
-from proxy.cache import CachePort, MemoryCache
+from proxy.cache import CachePort, MemoryCache, MemoryVectors, VectorStore
 from proxy.control.document import load_last_good
 from proxy.control.errors import ControlUnavailable
 from proxy.control.problems import ConfigError
@@ -47,13 +47,15 @@ def options_of(settings: Settings) -> ProxyOptions:
 def build_runtime(settings: Settings, secrets: Secrets, pod: PodState, *, recorder: Recorder, budgets: BudgetPort,
                   limits: Buckets, control: ControlStore | None,
                   idempotency: IdempotencyStore | None = None, cache: CachePort | None = None,
-                  rerater: Rerater | None = None) -> Runtime:
-    """The pod's runtime, once, with one adapter per port (idempotency and cache: in-process unless given)."""
+                  vectors: VectorStore | None = None, rerater: Rerater | None = None) -> Runtime:
+    """The pod's runtime, once, with one adapter per port (idempotency and caches: in-process unless given)."""
     c = settings.cache
     return Runtime(pod=pod, secrets=secrets, options=options_of(settings), recorder=recorder, budgets=budgets,
                    limits=limits, upstream=UpstreamClient(secrets), control=control, rng=random.Random(),
                    idempotency=idempotency or MemoryIdempotency(),
                    cache=cache or MemoryCache(max_entries=c.max_entries, max_bytes=c.max_bytes),
+                   vectors=vectors or MemoryVectors(max_entries=c.semantic_max_entries, max_bytes=c.semantic_max_bytes,
+                                                    max_per_namespace=c.semantic_max_per_namespace),
                    body_log=body_log_of(settings), rerater=rerater)
 
 

@@ -19,7 +19,9 @@ Upcasters (``_UPCASTERS``), each from one schema to the next:
 * ``request.refused`` 1 -> 2: ``cost_centre`` = None, ``tags`` = {};
 * ``lease.returned`` 1 -> 2: ``funded_micro`` = 0 (no admission of it still on the way);
 * ``lease.requested`` 1 -> 2: ``least_micro`` = 0 (one request's hold: the whole amount);
-* ``request.settled`` 1 -> 2: ``cache_saved_micro`` = 0 (no response cache saved anything).
+* ``request.settled`` 1 -> 2: ``cache_saved_micro`` = 0 (no response cache saved anything);
+* ``request.settled`` 2 -> 3: ``cache_kind`` = "exact" for a hit, else None (the only cache there was),
+  ``cache_similarity`` = None.
 """
 
 from __future__ import annotations
@@ -166,6 +168,8 @@ _UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = 
     ("lease.returned", 1): lambda d: {**d, "schema": 2, "funded_micro": 0},
     ("lease.requested", 1): lambda d: {**d, "schema": 2, "least_micro": 0},
     ("request.settled", 1): lambda d: {**d, "schema": 2, "cache_saved_micro": 0},
+    ("request.settled", 2): lambda d: {**d, "schema": 3, "cache_kind": "exact" if d.get("cache_hit") is True else None,
+                                       "cache_similarity": None},
 }
 
 

@@ -15,6 +15,7 @@ from ledger.envelope import Event, check_usage, freeze_scope_map, non_empty, non
 from ledger.errors import InvalidEvent
 from pricing.usage import TokenUsage
 
+CACHE_KINDS = ("exact", "semantic")  # which response cache answered a hit
 ATTEMPT_OUTCOMES = frozenset(
     {"ok", "rate_limited", "unavailable", "rejected", "timeout", "client_closed", "interrupted", "auth_failed", "error"}
 )
@@ -143,10 +144,14 @@ class RequestSettled(RequestEvent):
 
     A cache hit (``cache_hit``) has no attempt and costs 0; ``cache_saved_micro``
     is what the cached answer would have cost upstream (0 for every other request).
+    ``cache_kind`` says which cache answered (``exact`` or ``semantic``; None
+    exactly when it is no hit; a hit built without one is ``exact``) and a
+    semantic hit's ``cache_similarity`` is the cosine similarity it was served
+    at, a decimal string (e.g. "0.9731").
     """
 
     type: ClassVar[str] = "request.settled"
-    schema: ClassVar[int] = 2  # 2: ``cache_saved_micro`` (codec upcasts)
+    schema: ClassVar[int] = 3  # 2: ``cache_saved_micro``; 3: ``cache_kind``, ``cache_similarity`` (codec upcasts)
 
     final_status: int
     attempts: int
@@ -160,11 +165,19 @@ class RequestSettled(RequestEvent):
     cache_hit: bool
     latency_ms: int
     cache_saved_micro: int = 0
+    cache_kind: str | None = None
+    cache_similarity: str | None = None
 
     def __post_init__(self) -> None:
         RequestEvent.__post_init__(self)
         for name in ("final_status", "attempts", "cost_micro", "overrun_micro", "latency_ms", "cache_saved_micro"):
             non_negative(self, name, getattr(self, name))
+        if self.cache_hit and self.cache_kind is None:  # a hit that names no cache is the exact cache's
+            object.__setattr__(self, "cache_kind", "exact")
+        if self.cache_kind not in (CACHE_KINDS if self.cache_hit else (None,)):
+            raise InvalidEvent(f"{self.type}: cache_kind {self.cache_kind!r} with cache_hit {self.cache_hit}")
+        if (self.cache_similarity is not None) != (self.cache_kind == "semantic"):
+            raise InvalidEvent(f"{self.type}: cache_similarity is set exactly for a semantic hit")
         check_usage(self, "usage")
         freeze_scope_map(self, "cost_by_scope")
         freeze_scope_map(self, "hold_released")

@@ -25,7 +25,7 @@ from proxy.admission.budget_port import BudgetPort
 from proxy.admission.limits import Buckets
 from proxy.admission.limits.settler import LimitSettler
 from proxy.bodylog import BodyLog
-from proxy.cache import CachePort, Flights, MemoryCache
+from proxy.cache import CachePort, Flights, MemoryCache, MemoryVectors, VectorStore
 from proxy.idempotency import IdempotencyStore, MemoryIdempotency
 from proxy.metrics import Metrics
 from proxy.ports import ControlStore, Rerater
@@ -87,6 +87,7 @@ class Runtime:
     control: ControlStore | None = None  # admin writes (None: a pod without a config database)
     cache: CachePort = field(default_factory=MemoryCache)  # exact response cache: in-process LRU, or Redis
     flights: Flights = field(default_factory=Flights)  # identical concurrent cache misses share one call
+    vectors: VectorStore = field(default_factory=MemoryVectors)  # semantic cache: in-process, or Redis
     body_log: BodyLog | None = None  # opt-in encrypted body logging (None: no master key configured)
     rerater: Rerater | None = None  # re-rating archived requests (None: a pod without an archive to read)
     estimator: Estimator = field(default_factory=Estimator)  # input tokens; calibrated per key

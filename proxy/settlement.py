@@ -82,6 +82,8 @@ class Tab:
     privacy: PrivacyAudit | None = None  # what the privacy step did (kinds, counts, hashes; never values)
     cache_hit: bool = False  # answered from the response cache: no attempt, no cost
     cache_saved_micro: int = 0  # what that answer would have cost upstream
+    cache_kind: str | None = None  # which cache answered the hit: "exact" | "semantic"
+    cache_similarity: str | None = None  # a semantic hit's similarity, a decimal string
 
 
 def admitted_event(tab: Tab, plan: Plan, leases: dict[str, str], pod: str, hold_ttl_s: int,
@@ -158,6 +160,7 @@ def settlement(tab: Tab, final_status: int, dep: Deployment | None, *, latency_m
         deployment=dep.id if dep else None, usage=tab.total_usage, cost_micro=cost, currency=tab.snapshot.currency,
         cost_by_scope=charges, hold_released=dict(tab.holds), overrun_micro=overrun, cache_hit=tab.cache_hit,
         latency_ms=latency_ms, cache_saved_micro=tab.cache_saved_micro,
+        cache_kind=(tab.cache_kind or "exact") if tab.cache_hit else None, cache_similarity=tab.cache_similarity,
     )
     return Settlement(event, charges, overrun)
 

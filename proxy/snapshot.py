@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Mapping
 
 from pricing.book import FxTable, PriceBook
@@ -64,6 +65,16 @@ class Deployment:
 
 
 @dataclass(frozen=True, slots=True)
+class SemanticCache:
+    """A chat alias's semantic cache: its last user turn embedded through ``embeddings_alias``; a stored
+    answer in the team's namespace whose vector's cosine similarity is at least ``threshold`` is served."""
+
+    embeddings_alias: str  # an alias of kind embeddings; its calls are charged to the caller's team
+    threshold: Decimal  # in (0, 1], at most 4 decimal places
+    ttl_s: int = 86_400  # how long a stored answer is served
+
+
+@dataclass(frozen=True, slots=True)
 class Alias:
     name: str
     kind: str  # "chat" | "embeddings"
@@ -86,6 +97,7 @@ class Alias:
     hedge: bool = False  # opt-in: second attempt when the first has no token by its p95 TTFT
     hedge_after_s: float | None = None  # fixed hedge delay; None: the deployment's p95 TTFT
     cache: bool = False  # opt-in: exact response cache (a caller's x-fb-cache: on|off overrides)
+    semantic: SemanticCache | None = None  # opt-in: semantic cache (chat aliases; x-fb-cache: off skips it)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,12 @@
 """Deterministic embedding vectors: unit vectors seeded from a hash of the input.
 
-The same text (or token array) and dimension always give the same vector;
-``encode_base64`` packs it as little-endian float32, as OpenAI does for
-``encoding_format: "base64"``.
+The same text (or token array) and dimension always give the same vector, and
+so do texts that differ only in case, punctuation and spacing (the text's
+words, lower-cased, are what is hashed): a near-identical question embeds the
+same, any other text at a random angle. That is all the semantics the
+simulator has; the semantic cache's real quality is measured with a real
+model (``make bench-privacy``). ``encode_base64`` packs a vector as
+little-endian float32, as OpenAI does for ``encoding_format: "base64"``.
 """
 
 from __future__ import annotations
@@ -11,14 +15,19 @@ import base64
 import hashlib
 import math
 import random
+import re
 import struct
 from functools import lru_cache
 
 from infra.simulator.generation import count_tokens
 
+_WORD = re.compile(r"\w+")
+
 
 def input_key(item: str | list[int]) -> str:
-    return item if isinstance(item, str) else "tokens:" + ",".join(map(str, item))
+    if isinstance(item, str):
+        return " ".join(_WORD.findall(item.lower()))
+    return "tokens:" + ",".join(map(str, item))
 
 
 def input_tokens(item: str | list[int]) -> int:

@@ -15,6 +15,12 @@ How a handler uses it (``chat.py``, ``embeddings.py``), in request order:
    once (hold released, cost 0, ``cache_hit`` and ``cache_saved_micro`` in
    ``request.settled``), ``x-fb-cache: hit``, a stream replayed as SSE.
 
+An alias with ``cache.semantic`` adds a step between the exact lookup and the
+flight (``proxy.api.semantic``): the last user turn is embedded and searched
+by meaning; a hit there is answered the same way, with
+``x-fb-cache-kind: semantic`` and its similarity. An alias with only a
+semantic cache uses the exact one too (it is free and comes first).
+
 Misses answer ``x-fb-cache: miss``; a request that asked for the cache where
 it may not be used answers ``x-fb-cache: bypass`` and ``x-fb-cache-reason``.
 
@@ -39,6 +45,7 @@ import orjson
 from aiohttp import web
 
 from pricing.usage import TokenUsage
+from proxy.api import semantic
 from proxy.api.classify import Classified
 from proxy.cache.entry import Entry, StreamCapture, chat_entry, replay_chunks
 from proxy.cache.policy import HEADER, CacheUse, cache_use, chat_key, embeddings_key
@@ -65,6 +72,7 @@ class CacheStep:
     log_bodies: bool = False  # the team keeps its bodies (encrypted): the answer goes to ``rt.body_log``
     capture: StreamCapture | None = None  # a fetched stream's chunks, as relayed
     answer: tuple[Deployment, Mapping[str, Any], TokenUsage] | None = None  # a fetched answer (200 only)
+    semantic: semantic.SemanticStep | None = None  # the alias's semantic cache, when this request may use it
 
     def keep(self, dep: Deployment, body: Mapping[str, Any], usage: TokenUsage) -> None:
         """The upstream answer of a request that fetched one (only a 200 reaches here)."""
@@ -91,7 +99,7 @@ class CacheStep:
 
 def _step(rt: Runtime, request: web.Request, alias: Alias, privacy: Classified, kind: str, body: Mapping[str, Any],
           cands: Sequence[Deployment], max_output_tokens: int) -> CacheStep:
-    use = cache_use(alias_on=alias.cache, header=request.headers.get(HEADER),
+    use = cache_use(alias_on=alias.cache or alias.semantic is not None, header=request.headers.get(HEADER),
                     control=request.headers.get("Cache-Control"), kind=kind, body=body,
                     data_class=privacy.data_class, redacted=privacy.redaction is not None,
                     max_temperature=rt.options.cache_max_temperature)
@@ -104,6 +112,8 @@ def _step(rt: Runtime, request: web.Request, alias: Alias, privacy: Classified, 
     if use.read or use.write:
         step.lookups = tuple(step.key_for(m) for m in dict.fromkeys(d.model for d in cands))
         step.key = step.lookups[0]
+        if kind == "chat":
+            step.semantic = semantic.for_step(alias, use, body, cands, privacy)
     return step
 
 
@@ -140,6 +150,8 @@ async def serving(rt: Runtime, step: CacheStep, meter: Meter) -> AsyncIterator[E
     flight = None
     try:
         hit = await _stored(rt, step)
+        if hit is None and step.semantic is not None:
+            hit = await semantic.lookup(rt, step.semantic, meter, step.body, step.max_output_tokens)
         if hit is None and step.use.write:
             flight = await rt.flights.join(step.key)
             if not flight.leader and flight.entry is not None and step.use.read:
@@ -161,7 +173,10 @@ async def serving(rt: Runtime, step: CacheStep, meter: Meter) -> AsyncIterator[E
             rt.flights.land(flight, landed)  # None (an error, the caller left): followers fetch themselves
     if landed is not None and len(landed) <= rt.options.cache_max_entry_bytes:
         assert step.answer is not None
-        await rt.cache.put(step.key_for(step.answer[0].model), landed, rt.options.cache_ttl_s)  # failover: its model
+        model = step.answer[0].model  # failover: the model that answered
+        await rt.cache.put(step.key_for(model), landed, rt.options.cache_ttl_s)
+        if step.semantic is not None:
+            await semantic.store(rt, step.semantic, step.team, model, step.body, step.max_output_tokens, landed)
 
 
 async def _stored(rt: Runtime, step: CacheStep) -> Entry | None:
@@ -223,16 +238,23 @@ def _settle_hit(rt: Runtime, meter: Meter, entry: Entry) -> dict[str, Any]:
     """Settle a hit at once (hold released, cost 0); returns the answer's ``x_farebox`` block."""
     tab = meter.tab
     tab.cache_hit = True
+    tab.cache_kind = tab.cache_kind or "exact"
     tab.cache_saved_micro = saved_micro(meter, entry, datetime.fromtimestamp(rt.clock(), timezone.utc))
     meter.settle(200, tab.snapshot.deployments.get(entry.deployment))
     return {"request_id": tab.request_id, "deployment": entry.deployment, "attempts": 0, "cost": "0",
             "cost_micro": 0, "currency": tab.snapshot.currency,
             "price_version": tab.plan.price_version if tab.plan else None, "cache": "hit",
+            "cache_kind": tab.cache_kind, **({"cache_similarity": tab.cache_similarity} if tab.cache_similarity else {}),
             "cache_saved_micro": tab.cache_saved_micro, "path": []}
 
 
 def _hit_headers(meter: Meter, entry: Entry, headers: Mapping[str, str]) -> dict[str, str]:
-    return {**headers, HEADER: "hit", "x-fb-deployment": entry.deployment, "x-fb-attempts": "0"}
+    tab = meter.tab
+    out = {**headers, HEADER: "hit", f"{HEADER}-kind": tab.cache_kind or "exact", "x-fb-deployment": entry.deployment,
+           "x-fb-attempts": "0"}
+    if tab.cache_similarity is not None:
+        out[f"{HEADER}-similarity"] = tab.cache_similarity
+    return out
 
 
 async def answer_chat(request: web.Request, rt: Runtime, meter: Meter, entry: Entry, *, stream: bool,

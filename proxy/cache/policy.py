@@ -21,6 +21,14 @@ SHA-256), the team, the resolved deployment's model and every body field
 that can change the output: all of them except the few listed in
 ``NOT_OUTPUT`` (transport and bookkeeping). An unknown parameter is in the
 key: a miss is cheaper than a wrong hit.
+
+The semantic cache (an alias's ``cache.semantic``) follows the same decision
+and adds its own reach: it embeds the conversation's last turn when that is
+the user's and plain text (``last_user_text``), and searches the namespace
+``semantic_namespace``: the exact key's hash of everything *but* that text,
+plus the model that embedded it (vectors of two models never compare). So a
+different system prompt, earlier turn, parameter or model is a different
+namespace, and only the last question may be phrased differently.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ DEFAULT_TEMPERATURE = 1.0  # what providers use when the caller sends none
 NOT_OUTPUT = frozenset({"model", "stream", "stream_options", "user", "metadata", "store", "service_tier",
                         "prompt_cache_key", "safety_identifier"})
 _TOOL_FIELDS = ("tools", "functions", "tool_choice", "function_call")
+SEMANTIC_MAX_CHARS = 8_000  # a longer last turn is a document, not a question: not embedded
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,3 +142,37 @@ def _params(body: Mapping[str, Any]) -> dict[str, Any]:
 def _digest(kind: str, team: str, model: str, params: Mapping[str, Any]) -> str:
     canonical = orjson.dumps([kind, team, model, params], option=orjson.OPT_SORT_KEYS)
     return f"{kind}:{hashlib.sha256(canonical).hexdigest()}"
+
+
+def last_user_text(body: Mapping[str, Any]) -> str | None:
+    """The last turn's text when it is the user's: a string, or its text parts joined by newlines.
+
+    None when the last turn is not the user's, carries anything but text (an image, audio), or its text
+    is empty or longer than ``SEMANTIC_MAX_CHARS``: such a request is not looked up semantically.
+    """
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return None
+    last = messages[-1]
+    if not isinstance(last, dict) or last.get("role") != "user":
+        return None
+    content = last.get("content")
+    if isinstance(content, list):
+        if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                   for p in content):
+            return None
+        content = "\n".join(p["text"] for p in content)
+    if not isinstance(content, str) or not content.strip() or len(content) > SEMANTIC_MAX_CHARS:
+        return None
+    return content
+
+
+def semantic_namespace(team: str, model: str, embedding_model: str, body: Mapping[str, Any],
+                       max_output_tokens: int) -> str:
+    """Where a chat answer's vector is stored: ``chat_key``'s fields with the last turn's text left out."""
+    messages = list(body.get("messages") or ())
+    if messages and isinstance(messages[-1], dict):
+        messages[-1] = {**messages[-1], "content": None}
+    params = {**_params(body), "messages": messages, "max_output_tokens": max_output_tokens,
+              "embedding_model": embedding_model}
+    return _digest("semantic", team, model, params)

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from proxy.body import parse_json_object
 from proxy.control.admin_access import allowed, control
+from proxy.control.alias_cache import semantic_view
 from proxy.errors import InvalidRequest
 from proxy.runtime import RUNTIME
 
@@ -34,7 +35,7 @@ def _alias_view(a: Any) -> dict[str, Any]:
             "max_output_tokens": a.default_max_output_tokens, "max_output_tokens_cap": a.max_output_tokens_cap,
             "timeouts": {"connect_s": a.connect_timeout_s, "first_token_s": a.first_token_timeout_s,
                          "total_s": a.total_timeout_s}, "fallback_alias": a.fallback_alias,
-            "cache": {"exact": a.cache}}
+            "cache": {"exact": a.cache, "semantic": semantic_view(a.semantic)}}
 
 
 def _deployment_view(d: Any) -> dict[str, Any]:

@@ -79,7 +79,8 @@ def apply_tree(tree: Mapping[str, Any], now: datetime, actor: str, factor: Decim
         currency = tree.get("currency") or "INR"
         budgets = dict(tree.get("budgets") or {})
         scopes = budgets.pop("scopes", None) or []
-        policies = {"currency": {"value": currency}, "budgets": budgets, "rate_limits": dict(tree.get("rate_limits") or {})}
+        policies = {"currency": {"value": currency}, "budgets": budgets, "rate_limits": dict(tree.get("rate_limits") or {}),
+                    "privacy": dict(tree.get("privacy") or {})}
         _sync(s, diff, "policy", PolicyRow, "name", policies, {r.name: r for r in s.scalars(sa.select(PolicyRow))},
               lambda r: r.spec, lambda n, w: PolicyRow(name=n, spec=w), lambda r, w: setattr(r, "spec", w))
         fx = {}

@@ -17,6 +17,7 @@ import orjson
 
 from pricing.book import FxTable, Price, PriceBook, PriceVersion
 from pricing.errors import PricingError
+from proxy.control.alias_cache import check_semantic, read_alias_cache
 from proxy.control.policies import (
     add_key,
     per_minute,
@@ -344,7 +345,8 @@ def _aliases(root: Reader, deployments: Mapping[str, Deployment]) -> dict[str, A
             dep = deployments.get(d)
             if dep is not None and not needs <= dep.capabilities:
                 r.problems.add(r.at("needs"), f"deployment {d!r} lacks {sorted(needs - dep.capabilities)}")
-        t, rb, hedge, cache = r.child("timeouts"), r.child("retry_budget"), r.child("hedge"), r.child("cache")
+        t, rb, hedge = r.child("timeouts"), r.child("retry_budget"), r.child("hedge")
+        exact, semantic = read_alias_cache(r, kind or "chat")
         alias = Alias(
             name=name or "?",
             kind=kind,
@@ -366,9 +368,9 @@ def _aliases(root: Reader, deployments: Mapping[str, Deployment]) -> dict[str, A
             sticky=r.bool("sticky", True),
             hedge=hedge.bool("enabled", False),
             hedge_after_s=hedge.number("after_s", None),
-            cache=cache.bool("exact", False),
+            cache=exact,
+            semantic=semantic,
         )
-        cache.reject_unknown()
         t.reject_unknown()
         rb.reject_unknown()
         hedge.reject_unknown()
@@ -380,4 +382,5 @@ def _aliases(root: Reader, deployments: Mapping[str, Deployment]) -> dict[str, A
     for alias in aliases.values():
         if alias.fallback_alias and alias.fallback_alias not in aliases:
             root.problems.add(f"aliases.{alias.name}.fallback_alias", f"unknown alias {alias.fallback_alias!r}")
+    check_semantic(aliases, root.problems)
     return aliases

@@ -76,6 +76,12 @@ def events_of(cls: type[Event]) -> st.SearchStrategy[Event]:
                     dataclasses.replace, st.just(e), error_code=st.sampled_from(["budget_exhausted",
                                                                                  "run_calls_exhausted"]),
                     scope=st.sampled_from(sorted(e.holds)))))
+    if cls.type == "request.settled":  # a hit names its cache; only a semantic hit has a similarity
+        kwargs.pop("cache_hit"), kwargs.pop("cache_kind"), kwargs.pop("cache_similarity")
+        kinds = st.sampled_from([(False, None, None), (True, "exact", None)]) | st.tuples(
+            st.just(True), st.just("semantic"), st.decimals(0, 1, places=4).map(str))
+        return kinds.flatmap(lambda k: st.builds(cls, cache_hit=st.just(k[0]), cache_kind=st.just(k[1]),
+                                                 cache_similarity=st.just(k[2]), **kwargs))
     if cls.type == "rating.corrected":  # attempt maps name the same attempts; the totals are their sums
         return st.builds(_corrected, st.just(cls), st.fixed_dictionaries(
             {k: v for k, v in kwargs.items() if not k.endswith(("attempt_costs", "cost_micro"))}),

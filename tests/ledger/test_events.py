@@ -254,6 +254,37 @@ def test_schema_3_admissions_are_upcast_to_no_privacy_step():
     assert (event.schema, dict(event.privacy_kinds), event.privacy_action, event.prompt_hash) == (4, {}, "allow", "")
 
 
+def settled(**overrides) -> RequestSettled:
+    fields = dict(
+        time=T, request_id="req-1", team="payments", final_status=200, attempts=0, deployment="b-mid-mumbai",
+        usage=USAGE, cost_micro=0, currency="INR", cost_by_scope={"team:payments": 0},
+        hold_released={"team:payments": 961_485}, overrun_micro=0, cache_hit=True, latency_ms=4,
+        cache_saved_micro=273_082, cache_kind="exact",
+    )
+    return RequestSettled(**{**fields, **overrides})
+
+
+def test_schema_2_settlements_are_upcast_to_a_hit_of_the_exact_cache_or_no_hit():
+    for event in (settled(), settled(cache_hit=False, cache_kind=None, cache_saved_micro=0, attempts=1)):
+        old = to_dict(event)
+        old["schema"] = 2
+        del old["cache_kind"], old["cache_similarity"]
+        upcast = decode(orjson.dumps(old))
+        assert upcast == event and upcast.schema == 3
+
+
+def test_a_semantic_hit_carries_its_similarity_and_only_a_hit_names_a_cache():
+    event = settled(cache_kind="semantic", cache_similarity="0.9731")
+    wire = to_dict(event)
+    assert (wire["schema"], wire["cache_kind"], wire["cache_similarity"]) == (3, "semantic", "0.9731")
+    assert decode(encode(event)) == event
+    assert settled(cache_kind=None).cache_kind == "exact"  # a hit naming no cache: the exact one, as before
+    for bad in (dict(cache_kind="fuzzy"), dict(cache_hit=False),
+                dict(cache_kind="exact", cache_similarity="0.99"), dict(cache_kind="semantic")):
+        with pytest.raises(InvalidEvent, match="cache_"):
+            settled(**bad)
+
+
 def test_admission_carries_privacy_kinds_and_hashes_never_values():
     event = admitted(privacy_kinds={"email": 2, "pan": 1}, privacy_action="redact", privacy_policy_version=3,
                      privacy_policy_hash="ab" * 32, prompt_hash="cd" * 32)

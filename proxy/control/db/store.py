@@ -241,6 +241,9 @@ def build_document(s: Session) -> dict[str, Any]:
     budgets["scopes"] = [budget_record(b) for b in s.scalars(sa.select(BudgetRow).order_by(BudgetRow.scope))]
     control["budgets"] = budgets
     control["rate_limits"] = policy(s, "rate_limits")
+    privacy = policy(s, "privacy")
+    if privacy:  # absent (a database seeded before the privacy section was kept): the default policy
+        control["privacy"] = privacy
     prices = []
     rows = s.scalars(sa.select(PriceRow).order_by(PriceRow.version, PriceRow.deployment)).all()
     for v in s.scalars(sa.select(PriceVersionRow).order_by(PriceVersionRow.version)):

@@ -211,3 +211,17 @@ async def test_a_team_opts_in_to_body_logging_through_the_api(svc: ControlServic
     assert err.value.problems == ["body_log: must be true or false, got 'yes'"]
     await svc.put_team("ops", "platform", {"body_log": False})
     assert not snapshot_of(svc).teams["platform"].body_log
+
+
+def test_the_files_privacy_policy_is_kept_in_the_database(tmp_path: Path, tree: dict) -> None:
+    tree["privacy"]["classes"]["confidential"] = {"action": "allow", "fail": "closed"}
+    db = ConfigDB(f"sqlite:///{tmp_path / 'privacy.sqlite'}")
+    try:
+        db.migrate()
+        db.seed_once(apply_tree(tree, db.now(), "bootstrap", None, []), "bootstrap")
+        version, _ = db.head()
+        snap = compile_document(db.document(version), version)
+        assert snap.privacy.rules["confidential"].action == "allow"
+        assert snap.privacy.rules["restricted"].action == "refuse"
+    finally:
+        db.close()
