@@ -5,9 +5,10 @@ Invariants:
   group per candidate shape. Validators run only on what it matched.
 - ``candidates`` yields exactly ``PATTERN.finditer``'s matches but tries
   ``PATTERN`` only where one can start: after a boundary, a run of ``[a-z.%]``
-  then a digit, an upper-case letter or one of ``@ _ - + (``. Lower-case prose
-  is skipped by one search in C instead of an alternation tried at each
-  character.
+  then a digit, an upper-case letter or one of ``@ _ - + (``, and where the
+  text opens as some group's match must (``_LEAD_HINT``). Prose, lower-case
+  or with short numbers, is skipped by one search in C instead of an
+  alternation tried at each character.
 - ``name@x`` shares one group (``at``): a dotted domain with a TLD makes an
   email, a bare handle (``name@okaxis``) a UPI id.
 - Numbers share one candidate group (``num``): a run of digits is a card (13-19
