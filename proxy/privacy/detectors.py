@@ -5,9 +5,10 @@ Invariants:
   group per candidate shape. Validators run only on what it matched.
 - ``candidates`` yields exactly ``PATTERN.finditer``'s matches but tries
   ``PATTERN`` only where one can start: after a boundary, a run of ``[a-z.%]``
-  then a digit, an upper-case letter or one of ``@ _ - + (``. Lower-case prose
-  is skipped by one search in C instead of an alternation tried at each
-  character.
+  then a digit, an upper-case letter or one of ``@ _ - + (``, and where the
+  text opens as some group's match must (``_LEAD_HINT``). Prose, lower-case
+  or with short numbers, is skipped by one search in C instead of an
+  alternation tried at each character.
 - ``name@x`` shares one group (``at``): a dotted domain with a TLD makes an
   email, a bare handle (``name@okaxis``) a UPI id.
 - Numbers share one candidate group (``num``): a run of digits is a card (13-19
@@ -56,7 +57,15 @@ PATTERN = re.compile(
 # [\w.%+\-@]), holds a hint character ([\dA-Z@_\-+(]) and, before its first one, only [a-z.%] (PATTERN's
 # classes are ASCII ranges; \d is any digit, as in PATTERN). A change to PATTERN must keep this true:
 # tests/proxy/privacy/test_privacy_scanner.py checks candidates() against PATTERN.finditer().
-_LEAD_HINT = r"[a-z.%]*+[\dA-Z@_\-+(]"
+# A second look-ahead, tried only where the first holds, narrows that to the opening a group's match must have
+# (prose's "4521", "10:45" or "follow-up" are no candidate's start), so fewer starts reach PATTERN from Python:
+# an at's local part then @; a secret's literal prefix or a token's letters, separator and 24 characters; PAN
+# and IFSC's four capitals; a number's first 8 characters (8 digits at least, only [\d \-()] after a + or ().
+_LEAD_HINT = (r"(?=[a-z.%]*+[\dA-Z@_\-+(])"
+              r"(?=[A-Za-z0-9][A-Za-z0-9._%+\-]{0,255}+@"
+              r"|sk-[A-Za-z0-9_\-]{20}|gh[pousr]_|xox[abposr]-|A(?:KIA|SIA|Iza)|[A-Za-z]{2,12}[_\-][A-Za-z0-9_\-]{24}"
+              r"|[A-Z]{4}[A-Z0]"
+              r"|[+(\d][\d \-()]{7})")
 _AT_START = re.compile(_LEAD_HINT)
 _AFTER_BOUNDARY = re.compile(r"[^\w.%+\-@]" + _LEAD_HINT)  # match.start() + 1 is where a candidate may start
 

@@ -134,3 +134,30 @@ def test_candidates_match_the_one_pass_on_realistic_prompts():
         for _ in range(30):
             text = prompt(rng, 4096, ids)
             assert _spans(detectors.candidates(text)) == _spans(detectors.PATTERN.finditer(text))
+
+
+# Pieces at the edges of where a candidate can start: a secret's prefix one character short of its
+# length, 7 and 8 characters of a number, four capitals, a bare @, digits outside ASCII.
+_EDGES = ["sk-" + "a1" * 10, "sk-" + "a1b" * 6 + "c", "tok_" + "9fK2" * 6, "tok_" + "9fK2" * 5 + "9fK", "AIza" + "x9_-" * 8 + "x9_",
+          "ghp_", "xoxb-12345", "1234567", "12345678", "(1234567", "(98765) 43210", "+9", "+91 98765 43210",
+          "98765-43210", "ABCD", "ABCD0", "ABCDE", "a@", "@b", "1@x.io", "९८७६५४३२१०", " ", " ", "-", "(", ")", "_"]
+
+
+def _reference(text: str) -> list[tuple[str, int, int]]:
+    """Findings straight from PATTERN.finditer(), every position tried."""
+    found = []
+    for m in detectors.PATTERN.finditer(text):
+        group = "secret" if m.lastgroup == "tok" else m.lastgroup
+        confirmed = detectors.confirm(group, m.group(group), m)
+        if confirmed is not None:
+            found.append((confirmed[0], m.start(), m.start() + confirmed[1]))
+    return found
+
+
+def test_findings_equal_the_every_position_reference_on_a_generated_corpus():
+    rng = random.Random(13)
+    texts = [prompt(rng, 4096, ids) for ids in (0, 6, 20) for _ in range(10)]
+    texts += ["".join(rng.choice(_PIECES + _EDGES) for _ in range(rng.randrange(1, 40))) for _ in range(3000)]
+    assert sum(bool(_reference(t)) for t in texts) > 1000
+    for text in texts:
+        assert [(f.kind, f.start, f.end) for f in scan_text(text)] == _reference(text), text
