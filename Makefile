@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SEMANTIC_STAMP := $(VENV)/.semantic-bench
 
-.PHONY: install lock services run run-cluster stop-cluster test bench bench-tracing bench-budget bench-distributed bench-availability bench-finance bench-sim bench-limits bench-privacy kafka-up kafka-down clean
+.PHONY: install lock services run run-cluster stop-cluster test bench bench-tracing bench-budget bench-distributed bench-availability bench-finance bench-finance-archive bench-sim bench-limits bench-privacy kafka-up kafka-down clean
 
 LOCK_VENV := .lock-venv
 
@@ -81,6 +81,10 @@ bench-availability: install
 ## Parquet; ArchiveWriter events/s, showback time, FOCUS export time, archive size per million events.
 bench-finance: install
 	$(BIN)/python -m tests.bench.finance
+
+## Only bench-finance's archive part (ArchiveWriter events/s, checked and trusted, medians of 3): seconds, no month.
+bench-finance-archive: install
+	$(BIN)/python -m tests.bench.finance --part archive
 
 ## The simulator's own ceiling.
 bench-sim: install

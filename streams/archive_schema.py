@@ -44,9 +44,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from itertools import accumulate
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ledger.codec import parse_time
 from pricing.usage import TOKEN_TYPES
@@ -120,8 +123,14 @@ COLUMNS = tuple(SCHEMA.names)
 _RENAMED = {"final_status": "status"}
 _SCOPE_MAPS = {"holds": "holds", "cost_by_scope": "scope_costs", "charged": "scope_costs",
                "hold_released": "hold_released"}
-_DIRECT = frozenset(COLUMNS) - {"id", "type", "schema", "event_time", "stored_at", "log_partition", "log_offset",
-                                "event", "tags", *TOKEN_COLUMNS, "usage_source", *_SCOPE_MAPS.values()}
+_ENVELOPE = frozenset({"id", "type", "schema", "event_time", "stored_at", "log_partition", "log_offset", "event"})
+_DIRECT = frozenset(COLUMNS) - _ENVELOPE - {"tags", *TOKEN_COLUMNS, "usage_source", *_SCOPE_MAPS.values()}
+_TYPED = tuple(f for f in SCHEMA if f.name not in _ENVELOPE)  # the columns that depend on the event's type
+GROUPED = ("id", "type", "schema", "event_time", *(f.name for f in _TYPED))  # built per group of like events
+_TIME = SCHEMA.field("event_time").type
+_TAGS = SCHEMA.field("tags").type
+CHUNK = 512  # events decoded and turned into columns at a time, while their Python objects are still in cache
+_NULLS = {column.name: pa.nulls(CHUNK, column.type) for column in _TYPED}  # sliced for a group without one
 
 
 def _scope_list(value: Mapping[str, int]) -> list[dict[str, Any]]:
@@ -158,31 +167,128 @@ def schema_version_of(metadata: Mapping[bytes, bytes] | None) -> int:
     return int(raw) if raw is not None else 1
 
 
-def typed_table(wires: Sequence[Mapping[str, Any]], texts: Sequence[str], *, stored_at: datetime,
-                partitions: Sequence[int], offsets: Sequence[int]) -> pa.Table:
-    """The archive rows of many events, built column by column: the same table as
-    ``pa.Table.from_pylist([typed_row(...) for each], schema=SCHEMA)``, several times faster (the writer's
-    hot path). ``typed_row`` stays the definition; a property test holds the two equal."""
-    n = len(wires)
-    cols: dict[str, list[Any]] = {name: [None] * n for name in COLUMNS}
-    ids, types, schemas, times = cols["id"], cols["type"], cols["schema"], cols["event_time"]
-    renamed, direct, scope_maps = _RENAMED, _DIRECT, _SCOPE_MAPS
+def _plan(fields: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """Typed column -> (how, wire field) for events whose wire keys are ``fields``, in that order: exactly the
+    assignments ``typed_row`` makes (a later field overrides an earlier one that fills the same column)."""
+    plan: dict[str, tuple[str, str]] = {}
+    for field in fields:
+        column = _RENAMED.get(field, field)
+        if column in _DIRECT:
+            plan[column] = ("direct", field)
+        elif field in _SCOPE_MAPS:
+            plan[_SCOPE_MAPS[field]] = ("scopes", field)
+        elif field == "tags":
+            plan["tags"] = ("tags", field)
+        elif field == "usage":
+            for kind in TOKEN_TYPES:
+                plan[f"{kind}_tokens"] = ("usage", kind)
+            plan["usage_source"] = ("usage", "source")
+    return plan
+
+
+def _scope_lists(maps: Sequence[Mapping[str, int]]) -> pa.Array:
+    """``_scope_list`` of each map, as one list<struct<scope, micro>> array."""
+    items = [sorted(m.items()) for m in maps]
+    offsets = pa.array(list(accumulate(map(len, items), initial=0)), pa.int32())
+    values = pa.StructArray.from_arrays([pa.array([s for pairs in items for s, _ in pairs], pa.string()),
+                                         pa.array([m for pairs in items for _, m in pairs], pa.int64())],
+                                        fields=list(SCOPE_MICRO))
+    return pa.ListArray.from_arrays(offsets, values, type=_SCOPE_LIST)
+
+
+def _tag_maps(maps: Sequence[Mapping[str, str]]) -> pa.Array:
+    """Each map's items sorted by key, as one map<string, string> array (``typed_row``'s ``tags``)."""
+    items = [sorted(m.items()) for m in maps]
+    offsets = pa.array(list(accumulate(map(len, items), initial=0)), pa.int32())
+    return pa.MapArray.from_arrays(offsets, pa.array([k for pairs in items for k, _ in pairs], pa.string()),
+                                   pa.array([v for pairs in items for _, v in pairs], pa.string()), type=_TAGS)
+
+
+def by_shape(wires: Sequence[Mapping[str, Any]]) -> dict[tuple[str, ...], list[int]]:
+    """The positions of ``wires`` by their keys in order (one group per event type and schema, in practice)."""
+    rows_of: dict[tuple[str, ...], list[int]] = {}
     for i, wire in enumerate(wires):
-        ids[i], types[i], schemas[i], times[i] = wire["id"], wire["type"], wire["schema"], wire["time"]
-        for field, value in wire.items():
-            column = renamed.get(field, field)
-            if column in direct:
-                cols[column][i] = value
-            elif field in scope_maps:
-                cols[scope_maps[field]][i] = _scope_list(value)
-            elif field == "tags":
-                cols["tags"][i] = sorted(value.items())
-            elif field == "usage":
-                for kind in TOKEN_TYPES:
-                    cols[f"{kind}_tokens"][i] = value[kind]
-                cols["usage_source"][i] = value["source"]
-    cols["event_time"] = pa.array(times, pa.string()).cast(SCHEMA.field("event_time").type)
-    cols["stored_at"] = [stored_at] * n
-    cols["log_partition"], cols["log_offset"], cols["event"] = list(partitions), list(offsets), list(texts)
-    return pa.Table.from_arrays([c if isinstance(c := cols[f.name], pa.Array) else pa.array(c, type=f.type)
-                                 for f in SCHEMA], schema=SCHEMA)
+        rows = rows_of.get(shape := tuple(wire))
+        if rows is None:
+            rows_of[shape] = [i]
+        else:
+            rows.append(i)
+    return rows_of
+
+
+def transposed(wires: Sequence[Mapping[str, Any]], fields: tuple[str, ...]) -> dict[str, tuple[Any, ...]]:
+    """The columns (wire field -> values) of events that all have the keys ``fields``.
+
+    Each event is read once (``itemgetter`` of every key) and the values transposed: reading the events key
+    by key instead walks every event's dict once per column, which costs more than the reads."""
+    if len(fields) < 2 or not wires:
+        return {field: tuple(w[field] for w in wires) for field in fields}
+    return dict(zip(fields, zip(*map(itemgetter(*fields), wires))))
+
+
+def group_arrays(fields: tuple[str, ...], columns: Mapping[str, Sequence[Any]], n: int) -> list[pa.Array]:
+    """The ``GROUPED`` columns of ``n`` events that all have the keys ``fields``, from their ``columns``."""
+    plan = _plan(fields)
+    if any(how == "usage" for how, _ in plan.values()):
+        usage = transposed(columns["usage"], (*TOKEN_TYPES, "source"))
+    out = [pa.array(columns["id"], pa.string()), pa.array(columns["type"], pa.string()),
+           pa.array(columns["schema"], pa.int32()), pa.array(columns["time"], pa.string())]
+    for column in _TYPED:
+        how, field = plan.get(column.name, ("null", ""))
+        if how == "direct":
+            out.append(pa.array(columns[field], column.type))
+        elif how == "usage":
+            out.append(pa.array(usage[field], column.type))
+        elif how == "scopes":
+            out.append(_scope_lists(columns[field]))
+        elif how == "tags":
+            out.append(_tag_maps(columns[field]))
+        else:
+            out.append(_NULLS[column.name].slice(0, n) if n <= CHUNK else pa.nulls(n, column.type))
+    return out
+
+
+Part = tuple[list[int], list[pa.Array]]  # the indices (into the caller's events) of some rows, their GROUPED arrays
+
+
+def concatenated(parts: Sequence[Part]) -> list[pa.Array]:
+    """The ``GROUPED`` arrays of all of ``parts``' rows, in the parts' order."""
+    if len(parts) == 1:
+        return parts[0][1]
+    return [pa.concat_arrays([arrays[c] for _, arrays in parts]) for c in range(len(GROUPED))]
+
+
+def assemble(grouped: Sequence[pa.Array], texts: Sequence[str] | Sequence[bytes], *, stored_at: datetime,
+             partitions: Sequence[int], offsets: Sequence[int]) -> pa.Table:
+    """The archive table of some events from their ``GROUPED`` arrays (``concatenated``), their ``texts``,
+    ``partitions`` and ``offsets``, all in the order of the rows."""
+    n = len(texts)
+    columns = dict(zip(GROUPED, grouped))
+    columns["event_time"] = columns["event_time"].cast(_TIME)
+    columns["stored_at"] = pa.repeat(pa.scalar(stored_at, _TIME), n)
+    columns["log_partition"] = pa.array(partitions, pa.int32())
+    columns["log_offset"] = pa.array(offsets, pa.int64())
+    text_type = pa.string() if n and isinstance(texts[0], str) else pa.binary()
+    columns["event"] = pa.array(texts, text_type).cast(pa.string())
+    return pa.Table.from_arrays([columns[name] for name in COLUMNS], schema=SCHEMA)
+
+
+def typed_table(wires: Sequence[Mapping[str, Any]], texts: Sequence[str] | Sequence[bytes], *,
+                stored_at: datetime, partitions: Sequence[int], offsets: Sequence[int]) -> pa.Table:
+    """The archive rows of many events (``texts``: their stored JSON, str or UTF-8 bytes), built column by
+    column: the same table as ``pa.Table.from_pylist([typed_row(...) for each], schema=SCHEMA)``, many times
+    faster (the writer's hot path: ``streams.archive_batch`` makes the same calls). ``typed_row`` stays the
+    definition; property tests hold the two equal."""
+    parts: list[Part] = []
+    for start in range(0, len(wires), CHUNK):
+        chunk = wires[start:start + CHUNK]
+        for fields, rows in by_shape(chunk).items():
+            group = chunk if len(rows) == len(chunk) else [chunk[i] for i in rows]
+            parts.append(([start + i for i in rows], group_arrays(fields, transposed(group, fields), len(rows))))
+    if not parts:
+        return SCHEMA.empty_table()
+    grouped = concatenated(parts)
+    if len(parts) > 1:  # back to the order given
+        back = pc.sort_indices(pa.array([i for rows, _ in parts for i in rows], pa.int64()))
+        grouped = [array.take(back) for array in grouped]
+    return assemble(grouped, texts, stored_at=stored_at, partitions=partitions, offsets=offsets)

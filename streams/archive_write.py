@@ -23,7 +23,6 @@ import json
 import os
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -31,10 +30,9 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ledger.codec import from_dict
+from streams.archive_batch import Batch, Record, read_batch
 from streams.archive_manifest import Manifest, file_entry
-from streams.archive_schema import typed_table
-from streams.dead_letters import READ_ERRORS, reason_of
+from streams.dead_letters import reason_of
 from streams.sqlite_log import SqliteEventLog
 
 UNREADABLE_SCHEMA = pa.schema([
@@ -46,15 +44,6 @@ UNREADABLE_SCHEMA = pa.schema([
 ])
 
 Extents = dict[int, tuple[int, int]]
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One event as read from a log: where it was, and its JSON bytes (``ledger.codec`` wire form)."""
-
-    partition: int
-    offset: int
-    value: bytes
 
 
 def fsync_path(path: Path) -> None:
@@ -90,21 +79,11 @@ def parquet_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _wire(record: Record, trusted: bool) -> dict:
-    """The event's wire form; unless ``trusted`` (the SQLite log, which only ``ledger.codec`` writes), checked
-    as the worker reads it: raises one of ``READ_ERRORS`` for what it would send to its dead-letter topic."""
-    wire = orjson.loads(record.value)
-    if not trusted:
-        from_dict(wire)
-    return wire
-
-
 def extents_of(records: list[Record]) -> Extents:
-    extents: Extents = {}
+    offsets: dict[int, list[int]] = defaultdict(list)
     for record in records:
-        first, last = extents.get(record.partition, (record.offset, record.offset))
-        extents[record.partition] = (min(first, record.offset), max(last, record.offset))
-    return extents
+        offsets[record.partition].append(record.offset)
+    return {partition: (min(got), max(got)) for partition, got in offsets.items()}
 
 
 class ArchiveWriter:
@@ -141,31 +120,31 @@ class ArchiveWriter:
         if not records:
             return []
         stored_at = now or datetime.now(timezone.utc)
-        groups: dict[tuple[int, str, str], list[tuple[Record, dict]]] = defaultdict(list)
+        batch = read_batch(records, trusted, stored_at)
         unreadable: dict[int, list[dict]] = defaultdict(list)
-        for record in records:
-            try:
-                wire = _wire(record, trusted)
-                at = wire["time"]  # UTC ISO-8601 (ledger.codec.format_time): the date and hour are its prefix
-                groups[(record.partition, at[:10], at[11:13])].append((record, wire))
-            except READ_ERRORS as exc:
-                unreadable[record.partition].append({
-                    "log_partition": record.partition, "log_offset": record.offset, "stored_at": stored_at,
-                    "reason": reason_of(exc), "value": record.value})
+        for i in sorted(batch.refused):
+            record = records[i]
+            unreadable[record.partition].append({
+                "log_partition": record.partition, "log_offset": record.offset, "stored_at": stored_at,
+                "reason": reason_of(batch.refused[i]), "value": record.value})
         files: list[dict] = []
         for partition, rows in sorted(unreadable.items()):
             name = f"part-{partition}-{rows[0]['log_offset']:020d}-{rows[-1]['log_offset']:020d}.parquet"
             table = pa.Table.from_pylist(rows, schema=UNREADABLE_SCHEMA)
             files.append(self._write_table(self.root / "_unreadable" / name, table))
-        for (partition, day, hour), group in sorted(groups.items()):
-            group.sort(key=lambda rw: rw[0].offset)
-            table = typed_table([w for _, w in group], [r.value.decode() for r, _ in group], stored_at=stored_at,
-                                partitions=[partition] * len(group), offsets=[r.offset for r, _ in group])
-            name = f"part-{partition}-{group[0][0].offset:020d}-{group[-1][0].offset:020d}.parquet"
-            files.append(self._write_table(self.root / f"date={day}" / f"hour={hour}" / name, table))
+        files += self._write_events(batch)
         extents = {str(p): list(fl) for p, fl in sorted(extents_of(records).items())}
         self.manifest.append("add", source=self.source, extents=extents, files=files, now=stored_at)
         return [self.root / f["path"] for f in files]
+
+    def _write_events(self, batch: Batch) -> list[dict]:
+        """The readable events' files, one per (partition, date, hour)."""
+        files = []
+        for (partition, day, hour), table in batch.files:
+            offsets = table.column("log_offset")
+            name = f"part-{partition}-{offsets[0].as_py():020d}-{offsets[-1].as_py():020d}.parquet"
+            files.append(self._write_table(self.root / f"date={day}" / f"hour={hour}" / name, table))
+        return files
 
     def _write_table(self, path: Path, table: pa.Table) -> dict:
         """Write one file; its manifest listing (hashed from the bytes written, not read back)."""

@@ -37,6 +37,23 @@ def month_archive(folder: Path, events: int, days: int = DAYS) -> dict[str, Any]
     return {**made, "reused": False}
 
 
+def archive_line(writer: dict[str, Any]) -> str:
+    return (f"archive throughput (ArchiveWriter, {writer['events']:,} real events, median of {writer['runs']}): "
+            f"{writer['checked_events_per_s']:,} events/s checked (Kafka archiver), {writer['trusted_events_per_s']:,} "
+            f"events/s trusted (embedded log) (goal >= {GOALS['archive_events_per_s']:,})")
+
+
+def archive_only(events: int, path: Path, started: float) -> int:
+    """``--part archive``: the ArchiveWriter throughput alone, without the month."""
+    with tempfile.TemporaryDirectory() as tmp:
+        rep: dict[str, Any] = {"archive_writer": archive_throughput(Path(tmp) / "writer", events)}
+    rep["goals"] = GOALS
+    rep["elapsed_s"] = round(time.monotonic() - started, 1)
+    print(archive_line(rep["archive_writer"]))
+    print(f"archive size per million events: {rep['archive_writer']['mb_per_million_events']:.1f} MB (real writer)")
+    return finish(rep, [], path, "archive part only: nothing to cross-check")
+
+
 def report(rep: dict[str, Any]) -> list[str]:
     month, writer, show, focus, rr = rep["month"], rep["archive_writer"], rep["showback"], rep["focus"], rep["rerate"]
     rc = rep["reconcile"]
@@ -46,9 +63,7 @@ def report(rep: dict[str, Any]) -> list[str]:
     lines = [
         f"synthetic month {MONTH}: {month['events']:,} events, {month['requests']:,} requests, {month['files']} files, "
         f"{month['bytes'] / 1e6:,.1f} MB ({how})",
-        f"archive throughput (ArchiveWriter, {writer['events']:,} real events, median of {writer['runs']}): "
-        f"{writer['checked_events_per_s']:,} events/s checked (Kafka archiver), {writer['trusted_events_per_s']:,} "
-        f"events/s trusted (embedded log) (goal >= {GOALS['archive_events_per_s']:,})",
+        archive_line(writer),
         "per-request table: " + (f"built in {table['seconds']} s, {table['mb']} MB" if table["built"]
                                  else f"reused, {table['mb']} MB"),
         f"archive size per million events: {writer['mb_per_million_events']:.1f} MB (real writer), "
@@ -107,9 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--folder", type=Path, default=None, help="where the month is kept (default var/bench/finance)")
     ap.add_argument("--raw-cold", action="store_true", help="also time showback cold over the raw events (slow)")
     ap.add_argument("--skip-focus", action="store_true", help="do not time the FOCUS export")
-    ap.add_argument("--json", type=Path, default=OUT / "finance.json", help="where to write the figures")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="where to write the figures (default var/bench/finance.json; finance-archive.json for "
+                         "--part archive)")
+    ap.add_argument("--part", choices=("all", "archive"), default="all",
+                    help="archive: only the ArchiveWriter throughput (no month generated; seconds)")
     args = ap.parse_args(argv)
     started = time.monotonic()
+    if args.part == "archive":
+        return archive_only(args.writer_events, args.json or OUT / "finance-archive.json", started)
     folder = args.folder or OUT / "finance"
     rep: dict[str, Any] = {"month": month_archive(folder, args.events, args.days)}
     with tempfile.TemporaryDirectory() as tmp:
@@ -124,4 +145,4 @@ def main(argv: list[str] | None = None) -> int:
     rep["elapsed_s"] = round(time.monotonic() - started, 1)
     for line in report(rep):
         print(line)
-    return finish(rep, problems(rep, args.events), args.json, "all figures consistent")
+    return finish(rep, problems(rep, args.events), args.json or OUT / "finance.json", "all figures consistent")
