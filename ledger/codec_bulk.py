@@ -33,9 +33,10 @@ from typing import Any
 
 from ledger.codec import _UPCASTERS
 from ledger.events import ATTEMPT_OUTCOMES, Event, HoldExpired, RequestAdmitted, RequestAttempted, RequestSettled
+from ledger.request_events import CACHE_KINDS
 from pricing.usage import TOKEN_TYPES, TokenUsage
 
-MIRRORED = "095569df959905af21899fba551e0cd2d507b2ac82d30033f21c5ca9f13cb84e"
+MIRRORED = "7def191f8ee7585afbc654d96fbaf87ed5c5fffad9b242041e3d38c47e9a87a4"
 
 Columns = Mapping[str, Sequence[Any]]
 _USAGE_KEYS = frozenset({*TOKEN_TYPES, "source"})
@@ -144,9 +145,16 @@ def _attempted(c: Columns) -> bool:
             and _envelope(c, list(map("{}/attempt/{}".format, c["request_id"], c["attempt"]))))
 
 
+def _cache_named(hit: Any, kind: Any, similarity: Any) -> bool:
+    """The settled event's cache fields as ``__post_init__`` accepts them, with nothing for it to fill in
+    (a hit naming no cache is read as ``exact``: such a row is left to ``from_dict``)."""
+    return (kind in CACHE_KINDS if hit is True else kind is None) and (similarity is not None) == (kind == "semantic")
+
+
 def _settled(c: Columns) -> bool:
     return (_request(c) and all(_counts(c[n]) for n in ("final_status", "attempts", "cost_micro", "overrun_micro",
                                                         "latency_ms", "cache_saved_micro"))
+            and all(map(_cache_named, c["cache_hit"], c["cache_kind"], c["cache_similarity"]))
             and _scope_maps(c["cost_by_scope"]) and _scope_maps(c["hold_released"])
             and _envelope(c, list(map(add, c["request_id"], repeat("/settled")))))
 
