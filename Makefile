@@ -82,7 +82,7 @@ bench-availability: install
 bench-finance: install
 	$(BIN)/python -m tests.bench.finance
 
-## Only bench-finance's archive part (ArchiveWriter events/s, checked and trusted, medians of 3): seconds, no month.
+## Only bench-finance's archive part (ArchiveWriter events/s, checked and trusted, medians of 3): no month, about a minute.
 bench-finance-archive: install
 	$(BIN)/python -m tests.bench.finance --part archive
 

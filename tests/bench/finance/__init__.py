@@ -17,5 +17,7 @@ only when the warehouse disagrees with itself (the month's daily_cost rows do
 not add up to its requests), the day's reconciliation flags other than
 the rows described above, or the generated archive is not the size asked.
 The generated month is kept under var/bench/finance/ and reused by the next run
-of the same size.
+of the same size. ``--part archive`` (``make bench-finance-archive``) measures
+only the archive throughput, without the month, and writes
+var/bench/finance-archive.json.
 """

@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="where to write the figures (default var/bench/finance.json; finance-archive.json for "
                          "--part archive)")
     ap.add_argument("--part", choices=("all", "archive"), default="all",
-                    help="archive: only the ArchiveWriter throughput (no month generated; seconds)")
+                    help="archive: only the ArchiveWriter throughput (no month generated)")
     args = ap.parse_args(argv)
     started = time.monotonic()
     if args.part == "archive":
