@@ -98,10 +98,11 @@ class SqliteEventLog:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, readonly: bool = False) -> "SqliteEventLog":
-        """Open (creating if needed) the log at ``path`` and start its writer thread."""
+        """Open (creating it and its folder if needed) the log at ``path`` and start its writer thread."""
         path = str(Path(path))
         writer = None
         if not readonly:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
             writer = _connect(path, readonly=False)
             writer.execute("PRAGMA journal_mode = WAL")
             writer.execute("PRAGMA synchronous = FULL")

@@ -99,6 +99,16 @@ async def test_read_only_reader_follows_a_writer(tmp_path):
         await writer.close()
 
 
+async def test_a_writer_creates_the_folders_of_a_new_log(tmp_path):
+    path = tmp_path / "not" / "yet" / "events.db"
+    writer = SqliteEventLog.open(path)
+    try:
+        assert await writer.append(make_event(1)) == 1
+    finally:
+        await writer.close()
+    assert path.exists()
+
+
 async def test_a_failed_commit_stops_the_log(tmp_path):
     log = SqliteEventLog.open(tmp_path / "events.db")
     await log.append(make_event(1))
