@@ -29,7 +29,8 @@ async def test_the_bucket_keeps_the_actual_cost_and_refuses_when_short() -> None
     plaintext, record = key()
     snap = snapshot(tree, [record])
     buckets, log = MemoryBuckets(), MemoryLog()
-    rt = runtime(snap, limits=buckets, log=log, clock=time.time)
+    frozen = time.time()  # the bucket refills with time: a still clock keeps the drawn amount exact
+    rt = runtime(snap, limits=buckets, log=log, clock=lambda: frozen)
     client = TestClient(TestServer(create_app(rt)))
     await client.start_server()
     auth = {"Authorization": f"Bearer {plaintext}"}
@@ -41,9 +42,12 @@ async def test_the_bucket_keeps_the_actual_cost_and_refuses_when_short() -> None
         cost = body["x_farebox"]["cost_micro"]
         admitted = log.events[0]
         (draw,) = spend_draws(snap, snap.keys[record["hash"]], admitted.holds["team:platform"])
-        await asyncio.sleep(0.05)  # rate-limit settlement runs in the background
-        left = await buckets.peek(draw.spec, rt.now_us())
-        assert draw.spec.capacity - left == -(-cost // draw.quantum)  # the actual cost, not the hold
+        actual = -(-cost // draw.quantum)
+        deadline = time.monotonic() + 10  # rate-limit settlement runs in the background: wait for it
+        while (left := await buckets.peek(draw.spec, rt.now_us())) != draw.spec.capacity - actual \
+                and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert draw.spec.capacity - left == actual  # the actual cost, not the hold
         big = {**CHAT, "max_completion_tokens": 4000}
         refused = await client.post("/v1/chat/completions", data=orjson.dumps(big), headers=auth)
         err = (await refused.json())["error"]
