@@ -54,8 +54,12 @@ stop-cluster: install
 	$(BIN)/farebox dev cluster down
 
 ## Everything the CI runs: installs what is missing, starts what the tests need.
+## The suite runs on TEST_WORKERS processes (pytest-xdist), one test file per process at a time, so a
+## file's module fixtures (a stack, a cluster) start once; most of its time is spent waiting on real
+## services, so 3 processes fit this 2-core box. `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 3
 test: install services
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 ## Added latency and TTFT against a direct-to-simulator run, at several concurrencies and rates.
 bench: install
