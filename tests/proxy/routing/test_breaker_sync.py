@@ -74,6 +74,8 @@ async def test_an_open_reaches_the_other_pods_and_a_late_pod_and_a_close_follows
         opened_at = time.monotonic()
         await until(lambda: b.blocked(dep, b.clock()) == "circuit_open", 20, "pod b skips the deployment")
         print(f"\n  open on pod a -> skipped on pod b: {(time.monotonic() - opened_at) * 1000:.0f} ms")
+        # b may hear the publish before a's pipeline call returns and counts it: wait for a's count
+        await until(lambda: sync_a.sent >= 1, 20, "pod a counts its notice")
         assert sync_a.sent == 1 and sync_b.applied == 1
         assert b.breaker(dep).open_until - b.clock() <= a.breaker(dep).open_until - a.clock() + 0.01
 
