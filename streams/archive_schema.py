@@ -188,20 +188,12 @@ def _plan(fields: Sequence[str]) -> dict[str, tuple[str, str]]:
 
 def _scope_lists(maps: Sequence[Mapping[str, int]]) -> pa.Array:
     """``_scope_list`` of each map, as one list<struct<scope, micro>> array."""
-    items = [sorted(m.items()) for m in maps]
-    offsets = pa.array(list(accumulate(map(len, items), initial=0)), pa.int32())
-    values = pa.StructArray.from_arrays([pa.array([s for pairs in items for s, _ in pairs], pa.string()),
-                                         pa.array([m for pairs in items for _, m in pairs], pa.int64())],
-                                        fields=list(SCOPE_MICRO))
-    return pa.ListArray.from_arrays(offsets, values, type=_SCOPE_LIST)
+    return pa.array(list(map(sorted, map(dict.items, maps))), _SCOPE_LIST)  # a struct is read from a tuple
 
 
 def _tag_maps(maps: Sequence[Mapping[str, str]]) -> pa.Array:
     """Each map's items sorted by key, as one map<string, string> array (``typed_row``'s ``tags``)."""
-    items = [sorted(m.items()) for m in maps]
-    offsets = pa.array(list(accumulate(map(len, items), initial=0)), pa.int32())
-    return pa.MapArray.from_arrays(offsets, pa.array([k for pairs in items for k, _ in pairs], pa.string()),
-                                   pa.array([v for pairs in items for _, v in pairs], pa.string()), type=_TAGS)
+    return pa.array(list(map(sorted, map(dict.items, maps))), _TAGS)
 
 
 def by_shape(wires: Sequence[Mapping[str, Any]]) -> dict[tuple[str, ...], list[int]]:
@@ -258,18 +250,31 @@ def concatenated(parts: Sequence[Part]) -> list[pa.Array]:
     return [pa.concat_arrays([arrays[c] for _, arrays in parts]) for c in range(len(GROUPED))]
 
 
+def _texts(texts: Sequence[str] | Sequence[bytes]) -> pa.Array:
+    """The ``event`` column: str as given; UTF-8 bytes laid out as one joined buffer and its offsets, checked
+    to be UTF-8 once for the whole column (no per-row string is made)."""
+    if not texts or isinstance(texts[0], str):
+        return pa.array(texts, pa.string())
+    data = b"".join(texts)
+    if len(data) >= 2**31:  # past what int32 offsets address: let Arrow say so as for any other input
+        return pa.array(texts, pa.binary()).cast(pa.string())
+    offsets = pa.array(list(accumulate(map(len, texts), initial=0)), pa.int32())
+    array = pa.Array.from_buffers(pa.string(), len(texts), [None, offsets.buffers()[1], pa.py_buffer(data)])
+    array.validate(full=True)
+    return array
+
+
 def assemble(grouped: Sequence[pa.Array], texts: Sequence[str] | Sequence[bytes], *, stored_at: datetime,
              partitions: Sequence[int], offsets: Sequence[int]) -> pa.Table:
     """The archive table of some events from their ``GROUPED`` arrays (``concatenated``), their ``texts``,
     ``partitions`` and ``offsets``, all in the order of the rows."""
     n = len(texts)
     columns = dict(zip(GROUPED, grouped))
+    columns["event"] = _texts(texts)
     columns["event_time"] = columns["event_time"].cast(_TIME)
     columns["stored_at"] = pa.repeat(pa.scalar(stored_at, _TIME), n)
     columns["log_partition"] = pa.array(partitions, pa.int32())
     columns["log_offset"] = pa.array(offsets, pa.int64())
-    text_type = pa.string() if n and isinstance(texts[0], str) else pa.binary()
-    columns["event"] = pa.array(texts, text_type).cast(pa.string())
     return pa.Table.from_arrays([columns[name] for name in COLUMNS], schema=SCHEMA)
 
 
