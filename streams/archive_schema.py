@@ -42,8 +42,10 @@ message naming it; any change to the columns bumps the version.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from functools import lru_cache
 from itertools import accumulate
 from operator import itemgetter
 from typing import Any
@@ -133,6 +135,29 @@ CHUNK = 512  # events decoded and turned into columns at a time, while their Pyt
 _NULLS = {column.name: pa.nulls(CHUNK, column.type) for column in _TYPED}  # sliced for a group without one
 
 
+INT64 = range(-(2**63), 2**63)  # what the archive's integer columns (and DuckDB's JSON reading of ``event``) hold
+WIDE_DIGITS = re.compile(rb"[0-9]{19}")  # in the JSON of any integer outside INT64 (it has 19 digits or more)
+
+
+def _holds_wide(value: Any) -> bool:
+    if type(value) is int:
+        return value not in INT64
+    if type(value) is dict:
+        return any(map(_holds_wide, value.values()))
+    if type(value) is list:
+        return any(map(_holds_wide, value))
+    return False
+
+
+def too_wide(wire: Mapping[str, Any]) -> ValueError | None:
+    """Why an event that reads cannot be archived: a field holding an integer outside 64 bits; else None.
+    The archive refuses such a record as unreadable (kept apart with this reason), never half-writes it."""
+    for field, value in wire.items():
+        if _holds_wide(value):
+            return ValueError(f"{field} holds an integer outside 64 bits, which the archive cannot hold")
+    return None
+
+
 def _scope_list(value: Mapping[str, int]) -> list[dict[str, Any]]:
     return [{"scope": scope, "micro": micro} for scope, micro in sorted(value.items())]
 
@@ -167,7 +192,8 @@ def schema_version_of(metadata: Mapping[bytes, bytes] | None) -> int:
     return int(raw) if raw is not None else 1
 
 
-def _plan(fields: Sequence[str]) -> dict[str, tuple[str, str]]:
+@lru_cache(maxsize=256)
+def _plan(fields: tuple[str, ...]) -> dict[str, tuple[str, str]]:
     """Typed column -> (how, wire field) for events whose wire keys are ``fields``, in that order: exactly the
     assignments ``typed_row`` makes (a later field overrides an earlier one that fills the same column)."""
     plan: dict[str, tuple[str, str]] = {}
@@ -194,6 +220,16 @@ def _scope_lists(maps: Sequence[Mapping[str, int]]) -> pa.Array:
 def _tag_maps(maps: Sequence[Mapping[str, str]]) -> pa.Array:
     """Each map's items sorted by key, as one map<string, string> array (``typed_row``'s ``tags``)."""
     return pa.array(list(map(sorted, map(dict.items, maps))), _TAGS)
+
+
+@lru_cache(maxsize=256)
+def used_fields(fields: tuple[str, ...]) -> tuple[str, ...]:
+    """Of the wire keys ``fields``, the ones ``group_arrays`` reads (the envelope and the planned fields),
+    in their order: all a trusted batch needs transposed."""
+    used = {"id", "type", "schema", "time", *(field for how, field in _plan(fields).values() if how != "usage")}
+    if any(how == "usage" for how, _ in _plan(fields).values()):
+        used.add("usage")
+    return tuple(field for field in fields if field in used)
 
 
 def by_shape(wires: Sequence[Mapping[str, Any]]) -> dict[tuple[str, ...], list[int]]:
