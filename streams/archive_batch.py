@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from ledger.codec import from_dict
 from ledger.codec_bulk import vouches
-from streams.archive_schema import (CHUNK, GROUPED, WIDE_DIGITS, Part, assemble, by_shape, concatenated, group_arrays,
+from streams.archive_schema import (CHUNK, GROUPED, Part, assemble, by_shape, concatenated, group_arrays, has_wide_digits,
                                     too_wide, transposed, used_fields)
 from streams.dead_letters import READ_ERRORS
 
@@ -123,9 +123,9 @@ def _readable(records: list[Record], trusted: bool, indices: list[int], fields: 
 def _wide(records: list[Record], start: int, stop: int) -> set[int]:
     """The indices of ``records[start:stop]`` whose JSON has a run of 19 digits: the only ones that can hold an
     integer outside 64 bits (one search of the joined chunk rules out the usual case)."""
-    if not WIDE_DIGITS.search(b"".join([records[i].value for i in range(start, stop)])):
+    if not has_wide_digits(b" ".join([records[i].value for i in range(start, stop)])):
         return set()
-    return {i for i in range(start, stop) if WIDE_DIGITS.search(records[i].value)}
+    return {i for i in range(start, stop) if has_wide_digits(records[i].value)}
 
 
 def _fitting(wire_of: dict[int, Any], wide: set[int], kept: list[int], columns: dict[str, tuple[Any, ...]],

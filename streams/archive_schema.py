@@ -42,7 +42,6 @@ message naming it; any change to the columns bumps the version.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
@@ -136,7 +135,14 @@ _NULLS = {column.name: pa.nulls(CHUNK, column.type) for column in _TYPED}  # sli
 
 
 INT64 = range(-(2**63), 2**63)  # what the archive's integer columns (and DuckDB's JSON reading of ``event``) hold
-WIDE_DIGITS = re.compile(rb"[0-9]{19}")  # in the JSON of any integer outside INT64 (it has 19 digits or more)
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_WIDE_RUN = b"0" * 19  # every integer outside INT64 has 19 digits or more
+
+
+def has_wide_digits(data: bytes) -> bool:
+    """Whether ``data`` (JSON) has a run of 19 digits, as any integer outside ``INT64`` does: each digit made
+    "0" and the run searched for, both in C (a regular expression takes many times as long)."""
+    return _WIDE_RUN in data.translate(_DIGITS_AS_ZERO)
 
 
 def _holds_wide(value: Any) -> bool:
