@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from functools import lru_cache
 from itertools import accumulate
 from operator import itemgetter
 from typing import Any
@@ -133,6 +134,36 @@ CHUNK = 512  # events decoded and turned into columns at a time, while their Pyt
 _NULLS = {column.name: pa.nulls(CHUNK, column.type) for column in _TYPED}  # sliced for a group without one
 
 
+INT64 = range(-(2**63), 2**63)  # what the archive's integer columns (and DuckDB's JSON reading of ``event``) hold
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_WIDE_RUN = b"0" * 19  # every integer outside INT64 has 19 digits or more
+
+
+def has_wide_digits(data: bytes) -> bool:
+    """Whether ``data`` (JSON) has a run of 19 digits, as any integer outside ``INT64`` does: each digit made
+    "0" and the run searched for, both in C (a regular expression takes many times as long)."""
+    return _WIDE_RUN in data.translate(_DIGITS_AS_ZERO)
+
+
+def _holds_wide(value: Any) -> bool:
+    if type(value) is int:
+        return value not in INT64
+    if type(value) is dict:
+        return any(map(_holds_wide, value.values()))
+    if type(value) is list:
+        return any(map(_holds_wide, value))
+    return False
+
+
+def too_wide(wire: Mapping[str, Any]) -> ValueError | None:
+    """Why an event that reads cannot be archived: a field holding an integer outside 64 bits; else None.
+    The archive refuses such a record as unreadable (kept apart with this reason), never half-writes it."""
+    for field, value in wire.items():
+        if _holds_wide(value):
+            return ValueError(f"{field} holds an integer outside 64 bits, which the archive cannot hold")
+    return None
+
+
 def _scope_list(value: Mapping[str, int]) -> list[dict[str, Any]]:
     return [{"scope": scope, "micro": micro} for scope, micro in sorted(value.items())]
 
@@ -167,7 +198,8 @@ def schema_version_of(metadata: Mapping[bytes, bytes] | None) -> int:
     return int(raw) if raw is not None else 1
 
 
-def _plan(fields: Sequence[str]) -> dict[str, tuple[str, str]]:
+@lru_cache(maxsize=256)
+def _plan(fields: tuple[str, ...]) -> dict[str, tuple[str, str]]:
     """Typed column -> (how, wire field) for events whose wire keys are ``fields``, in that order: exactly the
     assignments ``typed_row`` makes (a later field overrides an earlier one that fills the same column)."""
     plan: dict[str, tuple[str, str]] = {}
@@ -188,20 +220,22 @@ def _plan(fields: Sequence[str]) -> dict[str, tuple[str, str]]:
 
 def _scope_lists(maps: Sequence[Mapping[str, int]]) -> pa.Array:
     """``_scope_list`` of each map, as one list<struct<scope, micro>> array."""
-    items = [sorted(m.items()) for m in maps]
-    offsets = pa.array(list(accumulate(map(len, items), initial=0)), pa.int32())
-    values = pa.StructArray.from_arrays([pa.array([s for pairs in items for s, _ in pairs], pa.string()),
-                                         pa.array([m for pairs in items for _, m in pairs], pa.int64())],
-                                        fields=list(SCOPE_MICRO))
-    return pa.ListArray.from_arrays(offsets, values, type=_SCOPE_LIST)
+    return pa.array(list(map(sorted, map(dict.items, maps))), _SCOPE_LIST)  # a struct is read from a tuple
 
 
 def _tag_maps(maps: Sequence[Mapping[str, str]]) -> pa.Array:
     """Each map's items sorted by key, as one map<string, string> array (``typed_row``'s ``tags``)."""
-    items = [sorted(m.items()) for m in maps]
-    offsets = pa.array(list(accumulate(map(len, items), initial=0)), pa.int32())
-    return pa.MapArray.from_arrays(offsets, pa.array([k for pairs in items for k, _ in pairs], pa.string()),
-                                   pa.array([v for pairs in items for _, v in pairs], pa.string()), type=_TAGS)
+    return pa.array(list(map(sorted, map(dict.items, maps))), _TAGS)
+
+
+@lru_cache(maxsize=256)
+def used_fields(fields: tuple[str, ...]) -> tuple[str, ...]:
+    """Of the wire keys ``fields``, the ones ``group_arrays`` reads (the envelope and the planned fields),
+    in their order: all a trusted batch needs transposed."""
+    used = {"id", "type", "schema", "time", *(field for how, field in _plan(fields).values() if how != "usage")}
+    if any(how == "usage" for how, _ in _plan(fields).values()):
+        used.add("usage")
+    return tuple(field for field in fields if field in used)
 
 
 def by_shape(wires: Sequence[Mapping[str, Any]]) -> dict[tuple[str, ...], list[int]]:
@@ -258,18 +292,31 @@ def concatenated(parts: Sequence[Part]) -> list[pa.Array]:
     return [pa.concat_arrays([arrays[c] for _, arrays in parts]) for c in range(len(GROUPED))]
 
 
+def _texts(texts: Sequence[str] | Sequence[bytes]) -> pa.Array:
+    """The ``event`` column: str as given; UTF-8 bytes laid out as one joined buffer and its offsets, checked
+    to be UTF-8 once for the whole column (no per-row string is made)."""
+    if not texts or isinstance(texts[0], str):
+        return pa.array(texts, pa.string())
+    data = b"".join(texts)
+    if len(data) >= 2**31:  # past what int32 offsets address: let Arrow say so as for any other input
+        return pa.array(texts, pa.binary()).cast(pa.string())
+    offsets = pa.array(list(accumulate(map(len, texts), initial=0)), pa.int32())
+    array = pa.Array.from_buffers(pa.string(), len(texts), [None, offsets.buffers()[1], pa.py_buffer(data)])
+    array.validate(full=True)
+    return array
+
+
 def assemble(grouped: Sequence[pa.Array], texts: Sequence[str] | Sequence[bytes], *, stored_at: datetime,
              partitions: Sequence[int], offsets: Sequence[int]) -> pa.Table:
     """The archive table of some events from their ``GROUPED`` arrays (``concatenated``), their ``texts``,
     ``partitions`` and ``offsets``, all in the order of the rows."""
     n = len(texts)
     columns = dict(zip(GROUPED, grouped))
+    columns["event"] = _texts(texts)
     columns["event_time"] = columns["event_time"].cast(_TIME)
     columns["stored_at"] = pa.repeat(pa.scalar(stored_at, _TIME), n)
     columns["log_partition"] = pa.array(partitions, pa.int32())
     columns["log_offset"] = pa.array(offsets, pa.int64())
-    text_type = pa.string() if n and isinstance(texts[0], str) else pa.binary()
-    columns["event"] = pa.array(texts, text_type).cast(pa.string())
     return pa.Table.from_arrays([columns[name] for name in COLUMNS], schema=SCHEMA)
 
 

@@ -73,9 +73,32 @@ def write_atomic(path: Path, data: bytes) -> None:
     fsync_path(path.parent)
 
 
+# Columns whose values are (nearly) all different: a dictionary page for them is CPU spent for no saving, so
+# they are written as plain pages; every other column keeps its dictionary. Only the encoding differs: the
+# values read back are the same.
+UNIQUE_COLUMNS = frozenset({"id", "request_id", "event", "log_offset"})
+
+
+def _leaves(name: str, kind: pa.DataType) -> list[str]:
+    """The Parquet leaf paths of one Arrow column (how ``use_dictionary`` names nested columns)."""
+    if pa.types.is_map(kind):
+        return [*_leaves(f"{name}.key_value.key", kind.key_type), *_leaves(f"{name}.key_value.value", kind.item_type)]
+    if pa.types.is_list(kind):
+        return _leaves(f"{name}.list.element", kind.value_type)
+    if pa.types.is_struct(kind):
+        return [leaf for field in kind for leaf in _leaves(f"{name}.{field.name}", field.type)]
+    return [name]
+
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The leaf columns of ``schema`` written with a dictionary: all but ``UNIQUE_COLUMNS``."""
+    return [leaf for field in schema if field.name not in UNIQUE_COLUMNS for leaf in _leaves(field.name, field.type)]
+
+
 def parquet_bytes(table: pa.Table) -> bytes:
+    """``table`` as one zstd Parquet file; the same table always makes the same bytes."""
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(table, sink, compression="zstd", use_dictionary=dictionary_columns(table.schema))
     return sink.getvalue().to_pybytes()
 
 

@@ -1,6 +1,6 @@
 """The writer's batch path (decoded in chunks, checked a group at a time, built column by column) writes the
 same files, byte for byte, as the row-by-row definition: every record through ``from_dict`` when checking,
-``typed_row`` for each row, files by (partition, date, hour), rows by offset; and refuses the same records
+then refused if it holds an integer outside 64 bits (``too_wide``), ``typed_row`` for each row, files by (partition, date, hour), rows by offset; and refuses the same records
 for the same reasons."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from ledger.codec import encode, from_dict, to_dict
 from streams.archive import SCHEMA, ArchiveWriter, Record
 from streams.archive_batch import read_batch
-from streams.archive_schema import CHUNK, typed_row
+from streams.archive_schema import CHUNK, too_wide, typed_row
 from streams.archive_write import parquet_bytes
 from streams.dead_letters import READ_ERRORS, reason_of
 from tests.ledger.event_strategies import any_event
@@ -41,7 +41,10 @@ def definition(records: list[Record], trusted: bool) -> tuple[dict[str, bytes], 
             if not trusted:
                 from_dict(wire)
             at = wire["time"]
-            groups[(record.partition, at[:10], at[11:13])].append((record, wire))
+            key = (record.partition, at[:10], at[11:13])
+            if (wide := too_wide(wire)) is not None:
+                raise wide
+            groups[key].append((record, wire))
         except READ_ERRORS as exc:
             refused.append((record.partition, record.offset, reason_of(exc), record.value))
     files = {}
@@ -153,3 +156,38 @@ def test_every_wrong_record_is_refused_with_the_codecs_reason(tmp_path):
     assert refused == expected and len(expected) == len(events) // 3 + 1
     rows = sum(pq.read_metadata(tmp_path / name).num_rows for name in files)
     assert rows == len(events) - len(expected)
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+def test_an_integer_outside_64_bits_is_refused_as_unreadable_not_a_crash(tmp_path, trusted):
+    """``from_dict`` reads a cost of 2**63 (a Python int), but no int64 column or JSON reader holds it: the
+    record is refused with a reason naming the field, wherever the integer is (a typed column, a scope map,
+    a field only the event JSON keeps); 19 digits inside a string, or 2**63 - 1, are archived as usual."""
+    from tests.bench.finance.measure import real_events
+
+    events = real_events(CHUNK // 3 + 40)  # the wide records in two chunks
+    values = [encode(e) for e in events]
+    edits = {}
+    for at, (field, value) in zip((4, 9, 17, CHUNK + 5, CHUNK + 6, CHUNK + 30), (
+            ("cost_micro", 2**63), ("cost_micro", 2**64 - 1), ("holds", 2**63), ("privacy_policy_version", 2**63),
+            ("team", "team-" + "9" * 25), ("latency_ms", 2**63 - 1))):
+        wire = to_dict(events[at])
+        if field not in wire:
+            at += 1
+            wire = to_dict(events[at])
+        assert field in wire, (at, field)
+        wire[field] = {k: value for k in wire[field]} if isinstance(wire[field], dict) else value
+        if field == "team":
+            wire["key"] = value  # the envelope's key is the team
+        values[at] = json.dumps(wire).encode()
+        edits[at] = field
+    records = [Record(0, n, v) for n, v in enumerate(values)]
+    files, refused = written(tmp_path, records, trusted=trusted)
+    reasons = {offset: reason for _, offset, reason, _ in refused}
+    wide = {at: field for at, field in edits.items() if field not in ("team", "latency_ms")}
+    assert sorted(reasons) == sorted(wide)
+    for at, field in wide.items():
+        assert reasons[at] == f"ValueError: {field} holds an integer outside 64 bits, which the archive cannot hold"
+    rows = sum(pq.read_metadata(tmp_path / name).num_rows for name in files)
+    assert rows == len(records) - len(wide)
+    assert_same_archive(tmp_path / "again", records, trusted=trusted)
