@@ -5,7 +5,11 @@ Invariants:
   and counts, the policy's version and hash, and a hash of the prompt.
 - ``prompt_hash`` is the SHA-256 of the canonical JSON of the messages as the
   caller sent them (keys sorted, no whitespace, UTF-8), so an investigator
-  holding a suspected prompt can recompute it.
+  holding a suspected prompt can recompute it: for the strings, integers,
+  booleans, nulls, lists and objects messages hold, orjson's bytes (used here,
+  several times faster) equal ``json.dumps(m, sort_keys=True,
+  separators=(",", ":"), ensure_ascii=False).encode()``. A value orjson
+  refuses (an integer past 64 bits) is hashed over ``json.dumps``'s bytes.
 """
 
 from __future__ import annotations
@@ -16,12 +20,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from proxy.privacy.policy import Decision, PrivacyPolicy
 
 
 def prompt_hash(messages: Any) -> str:
     """SHA-256 (hex) of the canonical JSON of ``messages``."""
-    raw = json.dumps(messages, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    try:
+        raw = orjson.dumps(messages, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        raw = json.dumps(messages, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     digest = hashlib.sha256()
     view = memoryview(raw)
     for i in range(0, len(raw), _GIL_HELD_CHUNK):

@@ -20,6 +20,7 @@ import aiohttp
 import orjson
 
 from tests.bench.gateway.closed_loop import closed_loop, compare_closed, warm
+from tests.bench.gateway import pyspy
 from tests.bench.gateway.open_loop import ADDED_P99_BUDGET_MS, rate_ladder
 from tests.bench.gateway.report import closed_table, rate_header, rate_line, summary_lines
 from tests.bench.gateway.stats import CpuMeter, added, thread_cpu
@@ -29,6 +30,7 @@ from tests.harness import ROOT, Stack, generous_limits, running_stack
 DESCRIPTION = "What farebox adds to latency: ``python -m tests.bench.gateway`` (``make bench``)."
 OUT_JSON = ROOT / "var" / "bench" / "gateway.json"
 OUT_PROF = ROOT / "var" / "bench" / "gateway.prof"
+OUT_PYSPY = ROOT / "var" / "bench" / "gateway-pyspy.txt"
 
 
 @dataclass
@@ -154,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help=f"run the gateway under cProfile for a fixed load, print the top functions, save {OUT_PROF}")
     ap.add_argument("--profile-requests", type=int, default=3000)
+    ap.add_argument("--py-spy", dest="py_spy", action="store_true",
+                    help=f"sample the gateway with py-spy during the whole run (raw stacks to {OUT_PYSPY}) and print "
+                         "its top frames by self and total samples")
+    ap.add_argument("--py-spy-native", action="store_true", help="with --py-spy: include native (C) frames")
     ap.add_argument("--json", type=Path, default=OUT_JSON, help="where to write the figures")
     ap.add_argument("--tracing", action="store_true",
                     help="run the gateway with tracing on (every span built, none exported): its cost against a "
@@ -195,12 +201,27 @@ def main(argv: list[str] | None = None) -> int:
             return 0
 
         started = time.monotonic()
+        profile = None
         with running_stack(Path(tmp), mutate=mutate) as stack:
-            with asyncio.Runner(loop_factory=loop_factory) as runner:
-                report = runner.run(run_bench(stack, plan))
+            sampler = pyspy.start(stack.gateway.pid, OUT_PYSPY, args.py_spy_native) if args.py_spy else None
+            try:
+                with asyncio.Runner(loop_factory=loop_factory) as runner:
+                    report = runner.run(run_bench(stack, plan))
+            finally:
+                if sampler is not None:
+                    err = pyspy.finish(sampler)
+                    if OUT_PYSPY.exists():
+                        profile = pyspy.summarise(OUT_PYSPY)
+                    else:
+                        print(f"py-spy wrote no profile: {err[-500:]}", file=sys.stderr)
     report = {"machine": facts, "plan": asdict(plan), "prompt_bytes": len(PROMPT), "output_tokens": 32,
               "tracing": args.tracing,
               "elapsed_s": round(time.monotonic() - started, 1), **report}
+    if profile is not None:
+        report["py_spy"] = profile
+        for line in pyspy.summary_lines(profile):
+            print(line)
+        print(f"  raw stacks in {OUT_PYSPY} (py-spy raw format: flamegraph.pl or speedscope read it)")
     for line in summary_lines(report):
         print(line)
     errors = sum(r[side]["errors"] for kinds in report["closed_loop"].values() for rows in kinds.values()
