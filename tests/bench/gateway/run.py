@@ -149,6 +149,8 @@ def _with_tracing(tree: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.bench.gateway", description=DESCRIPTION)
     ap.add_argument("--quick", action="store_true", help="small counts, for a smoke run (< 30 s)")
+    ap.add_argument("--levels", help="closed-loop levels as concurrency:requests pairs, e.g. 1:300,10:1000 "
+                                     "(default 1:600,10:2400,100:3000; quick 1:60,10:200,100:300)")
     ap.add_argument("--rates", help="comma-separated open-loop rates in req/s (default: a ladder 50..4000)")
     ap.add_argument("--seconds-per-rate", type=float, help="open-loop seconds per rate (default 5, quick 1)")
     ap.add_argument("--uniform", action="store_true", help="uniform instead of Poisson arrivals")
@@ -168,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     mutate = _with_tracing if args.tracing else generous_limits
 
     base = QUICK if args.quick else FULL
-    plan = Plan(levels=dict(base.levels),
+    levels = ({int(c): int(n) for c, n in (pair.split(":") for pair in args.levels.split(","))} if args.levels
+              else dict(base.levels))
+    plan = Plan(levels=levels,
                 rates=[float(r) for r in args.rates.split(",")] if args.rates else list(base.rates),
                 seconds_per_rate=args.seconds_per_rate or base.seconds_per_rate,
                 anthropic=not args.no_anthropic, arrivals="uniform" if args.uniform else "poisson")
