@@ -62,8 +62,9 @@ test: install services
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 ## Added latency and TTFT against a direct-to-simulator run, at several concurrencies and rates.
+## BENCH_ARGS passes options, e.g. make bench BENCH_ARGS=--py-spy (a py-spy profile of the gateway during the run).
 bench: install
-	$(BIN)/python -m tests.bench.gateway
+	$(BIN)/python -m tests.bench.gateway $(BENCH_ARGS)
 
 ## The same with tracing on (every span built, none exported): compare with `make bench` for tracing's cost.
 bench-tracing: install

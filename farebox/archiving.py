@@ -3,10 +3,11 @@
 Embedded: ``EmbeddedArchiver`` copies the SQLite event log into the Parquet
 archive every ``archive.flush_interval_s`` or as soon as ``flush_events`` are
 pending, and once more at shutdown after the log closed (so every accepted
-event is archived). Each pass runs in a worker thread with its own read-only
-connection to the log file, under the root's log-archiver lock, so the event
-loop only schedules it and a request never waits on Parquet. After a pass
-it merges each closed hour's batch files into one (``Housekeeper``) and,
+event is archived). Each pass runs in a spawned child process (one, kept for
+the archiver's life) with its own read-only connection to the log file, under
+the root's log-archiver lock: its CPU (decoding, Parquet encoding) neither
+holds the gateway's GIL nor stalls its event loop, which only awaits the
+child's answer from a worker thread. After a pass it merges each closed hour's batch files into one (``Housekeeper``) and,
 from ``compact_hour_utc`` on, once a day compacts the days before today and
 applies retention. Its lag is on ``/metrics``:
 ``farebox_archive_lag_events`` (log offset minus archived offset) and
@@ -25,8 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
 import signal
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import AsyncIterator, Callable
@@ -125,6 +129,16 @@ def archive_log_once(log_path: Path, root: Path, batch_size: int) -> int:
     return asyncio.run(run())
 
 
+def archive_pass(log_path: Path, root: Path, batch_size: int, keeper: Housekeeper) -> tuple[int, Housekeeper]:
+    """One pass, then the housekeeping due after it (run in the archiver's child process): events archived, and
+    the housekeeper with what it did recorded (the parent keeps it for the next pass)."""
+    archived = archive_log_once(log_path, root, batch_size)
+    now = datetime.now(timezone.utc)
+    if keeper.due(now):
+        keeper.run(now)
+    return archived, keeper
+
+
 class EmbeddedArchiver:
     """Archives the embedded log in passes off the event loop; ``last_offset`` reads the live log's head."""
 
@@ -140,6 +154,7 @@ class EmbeddedArchiver:
         self.last_pass = float("-inf")  # the first due check runs a pass
         self.housekeeper = Housekeeper(self.root, self.cfg, settings.snapshot.budgets.timezone)
         self._pass_lock: asyncio.Lock | None = None  # one pass at a time: the loop's and a reader's catch_up
+        self._child: ProcessPoolExecutor | None = None  # started at the first pass; ``close`` stops it
         if registry is not None:
             Gauge("farebox_archive_lag_events", "Events in the log not yet in the Parquet archive.",
                   registry=registry).set_function(self.lag_events)
@@ -159,15 +174,26 @@ class EmbeddedArchiver:
     def flush_sync(self) -> int:
         """One pass plus housekeeping when due; blocking. Events archived."""
         started = time.monotonic()
-        archived = archive_log_once(self.log_path, self.root, self.cfg.flush_events)
-        self.archived = archived_offset(self.root)
-        self.last_pass = time.monotonic()
+        if self._child is None:
+            self._child = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            archived, self.housekeeper = self._child.submit(
+                archive_pass, self.log_path, self.root, self.cfg.flush_events, self.housekeeper).result()
+        except BrokenProcessPool:  # the child died (killed, out of memory): a fresh one next pass
+            self._child = None
+            raise
+        finally:
+            self.archived = archived_offset(self.root)
+            self.last_pass = time.monotonic()
         if self.archived >= self.last_offset():
             self.caught_up_at = started  # every event appended before the pass began is archived
-        now = datetime.now(timezone.utc)
-        if self.housekeeper.due(now):
-            self.housekeeper.run(now)
         return archived
+
+    def close(self) -> None:
+        """Stop the child process (blocking; after the last pass)."""
+        if self._child is not None:
+            self._child.shutdown(wait=True)
+            self._child = None
 
     async def _pass(self) -> int:
         if self._pass_lock is None:
@@ -209,6 +235,8 @@ def embedded_archive_ctx(archiver: EmbeddedArchiver):
             await asyncio.to_thread(archiver.flush_sync)
         except Exception:  # noqa: BLE001 - the log is intact; the next start archives the rest
             log.exception("final archive pass failed; the next start archives the rest")
+        finally:
+            await asyncio.to_thread(archiver.close)
 
     return ctx
 

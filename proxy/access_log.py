@@ -7,10 +7,16 @@ reads a body, a header value other than the caller's request id, or a
 secret: the key is named by its display id, never by its value or hash. The
 line is handed to the logger as the record's ``access`` field; the handler
 ``farebox/`` installs renders it as JSON (or text), at the configured level.
+
+``log_access`` only queues the request; the lines of one event-loop turn are
+built and logged together in a callback after that turn, so the response is
+written first and the logging machinery runs once per turn's batch rather
+than inside each request. Lines keep the order their requests finished in.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, Mapping
 
@@ -53,7 +59,28 @@ def access_line(request: Mapping[str, Any], method: str, path: str, status: int,
     return line
 
 
+_pending: list[tuple[Any, int, float]] = []
+
+
 def log_access(request: Any, status: int, latency_s: float) -> None:
-    """Write the request's line (the caller checked ``ACCESS.isEnabledFor(INFO)``)."""
+    """Queue the request's line for the end of this loop turn (the caller checked ``ACCESS.isEnabledFor(INFO)``)."""
+    if not _pending:
+        try:
+            asyncio.get_running_loop().call_soon(flush_access)
+        except RuntimeError:  # no loop: write it now
+            _write(request, status, latency_s)
+            return
+    _pending.append((request, status, latency_s))
+
+
+def flush_access() -> None:
+    """Write every queued line, in order."""
+    batch = _pending[:]
+    _pending.clear()
+    for request, status, latency_s in batch:
+        _write(request, status, latency_s)
+
+
+def _write(request: Any, status: int, latency_s: float) -> None:
     ACCESS.info("%s %s %d", request.method, request.path, status,
                 extra={"access": access_line(request, request.method, request.path, status, latency_s)})

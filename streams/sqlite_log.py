@@ -5,12 +5,14 @@ committed transaction survives a crash of the process (and of the machine).
 
 Write path, in order:
 
-1. ``append`` (event-loop thread) encodes the event, creates a future and puts
-   both on a queue; it never blocks.
+1. ``append`` (event-loop thread) creates a future and puts it and the event
+   on a queue; it never blocks and does not encode (events are immutable, so
+   encoding later yields the same bytes): the encode stays off the response path.
 2. The single writer thread takes everything queued (group commit, at most
-   ``MAX_BATCH``), inserts it in ONE transaction and commits; an id already in
-   the table (or earlier in the batch) is skipped and answered with its
-   existing offset.
+   ``MAX_BATCH``), encodes the batch, inserts it in ONE transaction and commits;
+   an id already in the table (or earlier in the batch) is skipped and answered
+   with its existing offset. An event that cannot be encoded fails its own
+   future only and is not stored.
 3. Only after COMMIT returns does it resolve the batch's futures, with one
    ``loop.call_soon_threadsafe`` per batch. So an acknowledged event is on disk.
 
@@ -60,7 +62,7 @@ _LAST = 'SELECT coalesce(max("offset"), 0) FROM events'
 
 @dataclass(slots=True)
 class _Append:
-    row: tuple[str, str, str | None, str, bytes]
+    event: Event
     future: asyncio.Future[int]
 
 
@@ -118,8 +120,7 @@ class SqliteEventLog:
             why = "opened read-only" if self._writer is None and not self._reader_closed else "closed"
             raise EventLogClosed(f"the event log {self.path} is {why}")
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        row = (event.id, event.type, event.key, format_time(event.time), encode(event))
-        self._queue.put(_Append(row, future))
+        self._queue.put(_Append(event, future))
         return future
 
     async def flush(self) -> None:
@@ -189,12 +190,13 @@ class SqliteEventLog:
                 except queue.Empty:
                     break
             stop = any(isinstance(item, _Barrier) and item.stop for item in batch)
-            offsets = self._commit(cursor, [item for item in batch if isinstance(item, _Append)])
-            self._resolve(batch, offsets)
+            rows, refused = _encode_batch(batch)
+            offsets = self._commit(cursor, rows)
+            self._resolve(batch, offsets, refused)
         self._writer.close()
 
-    def _commit(self, cursor: sqlite3.Cursor, appends: list[_Append]) -> list[int] | BaseException:
-        """Insert a batch in one transaction; the offset of each append (existing one for a duplicate id)."""
+    def _commit(self, cursor: sqlite3.Cursor, appends: list[_Row]) -> list[int] | BaseException:
+        """Insert a batch in one transaction; the offset of each row (existing one for a duplicate id)."""
         if self._failure is not None:
             return self._failure
         if not appends:
@@ -205,20 +207,20 @@ class SqliteEventLog:
             # sqlite3 module from releasing and re-taking the GIL once per row.
             cursor.execute("BEGIN IMMEDIATE")
             last = cursor.execute(_LAST).fetchone()[0]
-            ids = [item.row[0] for item in appends]
+            ids = [row[0] for row in appends]
             known: dict[str, int] = {}
             for chunk in _chunks(ids, _IDS_PER_SELECT):
                 sql = f'SELECT id, "offset" FROM events WHERE id IN ({",".join("?" * len(chunk))})'
                 known.update(cursor.execute(sql, chunk).fetchall())
             offsets: list[int] = []
             rows: list[object] = []
-            for item in appends:
-                offset = known.get(item.row[0])
+            for row in appends:
+                offset = known.get(row[0])
                 if offset is None:
                     last += 1
-                    offset = known[item.row[0]] = last
+                    offset = known[row[0]] = last
                     rows.append(offset)
-                    rows.extend(item.row)
+                    rows.extend(row)
                 offsets.append(offset)
             for chunk in _chunks(rows, _ROWS_PER_INSERT * 6):
                 cursor.execute(_INSERT_MANY + ",".join([_ROW] * (len(chunk) // 6)), chunk)
@@ -234,12 +236,15 @@ class SqliteEventLog:
         self._last_offset = last
         return offsets
 
-    def _resolve(self, batch: list[_Append | _Barrier], offsets: list[int] | BaseException) -> None:
+    def _resolve(self, batch: list[_Append | _Barrier], offsets: list[int] | BaseException,
+                 refused: dict[int, BaseException]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, object]]] = defaultdict(list)
         results = iter(offsets) if isinstance(offsets, list) else None
-        for item in batch:
-            if results is None:
-                outcome: object = EventLogFailed(f"the event log {self.path} failed: {offsets}")
+        for n, item in enumerate(batch):
+            if n in refused:
+                outcome: object = EventLogFailed(f"event not stored: it cannot be encoded: {refused[n]}")
+            elif results is None:
+                outcome = EventLogFailed(f"the event log {self.path} failed: {offsets}")
             elif isinstance(item, _Append):
                 outcome = next(results)
             else:
@@ -250,6 +255,23 @@ class SqliteEventLog:
                 loop.call_soon_threadsafe(_settle, pairs)
             except RuntimeError:  # that loop is closed: nobody is waiting any more
                 pass
+
+
+_Row = tuple[str, str, str | None, str, bytes]
+
+
+def _encode_batch(batch: list[_Append | _Barrier]) -> tuple[list[_Row], dict[int, BaseException]]:
+    """The rows of a batch's appends, in order, and the batch positions of events that cannot be encoded."""
+    rows: list[_Row] = []
+    refused: dict[int, BaseException] = {}
+    for n, item in enumerate(batch):
+        if isinstance(item, _Append):
+            event = item.event
+            try:
+                rows.append((event.id, event.type, event.key, format_time(event.time), encode(event)))
+            except Exception as exc:  # one bad event fails its own append, not the batch or the log
+                refused[n] = exc
+    return rows, refused
 
 
 def _settle(pairs: list[tuple[asyncio.Future, object]]) -> None:

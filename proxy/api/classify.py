@@ -19,8 +19,10 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from proxy.errors import GatewayError, PermissionDenied
-from proxy.privacy.audit import PrivacyAudit, audit_of
+from proxy.privacy.audit import PrivacyAudit, audit_of, canonical_json
 from proxy.privacy.policy import (
     PrivacyPolicy,
     PrivacyRefusal,
@@ -69,7 +71,7 @@ class Classified:
 
     def audit(self, policy: PrivacyPolicy, first: Deployment, messages: Any) -> PrivacyAudit:
         """The audit record for the events, as decided for the first candidate."""
-        return audit_of(policy, self.sides.for_deployment(first.self_hosted), messages)
+        return audit_of(policy, self.sides.for_deployment(first.self_hosted), messages, orjson_canonical)
 
     def redacts(self, dep: Deployment) -> bool:
         """Whether ``dep`` gets the redacted body (its answer must then be restored)."""
@@ -135,3 +137,11 @@ async def routed(privacy: Classified, planning: Awaitable[Chain]) -> Chain:
         if exc.code == "data_class_not_routable" and refusal is not None:
             raise refusal from None
         raise
+
+
+def orjson_canonical(messages: Any) -> bytes:
+    """``canonical_json``'s bytes, by orjson (several times faster); what orjson refuses goes the slow way."""
+    try:
+        return orjson.dumps(messages, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return canonical_json(messages)

@@ -5,23 +5,34 @@ Invariants:
   and counts, the policy's version and hash, and a hash of the prompt.
 - ``prompt_hash`` is the SHA-256 of the canonical JSON of the messages as the
   caller sent them (keys sorted, no whitespace, UTF-8), so an investigator
-  holding a suspected prompt can recompute it.
+  holding a suspected prompt can recompute it. ``canonical_json`` is that
+  encoding; a caller may pass a faster encoder producing the same bytes
+  (``proxy.api.classify`` passes orjson's, equal for the strings, integers,
+  booleans, nulls, lists and objects messages hold).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.privacy.policy import Decision, PrivacyPolicy
 
 
-def prompt_hash(messages: Any) -> str:
+Canonical = Callable[[Any], bytes]
+
+
+def canonical_json(messages: Any) -> bytes:
+    """Keys sorted, no whitespace, UTF-8."""
+    return json.dumps(messages, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def prompt_hash(messages: Any, canonical: Canonical = canonical_json) -> str:
     """SHA-256 (hex) of the canonical JSON of ``messages``."""
-    raw = json.dumps(messages, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    raw = canonical(messages)
     digest = hashlib.sha256()
     view = memoryview(raw)
     for i in range(0, len(raw), _GIL_HELD_CHUNK):
@@ -62,11 +73,13 @@ class PrivacyAudit:
         return f"{verb} {what}" + (" (scan skipped: too large)" if self.scan_skipped else "")
 
 
-def audit_of(policy: PrivacyPolicy, decision: Decision, messages: Any) -> PrivacyAudit:
+def audit_of(policy: PrivacyPolicy, decision: Decision, messages: Any,
+             canonical: Canonical = canonical_json) -> PrivacyAudit:
     """The audit record of a decision (``messages`` as the caller sent them, before any redaction)."""
     return PrivacyAudit(
         kinds=dict(decision.kinds), action=decision.action, policy_version=policy.version,
-        policy_hash=policy.content_hash, prompt_hash=prompt_hash(messages), scan_skipped=decision.scan_skipped,
+        policy_hash=policy.content_hash, prompt_hash=prompt_hash(messages, canonical),
+        scan_skipped=decision.scan_skipped,
     )
 
 

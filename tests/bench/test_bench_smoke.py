@@ -70,3 +70,18 @@ def test_percentile_nearest_rank() -> None:
     assert bench.pct(values, 0.99) == 99.0
     assert bench.pct([3.0], 0.99) == 3.0
     assert math.isnan(bench.pct([], 0.5))
+
+
+def test_pyspy_summary_counts_self_and_total_per_frame(tmp_path: Path) -> None:
+    from tests.bench.gateway import pyspy
+
+    raw = tmp_path / "raw.txt"
+    raw.write_text("thread (1): MainThread;run (a.py:3);f (b.py:7);g (c.py:9) 6\n"
+                   "thread (1): MainThread;run (a.py:3);f (b.py:8) 3\n"
+                   "thread (2): writer;loop (d.py:1) 1\n")
+    s = pyspy.summarise(raw)
+    assert s["samples"] == 10
+    assert dict((f, n) for f, n, _ in s["self"]) == {"g (c.py)": 6, "f (b.py)": 3, "loop (d.py)": 1}
+    assert dict((f, n) for f, n, _ in s["total"])["run (a.py)"] == 9
+    assert dict((f, n) for f, n, _ in s["total"])["f (b.py)"] == 9
+    assert any("top" in line for line in pyspy.summary_lines(s))

@@ -20,6 +20,7 @@ import aiohttp
 import orjson
 
 from tests.bench.gateway.closed_loop import closed_loop, compare_closed, warm
+from tests.bench.gateway import pyspy
 from tests.bench.gateway.open_loop import ADDED_P99_BUDGET_MS, rate_ladder
 from tests.bench.gateway.report import closed_table, rate_header, rate_line, summary_lines
 from tests.bench.gateway.stats import CpuMeter, added, thread_cpu
@@ -29,6 +30,7 @@ from tests.harness import ROOT, Stack, generous_limits, running_stack
 DESCRIPTION = "What farebox adds to latency: ``python -m tests.bench.gateway`` (``make bench``)."
 OUT_JSON = ROOT / "var" / "bench" / "gateway.json"
 OUT_PROF = ROOT / "var" / "bench" / "gateway.prof"
+OUT_PYSPY = ROOT / "var" / "bench" / "gateway-pyspy.txt"
 
 
 @dataclass
@@ -147,6 +149,8 @@ def _with_tracing(tree: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.bench.gateway", description=DESCRIPTION)
     ap.add_argument("--quick", action="store_true", help="small counts, for a smoke run (< 30 s)")
+    ap.add_argument("--levels", help="closed-loop levels as concurrency:requests pairs, e.g. 1:300,10:1000 "
+                                     "(default 1:600,10:2400,100:3000; quick 1:60,10:200,100:300)")
     ap.add_argument("--rates", help="comma-separated open-loop rates in req/s (default: a ladder 50..4000)")
     ap.add_argument("--seconds-per-rate", type=float, help="open-loop seconds per rate (default 5, quick 1)")
     ap.add_argument("--uniform", action="store_true", help="uniform instead of Poisson arrivals")
@@ -154,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help=f"run the gateway under cProfile for a fixed load, print the top functions, save {OUT_PROF}")
     ap.add_argument("--profile-requests", type=int, default=3000)
+    ap.add_argument("--py-spy", dest="py_spy", action="store_true",
+                    help=f"sample the gateway with py-spy during the whole run (raw stacks to {OUT_PYSPY}) and print "
+                         "its top frames by self and total samples")
+    ap.add_argument("--py-spy-native", action="store_true", help="with --py-spy: include native (C) frames")
     ap.add_argument("--json", type=Path, default=OUT_JSON, help="where to write the figures")
     ap.add_argument("--tracing", action="store_true",
                     help="run the gateway with tracing on (every span built, none exported): its cost against a "
@@ -162,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     mutate = _with_tracing if args.tracing else generous_limits
 
     base = QUICK if args.quick else FULL
-    plan = Plan(levels=dict(base.levels),
+    levels = ({int(c): int(n) for c, n in (pair.split(":") for pair in args.levels.split(","))} if args.levels
+              else dict(base.levels))
+    plan = Plan(levels=levels,
                 rates=[float(r) for r in args.rates.split(",")] if args.rates else list(base.rates),
                 seconds_per_rate=args.seconds_per_rate or base.seconds_per_rate,
                 anthropic=not args.no_anthropic, arrivals="uniform" if args.uniform else "poisson")
@@ -195,12 +205,27 @@ def main(argv: list[str] | None = None) -> int:
             return 0
 
         started = time.monotonic()
+        profile = None
         with running_stack(Path(tmp), mutate=mutate) as stack:
-            with asyncio.Runner(loop_factory=loop_factory) as runner:
-                report = runner.run(run_bench(stack, plan))
+            sampler = pyspy.start(stack.gateway.pid, OUT_PYSPY, args.py_spy_native) if args.py_spy else None
+            try:
+                with asyncio.Runner(loop_factory=loop_factory) as runner:
+                    report = runner.run(run_bench(stack, plan))
+            finally:
+                if sampler is not None:
+                    err = pyspy.finish(sampler)
+                    if OUT_PYSPY.exists():
+                        profile = pyspy.summarise(OUT_PYSPY)
+                    else:
+                        print(f"py-spy wrote no profile: {err[-500:]}", file=sys.stderr)
     report = {"machine": facts, "plan": asdict(plan), "prompt_bytes": len(PROMPT), "output_tokens": 32,
               "tracing": args.tracing,
               "elapsed_s": round(time.monotonic() - started, 1), **report}
+    if profile is not None:
+        report["py_spy"] = profile
+        for line in pyspy.summary_lines(profile):
+            print(line)
+        print(f"  raw stacks in {OUT_PYSPY} (py-spy raw format: flamegraph.pl or speedscope read it)")
     for line in summary_lines(report):
         print(line)
     errors = sum(r[side]["errors"] for kinds in report["closed_loop"].values() for rows in kinds.values()

@@ -42,3 +42,17 @@ def test_prompt_hash_is_sha256_of_canonical_json():
 def test_refused_audit():
     audit = refused_audit(PrivacyPolicy(), {"secret": 1}, MESSAGES)
     assert audit.action == "refuse" and audit.summary() == "refused for 1 secret"
+
+
+def test_the_gateways_orjson_encoding_hashes_as_the_canonical_json():
+    from proxy.api.classify import orjson_canonical
+    from proxy.privacy.audit import canonical_json
+
+    text = "".join(chr(c) for c in range(0x250)) + "\u2028\u2029\ufeff😀 \"q\" \\ /"
+    messages = [{"role": "user", "content": text, "name": "n"},
+                {"role": "assistant", "content": [{"type": "text", "text": text}], "tool_calls": None,
+                 "n": -5, "ok": True}]
+    assert orjson_canonical(messages) == canonical_json(messages)
+    assert prompt_hash(messages, orjson_canonical) == prompt_hash(messages)
+    big = [{"role": "user", "content": "x", "seed": 2**70}]  # orjson refuses it: the slow way, same bytes
+    assert orjson_canonical(big) == canonical_json(big)
