@@ -71,7 +71,8 @@ async def running(receiver: Receiver, log: SqliteEventLog, keys: list[ExpiringKe
     return server, pod, ctx
 
 
-async def until(check, timeout: float = 5.0) -> None:
+async def until(check, timeout: float = 20.0) -> None:
+    """Wait for ``check`` to hold; the deadline is generous (a loaded box), the assertions after it are exact."""
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, "timed out"
