@@ -27,7 +27,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
 import signal
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -139,6 +141,25 @@ def archive_pass(log_path: Path, root: Path, batch_size: int, keeper: Housekeepe
     return archived, keeper
 
 
+def _leave_with(parent_pid: int) -> None:
+    """The archiver child's initializer: exit as soon as the gateway that started it is gone (a ``kill -9``
+    of the gateway must not leave an orphan holding memory; a pass cut short is safe, as for a killed gateway:
+    files are written atomically and the archived offset is only read from what landed)."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="archiver-parent-watch", daemon=True).start()
+
+
+def archive_child() -> ProcessPoolExecutor:
+    """The one spawned process the embedded archiver's passes run in; it leaves with its parent."""
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_leave_with, initargs=(os.getpid(),))
+
+
 class EmbeddedArchiver:
     """Archives the embedded log in passes off the event loop; ``last_offset`` reads the live log's head."""
 
@@ -175,7 +196,7 @@ class EmbeddedArchiver:
         """One pass plus housekeeping when due; blocking. Events archived."""
         started = time.monotonic()
         if self._child is None:
-            self._child = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+            self._child = archive_child()
         try:
             archived, self.housekeeper = self._child.submit(
                 archive_pass, self.log_path, self.root, self.cfg.flush_events, self.housekeeper).result()

@@ -1,0 +1,28 @@
+"""The embedded archiver's child process leaves with the gateway, also when the gateway is killed with -9."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from infra.cluster import _zombie
+
+# a stand-in gateway: starts the archiver's child as EmbeddedArchiver does, prints its pid, dies by SIGKILL
+GATEWAY = """
+import os, signal
+from farebox.archiving import archive_child
+child = archive_child()
+print(child.submit(os.getpid).result(), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_the_archiver_child_exits_when_its_gateway_is_killed() -> None:
+    gateway = subprocess.run([sys.executable, "-c", GATEWAY], capture_output=True, text=True, timeout=60)
+    assert gateway.returncode == -9, gateway.stderr
+    child = int(gateway.stdout.split()[0])
+    deadline = time.monotonic() + 15
+    while not _zombie(child) and time.monotonic() < deadline:  # gone (or a zombie nobody reaps) counts as exited
+        time.sleep(0.05)
+    assert _zombie(child), f"archiver child {child} still running after its gateway was killed"
