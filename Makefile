@@ -59,7 +59,7 @@ stop-cluster: install
 ## until a stall seen once on 3 processes is explained (README, "The two commands").
 TEST_WORKERS ?= 0
 test: install services
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 ## Added latency and TTFT against a direct-to-simulator run, at several concurrencies and rates.
 ## BENCH_ARGS passes options, e.g. make bench BENCH_ARGS=--py-spy (a py-spy profile of the gateway during the run).
