@@ -35,20 +35,19 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
-from typing import AsyncIterator, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Callable
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from farebox.observe import config_db_keys, running_alerts
 from farebox.settings import ArchiveSettings, Settings
-from reconcile.request_table import usable_table
-from reconcile.request_table_write import write_request_table
-from reconcile.warehouse import WarehouseError
-from streams.archive import ArchiveError, archive_from_log, archived_offset
-from streams.archive_compact import Housekeeping, compact, compact_hours, expire
-from streams.archive_manifest import file_lock
-from streams.notify.kafka_feed import follow_topics
-from streams.sqlite_log import SqliteEventLog
+from streams.archive_manifest import archived_offset, file_lock
+
+if TYPE_CHECKING:
+    from streams.archive_compact import Housekeeping
+
+# The Parquet writer, compaction and the warehouse (pyarrow, DuckDB) are imported where a pass or housekeeping
+# runs: in the archiver's child process, or in ``farebox archiver``. The gateway that schedules the passes never
+# loads them (a second of CPU at every pod start).
 
 log = logging.getLogger("farebox.archive")
 
@@ -60,6 +59,11 @@ def housekeep(root: Path, cfg: ArchiveSettings, now: datetime, tz: str | None = 
     """Retention first (nothing is compacted only to be dropped), then compaction of the closed days, then (given
     the budget zone ``tz``) the per-request table over the files that remain, when they changed or it is missing
     (``reconcile.request_table``)."""
+    from reconcile.request_table import usable_table
+    from reconcile.request_table_write import write_request_table
+    from reconcile.warehouse import WarehouseError
+    from streams.archive_compact import Housekeeping, compact, expire
+
     done = Housekeeping()
     if cfg.retention_days is not None:
         dropped = expire(root, before=now.date() - timedelta(days=cfg.retention_days), now=now)
@@ -100,6 +104,9 @@ class Housekeeper:
 
     def run(self, now: datetime) -> None:
         """What is due at ``now``; a changed or unreadable file is refused and logged (archiving goes on)."""
+        from streams.archive_compact import compact_hours
+        from streams.archive_read import ArchiveError
+
         try:
             if self._hours_due(now):
                 self.hours_before = self._hours_mark(now)
@@ -119,6 +126,8 @@ class Housekeeper:
 
 def archive_log_once(log_path: Path, root: Path, batch_size: int) -> int:
     """One pass (blocking; run it in a thread): archive what the log holds beyond the archived offset."""
+    from streams.archive_write import archive_from_log
+    from streams.sqlite_log import SqliteEventLog
 
     async def run() -> int:
         events = SqliteEventLog.open(log_path, readonly=True)
@@ -267,7 +276,9 @@ def embedded_archive_ctx(archiver: EmbeddedArchiver):
 
 async def run_kafka_archiver(settings: Settings, stop: asyncio.Event | None = None) -> int:
     """``farebox archiver``: archive the requests topic until SIGTERM/SIGINT (or ``stop``); events archived."""
+    from farebox.observe import config_db_keys, running_alerts
     from streams.archive import KafkaArchiver
+    from streams.notify.kafka_feed import follow_topics
 
     cfg, d = settings.archive, settings.distributed
     stop = stop or asyncio.Event()

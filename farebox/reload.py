@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from farebox.settings import Settings, resolve_secrets
 from ledger.events import ConfigPublished
@@ -43,7 +43,12 @@ from proxy.control.errors import ControlUnavailable
 from proxy.control.problems import ConfigError
 from proxy.control.publish import SnapshotFeed, SnapshotPublisher
 from proxy.snapshot import Secrets, Snapshot
-from streams.config_topic import KafkaSnapshotFeed, KafkaSnapshotPublisher
+
+if TYPE_CHECKING:
+    from streams.config_topic import KafkaSnapshotPublisher
+
+# streams.config_topic (aiokafka) is imported by the distributed-mode functions below only: embedded pods never
+# load the Kafka client.
 
 log = logging.getLogger("farebox.reload")
 
@@ -190,6 +195,8 @@ class SnapshotFollower:
 def attach_config_topic(follower: SnapshotFollower, settings: Settings) -> KafkaSnapshotPublisher:
     """Distributed mode: the follower reads the config topic first and the database every
     ``config_db_poll_s``; returns the publisher the control service tells about commits."""
+    from streams.config_topic import KafkaSnapshotFeed, KafkaSnapshotPublisher
+
     d = settings.distributed
     follower.feed = KafkaSnapshotFeed(d.bootstrap, d.config_topic, content_hash,
                                       client_id=f"farebox-{settings.pod_id}-config-feed")
@@ -204,6 +211,8 @@ async def publish_now(settings: Settings, version: int, document: dict[str, Any]
     up to ``timeout_s``. False if Kafka did not take it: the commit stands and pods find it in the database."""
     if settings.mode != "distributed":
         return False
+    from streams.config_topic import KafkaSnapshotPublisher
+
     d = settings.distributed
     publisher = KafkaSnapshotPublisher(d.bootstrap, d.config_topic, content_hash, client_id="farebox-cli-config",
                                        send_timeout_s=timeout_s)
@@ -214,6 +223,8 @@ async def publish_now(settings: Settings, version: int, document: dict[str, Any]
 
 async def config_topic_ctx(app: Any, follower: SnapshotFollower) -> AsyncIterator[None]:
     """The feed reads for the app's lifetime; at shutdown the publisher flushes (a few seconds at most)."""
+    from streams.config_topic import KafkaSnapshotFeed, KafkaSnapshotPublisher
+
     feed, publisher = follower.feed, follower.publisher
     if isinstance(feed, KafkaSnapshotFeed):
         feed.start()

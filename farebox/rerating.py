@@ -20,8 +20,6 @@ from farebox.settings import Settings
 from ledger.events import Event, RatingCorrected
 from pricing.book import FxTable, PriceBook
 from proxy.ports import Append, RerateRefused
-from reconcile.rerate import RerateError, report_json
-from reconcile.rerate_archive import plan_rerate
 
 
 class ArchiveRerater:
@@ -35,6 +33,9 @@ class ArchiveRerater:
 
     async def rerate(self, start: date, end: date, book: PriceBook, fx: FxTable, version: int, *, now: datetime,
                      reason: str, append: Append | None) -> tuple[dict[str, Any], list[Event]]:
+        from reconcile.rerate import RerateError, report_json  # DuckDB and pyarrow: loaded at the first re-rating
+        from reconcile.rerate_archive import plan_rerate
+
         async with self._lock:
             pending = {e.id: e for e in await unarchived(self.settings, self.archive)}
             pending.update(self._appended)

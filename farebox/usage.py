@@ -17,13 +17,16 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import date
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from proxy.control.usage_port import USAGE, UsageTable, UsageUnavailable
-from reconcile.showback import USAGE_DIMENSIONS
-from reconcile.usage_report import UsageReport, budget_events, usage_report
-from reconcile.warehouse import WarehouseError
+
+if TYPE_CHECKING:
+    from reconcile.usage_report import UsageReport
+
+# reconcile (DuckDB, pyarrow) is imported at the first query, not when a pod starts: most pods never get one.
 
 
 def _table(report: UsageReport) -> UsageTable:
@@ -33,7 +36,11 @@ def _table(report: UsageReport) -> UsageTable:
 class WarehouseUsage:
     """Usage and budget events from the archive at ``root``; ``catch_up`` (if any) runs before each query."""
 
-    dimensions = USAGE_DIMENSIONS
+    @property
+    def dimensions(self) -> tuple[str, ...]:
+        from reconcile.showback import USAGE_DIMENSIONS
+
+        return USAGE_DIMENSIONS
 
     def __init__(self, root: Path, catch_up: Callable[[], Awaitable[object]] | None = None) -> None:
         self.root = root
@@ -44,6 +51,9 @@ class WarehouseUsage:
             await self.catch_up()
 
     async def usage(self, start: date, end: date, by: Sequence[str], tz: str) -> UsageTable:
+        from reconcile.usage_report import usage_report
+        from reconcile.warehouse import WarehouseError
+
         await self._fresh()
         try:
             return _table(await asyncio.to_thread(usage_report, self.root, start, end, by, tz=tz))
@@ -51,6 +61,9 @@ class WarehouseUsage:
             raise UsageUnavailable(f"The usage warehouse cannot answer: {exc}") from None
 
     async def budget_events(self, start: date, end: date, tz: str, limit: int) -> UsageTable:
+        from reconcile.usage_report import budget_events
+        from reconcile.warehouse import WarehouseError
+
         await self._fresh()
         try:
             return _table(await asyncio.to_thread(budget_events, self.root, start, end, tz=tz, limit=limit))

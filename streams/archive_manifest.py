@@ -336,3 +336,17 @@ def verify(root: str | Path) -> Verdict:
         else:
             verdict.problems.append(f"unlisted: {path} (in no manifest entry)")
     return verdict
+
+
+def state_path_of(root: str | Path) -> Path:
+    """Where embedded mode keeps the last archived log offset (``archive_from_log`` commits it)."""
+    return Path(root) / "_state" / "log.json"
+
+
+def archived_offset(root: str | Path) -> int:
+    """The last log offset the embedded archive has committed (0: none). Here, beside the manifest, so the
+    gateway's archiver schedule reads it without importing the Parquet writer."""
+    try:
+        return int(orjson.loads(state_path_of(root).read_bytes())["last_offset"])
+    except FileNotFoundError:
+        return 0

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from streams.archive_batch import Batch, Record, read_batch
-from streams.archive_manifest import Manifest, file_entry
+from streams.archive_manifest import Manifest, archived_offset, file_entry, state_path_of
 from streams.dead_letters import reason_of
 from streams.sqlite_log import SqliteEventLog
 
@@ -181,19 +181,6 @@ class ArchiveWriter:
 
 
 # --- embedded mode: the SQLite log -> Parquet -------------------------------------------------
-
-
-def state_path_of(root: str | Path) -> Path:
-    """Where embedded mode keeps the last archived log offset."""
-    return Path(root) / "_state" / "log.json"
-
-
-def archived_offset(root: str | Path) -> int:
-    """The last log offset the embedded archive has committed (0: none)."""
-    try:
-        return int(json.loads(state_path_of(root).read_text())["last_offset"])
-    except FileNotFoundError:
-        return 0
 
 
 async def archive_from_log(log: SqliteEventLog, root: str | Path, *, state_path: str | Path | None = None,

@@ -93,7 +93,7 @@ class ConfigDB:
 
     def migrate(self) -> None:
         with self._guard(), migration_lock(self.engine):
-            migrate.upgrade(self.engine)
+            migrate.ensure_head(self.engine)
 
     def seed_once(self, seed: Mutation, actor: str) -> Published | None:
         """Run ``seed`` (e.g. apply farebox.yaml) only when nothing was ever published."""

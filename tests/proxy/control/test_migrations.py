@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from infra.postgres.server import PostgresServer
 from proxy.control.db import migrate
 from proxy.control.db.engine import make_engine
 from proxy.control.db.models import Base
+from tests.harness import ROOT
 
 
 def _roundtrip(url: str) -> None:
@@ -179,3 +182,25 @@ def test_sqlite_team_body_log_migration(tmp_path: Path) -> None:
         assert "body_log" not in {c["name"] for c in sa.inspect(engine).get_columns("teams")}
     finally:
         engine.dispose()
+
+
+def test_the_head_revision_constant_is_the_newest_script() -> None:
+    assert migrate.HEAD_REVISION == migrate.head()
+
+
+def test_ensure_head_upgrades_what_is_behind_and_skips_alembic_at_head(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'control.sqlite'}"
+    engine = make_engine(url)
+    try:
+        assert not migrate.at_head(engine)  # empty: no version table
+        migrate.upgrade(engine, "0003")
+        assert not migrate.at_head(engine)
+        migrate.ensure_head(engine)
+        assert migrate.current(engine) == migrate.head() and migrate.at_head(engine)
+    finally:
+        engine.dispose()
+    # a fresh process at head never imports alembic
+    probe = ("import sys; from proxy.control.db import migrate; from proxy.control.db.engine import make_engine; "
+             f"migrate.ensure_head(make_engine({url!r})); print('alembic' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stdout + done.stderr

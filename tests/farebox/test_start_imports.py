@@ -1,0 +1,19 @@
+"""What a pod loads when it starts: the embedded gateway never imports the finance side's engines, alembic or
+the Kafka client (each is a fraction of a second of CPU at every pod and CLI start; they load on first use)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.harness import ROOT
+
+HEAVY = ("pyarrow", "duckdb", "alembic", "aiokafka", "faust")
+
+
+def test_the_gateway_and_cli_modules_load_no_heavy_dependency() -> None:
+    probe = ("import sys, farebox.wiring, farebox.cli; "
+             f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "", f"loaded at start: {done.stdout.strip()}"
