@@ -6,6 +6,7 @@ temporary folder, and is stopped (SIGTERM, then SIGKILL) when done.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -14,7 +15,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -121,12 +123,23 @@ def sim_config(folder: Path, **defaults) -> Path:
 
 
 def mint(config: Path, team: str, app: str, aliases: str, *extra: str) -> str:
-    out = subprocess.run(
-        [sys.executable, "-m", "farebox", "keys", "create", "--config", str(config), "--team", team,
-         "--app", app, "--aliases", aliases, "--json", *extra],
-        cwd=ROOT, check=True, capture_output=True, text=True,
-    )
-    return json.loads(out.stdout)["key"]
+    """A new key's plaintext: ``farebox keys create ... --json``, the CLI's own parser and code run in this
+    process (a subprocess per key spent a second of CPU on imports alone), in a thread of its own because the
+    command runs its own event loop and a caller may be inside one."""
+    from farebox.cli import main
+
+    argv = ["keys", "create", "--config", str(config), "--team", team, "--app", app, "--aliases", aliases, "--json",
+            *extra]
+    out, err = io.StringIO(), io.StringIO()
+
+    def run() -> int:
+        with redirect_stdout(out), redirect_stderr(err):
+            return main(argv)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        code = pool.submit(run).result()
+    assert code == 0, f"farebox {' '.join(argv)} exited {code}: {err.getvalue()}"
+    return json.loads(out.getvalue())["key"]
 
 
 @dataclass
