@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from reconcile.dimensions import DIMENSIONS
 from reconcile.render import FORMATS, render
-from reconcile.showback import DIMENSIONS, showback
-from reconcile.warehouse import VIEWS_SQL, Warehouse, WarehouseError, views_preamble
+
+# reconcile.warehouse and reconcile.showback (DuckDB, pyarrow) load when a finance command runs, not when the
+# parser is built for any command (``farebox serve`` builds it too).
 
 if TYPE_CHECKING:
     from farebox.settings import Settings
@@ -60,6 +62,8 @@ def live_snapshot(config: str) -> tuple[Settings, Snapshot]:
 
 
 def context(args: argparse.Namespace, *, need_budgets: bool = False) -> FinanceContext:
+    from reconcile.warehouse import WarehouseError
+
     if args.config is None:
         if args.archive is None or need_budgets:
             raise WarehouseError("pass --config PATH (the gateway's farebox.yaml)"
@@ -75,6 +79,8 @@ def context(args: argparse.Namespace, *, need_budgets: bool = False) -> FinanceC
 
 def duckdb_cli() -> str:
     """The ``duckdb`` shell: beside this Python (a virtualenv's bin), else on PATH."""
+    from reconcile.warehouse import WarehouseError
+
     beside = Path(sys.executable).with_name("duckdb")
     found = str(beside) if beside.exists() else shutil.which("duckdb")
     if found is None:
@@ -84,6 +90,8 @@ def duckdb_cli() -> str:
 
 def shell_argv(binary: str, archive: Path, tz: str) -> list[str]:
     """The duckdb command line that opens the views over ``archive`` (the README's command, made explicit)."""
+    from reconcile.warehouse import VIEWS_SQL, views_preamble
+
     argv = [binary]
     for statement in views_preamble(archive, tz):
         argv += ["-cmd", statement]
@@ -91,6 +99,8 @@ def shell_argv(binary: str, archive: Path, tz: str) -> list[str]:
 
 
 def _sql(args: argparse.Namespace) -> int:
+    from reconcile.warehouse import Warehouse
+
     ctx = context(args)
     with Warehouse(ctx.archive, tz=ctx.tz) as warehouse:
         sys.stdout.write(render(warehouse.query(args.query), args.format))
@@ -98,12 +108,17 @@ def _sql(args: argparse.Namespace) -> int:
 
 
 def _shell(args: argparse.Namespace) -> int:
+    from reconcile.warehouse import Warehouse
+
     ctx = context(args)
     Warehouse(ctx.archive, tz=ctx.tz).close()  # an empty or unreadable archive fails here, clearly
     return subprocess.run(shell_argv(duckdb_cli(), ctx.archive, ctx.tz), check=False).returncode
 
 
 def _showback(args: argparse.Namespace) -> int:
+    from reconcile.showback import showback
+    from reconcile.warehouse import Warehouse
+
     ctx = context(args, need_budgets=True)
     by = [name.strip() for name in args.by.split(",") if name.strip()]
     with Warehouse(ctx.archive, tz=ctx.tz) as warehouse:
@@ -119,6 +134,8 @@ def _showback(args: argparse.Namespace) -> int:
 
 def _guarded(func):  # type: ignore[no-untyped-def]
     def run(args: argparse.Namespace) -> int:
+        from reconcile.warehouse import WarehouseError
+
         try:
             return func(args)
         except WarehouseError as exc:

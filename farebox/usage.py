@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from proxy.control.usage_port import USAGE, UsageTable, UsageUnavailable
+from reconcile.dimensions import USAGE_DIMENSIONS
 
 if TYPE_CHECKING:
     from reconcile.usage_report import UsageReport
@@ -36,11 +37,7 @@ def _table(report: UsageReport) -> UsageTable:
 class WarehouseUsage:
     """Usage and budget events from the archive at ``root``; ``catch_up`` (if any) runs before each query."""
 
-    @property
-    def dimensions(self) -> tuple[str, ...]:
-        from reconcile.showback import USAGE_DIMENSIONS
-
-        return USAGE_DIMENSIONS
+    dimensions = USAGE_DIMENSIONS
 
     def __init__(self, root: Path, catch_up: Callable[[], Awaitable[object]] | None = None) -> None:
         self.root = root

@@ -15,10 +15,12 @@ import json
 from collections.abc import Sequence
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pricing.money import to_decimal
-from reconcile.warehouse import Result
+
+if TYPE_CHECKING:  # render needs no DuckDB: the CLI's parser imports FORMATS from here
+    from reconcile.warehouse import Result
 
 FORMATS = ("table", "csv", "json")
 

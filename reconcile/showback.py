@@ -37,11 +37,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from reconcile.dimensions import DIMENSIONS, USAGE_DIMENSIONS
 from reconcile.warehouse import Result, Warehouse, WarehouseError
 
-DIMENSIONS = ("team", "business_unit", "app", "key_id", "cost_centre", "alias", "deployment", "provider", "model",
-              "region", "data_class")
-USAGE_DIMENSIONS = (*DIMENSIONS, "month", "day")
 BUDGET_SCOPES = (("team", "team:"), ("business_unit", "bu:"), ("key_id", "key:"))
 LIMITS_SCHEMA = pa.schema([("scope", pa.string()), ("limit_micro", pa.int64()), ("soft_pct", pa.int64())])
 _MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")

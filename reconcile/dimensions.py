@@ -1,0 +1,11 @@
+"""What showback and the usage API may group by: the archive's dimension columns, plus month and day for usage.
+
+Plain names, apart from the warehouse, so the CLI's parser and a pod's usage port name them without loading
+DuckDB.
+"""
+
+from __future__ import annotations
+
+DIMENSIONS = ("team", "business_unit", "app", "key_id", "cost_centre", "alias", "deployment", "provider", "model",
+              "region", "data_class")
+USAGE_DIMENSIONS = (*DIMENSIONS, "month", "day")
