@@ -61,7 +61,7 @@ TEST_WORKERS ?= 0
 ## Bytecode is written even where the environment says not to (PYTHONDONTWRITEBYTECODE): the suite starts
 ## hundreds of Python processes, and each compiled every project module from source again (about 0.3 s of CPU).
 test: install services
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 ## Added latency and TTFT against a direct-to-simulator run, at several concurrencies and rates.
 ## BENCH_ARGS passes options, e.g. make bench BENCH_ARGS=--py-spy (a py-spy profile of the gateway during the run).
