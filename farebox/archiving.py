@@ -39,10 +39,11 @@ from typing import TYPE_CHECKING, AsyncIterator, Callable
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from farebox.settings import ArchiveSettings, Settings
+from farebox.archive_settings import ArchiveSettings
 from streams.archive_manifest import archived_offset, file_lock
 
 if TYPE_CHECKING:
+    from farebox.settings import Settings
     from streams.archive_compact import Housekeeping
 
 # The Parquet writer, compaction and the warehouse (pyarrow, DuckDB) are imported where a pass or housekeeping

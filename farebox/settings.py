@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 from sqlalchemy.engine import make_url
 
+from farebox.archive_settings import ArchiveSettings, archive_settings
 from farebox.data_settings import BodyLogSettings, CacheSettings, body_log_settings, cache_settings
 from farebox.settings_observe import OBSERVABILITY_SECTIONS, ObservabilitySettings, parse_observability
 from pricing.errors import PricingError
@@ -30,19 +31,6 @@ from proxy.snapshot import Secrets, Snapshot
 SETTINGS_SECTIONS = ("server", "event_log", "state_dir", "secrets_file", "control_db", "mode", "distributed",
                      "archive", "reconcile", *OBSERVABILITY_SECTIONS)
 EXPORT_SOURCES = ("simulator", "openai", "anthropic")  # who serves an account's usage export
-
-
-@dataclass(frozen=True)
-class ArchiveSettings:
-    """The Parquet archive (``streams/archive.py``): where, how often, how long, when to compact."""
-
-    path: Path | None = None  # None: <state_dir>/archive
-    flush_interval_s: float = 5.0  # archive pending events at least this often
-    flush_events: int = 5000  # ... or as soon as this many are pending
-    retention_days: int | None = None  # drop files of event dates older than this (None: keep forever)
-    compact: bool = True  # merge each closed hour's batch files into one, and each closed day's into one
-    compact_hour_utc: int = 1  # from this UTC hour on, once a day, compact the days before today
-    group_id: str = "farebox-archiver"  # distributed: the archiver's consumer group
 
 
 @dataclass(frozen=True)
@@ -231,7 +219,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         worker_metrics_port=d.int("worker_metrics_port", dflt.worker_metrics_port, 0),
     )
     d.reject_unknown()
-    archive = _archive_settings(root.child("archive"), base)
+    archive = archive_settings(root.child("archive"), base)
     reconcile = _reconcile_settings(root.child("reconcile"), problems)
     observability = parse_observability(root, env, problems)
     cache, body_log_section = cache_settings(root.child("cache")), root.child("body_log")
@@ -277,25 +265,6 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         cache=cache,
         body_log=body_log,
     )
-
-
-def _archive_settings(a: Reader, base: Path) -> ArchiveSettings:
-    dflt = ArchiveSettings()
-    path = a.str("path", None)
-    hour = a.int("compact_hour_utc", dflt.compact_hour_utc, 0)
-    if hour is not None and hour > 23:
-        a.problems.add(a.at("compact_hour_utc"), f"must be an hour of the day, 0-23, got {hour}")
-    out = ArchiveSettings(
-        path=base / path if path else None,
-        flush_interval_s=a.number("flush_interval_s", dflt.flush_interval_s, 0.05),
-        flush_events=a.int("flush_events", dflt.flush_events, 1),
-        retention_days=a.int("retention_days", None, 1),
-        compact=a.bool("compact", dflt.compact),
-        compact_hour_utc=hour,
-        group_id=a.str("group_id", dflt.group_id),
-    )
-    a.reject_unknown()
-    return out
 
 
 def _reconcile_settings(r: Reader, problems: Problems) -> ReconcileSettings:
