@@ -54,12 +54,12 @@ stop-cluster: install
 	$(BIN)/farebox dev cluster down
 
 ## Everything the CI runs: installs what is missing, starts what the tests need.
-## TEST_WORKERS=3 runs the suite on 3 processes (pytest-xdist, one test file per process at a time, so a
-## file's module fixtures start once): about 10 minutes here instead of 19. The default stays one process
-## until a stall seen once on 3 processes is explained (README, "The two commands").
-TEST_WORKERS ?= 0
+## The suite runs on 3 processes (pytest-xdist, one test file per process at a time, so a file's module fixtures
+## start once; the cluster files share one process: tests/conftest.py); a test stuck past 420 s fails with every
+## thread's stack (pytest-timeout). TEST_WORKERS=0 runs it in one process (README, "The two commands").
 ## Bytecode is written even where the environment says not to (PYTHONDONTWRITEBYTECODE): the suite starts
 ## hundreds of Python processes, and each compiled every project module from source again (about 0.3 s of CPU).
+TEST_WORKERS ?= 3
 test: install services
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 

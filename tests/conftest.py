@@ -1,16 +1,21 @@
-"""The suite's order: the files that run real services (Kafka, clusters, gateways) first.
+"""How the suite is spread over processes (``make test TEST_WORKERS=3``: pytest-xdist, ``--dist loadfile``).
 
-On several processes (``make test TEST_WORKERS=3``: pytest-xdist, ``--dist loadfile``, one file per process at a
-time, ``--no-loadscope-reorder`` so this order is kept) a process takes the next file as it finishes one; with
-the longest files last, one process ran them alone for minutes at the end while the others sat idle. Longest
-first keeps the processes busy to the end. On one process the order changes nothing but the order.
+* The files that run a whole cluster (Kafka broker, worker, Redis, pods: ``CLUSTER_FILES``) form one unit of
+  work, run by one process, one file after another. Three clusters at once on a 2-core machine starved each
+  other (a worker minutes behind, lease asks unanswered) and failed on time bounds that one cluster at a time
+  meets; the other processes take the rest of the suite meanwhile.
+* The files that run real services come first (``SLOW_FIRST``; ``--no-loadscope-reorder`` keeps this order),
+  so no process is left running a minutes-long file alone at the end.
+
+On one process (``TEST_WORKERS=0``) only the order changes.
 """
 
 from __future__ import annotations
 
 import pytest
 
-SLOW_FIRST = ("tests/distributed/", "tests/infra/", "tests/e2e/", "tests/bench/", "tests/reconcile/", "tests/streams/")
+CLUSTER_FILES = ("tests/distributed/", "tests/bench/test_distributed_smoke.py", "tests/infra/test_cluster_cmd.py")
+SLOW_FIRST = (*CLUSTER_FILES, "tests/infra/", "tests/e2e/", "tests/bench/", "tests/reconcile/", "tests/streams/")
 
 
 def _rank(item: pytest.Item) -> int:
@@ -20,3 +25,17 @@ def _rank(item: pytest.Item) -> int:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_rank)  # stable: within a rank, files and tests keep their collected order
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ClustersOnOneProcess(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(CLUSTER_FILES):
+                return "clusters"
+            return super()._split_scope(nodeid)
+
+    return ClustersOnOneProcess(config, log)
