@@ -67,14 +67,18 @@ hole: a record fetched before the rebalance and delivered after Faust's seek
 read offset past the hole, and Faust then drops the redelivered records below
 it as already read. So on a hole the batcher asks the consumer itself to
 deliver again from the first missing offset (``rewind``), at once and every
-``rewind_every_s`` while the hole stays. A dropped event counts as a hole too,
+``rewind_every_s`` while the hole stays: checked by the ticker too, because a
+rewind can be lost the same way (a record still being delivered from before it
+moves the read offset past the hole again), and after the last record past the
+hole nothing may arrive to trigger another. A dropped event counts as a hole too,
 also in a partition not handled yet (Faust resumes delivery while it recovers
 the tables, so a newly assigned partition's first events can arrive while the
 agent is paused; the first event accepted after that must not be a later one). ``keep`` forgets the positions of
 partitions no longer assigned (another worker may move them on). A hole that
 no seek fills within ``hole_patience_s`` (records deleted by retention while
-the worker was behind, or a bug) is a failure (``on_failure``): a restarted
-worker starts from the committed offset with no positions.
+the worker was behind, or a bug) is a failure (``on_failure``), whether or not
+more records arrive: a restarted worker starts from the committed offset with
+no positions.
 """
 
 from __future__ import annotations
@@ -210,6 +214,12 @@ class Batcher:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.within_s / 2)
+            if self.hole_since and self.running.is_set() and self.failed is None:
+                try:
+                    await self._check_holes(loop.time())
+                except Exception as exc:
+                    self._fail(exc)
+                    return
             if self.pending and self.running.is_set() and loop.time() - self.first_at >= self.within_s:
                 async with self.lock:
                     if self.pending:
@@ -218,6 +228,18 @@ class Batcher:
                         except Exception as exc:
                             self._fail(exc)
                             return
+
+    async def _check_holes(self, now: float) -> None:
+        """Rewind each partition whose hole stays, every ``rewind_every_s``, also when nothing arrives past it any
+        more; raise once one has stayed past ``hole_patience_s``."""
+        for partition, since in list(self.hole_since.items()):
+            last = self.last.get(partition)
+            if last is None or self.hole_since.get(partition) is None:
+                continue  # filled or forgotten meanwhile
+            if now - since > self.hole_patience_s:
+                raise RuntimeError(f"partition {partition}: offset {last + 1} is still missing and no redelivery "
+                                   f"filled the hole in {self.hole_patience_s:.0f} s")
+            await self._maybe_rewind(partition, last + 1, now)
 
     async def _flush(self) -> None:
         """The caller holds the lock. On failure the events stay unacknowledged (delivered again)."""

@@ -321,3 +321,68 @@ async def test_a_hole_is_rewound_to_its_first_missing_offset():
     assert (batcher.holes, batcher.rewinds) == (2, 1) and batcher.rewound_at == {}
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_hole_is_rewound_again_when_nothing_more_arrives():
+    """The first rewind is lost (a record still being delivered from before it moved Faust's read offset past the
+    hole again, so Faust drops the redelivery as read) and nothing arrives past the hole after it: the ticker
+    rewinds again while the hole stays, so the partition's last events are handled (and then committed) without
+    waiting for traffic that may never come."""
+    rewinds: list[tuple[str, int]] = []
+    second = asyncio.Event()
+
+    class Consumer(GatedStream):
+        async def events(self):  # type: ignore[no-untyped-def]
+            for item in [("p0", 0), ("p0", 1), ("p0", 5), ("p0", 6)]:  # 2..4 skipped; 6 is the partition's last
+                yield item
+            await second.wait()  # the first rewind delivers nothing
+            partition, offset = rewinds[-1]
+            for item in [(partition, n) for n in range(offset, 7)]:
+                yield item
+            await asyncio.Event().wait()  # the stream stays open, as Faust's does
+
+    async def rewind(partition: str, offset: int) -> None:
+        rewinds.append((partition, offset))
+        if len(rewinds) == 2:
+            second.set()
+
+    batcher, handled = positioned(Consumer(0))
+    batcher.rewind, batcher.rewind_every_s, batcher.within_s = rewind, 0.01, 0.01
+    task = asyncio.create_task(batcher.run())
+    await asyncio.wait_for(second.wait(), 5.0)
+
+    async def all_handled() -> None:
+        while len(handled) < 7:
+            await asyncio.sleep(0.005)
+    await asyncio.wait_for(all_handled(), 5.0)
+    assert rewinds == [("p0", 2), ("p0", 2)]
+    assert handled == [("p0", offset) for offset in range(7)]
+    assert batcher.hole_since == {} and batcher.rewound_at == {}
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_hole_that_stays_with_nothing_more_arriving_is_a_failure():
+    """No redelivery ever fills the hole and no record arrives after the one past it: still a failure, reported by
+    the ticker once ``hole_patience_s`` has passed, so the worker restarts from its committed offset."""
+    failures: list[BaseException] = []
+    failed = asyncio.Event()
+
+    class Consumer(GatedStream):
+        async def events(self):  # type: ignore[no-untyped-def]
+            for item in [("p0", 0), ("p0", 1), ("p0", 7)]:
+                yield item
+            await asyncio.Event().wait()
+
+    def on_failure(exc: BaseException) -> None:
+        failures.append(exc)
+        failed.set()
+
+    batcher, handled = positioned(Consumer(0))
+    batcher.within_s, batcher.hole_patience_s, batcher.on_failure = 0.01, 0.05, on_failure
+    task = asyncio.create_task(batcher.run())
+    await asyncio.wait_for(failed.wait(), 5.0)
+    assert len(failures) == 1 and "offset 2 is still missing" in str(failures[0])
+    assert handled == [("p0", 0), ("p0", 1)] and batcher.holes == 1
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
