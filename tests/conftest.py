@@ -3,7 +3,8 @@
 * The files that run a whole cluster (Kafka broker, worker, Redis, pods: ``CLUSTER_FILES``) form one unit of
   work, run by one process, one file after another. Three clusters at once on a 2-core machine starved each
   other (a worker minutes behind, lease asks unanswered) and failed on time bounds that one cluster at a time
-  meets; the other processes take the rest of the suite meanwhile.
+  meets; the other processes take the rest of the suite meanwhile. The chaos file (failover timed against a
+  0.5 s first-token timeout) joins them, so it never runs beside a cluster either.
 * The files that run real services come first (``SLOW_FIRST``; ``--no-loadscope-reorder`` keeps this order),
   so no process is left running a minutes-long file alone at the end.
 
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import pytest
 
-CLUSTER_FILES = ("tests/distributed/", "tests/bench/test_distributed_smoke.py", "tests/infra/test_cluster_cmd.py")
+# plus the chaos file, whose failover is timed against a 0.5 s first-token timeout: never beside a cluster
+CLUSTER_FILES = ("tests/distributed/", "tests/bench/test_distributed_smoke.py", "tests/infra/test_cluster_cmd.py",
+                 "tests/e2e/test_chaos.py")
 SLOW_FIRST = (*CLUSTER_FILES, "tests/infra/", "tests/e2e/", "tests/bench/", "tests/reconcile/", "tests/streams/")
 
 

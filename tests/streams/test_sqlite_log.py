@@ -58,8 +58,11 @@ async def test_acknowledged_events_survive_sigkill(tmp_path):
         if len(acked) >= 2000:
             proc.send_signal(signal.SIGKILL)
             break
-    rest, _ = proc.communicate(timeout=60)  # acks printed before the kill landed
-    acked.extend(rest.split())
+    proc.wait(timeout=60)
+    # the acks printed before the kill landed: read through the same text stream (communicate with a timeout
+    # reads the pipe itself and would drop what the loop above had buffered, cutting an id in two)
+    acked.extend(proc.stdout.read().split())
+    proc.stdout.close()
     assert proc.returncode == -signal.SIGKILL
     stored = await _stored_ids(path)
     assert set(acked) <= set(stored)
