@@ -343,10 +343,15 @@ def state_path_of(root: str | Path) -> Path:
     return Path(root) / "_state" / "log.json"
 
 
-def archived_offset(root: str | Path) -> int:
-    """The last log offset the embedded archive has committed (0: none). Here, beside the manifest, so the
-    gateway's archiver schedule reads it without importing the Parquet writer."""
+def committed_offset(state: Path) -> int:
+    """The last log offset recorded in the embedded archive's state file ``state`` (0: no file yet)."""
     try:
-        return int(orjson.loads(state_path_of(root).read_bytes())["last_offset"])
+        return int(orjson.loads(state.read_bytes())["last_offset"])
     except FileNotFoundError:
         return 0
+
+
+def archived_offset(root: str | Path) -> int:
+    """The last log offset the embedded archive at ``root`` has committed (0: none). Here, beside the manifest,
+    so the gateway's archiver schedule reads it without importing the Parquet writer."""
+    return committed_offset(state_path_of(root))

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from streams.archive_batch import Batch, Record, read_batch
-from streams.archive_manifest import Manifest, archived_offset, file_entry, state_path_of
+from streams.archive_manifest import Manifest, archived_offset, committed_offset, file_entry, state_path_of
 from streams.dead_letters import reason_of
 from streams.sqlite_log import SqliteEventLog
 
@@ -193,10 +193,7 @@ async def archive_from_log(log: SqliteEventLog, root: str | Path, *, state_path:
     writer (``farebox.archiving`` does the former)."""
     writer = ArchiveWriter(root, "log")
     state = Path(state_path) if state_path else state_path_of(root)
-    try:
-        last = int(json.loads(state.read_text())["last_offset"])
-    except FileNotFoundError:
-        last = 0
+    last = committed_offset(state)
     archived = 0
     pending = writer.pending().get(0)
     if pending is not None:  # recovery: exactly the journaled batch again, unless the manifest lists it
