@@ -100,6 +100,7 @@ class Wallets:
         self.observe_rtt = observe_rtt
         self.leases: dict[str, list[PodLease]] = {}  # per scope, newest last
         self.asked: dict[str, Ask] = {}  # scope -> the ask in flight
+        self.heard: dict[str, float] = {}  # scope -> loop time of the ledger's last answer for it
         self.waiting: dict[str, dict[str, int]] = {}  # scope -> request id -> hold, waiting for a grant
         self.funded: dict[str, dict[str, PodLease]] = {}  # request id -> scope -> lease
         self.emergency_used: set[str] = set()
@@ -158,7 +159,9 @@ class Wallets:
                                                          - asked_at, 0))
                 answered.update(scope for scope, ask in asks.items() if ask.answer in done)
                 if len(done) < len(asks):
-                    contended = [s for s in short if s in answered]
+                    # the ledger answered this scope while this request waited (its own ask, or one
+                    # ahead of it): contended, not silent
+                    contended = [s for s in short if s in answered or self.heard.get(s, -1.0) >= started]
                     if contended:  # the ledger is answering; what it grants goes to the requests ahead
                         raise self._after_wait(contended[0], hold, period, loop.time(), loop.time() - started)
                     raise BudgetUnavailable("The budget ledger did not answer in time; retry shortly.")
@@ -274,7 +277,9 @@ class Wallets:
         if ask is None or ask.lease_id != granted.lease_id:
             return
         del self.asked[granted.scope]
-        self.observe_rtt(asyncio.get_running_loop().time() - ask.sent_at)
+        now = asyncio.get_running_loop().time()
+        self.heard[granted.scope] = now
+        self.observe_rtt(now - ask.sent_at)
         assert granted.expires_at is not None
         if granted.amount_micro:
             leases = self.leases.setdefault(granted.scope, [])

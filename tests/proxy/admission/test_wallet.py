@@ -193,7 +193,7 @@ async def test_a_lease_still_asked_for_at_shutdown_is_returned_unspent():
 async def test_waiting_out_a_contended_scope_is_429_and_a_silent_ledger_503():
     # the ledger answers, but slices of 1,000 go to the requests ahead: the last ones wait out lease_wait_s
     processor = Processor(limit=10_000_000, rtt_s=0.02, policy=LeasePolicy(share=1, last_pct=0, max_slice_micro=1_000))
-    wallets = wallets_for(processor, wait_s=0.1)
+    wallets = wallets_for(processor, wait_s=0.3)  # 15 round trips: a stalled loop still hears the ledger
     outcomes = await burst(wallets, processor, 30, 1_000)
     assert outcomes["admitted"] >= 2 and outcomes["budget_exhausted"] > 0 and "budget_unavailable" not in outcomes
 
