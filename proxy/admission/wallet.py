@@ -13,19 +13,18 @@ other request can take the same money.
   holds of every request then waiting on the scope (``least_micro``: the
   smallest of them). The processor answers with a slice (or, near the limit,
   the demand it can still fund); waiters it did not cover ask again, together.
-  A request that was in an ask the processor refused (a grant of 0: not even
-  the smallest hold fits) gets 429 ``budget_exhausted``; so does one still
-  unfunded after ``lease_wait_s`` while the ledger was answering (the money
-  went to the requests ahead of it; ``budget_reserved`` with Retry-After
-  instead when the projection says settled spend still leaves its hold, so
-  the money is in holds and leases in flight). 503 ``budget_unavailable``
-  means the ledger did not answer at all.
-* Money in flight is not money spent: when the projection says settled
-  spend still leaves the hold, a refused ask (a grant of 0) or a scope at
-  "hard" (fully committed) does not refuse the request. It waits, up to the
-  caller's ``max_wait_s`` (at least ``lease_wait_s``), for a settlement on
-  this pod or ``retry_s``, and asks again; at the deadline it gets
-  ``budget_reserved``. Without a fresh projection the refusal stays final.
+  ``budget_exhausted`` (429, final) needs evidence: a fresh projection
+  (``ScopeStates``) whose settled spend leaves less than the request's hold.
+  503 ``budget_unavailable`` means the ledger did not answer this scope at
+  all while the request waited.
+* Money in flight is not money spent: a refused ask (a grant of 0: not even
+  the smallest waiting hold fits), a scope at "hard" (fully committed), or an
+  ask answered but not for this request, without that evidence, does not
+  refuse the request. It waits, up to the caller's ``max_wait_s`` (at least
+  ``lease_wait_s``), for a settlement on this pod or ``retry_s``, and asks
+  again; at the deadline it gets 429 ``budget_reserved`` with Retry-After. A
+  stale or missing projection is no evidence: the answer is then
+  ``budget_reserved``, never a false ``budget_exhausted``.
 * At the hard limit: when the worker's projection (``ScopeStates``) says a
   scope is fully committed this period and settled spend leaves less than
   the hold, a request the leases do not cover is refused at once (429)
@@ -136,7 +135,7 @@ class Wallets:
                     self.stats["funded_locally"] += 1
                     return self._fund(request_id, funding, hold, now + timedelta(seconds=hold_ttl_s))  # type: ignore[arg-type]
                 full = [s for s in short if period is not None and self.states.hard(s, period, loop.time())]
-                spent = [s for s in full if not self._in_flight(s, hold, period, loop.time())]
+                spent = [s for s in full if self._spent(s, hold, period, loop.time())]
                 if spent:
                     self.stats["refused_at_hard"] += 1
                     raise _exhausted(spent[0])
@@ -168,7 +167,7 @@ class Wallets:
                 for scope, ask in asks.items():
                     # in the batch and refused: not even the smallest waiting hold fits what is left
                     if request_id in ask.members and ask.answer.result().amount_micro == 0:
-                        if not self._in_flight(scope, hold, period, loop.time()):
+                        if self._spent(scope, hold, period, loop.time()):
                             raise _exhausted(scope)
                         await self._pause(scope, hold, period, started, deadline)
                         break
@@ -178,10 +177,12 @@ class Wallets:
                 if waiting is not None and waiting.pop(request_id, None) is not None and not waiting:
                     del self.waiting[scope]
 
-    def _in_flight(self, scope: str, hold: int, period: str | None, now: float) -> bool:
-        """The projection says settled spend still leaves ``hold``: what is short is held or leased, not spent."""
+    def _spent(self, scope: str, hold: int, period: str | None, now: float) -> bool:
+        """Evidence that the money is gone: a fresh projection whose settled spend leaves less than ``hold``.
+        Without a fresh reading nothing is known, and an unfunded request is told to retry, never that the
+        budget is exhausted."""
         view = self.states.view(scope, period, now) if period is not None else None
-        return view is not None and view.limit is not None and view.limit - view.settled >= hold
+        return view is not None and view.limit is not None and view.limit - view.settled < hold
 
     async def _pause(self, scope: str, hold: int, period: str | None, started: float, deadline: float) -> None:
         """Wait for a settlement on this pod or ``retry_s``; past ``deadline``, raise the refusal after the wait."""
@@ -198,11 +199,11 @@ class Wallets:
 
     def _after_wait(self, scope: str, hold: int, period: str | None, now: float,
                     waited_s: float | None = None) -> BudgetRefused:
-        """Unfunded after the wait while the ledger answered: ``budget_reserved`` (Retry-After) when the
-        projection says settled spend leaves the hold (the money is in holds and leases in flight), else
-        ``budget_exhausted``, as when the projection is stale or missing."""
+        """Unfunded after the wait while the ledger answered: ``budget_exhausted`` when a fresh projection
+        says settled spend leaves less than the hold, else ``budget_reserved`` with Retry-After (the money
+        is in holds and leases in flight, or the projection is stale or missing: nothing says it is gone)."""
         waited = round(self.policy.lease_wait_s if waited_s is None else waited_s, 1)
-        if not self._in_flight(scope, hold, period, now):
+        if self._spent(scope, hold, period, now):
             return _exhausted(scope, waited_s=waited)
         retry = max(1, math.ceil(self.policy.lease_wait_s))
         return BudgetRefused(f"The budget of {scope} is held by requests in flight; none of it was freed for this "

@@ -92,16 +92,31 @@ async def burst(wallets: Wallets, processor: Processor, n: int, hold: int) -> Co
 
 
 async def test_a_burst_near_the_limit_is_funded_in_batches_and_the_rest_refused_with_429():
-    # 200 requests of 1,000 on a scope with 50,500 left: 50 fit, 150 must be refused with 429, never 503
+    # 200 requests of 1,000 on a scope with 50,500 left: 50 fit, 150 must be refused with 429, never 503;
+    # the 50,000 is held by requests in flight, not spent: the 150 are told to retry (budget_reserved)
     processor = Processor(limit=50_500)
-    wallets = wallets_for(processor)
+    wallets = wallets_for(processor, wait_s=0.2)
     outcomes = await burst(wallets, processor, 200, 1_000)
-    assert outcomes == Counter(admitted=50, budget_exhausted=150)
+    assert outcomes == Counter(admitted=50, budget_reserved=150)
     # batched: slices of what is left (a twelfth... a quarter here: one pod), then the exact demand in the
     # last 5 %, then a refusal: a handful of round trips for 200 requests, not one per request
     assert len(processor.requests) <= 20
     assert processor.state.totals(PERIOD).held == 50_000
     assert processor.state.spent(PERIOD) <= processor.limit
+
+
+async def test_budget_exhausted_needs_a_fresh_projection_whose_settled_spend_leaves_less_than_the_hold():
+    processor = Processor(limit=50_500)
+    wallets = wallets_for(processor, wait_s=0.2)
+    assert await burst(wallets, processor, 50, 1_000) == Counter(admitted=50)
+    # the 50 settled at their holds (as the worker projects them): 500 left, less than any hold
+    row = {"period": PERIOD, "state": "hard", "settled": "50000", "held": "0", "leased": "500", "limit": "50500"}
+    now = asyncio.get_running_loop().time()
+    wallets.states.update({SCOPE: row}, now)
+    assert await burst(wallets, processor, 10, 1_000) == Counter(budget_exhausted=10)
+    # a stale reading of the same is no evidence: the ledger is asked, refuses, and the answer is "retry"
+    wallets.states.update({SCOPE: row}, now - 10)
+    assert await burst(wallets, processor, 10, 1_000) == Counter(budget_reserved=10)
 
 
 async def test_a_batched_ask_carries_the_waiting_demand_and_its_smallest_hold():
@@ -195,7 +210,8 @@ async def test_waiting_out_a_contended_scope_is_429_and_a_silent_ledger_503():
     processor = Processor(limit=10_000_000, rtt_s=0.02, policy=LeasePolicy(share=1, last_pct=0, max_slice_micro=1_000))
     wallets = wallets_for(processor, wait_s=0.3)  # 15 round trips: a stalled loop still hears the ledger
     outcomes = await burst(wallets, processor, 30, 1_000)
-    assert outcomes["admitted"] >= 2 and outcomes["budget_exhausted"] > 0 and "budget_unavailable" not in outcomes
+    assert outcomes["admitted"] >= 2 and outcomes["budget_reserved"] > 0 and "budget_unavailable" not in outcomes
+    assert "budget_exhausted" not in outcomes  # no projection says the money is spent: in flight, retry
 
 
 # --- the BudgetPort adapter over the wallets (proxy/admission/lease_budgets.py) ----------------------
@@ -290,7 +306,8 @@ async def test_unfunded_after_the_wait_is_reserved_when_settled_spend_leaves_the
     wallets.states.update({SCOPE: {**row, "settled": "999500"}}, now)  # settled spend leaves less than the hold
     spent = wallets._after_wait(SCOPE, 1_000, PERIOD, now)
     assert spent.code == "budget_exhausted" and "Retry-After" not in spent.headers
-    assert wallets._after_wait(SCOPE, 1_000, PERIOD, now + 60).code == "budget_exhausted"  # stale: not trusted
+    # a stale reading is no evidence either way: retry, never a final refusal on old news
+    assert wallets._after_wait(SCOPE, 1_000, PERIOD, now + 60).code == "budget_reserved"
 
 
 def _committed(wallets: Wallets, settled: int, limit: int, state: str = "hard") -> None:
