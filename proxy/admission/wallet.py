@@ -16,7 +16,8 @@ other request can take the same money.
   ``budget_exhausted`` (429, final) needs evidence: a fresh projection
   (``ScopeStates``) whose settled spend leaves less than the request's hold.
   503 ``budget_unavailable`` means the ledger did not answer this scope at
-  all while the request waited.
+  all while the request waited (up to its deadline: a slow ledger is waited
+  for, an ask unanswered after ``lease_wait_s`` is not given up on early).
 * Money in flight is not money spent: a refused ask (a grant of 0: not even
   the smallest waiting hold fits), a scope at "hard" (fully committed), or an
   ask answered but not for this request, without that evidence, does not
@@ -153,9 +154,8 @@ class Wallets:
                     self.waiting.setdefault(scope, {})[request_id] = hold
                 asks = {scope: self._ask(scope) for scope in short}
                 asked_at = loop.time()
-                done, _ = await asyncio.wait([a.answer for a in asks.values()],
-                                             timeout=max(min(deadline, asked_at + self.policy.lease_wait_s)
-                                                         - asked_at, 0))
+                # a slow ledger is waited for up to the deadline, not given up on after lease_wait_s
+                done, _ = await asyncio.wait([a.answer for a in asks.values()], timeout=max(deadline - asked_at, 0))
                 answered.update(scope for scope, ask in asks.items() if ask.answer in done)
                 if len(done) < len(asks):
                     # the ledger answered this scope while this request waited (its own ask, or one

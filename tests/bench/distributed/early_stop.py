@@ -127,6 +127,7 @@ def run(folder: Path, bootstrap: str, redis_url: str, prices: Prices, n: int, se
         "other_errors": len(other),
         "other_samples": [f"#{r.index} HTTP {r.status} {r.code}: {r.error or r.message}" for r in other[:5]],
         "exhausted_messages": dict(Counter((r.message or "")[:80] for r in r429)),
+        "unavailable_messages": dict(Counter((r.message or "")[:80] for r in r503)),
         "first_refusal": at(first_refusal), "first_429": at(first_429),
         "eventlog": {"admitted": f.admitted, "settled": f.settled_n, "expired": f.expired_n,
                      "settled_micro": f.settled, "held_micro_at_end": f.held, "overrun_micro": f.overrun,
@@ -162,6 +163,7 @@ def lines(rep: dict) -> list[str]:
         refusal("unused at the first refusal", rep["first_refusal"]),
         refusal("unused at the first budget_exhausted", rep["first_429"]),
         *(f"    budget_exhausted {n}x: {text}" for text, n in rep.get("exhausted_messages", {}).items()),
+        *(f"    budget_unavailable {n}x: {text}" for text, n in rep.get("unavailable_messages", {}).items()),
         f"  {'unused at the end (limit - settled)':<40} {money(rep['unused_at_end_micro']):>16}  "
         f"({rep['unused_at_end_pct']:.2f}% of the limit)",
         f"  {'settled (events, deduped by id)':<40} {money(el['settled_micro']):>16}  ({el['settled']} settled, "

@@ -40,7 +40,7 @@ async def test_a_burst_near_the_limit_is_funded_in_batches_and_the_rest_refused_
     # 200 requests of 1,000 on a scope with 50,500 left: 50 fit, 150 must be refused with 429, never 503;
     # the 50,000 is held by requests in flight, not spent: the 150 are told to retry (budget_reserved)
     processor = Processor(limit=50_500)
-    wallets = wallets_for(processor, wait_s=0.2)
+    wallets = wallets_for(processor, wait_s=1.0)
     outcomes = await burst(wallets, processor, 200, 1_000)
     assert outcomes == Counter(admitted=50, budget_reserved=150)
     # batched: slices of what is left (a twelfth... a quarter here: one pod), then the exact demand in the
@@ -52,7 +52,7 @@ async def test_a_burst_near_the_limit_is_funded_in_batches_and_the_rest_refused_
 
 async def test_budget_exhausted_needs_a_fresh_projection_whose_settled_spend_leaves_less_than_the_hold():
     processor = Processor(limit=50_500)
-    wallets = wallets_for(processor, wait_s=0.2)
+    wallets = wallets_for(processor, wait_s=1.0)
     assert await burst(wallets, processor, 50, 1_000) == Counter(admitted=50)
     # the 50 settled at their holds (as the worker projects them): 500 left, less than any hold
     row = {"period": PERIOD, "state": "hard", "settled": "50000", "held": "0", "leased": "500", "limit": "50500"}
