@@ -79,7 +79,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
         follower.secrets = secrets
     events = KafkaEventLog(d.bootstrap, Path(d.spool_dir) / settings.pod_id, requests_topic=d.requests_topic,
                            scope_topic=d.scope_topic, config_topic=d.config_topic,
-                           client_id=f"farebox-{settings.pod_id}")
+                           spool_after_s=d.spool_after_s, client_id=f"farebox-{settings.pod_id}")
     recorder = Recorder(events, Metrics())  # the worker projects the ledger; this pod keeps none
     limits = RedisBuckets.from_url(d.redis_url, pods=d.pods)
     idempotency = RedisIdempotency.from_url(d.redis_url)  # Idempotency-Key records shared by every pod

@@ -47,6 +47,7 @@ class DistributedSettings:
     partitions: int = 3
     pods: int = 3  # rate limits fall back to limit // pods when Redis is unreachable
     spool_dir: str = "var/spool"
+    spool_after_s: float = 5.0  # a pod spools when Kafka leaves a send unacknowledged this long
     worker_id: str = "farebox-worker"
     worker_data_dir: str = "var/worker"
     lease_share: int = 4
@@ -201,6 +202,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         partitions=d.int("partitions", dflt.partitions, 1),
         pods=d.int("pods", dflt.pods, 1),
         spool_dir=str(base / d.str("spool_dir", dflt.spool_dir)),
+        spool_after_s=d.number("spool_after_s", dflt.spool_after_s, 0.1),
         worker_id=d.str("worker_id", dflt.worker_id),
         worker_data_dir=str(base / d.str("worker_data_dir", dflt.worker_data_dir)),
         lease_share=d.int("lease_share", dflt.lease_share, 1),

@@ -40,7 +40,9 @@ other request can take the same money.
   ``close`` returns every lease at shutdown, after requests finished.
 * Kafka down (``kafka_up()`` false): leases already held are spent; then a
   scope draws ``emergency_micro`` once per outage if configured, else the
-  request is refused (fail closed, 503 ``budget_unavailable``).
+  request waits up to ``lease_wait_s`` for Kafka to come back (a pod spools
+  through a broker's slow moment too) and is then refused (fail closed, 503
+  ``budget_unavailable``).
 """
 
 from __future__ import annotations
@@ -80,6 +82,9 @@ class Ask:
     members: frozenset[str]  # the waiting requests whose holds make up ``need`` (empty: a top-up)
     answer: asyncio.Future[LeaseGranted]
     sent_at: float = field(default=0.0)
+
+
+_EPSILON_S = 0.005  # a wait that ends this close to the deadline has reached it
 
 
 class BudgetUnavailable(GatewayError):
@@ -147,6 +152,9 @@ class Wallets:
                 if not self.kafka_up():
                     if self._emergency(short, hold, now):
                         continue
+                    if min(deadline, started + self.policy.lease_wait_s) - loop.time() > self.policy.retry_s:
+                        await asyncio.sleep(self.policy.retry_s)  # a spooling blip may end within lease_wait_s
+                        continue
                     raise BudgetUnavailable("Budget leases cannot be renewed right now (event log unreachable) "
                                             "and this pod's leases are spent; retry shortly.")
                 self.stats["waited"] += 1
@@ -154,10 +162,13 @@ class Wallets:
                     self.waiting.setdefault(scope, {})[request_id] = hold
                 asks = {scope: self._ask(scope) for scope in short}
                 asked_at = loop.time()
-                # a slow ledger is waited for up to the deadline, not given up on after lease_wait_s
-                done, _ = await asyncio.wait([a.answer for a in asks.values()], timeout=max(deadline - asked_at, 0))
+                done, _ = await asyncio.wait([a.answer for a in asks.values()],
+                                             timeout=max(min(deadline, asked_at + self.policy.lease_wait_s)
+                                                         - asked_at, 0))
                 answered.update(scope for scope, ask in asks.items() if ask.answer in done)
                 if len(done) < len(asks):
+                    if deadline - loop.time() > _EPSILON_S:  # a slow ledger is waited for up to the deadline
+                        continue  # (the same asks; Kafka's state is looked at again first)
                     # the ledger answered this scope while this request waited (its own ask, or one
                     # ahead of it): contended, not silent
                     contended = [s for s in short if s in answered or self.heard.get(s, -1.0) >= started]
