@@ -204,6 +204,7 @@ def test_page_shows_the_usage_apis_numbers_drills_down_and_downloads_csv(env: En
         view["settled_micro"])
     assert page.locator("#burndown svg[role=img]").count() >= 1  # one burn-down per team with a budget
     expect(page.locator('table[data-table="keys-near-expiry"] tbody tr')).to_have_count(1)  # the kyc-ops key
+    _shows_the_other_panels(page, env, start, end, api["team"]["totals"])
 
     page.get_by_role("button", name="Show apps of team platform").click()
     [app] = [r for r in api["team,app"]["data"] if r["team"] == "platform"]
@@ -237,6 +238,34 @@ def test_page_shows_the_usage_apis_numbers_drills_down_and_downloads_csv(env: En
     assert header.splitlines() == ["alias,requests,closed,served,spend_micro,corrected_micro,input_tokens,"
                                    "cached_input_tokens,cache_write_tokens,output_tokens,reasoning_tokens,fallbacks,currency,ttft_p50_ms,"
                                    "ttft_p95_ms,latency_p50_ms,latency_p95_ms,cache_hits,cache_saved_micro"]
+
+
+def _units(micro: int) -> str:
+    """The page's money text (tables.js ``units``): two to six decimals, trailing zeros trimmed."""
+    frac = f"{micro % 10**6:06d}".rstrip("0").ljust(2, "0")
+    return f"{micro // 10**6:,}.{frac}"
+
+
+def _shows_the_other_panels(page: Page, env: Env, start: str, end: str, totals: dict) -> None:
+    """KPIs, top models, cost per request by day and the recent budget events, each against its API."""
+    currency = env.get("/admin/v1/usage").json()["currency"]
+    assert page.locator("#kpi-requests").inner_text() == f'{totals["requests"]:,}'
+    fallback = page.locator("#kpi-fallback").inner_text()
+    assert fallback == (f'{totals["fallbacks"] * 100 / totals["served"]:.1f}%' if totals["served"] else "—")
+    assert page.locator("#kpi-cache").inner_text() == f'{_units(int(totals["cache_saved_micro"]))} {currency}'
+    models = env.get(f"/admin/v1/usage?from={start}&to={end}&by=model").json()["data"]
+    assert len(models) >= 2  # the openai and anthropic simulator models
+    for row in models:
+        assert _cell(page, "top-models", row["model"], "spend_micro").get_attribute("data-micro") == row["spend_micro"]
+    days = env.get(f"/admin/v1/usage?from={start}&to={end}&by=day").json()["data"]
+    assert page.locator("#cpr-chart svg[role=img]").count() == 1 and days
+    for row in days:
+        assert _cell(page, "usage-by-day", row["day"], "cost_per_request_micro").get_attribute("data-micro") == str(
+            int(row["spend_micro"]) // row["requests"])
+    events = env.get(f"/admin/v1/usage/budget-events?from={start}&to={end}&limit=50").json()["data"]
+    assert any(e["scope"] == "team:kyc-ops" and e["type"] == "budget.threshold_crossed" for e in events)
+    expect(page.locator('table[data-table="budget-events"] tbody tr')).to_have_count(len(events))
+    expect(page.locator('table[data-table="budget-events"]')).to_contain_text("team:kyc-ops")
 
 
 @pytest.mark.parametrize("who", ["wrong", "revoked", "virtual key"])
