@@ -30,6 +30,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 MSG = [{"role": "user", "content": "how much did this cost?"}]
 TZ = ZoneInfo("Asia/Kolkata")  # budgets.timezone in examples/farebox.yaml
+BROWSER_TZ = "America/Los_Angeles"
 
 
 class Env:
@@ -171,7 +172,9 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1366, "height": 900}, accept_downloads=True)
+    # A browser far from the budgets' zone (Asia/Kolkata): its calendar date differs for 13.5 hours a day.
+    context = browser.new_context(viewport={"width": 1366, "height": 900}, accept_downloads=True,
+                                  timezone_id=BROWSER_TZ)
     yield context.new_page()
     context.close()
 
@@ -203,8 +206,16 @@ def test_page_shows_the_usage_apis_numbers_drills_down_and_downloads_csv(env: En
     assert _cell(page, "teams-budget", "platform", "settled_micro").get_attribute("data-micro") == str(
         view["settled_micro"])
     assert page.locator("#burndown svg[role=img]").count() >= 1  # one burn-down per team with a budget
+    # month-end forecast = spend so far / days so far x days in the month, days counted in the budgets' zone
+    elapsed, days = datetime.now(TZ).day, int(end[8:10])
+    for row in api["team"]["data"]:
+        forecast = _cell(page, "teams-budget", row["team"], "forecast_micro").get_attribute("data-micro")
+        assert forecast == str(int(row["spend_micro"]) * days // elapsed), (row["team"], elapsed)
     expect(page.locator('table[data-table="keys-near-expiry"] tbody tr')).to_have_count(1)  # the kyc-ops key
     _shows_the_other_panels(page, env, start, end, api["team"]["totals"])
+    # usable on a laptop screen (1366 wide): no table needs a horizontal scroll to show its columns
+    assert page.evaluate("[...document.querySelectorAll('.table-wrap')].filter("
+                         "w => w.scrollWidth > w.clientWidth).map(w => w.querySelector('table').dataset.table)") == []
 
     page.get_by_role("button", name="Show apps of team platform").click()
     [app] = [r for r in api["team,app"]["data"] if r["team"] == "platform"]
