@@ -31,6 +31,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 MSG = [{"role": "user", "content": "how much did this cost?"}]
 TZ = ZoneInfo("Asia/Kolkata")  # budgets.timezone in examples/farebox.yaml
 BROWSER_TZ = "America/Los_Angeles"
+A11Y = Path(__file__).with_name("finops_a11y.js")  # text contrast (WCAG AA) and controls without a name
 
 
 class Env:
@@ -213,6 +214,7 @@ def test_page_shows_the_usage_apis_numbers_drills_down_and_downloads_csv(env: En
         assert forecast == str(int(row["spend_micro"]) * days // elapsed), (row["team"], elapsed)
     expect(page.locator('table[data-table="keys-near-expiry"] tbody tr')).to_have_count(1)  # the kyc-ops key
     _shows_the_other_panels(page, env, start, end, api["team"]["totals"])
+    assert page.evaluate(A11Y.read_text()) == {"low": [], "unlabelled": []}  # contrast and labels
     # usable on a laptop screen (1366 wide): no table needs a horizontal scroll to show its columns
     assert page.evaluate("[...document.querySelectorAll('.table-wrap')].filter("
                          "w => w.scrollWidth > w.clientWidth).map(w => w.querySelector('table').dataset.table)") == []
@@ -287,3 +289,4 @@ def test_a_bad_token_is_refused_with_a_401_message(env: Env, page: Page, who: st
     expect(page.locator("#dashboard")).to_be_hidden()
     if who == "wrong":
         page.screenshot(path=str(env.shots / "finops-login-refused.png"))
+        assert page.evaluate(A11Y.read_text()) == {"low": [], "unlabelled": []}  # the sign-in form and its error
