@@ -3,13 +3,15 @@ then the API against the budget ledger and the page, in headless Debian Chromium
 the API.
 
 Chromium is Debian's (``infra/install-services.sh`` installs it; Playwright's own browser downloads are never
-used). Screenshots are written to the module's temporary folder (printed at the end of the run).
+used). Screenshots are kept as artefacts in ``var/test-artefacts/finops/`` (each run replaces them; the path is
+printed at the end of the run).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import shutil
 import time
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -31,6 +33,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 MSG = [{"role": "user", "content": "how much did this cost?"}]
 TZ = ZoneInfo("Asia/Kolkata")  # budgets.timezone in examples/farebox.yaml
 BROWSER_TZ = "America/Los_Angeles"
+SHOTS = Path(__file__).resolve().parents[2] / "var" / "test-artefacts" / "finops"  # kept after the run
 A11Y = Path(__file__).with_name("finops_a11y.js")  # text contrast (WCAG AA) and controls without a name
 
 
@@ -83,7 +86,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         wait_key_live(stack.gateway_url, kyc)
         _traffic(stack, stack.key, 30, ("chat-default", "chat-openai", "chat-anthropic"))
         _traffic(stack, kyc, 8, ("chat-default", "chat-openai"))
-        shots = tmp_path_factory.mktemp("screenshots")
+        shots = SHOTS
+        shutil.rmtree(shots, ignore_errors=True)
+        shots.mkdir(parents=True)
         yield Env(stack, admin, auditor, revoked, shots)
         print(f"\nFinOps page screenshots: {shots}")
 
