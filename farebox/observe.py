@@ -84,7 +84,7 @@ async def running_alerts(settings: AlertSettings, feed: Feed, keys: Callable[[],
         return
     session = aiohttp.ClientSession()
     notifier = WebhookNotifier(settings.webhook_url, session, secret=settings.webhook_secret,
-                               timeout_s=settings.timeout_s)
+                               timeout_s=settings.timeout_s, setting="alerts.webhook_url")
     dispatcher = Dispatcher(notifier, retries=settings.retries, backoff_s=settings.backoff_s)
     within = timedelta(days=settings.key_expiry_days)
 

@@ -81,4 +81,4 @@ def test_requests_never_wait_on_a_hanging_receiver_and_the_alert_is_logged(tmp_p
     first, retry = (t for t, _ in _Hanging.posts)
     assert retry - first >= 1.0  # after the first try's timeout and the backoff
     errors = [line for line in log.read_text().splitlines() if "not delivered after 2 tries" in line]
-    assert len(errors) == 1 and "/soft" in errors[0] and "did not answer within 1s" in errors[0]
+    assert len(errors) == 1 and "/soft" in errors[0] and "alerts.webhook_url (webhook at 127.0.0.1) did not answer within 1s" in errors[0]
