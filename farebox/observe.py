@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
 from typing import AsyncIterator
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -52,7 +53,9 @@ def build_tracing(settings: TracingSettings, metrics: Metrics):  # -> proxy.trac
             raise SystemExit("error: tracing.otlp_endpoint is set but the OTLP exporter is not installed "
                              "(pip install 'farebox[otlp]')") from None
         exporter = OTLPSpanExporter(endpoint=settings.otlp_endpoint, timeout=settings.export_timeout_s)
-        provider.add_span_processor(BatchSpanProcessor(CountingExporter(exporter, metrics.spans_dropped),
+        url = urlsplit(settings.otlp_endpoint)  # host and port only: the URL's userinfo may be a credential
+        where = f"tracing.otlp_endpoint (collector at {url.hostname}{f':{url.port}' if url.port else ''})"
+        provider.add_span_processor(BatchSpanProcessor(CountingExporter(exporter, metrics.spans_dropped, where),
                                                        export_timeout_millis=int(settings.export_timeout_s * 1000)))
     return Tracing(provider, metrics.spans_dropped)
 
@@ -81,7 +84,7 @@ async def running_alerts(settings: AlertSettings, feed: Feed, keys: Callable[[],
         return
     session = aiohttp.ClientSession()
     notifier = WebhookNotifier(settings.webhook_url, session, secret=settings.webhook_secret,
-                               timeout_s=settings.timeout_s)
+                               timeout_s=settings.timeout_s, setting="alerts.webhook_url")
     dispatcher = Dispatcher(notifier, retries=settings.retries, backoff_s=settings.backoff_s)
     within = timedelta(days=settings.key_expiry_days)
 

@@ -21,6 +21,7 @@ and never waits a request.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Awaitable, Callable, Sequence
 
@@ -34,6 +35,7 @@ from prometheus_client import Counter
 from proxy.upstream.relay import TRACE_HEADERS
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+log = logging.getLogger("farebox.tracing")
 TRACE = "trace"  # the request store's key for its RequestTrace
 
 
@@ -157,10 +159,15 @@ class Tracing:
 
 
 class CountingExporter(SpanExporter):
-    """Wraps an exporter: spans it could not deliver are counted (``farebox_spans_dropped``), not retried."""
+    """Wraps an exporter: spans it could not deliver are counted (``farebox_spans_dropped``), not retried.
 
-    def __init__(self, inner: SpanExporter, dropped: Counter) -> None:
-        self.inner, self.dropped = inner, dropped
+    The first failed export after a good one (or after start) logs one warning naming ``where`` (the setting
+    and the collector's host, never its full URL); the next good export logs that delivery resumed.
+    """
+
+    def __init__(self, inner: SpanExporter, dropped: Counter, where: str = "tracing.otlp_endpoint") -> None:
+        self.inner, self.dropped, self.where = inner, dropped, where
+        self.failing = False
 
     def export(self, spans: Sequence[Any]) -> SpanExportResult:
         try:
@@ -169,6 +176,13 @@ class CountingExporter(SpanExporter):
             result = SpanExportResult.FAILURE
         if result is not SpanExportResult.SUCCESS:
             self.dropped.inc(len(spans))
+            if not self.failing:
+                self.failing = True
+                log.warning("%s: span export failed; spans are dropped and counted in farebox_spans_dropped_total "
+                            "until the collector answers (requests do not wait)", self.where)
+        elif self.failing:
+            self.failing = False
+            log.info("%s: span export works again", self.where)
         return result
 
     def shutdown(self) -> None:

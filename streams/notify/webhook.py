@@ -36,10 +36,12 @@ def signature(secret: str, timestamp: str, body: bytes) -> str:
 
 class WebhookNotifier:
     def __init__(self, url: str, session: aiohttp.ClientSession, *, secret: str | None = None,
-                 timeout_s: float = 5.0, clock=time.time) -> None:
+                 timeout_s: float = 5.0, clock=time.time, setting: str | None = None) -> None:
         self.url, self.session, self.secret, self.clock = url, session, secret, clock
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.host = urlsplit(url).hostname or "webhook"
+        # how errors name the target: the setting it came from (when given) and the host, never the URL
+        self.where = f"{setting} (webhook at {self.host})" if setting else f"webhook at {self.host}"
 
     async def send(self, alert: Alert) -> None:
         body = orjson.dumps(alert.to_json())
@@ -51,8 +53,8 @@ class WebhookNotifier:
         try:
             async with self.session.post(self.url, data=body, headers=headers, timeout=self.timeout) as resp:
                 if resp.status >= 300:
-                    raise NotifyFailed(f"webhook at {self.host} answered {resp.status}")
+                    raise NotifyFailed(f"{self.where} answered {resp.status}")
         except asyncio.TimeoutError:
-            raise NotifyFailed(f"webhook at {self.host} did not answer within {self.timeout.total:g}s") from None
+            raise NotifyFailed(f"{self.where} did not answer within {self.timeout.total:g}s") from None
         except aiohttp.ClientError as exc:
-            raise NotifyFailed(f"webhook at {self.host} unreachable ({type(exc).__name__})") from None
+            raise NotifyFailed(f"{self.where} unreachable ({type(exc).__name__})") from None

@@ -142,7 +142,10 @@ def _distributed_metrics(cluster, worker_url: str) -> None:  # type: ignore[no-u
     pods = [scrape(url + "/metrics") for url in cluster.pod_urls]
     assert sum(p[("farebox_lease_grants_total", ())] for p in pods) > 0
     assert all(p[("farebox_spool_depth_bytes", ())] == 0 for p in pods)  # Kafka was up throughout
-    assert all(("farebox_lease_returns_total", ()) in p for p in pods)
+    # alpha near its limit takes top-ups, and a superseded lease is returned at once: returns happen, and a pod
+    # never returns more leases than it was granted (a refused ask's empty lease is closed, not counted)
+    assert all(0 <= p[("farebox_lease_returns_total", ())] <= p[("farebox_lease_grants_total", ())] for p in pods)
+    assert sum(p[("farebox_lease_returns_total", ())] for p in pods) > 0
     spent = ("farebox_budget_spent_micro", (("scope", "team:alpha"),))  # from the worker's projection, every 5 s
     wait_until(lambda: scrape(cluster.pod_urls[0] + "/metrics").get(spent, 0) > 0, 20, what="alpha's spend on /metrics")
     assert pods[0][("farebox_budget_limit_micro", (("scope", "team:alpha"),))] == 1_000_000

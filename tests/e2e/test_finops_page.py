@@ -3,13 +3,15 @@ then the API against the budget ledger and the page, in headless Debian Chromium
 the API.
 
 Chromium is Debian's (``infra/install-services.sh`` installs it; Playwright's own browser downloads are never
-used). Screenshots are written to the module's temporary folder (printed at the end of the run).
+used). Screenshots are kept as artefacts in ``var/test-artefacts/finops/`` (each run replaces them; the path is
+printed at the end of the run).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import shutil
 import time
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -30,6 +32,9 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 MSG = [{"role": "user", "content": "how much did this cost?"}]
 TZ = ZoneInfo("Asia/Kolkata")  # budgets.timezone in examples/farebox.yaml
+BROWSER_TZ = "America/Los_Angeles"
+SHOTS = Path(__file__).resolve().parents[2] / "var" / "test-artefacts" / "finops"  # kept after the run
+A11Y = Path(__file__).with_name("finops_a11y.js")  # text contrast (WCAG AA) and controls without a name
 
 
 class Env:
@@ -81,7 +86,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         wait_key_live(stack.gateway_url, kyc)
         _traffic(stack, stack.key, 30, ("chat-default", "chat-openai", "chat-anthropic"))
         _traffic(stack, kyc, 8, ("chat-default", "chat-openai"))
-        shots = tmp_path_factory.mktemp("screenshots")
+        shots = SHOTS
+        shutil.rmtree(shots, ignore_errors=True)
+        shots.mkdir(parents=True)
         yield Env(stack, admin, auditor, revoked, shots)
         print(f"\nFinOps page screenshots: {shots}")
 
@@ -171,7 +178,9 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1366, "height": 900}, accept_downloads=True)
+    # A browser far from the budgets' zone (Asia/Kolkata): its calendar date differs for 13.5 hours a day.
+    context = browser.new_context(viewport={"width": 1366, "height": 900}, accept_downloads=True,
+                                  timezone_id=BROWSER_TZ)
     yield context.new_page()
     context.close()
 
@@ -203,7 +212,17 @@ def test_page_shows_the_usage_apis_numbers_drills_down_and_downloads_csv(env: En
     assert _cell(page, "teams-budget", "platform", "settled_micro").get_attribute("data-micro") == str(
         view["settled_micro"])
     assert page.locator("#burndown svg[role=img]").count() >= 1  # one burn-down per team with a budget
+    # month-end forecast = spend so far / days so far x days in the month, days counted in the budgets' zone
+    elapsed, days = datetime.now(TZ).day, int(end[8:10])
+    for row in api["team"]["data"]:
+        forecast = _cell(page, "teams-budget", row["team"], "forecast_micro").get_attribute("data-micro")
+        assert forecast == str(int(row["spend_micro"]) * days // elapsed), (row["team"], elapsed)
     expect(page.locator('table[data-table="keys-near-expiry"] tbody tr')).to_have_count(1)  # the kyc-ops key
+    _shows_the_other_panels(page, env, start, end, api["team"]["totals"])
+    assert page.evaluate(A11Y.read_text()) == {"low": [], "unlabelled": []}  # contrast and labels
+    # usable on a laptop screen (1366 wide): no table needs a horizontal scroll to show its columns
+    assert page.evaluate("[...document.querySelectorAll('.table-wrap')].filter("
+                         "w => w.scrollWidth > w.clientWidth).map(w => w.querySelector('table').dataset.table)") == []
 
     page.get_by_role("button", name="Show apps of team platform").click()
     [app] = [r for r in api["team,app"]["data"] if r["team"] == "platform"]
@@ -239,6 +258,34 @@ def test_page_shows_the_usage_apis_numbers_drills_down_and_downloads_csv(env: En
                                    "ttft_p95_ms,latency_p50_ms,latency_p95_ms,cache_hits,cache_saved_micro"]
 
 
+def _units(micro: int) -> str:
+    """The page's money text (tables.js ``units``): two to six decimals, trailing zeros trimmed."""
+    frac = f"{micro % 10**6:06d}".rstrip("0").ljust(2, "0")
+    return f"{micro // 10**6:,}.{frac}"
+
+
+def _shows_the_other_panels(page: Page, env: Env, start: str, end: str, totals: dict) -> None:
+    """KPIs, top models, cost per request by day and the recent budget events, each against its API."""
+    currency = env.get("/admin/v1/usage").json()["currency"]
+    assert page.locator("#kpi-requests").inner_text() == f'{totals["requests"]:,}'
+    fallback = page.locator("#kpi-fallback").inner_text()
+    assert fallback == (f'{totals["fallbacks"] * 100 / totals["served"]:.1f}%' if totals["served"] else "—")
+    assert page.locator("#kpi-cache").inner_text() == f'{_units(int(totals["cache_saved_micro"]))} {currency}'
+    models = env.get(f"/admin/v1/usage?from={start}&to={end}&by=model").json()["data"]
+    assert len(models) >= 2  # the openai and anthropic simulator models
+    for row in models:
+        assert _cell(page, "top-models", row["model"], "spend_micro").get_attribute("data-micro") == row["spend_micro"]
+    days = env.get(f"/admin/v1/usage?from={start}&to={end}&by=day").json()["data"]
+    assert page.locator("#cpr-chart svg[role=img]").count() == 1 and days
+    for row in days:
+        assert _cell(page, "usage-by-day", row["day"], "cost_per_request_micro").get_attribute("data-micro") == str(
+            int(row["spend_micro"]) // row["requests"])
+    events = env.get(f"/admin/v1/usage/budget-events?from={start}&to={end}&limit=50").json()["data"]
+    assert any(e["scope"] == "team:kyc-ops" and e["type"] == "budget.threshold_crossed" for e in events)
+    expect(page.locator('table[data-table="budget-events"] tbody tr')).to_have_count(len(events))
+    expect(page.locator('table[data-table="budget-events"]')).to_contain_text("team:kyc-ops")
+
+
 @pytest.mark.parametrize("who", ["wrong", "revoked", "virtual key"])
 def test_a_bad_token_is_refused_with_a_401_message(env: Env, page: Page, who: str) -> None:
     token = {"wrong": "fbadm-not-a-token", "revoked": env.revoked, "virtual key": env.stack.key}[who]
@@ -247,3 +294,4 @@ def test_a_bad_token_is_refused_with_a_401_message(env: Env, page: Page, who: st
     expect(page.locator("#dashboard")).to_be_hidden()
     if who == "wrong":
         page.screenshot(path=str(env.shots / "finops-login-refused.png"))
+        assert page.evaluate(A11Y.read_text()) == {"low": [], "unlabelled": []}  # the sign-in form and its error

@@ -80,3 +80,17 @@ def test_a_taken_port_is_named_and_what_was_started_is_stopped(tmp_path: Path) -
 
 def _postgres_home(state: Path) -> Path:
     return Path(json.loads((state / "cluster.json").read_text())["extra"]["postgres_dir"])
+
+
+def test_what_up_prints_names_every_service_its_address_and_the_dev_key(tmp_path: Path) -> None:
+    """The text ``up`` prints without ``--json`` (``infra.cluster_config.summary``)."""
+    from infra.cluster_config import Ports, summary
+
+    ports = Ports(kafka=19092, redis=16380, postgres=15433, simulator=19090, gateways=(18081, 18082))
+    text = summary(ports, tmp_path, "fb-dev-k3y")
+    for line in ("gateway pod-0:  http://127.0.0.1:18081/v1", "gateway pod-1:  http://127.0.0.1:18082/v1",
+                 "simulator:      http://127.0.0.1:19090", "kafka:          127.0.0.1:19092",
+                 "redis:          redis://127.0.0.1:16380/0", "@127.0.0.1:15433/", "worker:", "archiver:",
+                 f"config:         {tmp_path}/farebox.yaml", "export FAREBOX_KEY=fb-dev-k3y",
+                 f"farebox dev cluster down --state-dir {tmp_path}"):
+        assert line in text, line

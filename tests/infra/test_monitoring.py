@@ -81,3 +81,14 @@ def test_every_dashboard_panel_queries_known_metrics() -> None:
         assert panel["targets"], panel["title"]
         for target in panel["targets"]:
             _check_expr(target["expr"], f"panel {panel['title']!r}")
+
+
+def test_the_dashboard_shows_what_each_required_alert_fires_on() -> None:
+    """Each alert the issue asks for can be followed on a panel: every metric its rule reads is on the dashboard."""
+    rules = {r["alert"]: r for g in yaml.safe_load((MONITORING / "alerts.yaml").read_text())["groups"]
+             for r in g["rules"]}
+    dashboard = json.loads((MONITORING / "grafana-dashboard.json").read_text())
+    shown = {name for panel in dashboard["panels"] for t in panel["targets"] for name in NAME.findall(t["expr"])}
+    for alert in sorted(REQUIRED_ALERTS):
+        missing = set(NAME.findall(rules[alert]["expr"])) - shown
+        assert not missing, f"{alert}: no dashboard panel reads {sorted(missing)}"

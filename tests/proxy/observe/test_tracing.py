@@ -5,6 +5,7 @@ and an OTLP collector that is down: spans dropped and counted, requests as fast 
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 
@@ -91,9 +92,11 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-async def test_an_otlp_endpoint_that_is_down_drops_spans_with_a_count_and_never_slows_requests() -> None:
+async def test_an_otlp_endpoint_that_is_down_drops_spans_with_a_count_and_never_slows_requests(caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="farebox.tracing")
     metrics = Metrics()
-    settings = TracingSettings(enabled=True, otlp_endpoint=f"http://127.0.0.1:{_closed_port()}/v1/traces",
+    port = _closed_port()
+    settings = TracingSettings(enabled=True, otlp_endpoint=f"http://user:tok3n@127.0.0.1:{port}/v1/traces",
                                export_timeout_s=0.5)
     t = build_tracing(settings, metrics)
     assert t is not None
@@ -109,6 +112,10 @@ async def test_an_otlp_endpoint_that_is_down_drops_spans_with_a_count_and_never_
     finally:
         await asyncio.to_thread(t.provider.shutdown)
     assert metrics.spans_dropped._value.get() >= 5 * 3  # request, admission, attempt, relay per request
+    # one warning for the outage (not one per batch), naming the setting and the collector, never its credentials
+    warned = [r.getMessage() for r in caplog.records if r.name == "farebox.tracing"]
+    assert len(warned) == 1 and warned[0].startswith(f"tracing.otlp_endpoint (collector at 127.0.0.1:{port})")
+    assert "tok3n" not in caplog.text
 
 
 async def test_an_embeddings_request_is_an_embeddings_span() -> None:
@@ -120,3 +127,31 @@ async def test_an_embeddings_request_is_an_embeddings_span() -> None:
     root = next(s for s in exporter.get_finished_spans() if s.name == "embeddings embed-default")
     assert root.attributes["gen_ai.operation.name"] == "embeddings"
     assert root.attributes["farebox.deployment"] == "sim-embed-mumbai" and root.attributes["farebox.cost_micro"] >= 0
+
+
+def test_the_exporter_warns_once_per_outage_and_says_when_it_recovers(caplog) -> None:
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    from proxy.tracing import CountingExporter
+
+    class Scripted(SpanExporter):
+        def __init__(self, results: list) -> None:
+            self.results = results
+
+        def export(self, spans):  # type: ignore[no-untyped-def]
+            result = self.results.pop(0)
+            if isinstance(result, Exception):
+                raise result
+            return result
+
+    ok, failed = SpanExportResult.SUCCESS, SpanExportResult.FAILURE
+    metrics = Metrics()
+    exporter = CountingExporter(Scripted([failed, RuntimeError("boom"), ok, ok, failed]), metrics.spans_dropped,
+                                "tracing.otlp_endpoint (collector at c:4318)")
+    caplog.set_level(logging.INFO, logger="farebox.tracing")
+    assert [exporter.export([object()] * n) for n in (2, 3, 1, 1, 4)] == [failed, failed, ok, ok, failed]
+    assert metrics.spans_dropped._value.get() == 2 + 3 + 4
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "farebox.tracing"]
+    where = "tracing.otlp_endpoint (collector at c:4318): "
+    assert [level for level, _ in said] == ["WARNING", "INFO", "WARNING"]  # one per outage, and the recovery
+    assert said[0][1].startswith(where + "span export failed") and said[1][1] == where + "span export works again"

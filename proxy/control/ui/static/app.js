@@ -8,6 +8,7 @@ const TOKEN = "farebox-admin-token";
 const NEAR_EXPIRY_DAYS = 14;
 const $ = (id) => document.getElementById(id);
 let currency = "";
+let budgetZone = "";
 let drill = { team: null, app: null };
 let cache = {};
 
@@ -93,12 +94,19 @@ function kpis(totals) {
   }
 }
 
+// Today (YYYY-MM-DD) in the budgets' time zone (the usage API's `timezone`), not the browser's: budget
+// months and days are calendar days there.
+function budgetToday() {
+  return new Intl.DateTimeFormat("en-CA", { timeZone: budgetZone || undefined, year: "numeric", month: "2-digit",
+    day: "2-digit" }).format(new Date());
+}
+
 function elapsedDays(month, days) {
-  const now = new Date();
-  const current = `${now.getFullYear()}-${String(now.getMonth() + 1).padStart(2, "0")}`;
+  const today = budgetToday();
+  const current = today.slice(0, 7);
   if (month < current) return days;
   if (month > current) return 0;
-  return now.getDate();
+  return Number(today.slice(8, 10));
 }
 
 async function teams(month, r, teamRows) {
@@ -248,6 +256,7 @@ async function load() {
     const [team, teamDay, day, app, alias, model, teamApp, teamAppAlias] = await Promise.all(
       ["team", "team,day", "day", "app", "alias", "model", "team,app", "team,app,alias"].map((by) => api(usagePath(by, r))));
     currency = team.currency;
+    budgetZone = team.timezone;
     cache = { team, teamApp, teamAppAlias };
     kpis(team.totals);
     const teamRows = await teams(month, r, team.data);
@@ -285,6 +294,9 @@ async function signIn(token) {
     $("dashboard").hidden = false;
     $("who").hidden = false;
     $("who-text").textContent = `Signed in (config v${snap.version})`;
+    const current = await api("/admin/v1/usage");  // this budget month so far: its first day, in the budgets' zone
+    budgetZone = current.timezone;
+    $("month").value = current.from.slice(0, 7);
     await load();
   } catch (err) {
     if (err.status !== 401) signOut(`Sign-in failed (${err.status ?? "network"}): ${err.message}`);
