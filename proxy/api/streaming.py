@@ -171,7 +171,7 @@ async def _pipe(
     except UpstreamError as exc:
         # Mid-stream: never a second answer. One error event, then the end.
         end(FAILED, error=exc)
-        held = stamp.encode(restorer.flush()) if restorer is not None else b""
+        held = stamp.encode(restorer.flush(broken=True)) if restorer is not None else b""
         await _last_write(resp, held + b"data: " + orjson.dumps(exc.to_body()) + b"\n\n", watch)
         return exc.status
     except _CLIENT_GONE:

@@ -16,7 +16,8 @@ Invariants:
   upstream read into (before SSE encoding), one ``StreamRestorer`` per choice's
   content and per tool call's arguments. Held-back text is emitted no later
   than the chunk carrying the choice's ``finish_reason``; ``flush`` emits what
-  a stream that ended without one still holds.
+  a stream that ended without one still holds, except, when an error cut the
+  stream, the start of an issued placeholder: a cut placeholder never leaks.
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ class Redaction:
         self._values[issued] = value
         self.max_len = max(self.max_len, len(issued))
         return issued
+
+    def issued_prefix(self, text: str) -> bool:
+        """``text`` is the start of a placeholder this request issued (``<CARD_1`` of ``<CARD_12>``)."""
+        return any(placeholder.startswith(text) for placeholder in self._values)
 
     def restore(self, text: str, json_string: bool = False) -> str:
         """``text`` with every placeholder this request issued replaced by its value.
@@ -159,9 +164,12 @@ class StreamRestorer:
         self._held = buf[cut:]
         return self._redaction.restore(buf[:cut], self._json)
 
-    def flush(self) -> str:
-        """What is still held, at the end of the text."""
+    def flush(self, broken: bool = False) -> str:
+        """What is still held, at the end of the text. ``broken``: the text was cut (a mid-stream error), so
+        a held start of a placeholder this request issued is dropped: it is our artefact, not the model's."""
         held, self._held = self._held, ""
+        if broken and held and self._redaction.issued_prefix(held):
+            return ""
         return self._redaction.restore(held, self._json)
 
 
@@ -204,15 +212,15 @@ class ChunkRestorer:
         if choice.get("finish_reason") is not None:
             self._release(index, delta)
 
-    def _release(self, index: int, delta: dict[str, Any]) -> None:
+    def _release(self, index: int, delta: dict[str, Any], broken: bool = False) -> None:
         """Move what choice ``index`` still holds into ``delta`` (the chunk that ends the choice)."""
         held = self._content.pop(index, None)
         if held is not None:
-            tail = held.flush()
+            tail = held.flush(broken)
             if tail:
                 delta["content"] = (delta.get("content") or "") + tail
         for key in sorted(k for k in self._args if k[0] == index):
-            tail = self._args.pop(key).flush()
+            tail = self._args.pop(key).flush(broken)
             if not tail:
                 continue
             calls = delta.setdefault("tool_calls", [])
@@ -223,12 +231,13 @@ class ChunkRestorer:
                 fn = same.setdefault("function", {})
                 fn["arguments"] = (fn.get("arguments") or "") + tail
 
-    def flush(self) -> list[dict[str, Any]]:
-        """Chunks carrying whatever is still held (a stream that ended without a finish_reason)."""
+    def flush(self, broken: bool = False) -> list[dict[str, Any]]:
+        """Chunks carrying whatever is still held (a stream that ended without a finish_reason; ``broken``:
+        cut by an error, so a half-streamed placeholder is dropped, never relayed)."""
         out: list[dict[str, Any]] = []
         for index in sorted({*self._content, *(k[0] for k in self._args)}):
             delta: dict[str, Any] = {}
-            self._release(index, delta)
+            self._release(index, delta, broken)
             if delta:
                 out.append({"choices": [{"index": index, "delta": delta, "finish_reason": None}]})
         return out

@@ -138,7 +138,10 @@ def test_mid_stream_error_flushes_what_was_held_and_never_leaks_a_placeholder(
         stack: Stack, pii_client: openai.OpenAI) -> None:
     text = prompt()
     headers = {**ECHO, "Authorization": f"Bearer {pii_client.api_key}", "x-sim-fault": "stream_error",
-               "x-sim-disconnect-after": "30"}
+               "x-sim-disconnect-after": "30",
+               # paced: the error comes 0.3 s after the first tokens, never in the gateway's first read (an
+               # error there is a failure before the first byte: failed over, and 503 when every attempt fails)
+               "x-sim-tokens-per-s": "100"}
     body = {"model": "chat-openai", "stream": True, "max_completion_tokens": 500,
             "messages": [{"role": "user", "content": text}]}
     content, errors = "", []

@@ -156,3 +156,16 @@ def test_content_parts_and_tool_results_are_redacted_in_place_of_the_copy():
     assert out["messages"][1]["content"] == "card <CARD_1>, pan <PAN_1>"
     assert b["messages"][1]["content"] == f"card {CARD}, pan {PAN}"
     assert red.restore(out["messages"][1]["content"]) == b["messages"][1]["content"]
+
+
+def test_a_stream_cut_mid_placeholder_drops_the_half_placeholder_and_keeps_other_held_text():
+    _, red = redacted(body(f"card {CARD}, mail {EMAIL}"))
+    chunks = ChunkRestorer(red)
+    out = chunks.rewrite([{"choices": [{"index": 0, "delta": {"content": "yours: <EMAIL_1> and <CAR"}}]}])
+    assert out[0]["choices"][0]["delta"]["content"] == f"yours: {EMAIL} and "
+    assert chunks.flush(broken=True) == []  # an error cut "<CARD_1>": its start is ours, never relayed
+    # a stream that just ended keeps the exact-text invariant; a held "<" that no placeholder starts with stays
+    ended = StreamRestorer(red)
+    assert ended.feed("a <CAR") == "a " and ended.flush() == "<CAR"
+    literal = StreamRestorer(red)
+    assert literal.feed("x <Q") == "x " and literal.flush(broken=True) == "<Q"
