@@ -143,7 +143,14 @@ class ArchiveWriter:
         if not records:
             return []
         stored_at = now or datetime.now(timezone.utc)
-        batch = read_batch(records, trusted, stored_at)
+        try:
+            batch = read_batch(records, trusted, stored_at)
+        except (pa.ArrowInvalid, OverflowError, TypeError, ValueError):
+            if not trusted:
+                raise
+            # a trusted log's record our encoder could not have written (a hand-edited file): check them all,
+            # so it is refused into _unreadable like any other, and the archive goes on
+            batch = read_batch(records, False, stored_at)
         unreadable: dict[int, list[dict]] = defaultdict(list)
         for i in sorted(batch.refused):
             record = records[i]

@@ -191,3 +191,19 @@ def test_an_integer_outside_64_bits_is_refused_as_unreadable_not_a_crash(tmp_pat
     rows = sum(pq.read_metadata(tmp_path / name).num_rows for name in files)
     assert rows == len(records) - len(wide)
     assert_same_archive(tmp_path / "again", records, trusted=trusted)
+
+
+def test_a_trusted_log_holding_a_record_the_encoder_never_wrote_is_checked_and_refuses_it(tmp_path):
+    """A hand-edited embedded log (trusted): a cost of 2**70 (orjson reads it as a float, which no int64
+    column takes) makes the writer check the whole batch, so that record is refused like any other and
+    the rest are archived, the same as checked."""
+    from tests.bench.finance.measure import real_events
+
+    records = [Record(0, 1 + n, encode(e)) for n, e in enumerate(real_events(6))]
+    at = next(i for i, r in enumerate(records) if orjson.loads(r.value)["type"] == "request.settled")
+    wire = orjson.loads(records[at].value)
+    text = records[at].value.decode().replace(f'"cost_micro":{wire["cost_micro"]}', f'"cost_micro":{2**70}')
+    records[at] = Record(0, records[at].offset, text.encode())
+    files, refused = written(tmp_path / "trusted", records, trusted=True)
+    assert [offset for _, offset, _, _ in refused] == [records[at].offset]
+    assert (files, refused) == written(tmp_path / "checked", records, trusted=False)
