@@ -38,6 +38,7 @@ from proxy.admission.lease_budgets import LeaseBudgets
 from proxy.admission.limits.redis_buckets import RedisBuckets
 from proxy.admission.scope_states import ScopeStates
 from proxy.admission.wallet import WalletPolicy, Wallets
+from proxy.cancellation import stop_if_cancelled
 from proxy.api.app import create_app
 from proxy.cache.redis_cache import RedisCache
 from proxy.cache.vector_redis import RedisVectors
@@ -172,12 +173,16 @@ async def _listen(redis: aioredis.Redis, pod: str, wallets: Wallets) -> None:
         try:
             async with redis.pubsub() as pubsub:
                 await pubsub.subscribe(f"fb:grants:{pod}")
-                async for message in pubsub.listen():
-                    if message.get("type") == "message" and (granted := _grant(message["data"])) is not None:
+                while True:  # get_message, not listen(): a cancel redis-py swallows inside listen() is
+                    stop_if_cancelled()  # never seen; here it is, within a second
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                    stop_if_cancelled()
+                    if message and message.get("type") == "message" and (granted := _grant(message["data"])):
                         wallets.on_grant(granted)
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - Redis went away: the poll still finds grants
+            stop_if_cancelled()
             log.warning("grant listener lost Redis; retrying", exc_info=True)
             await asyncio.sleep(0.5)
 
@@ -190,7 +195,9 @@ async def _poll(redis: aioredis.Redis, wallets: Wallets, interval_s: float = 0.2
             try:
                 body = await redis.get(f"fb:lease:{ask.lease_id}")
             except Exception:  # noqa: BLE001
+                stop_if_cancelled()
                 break
+            stop_if_cancelled()
             if body and (granted := _grant(body)) is not None:
                 wallets.on_grant(granted)
 
@@ -209,7 +216,9 @@ async def _follow_scopes(redis: aioredis.Redis, states: ScopeStates, interval_s:
                 pipe.hgetall(f"fb:scope:{scope}")
             rows = await pipe.execute()
         except Exception:  # noqa: BLE001 - Redis away: readings go stale and are ignored
+            stop_if_cancelled()
             continue
+        stop_if_cancelled()
         states.update({scope: {k.decode(): v.decode() for k, v in row.items()} for scope, row in zip(scopes, rows)},
                       loop.time())
 
@@ -229,6 +238,7 @@ async def _follow_budgets(redis: aioredis.Redis, snapshot: Callable[[], Snapshot
             rows = await pipe.execute()
         except Exception:  # noqa: BLE001 - Redis away: keep the last reading
             rows = None
+        stop_if_cancelled()
         if rows is not None:
             period = budget_period(snap, time.time())
             out[:] = [(scope, int(row.get(b"settled", 0)) + int(row.get(b"held", 0))

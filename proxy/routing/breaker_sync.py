@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping
 
 import redis.asyncio as aioredis
 
+from proxy.cancellation import stop_if_cancelled
 from proxy.routing import shared_breakers
 from proxy.routing.breaker import OPEN
 from proxy.routing.shared_breakers import Notice
@@ -105,10 +106,12 @@ class BreakerSync:
             await asyncio.sleep(self.interval_s)
             try:
                 await self.tell_once()
+                stop_if_cancelled()  # redis-py may swallow a cancel (proxy/cancellation.py)
                 self._up()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - Redis away: keep the notices, retry
+                stop_if_cancelled()
                 self._down(exc)
                 await asyncio.sleep(self.retry_s)
 
@@ -145,12 +148,16 @@ class BreakerSync:
                     await pubsub.subscribe(self.channel)
                     await self.load()  # after subscribing: nothing falls between the two
                     self._up()
-                    async for message in pubsub.listen():
-                        if message.get("type") == "message":
+                    while True:  # get_message, not listen(): see proxy/cancellation.py
+                        stop_if_cancelled()
+                        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                        stop_if_cancelled()
+                        if message and message.get("type") == "message":
                             self.hear(message["data"])
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - Redis away: local breakers carry on
+                stop_if_cancelled()
                 self._down(exc)
                 await asyncio.sleep(self.retry_s)
 

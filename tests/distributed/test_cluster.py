@@ -85,9 +85,8 @@ def test_three_pods_one_worker_money_exact_and_replay_equals_live(tmp_path, redi
 
         try:
             rows = wait_until(settled_and_quiet, 60, what="all holds settled and all leases returned")
-        except AssertionError as exc:  # say what the projection still shows, and what the worker said
-            raise AssertionError(f"{exc}\nlast rows: {seen}\nworker log:\n"
-                                 + (cluster.folder / "worker.log").read_text()[-4000:]) from None
+        except AssertionError as exc:  # say what the projection still shows, what reached Kafka, who said what
+            raise AssertionError(f"{exc}\nlast rows: {seen}\n{_lease_story(cluster)}") from None
 
         records = asyncio.run(read_records(broker.bootstrap, cluster.requests_topic))
         events = [decode(value) for *_, value in records]
@@ -127,6 +126,25 @@ def test_three_pods_one_worker_money_exact_and_replay_equals_live(tmp_path, redi
         assert "0 difference(s)" in report and "behind" not in report  # the archiver had caught up
         print(f"\n{N} requests: {dict(statuses)}; duplicates in Kafka: {sum(v - 1 for v in ids.values())}; "
               f"alpha settled {int(rows['alpha']['settled']) / 1e6:.2f} of {limits['alpha']}; {report.strip()}")
+
+
+def _lease_story(cluster) -> str:  # type: ignore[no-untyped-def]
+    """For a failure: each lease's events as the scope topic has them, and the pods' and worker's warnings."""
+    records = asyncio.run(read_records(cluster.bootstrap, cluster.prefix + "scope-entries"))
+    leases: dict[str, list[str]] = {}
+    for partition, offset, _, _, value in records:
+        body = json.loads(value)
+        if body.get("type", "").startswith("lease."):
+            leases.setdefault(body["lease_id"], []).append(
+                f"{body['type']}@{partition}:{offset} {body.get('pod')} {body.get('amount_micro')}")
+    unclosed = {lease: story for lease, story in leases.items()
+                if not any(step.startswith(("lease.returned", "lease.expired")) for step in story)}
+    lines = [f"{len(leases)} leases in {cluster.prefix}scope-entries, {len(unclosed)} neither returned nor expired:"]
+    lines += [f"{lease}: {', '.join(story)}" for lease, story in sorted(unclosed.items())]
+    for log in sorted(cluster.folder.glob("pod-*.log")) + [cluster.folder / "worker.log"]:
+        said = [line for line in log.read_text().splitlines() if '"farebox.access"' not in line]
+        lines += [f"--- {log.name} (without access lines):", *said[-40:]]
+    return "\n".join(lines)
 
 
 def _distributed_metrics(cluster, worker_url: str) -> None:  # type: ignore[no-untyped-def]
