@@ -153,11 +153,14 @@ async def _step(what: str, work: Awaitable[object], timeout_s: float | None) -> 
     done (closing connections, ending listeners) the process exit does too.
     """
     started = time.monotonic()
-    try:
-        await asyncio.wait_for(work, timeout_s)
-    except TimeoutError:
+    task = asyncio.ensure_future(work)
+    # asyncio.wait, not wait_for: wait_for waits for the cancelled work to end, forever if it ignores the cancel
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if not done:
+        task.cancel()
         log.warning("shutdown: %s took longer than %.0fs; left to the process exit", what, timeout_s)
         return
+    await task  # its error, if any, is the step's
     took = time.monotonic() - started
     (log.warning if took > 2.0 else log.debug)("shutdown: %s took %.2fs", what, took)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -141,6 +142,9 @@ def _lease_story(cluster) -> str:  # type: ignore[no-untyped-def]
                 if not any(step.startswith(("lease.returned", "lease.expired")) for step in story)}
     lines = [f"{len(leases)} leases in {cluster.prefix}scope-entries, {len(unclosed)} neither returned nor expired:"]
     lines += [f"{lease}: {', '.join(story)}" for lease, story in sorted(unclosed.items())]
+    worker = cluster.worker
+    lines.append(f"worker process: {'running' if worker.poll() is None else f'exited {worker.returncode}'}; "
+                 f"disk free under {cluster.folder}: {shutil.disk_usage(cluster.folder).free / 1e9:.1f} GB")
     for log in sorted(cluster.folder.glob("pod-*.log")) + [cluster.folder / "worker.log"]:
         said = [line for line in log.read_text().splitlines() if '"farebox.access"' not in line]
         lines += [f"--- {log.name} (without access lines):", *said[-40:]]

@@ -106,3 +106,28 @@ async def test_the_pod_loops_end_within_two_seconds_of_a_cancel(redis_server) ->
             await sync.redis.aclose()
     finally:
         await client.aclose()
+
+
+async def test_a_shutdown_step_is_bounded_even_when_its_work_ignores_the_cancel() -> None:
+    """``farebox.distributed._step`` gives up after its timeout; ``wait_for`` would wait for the ignored cancel."""
+    release = asyncio.Event()
+
+    async def stubborn() -> None:
+        while not release.is_set():
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                pass  # as redis-py sometimes does
+
+    started = asyncio.get_running_loop().time()
+    work = asyncio.ensure_future(stubborn())
+    await distributed._step("a stubborn step", work, 0.2)  # noqa: SLF001
+    assert asyncio.get_running_loop().time() - started < 1.0 and not work.done()
+    release.set()
+    await asyncio.wait_for(work, 2)
+
+    async def failing() -> None:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):  # an error within the bound is the step's
+        await distributed._step("a failing step", failing(), 1.0)  # noqa: SLF001
