@@ -38,10 +38,12 @@ EXIT_WRITE_FAILED = 70  # EX_SOFTWARE: a batch could not be written; restart to 
 
 
 def stop_worker(exc: BaseException) -> None:
-    """A batch could not be written to Kafka: memory is ahead of Kafka, so end the process as a kill -9
-    would. Restarted (by its supervisor), the worker recovers its tables from their changelogs and gets
-    the unacknowledged events again; the ledger's idempotence drops what was already written."""
-    log.critical("the worker stops: a batch could not be written to Kafka (%r); restart it to recover", exc)
+    """A batch failed (its write to Kafka, its handling, or a hole no redelivery filled): memory may be
+    ahead of Kafka, so end the process as a kill -9 would. Restarted (by its supervisor), the worker
+    recovers its tables from their changelogs and gets the unacknowledged events again; the ledger's
+    idempotence drops what was already written."""
+    log.critical("the worker stops (exit %d): a batch failed and its events stay unacknowledged (%r); "
+                 "restart it to recover", EXIT_WRITE_FAILED, exc)
     logging.shutdown()
     os._exit(EXIT_WRITE_FAILED)
 
