@@ -123,6 +123,9 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
         await _step("closing the response cache", cache.close(), 10.0)
         await _step("closing the semantic cache", vectors.close(), 10.0)
         await _step("flushing and closing the event log", events.close(), None)  # never cut: the money is in it
+        if events.spooled_bytes:  # Kafka was away at the end: these events (lease returns too) wait for a restart
+            log.warning("shutdown: %d bytes of events left in the spool %s; they go to Kafka when this pod "
+                        "starts again", events.spooled_bytes, Path(d.spool_dir) / settings.pod_id)
 
     async def wallet_ctx(app: web.Application) -> AsyncIterator[None]:
         tasks = [asyncio.create_task(_listen(redis, settings.pod_id, wallets)),
@@ -133,7 +136,12 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
         for task in tasks:
             task.cancel()
         await _step("stopping the grant listener and pollers", asyncio.gather(*tasks, return_exceptions=True), 10.0)
+        before = dict(wallets.stats)
         wallets.close()  # requests have finished: give back every unspent slice
+        log.info("shutdown: returned %d lease(s) (%d micro) to the ledger; over this pod's life %d granted, "
+                 "%d returned", wallets.stats["returned"] - before["returned"],
+                 wallets.stats["returned_micro"] - before["returned_micro"], wallets.stats["granted"],
+                 wallets.stats["returned"])
         await _step("closing the Redis connection", redis.aclose(), 10.0)
 
     app.cleanup_ctx.insert(0, event_log_ctx)
