@@ -10,6 +10,9 @@ forever. The request is still recorded on the task (``Task.cancelling()``
 stays above zero: nothing called ``uncancel``), so a loop asks for it after
 each call into such a library and in its error handlers.
 
+``streams.kafka_clients.stop_if_cancelled`` is its twin for the aiokafka loops (``streams`` does not
+import ``proxy``).
+
 Invariant: a loop that calls ``stop_if_cancelled`` after each awaited library
 call ends within one iteration of ``Task.cancel()``.
 """

@@ -35,7 +35,7 @@ from typing import Any, Callable
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from streams.kafka_clients import ID_HEADER, abandon_producer, stop_consumer
+from streams.kafka_clients import ID_HEADER, abandon_producer, stop_consumer, stop_if_cancelled
 
 log = logging.getLogger("farebox.config_topic")
 
@@ -103,8 +103,7 @@ class KafkaSnapshotPublisher:
             log.warning("snapshot %d not on %s at shutdown; pods will find it in the config database",
                         self._wanted[0], self.topic)
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await _cancelled(self._task, "config publisher")
         await self._drop_producer(graceful=True)
 
     async def _run(self) -> None:
@@ -118,10 +117,12 @@ class KafkaSnapshotPublisher:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - Kafka away: the commit stands, retry later
+                    stop_if_cancelled()  # a cancel aiokafka turned into an error: close() is waiting
                     self.failures += 1
                     log.warning("could not publish snapshot %d to %s (%s); retrying in %.1fs",
                                 version, self.topic, type(exc).__name__, self.retry_s)
                     await self._drop_producer(graceful=False)
+                    stop_if_cancelled()
                     await asyncio.sleep(self.retry_s)
                     continue
                 self.sent_version = max(self.sent_version, version)
@@ -172,8 +173,7 @@ class KafkaSnapshotFeed:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await _cancelled(self._task, "config feed")
             self._task = None
 
     def head(self) -> tuple[int, str] | None:
@@ -214,14 +214,27 @@ class KafkaSnapshotFeed:
                     consumer.seek(tp, self._next_offset)
                 while True:
                     batch = await consumer.getmany(tp, timeout_ms=1000)
+                    stop_if_cancelled()
                     for record in batch.get(tp, []):
                         self.take(record.key, record.value)
                         self._next_offset = record.offset + 1
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - keep serving what we hold; read again shortly
+                stop_if_cancelled()  # a cancel aiokafka turned into an error: close() is waiting
                 log.warning("config feed on %s stopped (%s); restarting in %.1fs", self.topic,
                             type(exc).__name__, self.retry_s)
                 await asyncio.sleep(self.retry_s)
             finally:
                 await stop_consumer(consumer)
+
+
+async def _cancelled(task: asyncio.Task[None], what: str, timeout_s: float = 5.0) -> None:
+    """Cancel a background loop and wait for it, at most ``timeout_s``: a loop still running then (a cancel
+    swallowed where no check sees it) is left to the process exit rather than holding a shutdown forever."""
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if not done:
+        log.warning("%s did not stop within %.0fs of its cancel; left to the process exit", what, timeout_s)
+    elif not task.cancelled() and task.exception() is not None:  # retrieved, so asyncio does not warn
+        log.debug("%s ended with an error", what, exc_info=task.exception())

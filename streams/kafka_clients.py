@@ -81,6 +81,17 @@ async def recent_ids(bootstrap: str, topics: list[str], window: int, *,
         await stop_consumer(consumer)
 
 
+def stop_if_cancelled() -> None:
+    """Raise ``CancelledError`` when the current task was asked to stop, even if a library swallowed it.
+
+    aiokafka, like redis-py (``proxy/cancellation.py`` says more), can turn a cancelled connect into an
+    ordinary error or none: a retry loop that catches ``Exception`` then never ends. Such a loop calls this
+    in its error handler and before it sleeps (``tests/streams/test_config_topic_close.py``)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 async def stop_consumer(consumer: AIOKafkaConsumer) -> None:
     """``consumer.stop()``, minus an aiokafka quirk: stopped before its group-less coordinator's task
     first ran, ``stop()`` re-raises that task's cancellation and skips closing the fetcher and the

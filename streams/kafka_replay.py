@@ -29,7 +29,7 @@ from collections.abc import Callable
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from streams.kafka_clients import ID_HEADER, abandon_producer, recent_ids
+from streams.kafka_clients import ID_HEADER, abandon_producer, recent_ids, stop_if_cancelled
 from streams.kafka_outbox import SPOOLED, Item, SentIds, unpack
 from streams.spool import Spool
 
@@ -100,6 +100,7 @@ class SpoolReplay:
                     self.mode = "spool"
                     self._drain_outbox_to_spool()
                 await abandon_producer(producer)
+                stop_if_cancelled()  # a cancel aiokafka turned into an error: close() is waiting for this task
                 await asyncio.sleep(self._backoff)
 
     async def _open(self, producer: AIOKafkaProducer) -> None:
