@@ -136,12 +136,9 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
         for task in tasks:
             task.cancel()
         await _step("stopping the grant listener and pollers", asyncio.gather(*tasks, return_exceptions=True), 10.0)
-        before = dict(wallets.stats)
-        wallets.close()  # requests have finished: give back every unspent slice
+        returned, micro = wallets.close()  # requests have finished: give back every unspent slice
         log.info("shutdown: returned %d lease(s) (%d micro) to the ledger; over this pod's life %d granted, "
-                 "%d returned", wallets.stats["returned"] - before["returned"],
-                 wallets.stats["returned_micro"] - before["returned_micro"], wallets.stats["granted"],
-                 wallets.stats["returned"])
+                 "%d returned", returned, micro, wallets.stats["granted"], wallets.stats["returned"])
         await _step("closing the Redis connection", redis.aclose(), 10.0)
 
     app.cleanup_ctx.insert(0, event_log_ctx)
@@ -184,8 +181,9 @@ async def _listen(redis: aioredis.Redis, pod: str, wallets: Wallets) -> None:
         try:
             async with redis.pubsub() as pubsub:
                 await pubsub.subscribe(f"fb:grants:{pod}")
-                while True:  # get_message, not listen(): a cancel redis-py swallows inside listen() is
-                    stop_if_cancelled()  # never seen; here it is, within a second
+                stop_if_cancelled()
+                # get_message, not listen(): a cancel redis-py swallows inside listen() is never seen
+                while True:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                     stop_if_cancelled()
                     if message and message.get("type") == "message" and (granted := _grant(message["data"])):

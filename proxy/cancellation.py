@@ -4,9 +4,8 @@ redis-py's asyncio client (8.1.0, the version installed) sometimes absorbs a
 task's cancellation: a command or pipeline cancelled mid-flight returns
 normally, with no ``CancelledError``, about one cancel in three in
 ``tests/proxy/test_cancellation.py``. A ``while True`` loop around Redis
-calls then never ends: a pod's shutdown waited out its 10 s step for the
-grant listener and pollers, and aiohttp's final task cancellation could wait
-forever. The request is still recorded on the task (``Task.cancelling()``
+calls then never ends, and whatever waits for it at shutdown (a pod's
+cleanup steps, aiohttp's final task cancellation) waits too. The request is still recorded on the task (``Task.cancelling()``
 stays above zero: nothing called ``uncancel``), so a loop asks for it after
 each call into such a library and in its error handlers.
 

@@ -19,11 +19,14 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import yaml
 
 from infra.process import free_port
+
+if TYPE_CHECKING:
+    from infra.redis.server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -242,3 +245,15 @@ def generous_limits(tree: dict) -> None:
         dep["limits"] = dict(GENEROUS)
     for scope in tree.get("budgets", {}).get("scopes", []):
         scope["monthly_limit"] = "100000000.00"
+
+
+def start_redis(port: int | None = None) -> "RedisServer":
+    """A real redis-server for a test; a test that needs Redis fails without one, never skips."""
+    import pytest
+
+    from infra.redis.server import RedisServer, RedisServerError
+
+    try:
+        return RedisServer(port).start()
+    except RedisServerError as exc:
+        pytest.fail(f"could not start redis-server: {exc}", pytrace=False)

@@ -318,12 +318,15 @@ class Wallets:
             leases.remove(lease)
             self._return(lease, now)
 
-    def _return(self, lease: PodLease, now: datetime) -> None:
+    def _return(self, lease: PodLease, now: datetime) -> int | None:
+        """Give ``lease`` back to the ledger; the unspent micro-units returned (None: nothing to return)."""
         if lease.lease_id.startswith("emergency/"):
-            return  # never granted: nothing to give back
-        self.stats["returned_micro"] += max(lease.balance, 0)
+            return None  # never granted: nothing to give back
+        unspent = max(lease.balance, 0)
+        self.stats["returned_micro"] += unspent
         self.stats["returned"] += 1
         self.emit(lease.returned(now, self.pod))
+        return unspent
 
     def top_up(self, scope: str, need: int) -> None:
         """Ask for the next lease in the background when the newest one runs low."""
@@ -340,15 +343,14 @@ class Wallets:
             for lease in list(leases):
                 self._maybe_return(scope, lease)
 
-    def close(self) -> None:
+    def close(self) -> tuple[int, int]:
         """Shutdown, after requests finished: return every lease (open holds stay funded by the ledger),
         and every lease still being asked for: its grant may come after we stopped listening, so it is
         returned unspent now (it follows its request on the scope's partition, so the ledger has granted
-        it by the time the return arrives)."""
+        it by the time the return arrives). The leases returned and their unspent micro-units."""
         now = self.clock()
-        for leases in self.leases.values():
-            for lease in leases:
-                self._return(lease, now)
+        given = [self._return(lease, now) for leases in self.leases.values() for lease in leases]
+        returned = [micro for micro in given if micro is not None]
         self.leases.clear()
         for scope, ask in self.asked.items():
             if ask.sent_at:  # sent: a grant is or will be on its way
@@ -356,6 +358,7 @@ class Wallets:
                                         expires_at=None, funded_micro=0))
             ask.answer.cancel()
         self.asked.clear()
+        return len(returned), sum(returned)
 
 
 def _exhausted(scope: str, waited_s: float | None = None) -> BudgetRefused:

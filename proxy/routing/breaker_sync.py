@@ -147,9 +147,9 @@ class BreakerSync:
                 async with self.redis.pubsub() as pubsub:
                     await pubsub.subscribe(self.channel)
                     await self.load()  # after subscribing: nothing falls between the two
+                    stop_if_cancelled()
                     self._up()
                     while True:  # get_message, not listen(): see proxy/cancellation.py
-                        stop_if_cancelled()
                         message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                         stop_if_cancelled()
                         if message and message.get("type") == "message":

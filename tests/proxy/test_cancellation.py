@@ -2,9 +2,9 @@
 
 Real Redis (``infra/redis``). Each round starts the loops, lets them run a
 few milliseconds and cancels them at a random moment; every loop must end
-within 2 s. Before ``proxy.cancellation``, about one round in ten left
-``_follow_scopes`` running for good (the pod's shutdown waited out its 10 s
-step); the first test shows the library behaviour the loops guard against.
+within 2 s. Without ``proxy.cancellation``'s checks, about one round in ten
+leaves a loop running for good; the first test shows the library behaviour
+the loops guard against.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from farebox import distributed
-from infra.redis.server import RedisServer, RedisServerError
+from infra.redis.server import RedisServer
 from proxy.cancellation import cancel_requested
 from proxy.routing.breaker_sync import BreakerSync
 from proxy.routing.state import RoutingState
+from tests.harness import start_redis
 
 ROUNDS = 60
 SNAPSHOT = SimpleNamespace(budgets=SimpleNamespace(  # what _follow_budgets reads of a snapshot
@@ -30,10 +31,7 @@ SNAPSHOT = SimpleNamespace(budgets=SimpleNamespace(  # what _follow_budgets read
 
 @pytest.fixture(scope="module")
 def redis_server() -> Iterator[RedisServer]:
-    try:
-        server = RedisServer().start()
-    except RedisServerError as exc:  # fail, never skip
-        pytest.fail(f"could not start redis-server: {exc}", pytrace=False)
+    server = start_redis()
     yield server
     server.cleanup()
 

@@ -8,21 +8,15 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import pytest
 from bucket_helpers import redis_buckets
 
-from infra.redis.server import RedisServer, RedisServerError
+from infra.redis.server import RedisServer
 from proxy.admission.limits import MemoryBuckets
 from proxy.admission.limits.redis_buckets import RedisBuckets
-
-
-def _start(port: int | None = None) -> RedisServer:
-    try:
-        return RedisServer(port).start()
-    except RedisServerError as exc:  # a Redis test must fail, not skip, without Redis
-        pytest.fail(f"could not start redis-server for the rate-limit tests: {exc}", pytrace=False)
+from tests.harness import start_redis
 
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
-    server = _start()
+    server = start_redis()
     yield server
     server.cleanup()
 
@@ -33,7 +27,7 @@ def make_redis_server() -> Iterator[Callable[..., RedisServer]]:
     servers: list[RedisServer] = []
 
     def factory(port: int | None = None) -> RedisServer:
-        server = _start(port)
+        server = start_redis(port)
         servers.append(server)
         return server
 

@@ -8,18 +8,16 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from infra.redis.server import RedisServer, RedisServerError
+from infra.redis.server import RedisServer
 from proxy.cache import MemoryCache, MemoryVectors
 from proxy.cache.redis_cache import RedisCache
 from proxy.cache.vector_redis import RedisVectors
+from tests.harness import start_redis
 
 
 @pytest.fixture(scope="session")
 def cache_redis() -> Iterator[RedisServer]:
-    try:
-        server = RedisServer().start()
-    except RedisServerError as exc:  # a Redis test must fail, not skip, without Redis
-        pytest.fail(f"could not start redis-server for the cache tests: {exc}", pytrace=False)
+    server = start_redis()
     yield server
     server.cleanup()
 

@@ -7,17 +7,15 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from infra.redis.server import RedisServer, RedisServerError
+from infra.redis.server import RedisServer
 from proxy.idempotency import MemoryIdempotency
 from proxy.idempotency.redis_store import RedisIdempotency
+from tests.harness import start_redis
 
 
 @pytest.fixture(scope="session")
 def idem_redis() -> Iterator[RedisServer]:
-    try:
-        server = RedisServer().start()
-    except RedisServerError as exc:  # a Redis test must fail, not skip, without Redis
-        pytest.fail(f"could not start redis-server for the idempotency tests: {exc}", pytrace=False)
+    server = start_redis()
     yield server
     server.cleanup()
 

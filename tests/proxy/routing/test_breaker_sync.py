@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.redis.server import RedisServer, RedisServerError
+from infra.redis.server import RedisServer
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.routing.breaker import CLOSED, OPEN
 from proxy.routing.breaker_sync import BreakerSync
 from proxy.routing.state import FAILED, OK, RoutingState
 from proxy.snapshot import Snapshot
+from tests.harness import start_redis
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "farebox.yaml"
 DEP = "sim-openai-mumbai"
@@ -23,10 +24,7 @@ DEP = "sim-openai-mumbai"
 
 @pytest.fixture
 def redis_server() -> Iterator[RedisServer]:
-    try:
-        server = RedisServer().start()
-    except RedisServerError as exc:  # fail, never skip
-        pytest.fail(f"could not start redis-server: {exc}", pytrace=False)
+    server = start_redis()
     yield server
     server.cleanup()
 
