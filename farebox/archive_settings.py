@@ -6,6 +6,7 @@ neither YAML nor SQLAlchemy to read them.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,16 @@ class ArchiveSettings:
     compact: bool = True  # merge each closed hour's batch files into one, and each closed day's into one
     compact_hour_utc: int = 1  # from this UTC hour on, once a day, compact the days before today
     group_id: str = "farebox-archiver"  # distributed: the archiver's consumer group
+    # distributed: processes that decode each batch beside ``farebox archiver`` (``streams.archive_pool``);
+    # None: one per core, when there are two or more; 0: none. (``farebox serve`` archives in one child process.)
+    decode_processes: int | None = None
+
+    def decoders(self) -> int:
+        """How many decode processes ``farebox archiver`` runs."""
+        if self.decode_processes is not None:
+            return self.decode_processes
+        cores = os.cpu_count() or 1
+        return cores if cores > 1 else 0
 
 
 def archive_settings(a: Reader, base: Path) -> ArchiveSettings:
@@ -40,6 +51,7 @@ def archive_settings(a: Reader, base: Path) -> ArchiveSettings:
         compact=a.bool("compact", dflt.compact),
         compact_hour_utc=hour,
         group_id=a.str("group_id", dflt.group_id),
+        decode_processes=a.int("decode_processes", None, 0),
     )
     a.reject_unknown()
     return out

@@ -29,7 +29,6 @@ import logging
 import multiprocessing
 import os
 import signal
-import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -41,6 +40,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from farebox.archive_settings import ArchiveSettings
 from streams.archive_manifest import archived_offset, file_lock
+from streams.orphans import leave_with
 
 if TYPE_CHECKING:
     from farebox.settings import Settings
@@ -151,23 +151,10 @@ def archive_pass(log_path: Path, root: Path, batch_size: int, keeper: Housekeepe
     return archived, keeper
 
 
-def _leave_with(parent_pid: int) -> None:
-    """The archiver child's initializer: exit as soon as the gateway that started it is gone (a ``kill -9``
-    of the gateway must not leave an orphan holding memory; a pass cut short is safe, as for a killed gateway:
-    files are written atomically and the archived offset is only read from what landed)."""
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(0.5)
-        os._exit(0)
-
-    threading.Thread(target=watch, name="archiver-parent-watch", daemon=True).start()
-
-
 def archive_child() -> ProcessPoolExecutor:
     """The one spawned process the embedded archiver's passes run in; it leaves with its parent."""
     return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_leave_with, initargs=(os.getpid(),))
+                               initializer=leave_with, initargs=(os.getpid(),))
 
 
 class EmbeddedArchiver:
@@ -286,8 +273,15 @@ async def run_kafka_archiver(settings: Settings, stop: asyncio.Event | None = No
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    decoders = cfg.decoders()
+    pool = None
+    if decoders:
+        from streams.archive_pool import DecodePool
+
+        pool = DecodePool(decoders)
+        await asyncio.to_thread(pool.start)
     archiver = KafkaArchiver(d.bootstrap, d.requests_topic, settings.archive_root, group_id=cfg.group_id,
-                             batch_size=cfg.flush_events, flush_interval_s=cfg.flush_interval_s)
+                             batch_size=cfg.flush_events, flush_interval_s=cfg.flush_interval_s, pool=pool)
 
     async def housekeeping() -> None:
         keeper = Housekeeper(settings.archive_root, cfg, settings.snapshot.budgets.timezone)
@@ -299,7 +293,8 @@ async def run_kafka_archiver(settings: Settings, stop: asyncio.Event | None = No
             except asyncio.TimeoutError:
                 pass
 
-    print(f"farebox archiver: {d.requests_topic} -> {settings.archive_root} (group {cfg.group_id})", flush=True)
+    print(f"farebox archiver: {d.requests_topic} -> {settings.archive_root} (group {cfg.group_id}, "
+          f"{decoders or 'no'} decode process(es))", flush=True)
     keeper = asyncio.create_task(housekeeping())
     alerts = settings.observability.alerts  # one archiver per cluster: the one process that raises alerts
     try:
@@ -309,5 +304,7 @@ async def run_kafka_archiver(settings: Settings, stop: asyncio.Event | None = No
     finally:
         stop.set()
         await keeper
+        if pool is not None:
+            await asyncio.to_thread(pool.close)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)

@@ -41,7 +41,7 @@ def _dated_before(sources: Sources, before: date | None) -> Sources:
 
 
 def _named(table: pa.Table, prefix: str) -> tuple[str, bytes]:
-    data = parquet_bytes(table)
+    data = parquet_bytes(table, dictionary=True)  # the table showback groups: its dictionaries kept
     return f"{SUMMARY_DIR}/{prefix}-{hashlib.sha256(data).hexdigest()[:16]}.parquet", data
 
 

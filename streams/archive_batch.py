@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import pyarrow as pa
@@ -190,15 +190,48 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def read_batch(records: list[Record], trusted: bool, stored_at: datetime) -> Batch:
-    """Decode ``records`` (checking each as the worker would, unless ``trusted``) and build each file's rows."""
+@dataclass(frozen=True, slots=True)
+class Columns:
+    """The first half of reading a batch (``columns_of``): ``rows`` (the indices of the records that read, in
+    the order of ``grouped``), their ``GROUPED`` arrays (None when no record read) and ``refused``."""
+
+    rows: list[int]
+    grouped: list[pa.Array] | None
+    refused: dict[int, BaseException]
+
+
+def columns_of(records: list[Record], trusted: bool) -> Columns:
+    """Decode ``records`` (checking each as the worker would, unless ``trusted``) into their columns: the
+    CPU-bound half of ``read_batch``, which ``streams.archive_pool`` runs a slice per process."""
     refused: dict[int, BaseException] = {}
     with _collector_paused():
         parts = _parts(records, trusted, refused)
     if not parts:
-        return Batch([], refused)
-    rows = [i for kept, _ in parts for i in kept]
-    grouped = concatenated(parts)
+        return Columns([], None, refused)
+    return Columns([i for kept, _ in parts for i in kept], concatenated(parts), refused)
+
+
+class Decoding(Protocol):
+    """A batch being decoded elsewhere: ``result()`` is ``columns_of(records, trusted)`` of the batch."""
+
+    trusted: bool
+
+    def result(self) -> Columns: ...
+
+
+class Decoder(Protocol):
+    """What decodes batches' columns on more cores: ``streams.archive_pool.DecodePool``."""
+
+    def submit(self, records: list[Record], trusted: bool) -> Decoding: ...
+
+
+def read_batch(records: list[Record], trusted: bool, stored_at: datetime, columns: Columns | None = None) -> Batch:
+    """Decode ``records`` (checking each as the worker would, unless ``trusted``) and build each file's rows;
+    ``columns``, when given, is ``columns_of(records, trusted)`` computed elsewhere (``streams.archive_pool``)."""
+    got = columns if columns is not None else columns_of(records, trusted)
+    if got.grouped is None:
+        return Batch([], got.refused)
+    rows, grouped = got.rows, got.grouped
     times = grouped[GROUPED.index("event_time")]  # "time" as written: its date and hour are its prefix
     keys = pa.table({"p": pa.array([records[i].partition for i in rows], pa.int32()),
                      "d": pc.utf8_slice_codeunits(times, 0, 10), "h": pc.utf8_slice_codeunits(times, 11, 13),
@@ -212,4 +245,4 @@ def read_batch(records: list[Record], trusted: bool, stored_at: datetime) -> Bat
     for start, end in _runs(keys.select(["p", "d", "h"])):
         key = (keys.column("p")[start].as_py(), keys.column("d")[start].as_py(), keys.column("h")[start].as_py())
         files.append((key, table.slice(start, end - start)))
-    return Batch(files, refused)
+    return Batch(files, got.refused)

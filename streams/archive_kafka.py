@@ -4,6 +4,12 @@ A batch is what arrived in ``flush_interval_s`` (or ``batch_size`` records,
 whichever first), so a quiet topic makes few small files; the manifest entry
 of a batch lists its extent per partition, and the consumer offsets are
 committed only after it (recovery: ``streams.archive_write``).
+
+With a decode pool and a backlog (a full batch), the archiver reads the next
+batch and starts decoding it while the last one's files are written: only
+reading and decoding overlap; journal, files, manifest entry and commit stay
+one batch at a time, in the flush order. A batch read ahead and never
+committed (a stop, a crash) is read again by the next run.
 """
 
 from __future__ import annotations
@@ -13,21 +19,23 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from streams.archive_batch import Decoder, Decoding
 from streams.archive_write import ArchiveWriter, Record, extents_of
 
 
 class KafkaArchiver:
     """Consumes one topic (all its partitions, manual assignment, manual commits) into the archive.
 
-    Run one per topic (or pass ``partitions`` to split a topic between several).
+    Run one per topic (or pass ``partitions`` to split a topic between several). A ``pool``
+    (``streams.archive_pool.DecodePool``) decodes each batch on more cores.
     ``between_write_and_commit`` is a test hook (a crash point).
     """
 
     def __init__(self, bootstrap: str, topic: str, root: str | Path, *, group_id: str = "farebox-archiver",
                  partitions: Iterable[int] | None = None, batch_size: int = 5000, flush_interval_s: float = 0.0,
-                 between_write_and_commit: Callable[[], None] | None = None) -> None:
+                 between_write_and_commit: Callable[[], None] | None = None, pool: Decoder | None = None) -> None:
         self.bootstrap, self.topic, self.group_id = bootstrap, topic, group_id
-        self.writer = ArchiveWriter(root, f"kafka-{topic}")
+        self.writer = ArchiveWriter(root, f"kafka-{topic}", pool)
         self._partitions = None if partitions is None else sorted(partitions)
         self._batch = batch_size
         self._interval = flush_interval_s
@@ -71,24 +79,42 @@ class KafkaArchiver:
             async def caught_up() -> bool:
                 return until_caught_up and all([await consumer.position(tp) >= ends[tp] for tp in tps])
 
-            while not (stop is not None and stop.is_set()) and not await caught_up():
-                records = []
+            def stopped() -> bool:
+                return stop is not None and stop.is_set()
+
+            async def next_batch() -> tuple[list[Record], Decoding | None]:
+                """The next batch's records, and their decoding started in the pool (while the last is written)."""
+                records: list[Record] = []
                 started = time.monotonic()
-                while len(records) < self._batch and not (stop is not None and stop.is_set()):
+                while len(records) < self._batch and not stopped():
                     got = await consumer.getmany(*tps, timeout_ms=200, max_records=self._batch - len(records))
                     records += [Record(tp.partition, r.offset, r.value) for tp, rs in got.items() for r in rs]
                     if time.monotonic() - started >= self._interval or await caught_up():
                         break
-                if not records:
-                    continue
-                extents = extents_of(records)
-                self.writer.journal(extents)
-                await asyncio.to_thread(self.writer.write, records)
-                if self._hook is not None:
-                    self._hook()
-                await commit(extents)
-                self.writer.done()
-                self.archived += len(records)
+                return records, self.writer.decode(records)
+
+            ahead: asyncio.Task[tuple[list[Record], Decoding | None]] | None = None
+            try:
+                while not stopped() and (ahead is not None or not await caught_up()):
+                    records, decoded = await (ahead if ahead is not None else next_batch())
+                    ahead = None
+                    if not records:
+                        continue
+                    extents = extents_of(records)
+                    self.writer.journal(extents)
+                    written = asyncio.ensure_future(asyncio.to_thread(self.writer.write, records, decoded=decoded))
+                    if self.writer.pool is not None and len(records) == self._batch:  # a backlog: read on
+                        ahead = asyncio.create_task(next_batch())
+                    await written
+                    if self._hook is not None:
+                        self._hook()
+                    await commit(extents)
+                    self.writer.done()
+                    self.archived += len(records)
+            finally:
+                if ahead is not None:  # read but neither written nor committed: the next run reads it again
+                    ahead.cancel()
+                    await asyncio.gather(ahead, return_exceptions=True)
             return self.archived
         finally:
             await stop_consumer(consumer)

@@ -30,7 +30,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from streams.archive_batch import Batch, Record, read_batch
+from streams.archive_batch import Batch, Decoder, Decoding, Record, read_batch
 from streams.archive_manifest import Manifest, archived_offset, committed_offset, file_entry, state_path_of
 from streams.dead_letters import reason_of
 from streams.sqlite_log import SqliteEventLog
@@ -74,8 +74,8 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 # Columns whose values are (nearly) all different: a dictionary page for them is CPU spent for no saving, so
-# they are written as plain pages; every other column keeps its dictionary. Only the encoding differs: the
-# values read back are the same.
+# a table written with dictionaries (``parquet_bytes(..., dictionary=True)``) writes them as plain pages. Only
+# the encoding differs: the values read back are the same.
 UNIQUE_COLUMNS = frozenset({"id", "request_id", "event", "log_offset"})
 
 
@@ -95,10 +95,16 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
     return [leaf for field in schema if field.name not in UNIQUE_COLUMNS for leaf in _leaves(field.name, field.type)]
 
 
-def parquet_bytes(table: pa.Table) -> bytes:
-    """``table`` as one zstd Parquet file; the same table always makes the same bytes."""
+def parquet_bytes(table: pa.Table, *, dictionary: bool = False) -> bytes:
+    """``table`` as one zstd Parquet file; the same table always makes the same bytes.
+
+    The archive's event files are written with plain pages only (``dictionary`` False): zstd over the plain
+    values of an event file is smaller than over dictionary pages (298 KB against 345 KB for 5,000 events,
+    9.6 MB against 11.1 MB for 179,400), takes less CPU to write (10 ms against 17 ms for 5,000) and DuckDB
+    groups it no slower. ``dictionary`` keeps dictionaries for all but ``UNIQUE_COLUMNS``."""
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", use_dictionary=dictionary_columns(table.schema))
+    pq.write_table(table, sink, compression="zstd",
+                   use_dictionary=dictionary_columns(table.schema) if dictionary else False)
     return sink.getvalue().to_pybytes()
 
 
@@ -112,8 +118,9 @@ def extents_of(records: list[Record]) -> Extents:
 class ArchiveWriter:
     """Writes batches of one source (a topic, or the embedded log) with the flush order above."""
 
-    def __init__(self, root: str | Path, source: str) -> None:
+    def __init__(self, root: str | Path, source: str, pool: Decoder | None = None) -> None:
         self.root = Path(root)
+        self.pool = pool  # decodes batches on more cores (``streams.archive_pool``); the same files either way
         self.source = source.replace("/", "_")
         self.manifest = Manifest(self.root)
         self._journal = self.root / "_journal" / f"{self.source}.json"
@@ -136,21 +143,31 @@ class ArchiveWriter:
         entry = self.manifest.last_entry_of(self.source)
         return entry is not None and entry.get("extents", {}).get(str(partition)) == [first, last]
 
-    def write(self, records: list[Record], now: datetime | None = None, *, trusted: bool = False) -> list[Path]:
-        """Steps 2 and 3: one file per (partition, date, hour) group, then their manifest entry.
+    def decode(self, records: list[Record], *, trusted: bool = False) -> Decoding | None:
+        """Start decoding ``records`` in the pool (None without one), for a later ``write(records,
+        decoded=...)``: an archiver decodes its next batch while it writes this one."""
+        return self.pool.submit(records, trusted) if self.pool is not None and records else None
+
+    def write(self, records: list[Record], now: datetime | None = None, *, trusted: bool = False,
+              decoded: Decoding | None = None) -> list[Path]:
+        """Steps 2 and 3: one file per (partition, date, hour) group, then their manifest entry. ``decoded``:
+        what ``decode(records, trusted=trusted)`` started, if it was called.
 
         The same records make the same file names."""
         if not records:
             return []
         stored_at = now or datetime.now(timezone.utc)
+        if decoded is None or decoded.trusted != trusted:
+            decoded = self.decode(records, trusted=trusted)
         try:
-            batch = read_batch(records, trusted, stored_at)
+            batch = read_batch(records, trusted, stored_at, decoded.result() if decoded is not None else None)
         except (pa.ArrowInvalid, OverflowError, TypeError, ValueError):
             if not trusted:
                 raise
             # a trusted log's record our encoder could not have written (a hand-edited file): check them all,
             # so it is refused into _unreadable like any other, and the archive goes on
-            batch = read_batch(records, False, stored_at)
+            checked = self.decode(records, trusted=False)
+            batch = read_batch(records, False, stored_at, checked.result() if checked is not None else None)
         unreadable: dict[int, list[dict]] = defaultdict(list)
         for i in sorted(batch.refused):
             record = records[i]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import dataclasses
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -184,12 +185,17 @@ def test_archive_settings_are_parsed_and_every_problem_reported(tmp_path) -> Non
     path = write(tmp_path, lambda t: t.update(archive={"path": "arch", "retention_days": 400, "compact": False}))
     loaded = load_settings(path)
     assert loaded.archive_root == tmp_path / "arch" and loaded.archive.retention_days == 400
+    assert settings.archive.decoders() == ((os.cpu_count() or 1) if (os.cpu_count() or 1) > 1 else 0)
+    assert load_settings(write(tmp_path, lambda t: t.update(archive={"decode_processes": 0}))).archive.decoders() == 0
+    assert load_settings(write(tmp_path, lambda t: t.update(archive={"decode_processes": 3}))).archive.decoders() == 3
     bad = write(tmp_path, lambda t: t.update(archive={"flush_interval_s": 0, "compact_hour_utc": 24,
-                                                      "retention_days": 0, "colour": "red"}))
+                                                      "retention_days": 0, "decode_processes": -1,
+                                                      "colour": "red"}))
     with pytest.raises(ConfigError) as err:
         load_settings(bad)
     for fragment in ("archive.flush_interval_s: must be >= 0.05", "archive.compact_hour_utc: must be an hour",
-                     "archive.retention_days: must be >= 1", "archive.colour: unknown field"):
+                     "archive.retention_days: must be >= 1", "archive.decode_processes: must be >= 0",
+                     "archive.colour: unknown field"):
         assert fragment in str(err.value)
     assert yaml.safe_load(bad.read_text())["archive"]["colour"] == "red"
 

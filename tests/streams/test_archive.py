@@ -28,6 +28,7 @@ from streams.archive import (
     read_archive,
     read_unreadable,
 )
+from streams.archive_pool import DecodePool
 from streams.kafka_log import KafkaEventLog
 from streams.sqlite_log import SqliteEventLog
 
@@ -140,6 +141,44 @@ async def test_kafka_archiver_killed_between_write_and_commit_archives_each_id_o
     assert await KafkaArchiver(kafka_broker.bootstrap, topic, root, group_id=group).run(until_caught_up=True) == 0
     table = read_archive(root, *ALL_DAYS)
     assert table.num_rows == 900 and pc.min(table.column("log_offset")).as_py() == 0
+
+
+async def test_kafka_archiver_with_a_decode_pool_killed_while_reading_ahead_archives_each_id_once(kafka_broker,
+                                                                                                 tmp_path):
+    """With a decode pool and a backlog the archiver reads and decodes the next batch while it writes one; killed
+    between a write and its commit (the next batch read, not written), a rerun with a pool archives every id
+    once, and the rows are those an archiver without a pool writes."""
+    topic = f"archive-pool-{uuid.uuid4().hex[:10]}"
+    await create_topics(kafka_broker.bootstrap, [TopicSpec(topic, partitions=2)])
+    log = KafkaEventLog(kafka_broker.bootstrap, tmp_path / "spool", requests_topic=topic, scope_topic=topic,
+                        config_topic=topic)
+    events = [spread_event(i) for i in range(3_300)]
+    assert all(o >= 1 for o in await asyncio.gather(*(log.append(e) for e in events)))
+    await log.close()
+    root, group = tmp_path / "archive", f"archiver-{uuid.uuid4().hex[:6]}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
+    crashed = subprocess.run([sys.executable, str(HERE / "archiver_crash.py"), kafka_broker.bootstrap, topic,
+                              str(root), group, "1100", "2"], env=env, cwd=ROOT, capture_output=True, text=True,
+                             timeout=90)
+    assert crashed.returncode == 1, crashed.stderr[-2000:]
+    assert 0 < len(raw_ids(root)) <= 1100 and (root / "_journal").exists()
+    with DecodePool(2) as pool:
+        archiver = KafkaArchiver(kafka_broker.bootstrap, topic, root, group_id=group, batch_size=1100, pool=pool)
+        assert await archiver.run(until_caught_up=True) == 3_300
+    ids = raw_ids(root)
+    assert len(ids) == len(set(ids)) == 3_300, "a row was archived twice, or lost"
+    assert set(ids) == {e.id for e in events}
+    assert not list((root / "_journal").glob("*.json"))
+    assert await KafkaArchiver(kafka_broker.bootstrap, topic, root, group_id=group).run(until_caught_up=True) == 0
+    alone = tmp_path / "alone"
+    assert await KafkaArchiver(kafka_broker.bootstrap, topic, alone, group_id=group + "-alone",
+                               batch_size=1100).run(until_caught_up=True) == 3_300
+    days = (date(2026, 10, 1), date(2026, 10, 25))
+
+    def rows(at: Path) -> list[dict]:
+        return sorted(read_archive(at, *days).drop_columns(["stored_at"]).to_pylist(), key=lambda r: r["id"])
+
+    assert rows(root) == rows(alone)
 
 
 POISON = [b"not json", b'{"type": "request.admitted", "schema": 99}', b"\xff\xfe", b'["a list"]']
