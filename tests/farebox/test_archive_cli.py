@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import dataclasses
+import os
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
