@@ -24,12 +24,13 @@ class ArchiveSettings:
     compact: bool = True  # merge each closed hour's batch files into one, and each closed day's into one
     compact_hour_utc: int = 1  # from this UTC hour on, once a day, compact the days before today
     group_id: str = "farebox-archiver"  # distributed: the archiver's consumer group
-    # distributed: processes that decode each batch beside ``farebox archiver`` (``streams.archive_pool``);
-    # None: one per core, when there are two or more; 0: none. (``farebox serve`` archives in one child process.)
+    # processes that decode batches beside the archiver (``streams.archive_pool``): always in ``farebox archiver``;
+    # in ``farebox serve``'s archiver child (niced) only for a backlog (more than ``flush_events`` pending).
+    # None: one per core, when there are two or more; 0: none.
     decode_processes: int | None = None
 
     def decoders(self) -> int:
-        """How many decode processes ``farebox archiver`` runs."""
+        """How many decode processes an archiver runs (``decode_processes``, or its default)."""
         if self.decode_processes is not None:
             return self.decode_processes
         cores = os.cpu_count() or 1

@@ -4,10 +4,13 @@ Embedded: ``EmbeddedArchiver`` copies the SQLite event log into the Parquet
 archive every ``archive.flush_interval_s`` or as soon as ``flush_events`` are
 pending, and once more at shutdown after the log closed (so every accepted
 event is archived). Each pass runs in a spawned child process (one, kept for
-the archiver's life) with its own read-only connection to the log file, under
-the root's log-archiver lock: its CPU (decoding, Parquet encoding) neither
-holds the gateway's GIL nor stalls its event loop, which only awaits the
-child's answer from a worker thread. After a pass it merges each closed hour's batch files into one (``Housekeeper``) and,
+the archiver's life, niced so the gateway's requests win a contended CPU)
+with its own read-only connection to the log file, under the root's
+log-archiver lock: its CPU (decoding, Parquet encoding) neither holds the
+gateway's GIL nor stalls its event loop, which only awaits the child's answer
+from a worker thread. A pass with a backlog (more than ``flush_events``
+pending: after a stop, or a burst) is decoded by ``archive.decode_processes``
+processes the child starts then and keeps. After a pass it merges each closed hour's batch files into one (``Housekeeper``) and,
 from ``compact_hour_utc`` on, once a day compacts the days before today and
 applies retention. Its lag is on ``/metrics``:
 ``farebox_archive_lag_events`` (log offset minus archived offset) and
@@ -44,6 +47,8 @@ from streams.orphans import leave_with
 
 if TYPE_CHECKING:
     from farebox.settings import Settings
+    from streams.archive_batch import Decoder
+    from streams.archive_pool import DecodePool
     from streams.archive_compact import Housekeeping
 
 # The Parquet writer, compaction and the warehouse (pyarrow, DuckDB) are imported where a pass or housekeeping
@@ -125,7 +130,7 @@ class Housekeeper:
             log.error("archive housekeeping refused: %s", exc)
 
 
-def archive_log_once(log_path: Path, root: Path, batch_size: int) -> int:
+def archive_log_once(log_path: Path, root: Path, batch_size: int, pool: Decoder | None = None) -> int:
     """One pass (blocking; run it in a thread): archive what the log holds beyond the archived offset."""
     from streams.archive_write import archive_from_log
     from streams.sqlite_log import SqliteEventLog
@@ -134,27 +139,58 @@ def archive_log_once(log_path: Path, root: Path, batch_size: int) -> int:
         events = SqliteEventLog.open(log_path, readonly=True)
         try:
             with file_lock(root / "_state" / "log.lock"):  # one log archiver per root (serve, replay --archive-first)
-                return await archive_from_log(events, root, batch_size=batch_size)
+                return await archive_from_log(events, root, batch_size=batch_size, pool=pool)
         finally:
             await events.close()
 
     return asyncio.run(run())
 
 
-def archive_pass(log_path: Path, root: Path, batch_size: int, keeper: Housekeeper) -> tuple[int, Housekeeper]:
+_child_pool: DecodePool | None = None  # in the archiver's child: its decode pool, started at the first backlog
+
+
+def _backlog_pool(decoders: int) -> DecodePool | None:
+    global _child_pool
+    if decoders and _child_pool is None:
+        from streams.archive_pool import DecodePool
+
+        _child_pool = DecodePool(decoders)
+    return _child_pool
+
+
+def close_child_pool() -> None:
+    """In the archiver's child, before it stops: stop its decode pool, if it started one."""
+    global _child_pool
+    if _child_pool is not None:
+        _child_pool.close()
+        _child_pool = None
+
+
+def archive_pass(log_path: Path, root: Path, batch_size: int, keeper: Housekeeper,
+                 backlog_decoders: int = 0) -> tuple[int, Housekeeper]:
     """One pass, then the housekeeping due after it (run in the archiver's child process): events archived, and
-    the housekeeper with what it did recorded (the parent keeps it for the next pass)."""
-    archived = archive_log_once(log_path, root, batch_size)
+    the housekeeper with what it did recorded (the parent keeps it for the next pass). ``backlog_decoders``:
+    the pass has a backlog (more than a batch pending), to be decoded by that many processes (0: in the child)."""
+    archived = archive_log_once(log_path, root, batch_size, _backlog_pool(backlog_decoders) or _child_pool)
     now = datetime.now(timezone.utc)
     if keeper.due(now):
         keeper.run(now)
     return archived, keeper
 
 
+ARCHIVER_NICE = 10  # the embedded archiver's child (and its decode pool) yield the CPU to the gateway's requests
+
+
+def _archiver_child(parent_pid: int) -> None:
+    leave_with(parent_pid)
+    os.nice(ARCHIVER_NICE)
+
+
 def archive_child() -> ProcessPoolExecutor:
-    """The one spawned process the embedded archiver's passes run in; it leaves with its parent."""
+    """The one spawned process the embedded archiver's passes run in (niced: it yields to the gateway); it
+    leaves with its parent."""
     return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=leave_with, initargs=(os.getpid(),))
+                               initializer=_archiver_child, initargs=(os.getpid(),))
 
 
 class EmbeddedArchiver:
@@ -195,8 +231,9 @@ class EmbeddedArchiver:
         if self._child is None:
             self._child = archive_child()
         try:
+            backlog = self.cfg.decoders() if self.lag_events() > self.cfg.flush_events else 0
             archived, self.housekeeper = self._child.submit(
-                archive_pass, self.log_path, self.root, self.cfg.flush_events, self.housekeeper).result()
+                archive_pass, self.log_path, self.root, self.cfg.flush_events, self.housekeeper, backlog).result()
         except BrokenProcessPool:  # the child died (killed, out of memory): a fresh one next pass
             self._child = None
             raise
@@ -210,6 +247,10 @@ class EmbeddedArchiver:
     def close(self) -> None:
         """Stop the child process (blocking; after the last pass)."""
         if self._child is not None:
+            try:
+                self._child.submit(close_child_pool).result()
+            except BrokenProcessPool:
+                pass
             self._child.shutdown(wait=True)
             self._child = None
 

@@ -208,15 +208,21 @@ class ArchiveWriter:
 
 
 async def archive_from_log(log: SqliteEventLog, root: str | Path, *, state_path: str | Path | None = None,
-                           batch_size: int = 5000,
-                           between_write_and_commit: Callable[[], None] | None = None) -> int:
+                           batch_size: int = 5000, between_write_and_commit: Callable[[], None] | None = None,
+                           pool: Decoder | None = None) -> int:
     """Archive everything after the last archived offset (kept in ``_state/log.json``); events archived.
 
     The stored JSON is copied as it is (the log holds only what ``ledger.codec`` encoded). One log
     archiver per root at a time: callers hold ``file_lock(root / "_state" / "log.lock")`` or are the only
-    writer (``farebox.archiving`` does the former)."""
-    writer = ArchiveWriter(root, "log")
-    state = Path(state_path) if state_path else state_path_of(root)
+    writer (``farebox.archiving`` does the former). With a ``pool`` (``streams.archive_pool.DecodePool``)
+    the next batch is read and decoded while one is written; journal, files, manifest entry and state
+    file stay one batch at a time, in the flush order."""
+    return await _archive_log(log, ArchiveWriter(root, "log", pool), state_path, batch_size, between_write_and_commit)
+
+
+async def _archive_log(log: SqliteEventLog, writer: ArchiveWriter, state_path: str | Path | None, batch_size: int,
+                       between_write_and_commit: Callable[[], None] | None) -> int:
+    state = Path(state_path) if state_path else state_path_of(writer.root)
     last = committed_offset(state)
     archived = 0
     pending = writer.pending().get(0)
@@ -229,16 +235,22 @@ async def archive_from_log(log: SqliteEventLog, root: str | Path, *, state_path:
         write_atomic(state, orjson.dumps({"last_offset": last}))
         writer.done()
         archived += len(rows)
-    while True:
-        rows = await log.read_payloads(after=last, limit=batch_size)
-        if not rows:
-            return archived
-        first, end = rows[0][0], rows[-1][0]
+
+    async def read(after: int) -> tuple[list[Record], Decoding | None]:
+        rows = await log.read_payloads(after=after, limit=batch_size)
+        records = [Record(0, offset, payload) for offset, payload in rows]
+        return records, writer.decode(records, trusted=True)
+
+    records, decoded = await read(last)
+    while records:
+        first, end = records[0].offset, records[-1].offset
+        ahead = await read(end)  # with a pool, its decoding runs while this batch is written
         writer.journal({0: (first, end)})
-        writer.write([Record(0, offset, payload) for offset, payload in rows], trusted=True)
+        writer.write(records, trusted=True, decoded=decoded)
         if between_write_and_commit is not None:
             between_write_and_commit()
         write_atomic(state, orjson.dumps({"last_offset": end}))
         writer.done()
-        last = end
-        archived += len(rows)
+        archived += len(records)
+        records, decoded = ahead
+    return archived

@@ -12,14 +12,14 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from farebox.archiving import EmbeddedArchiver, Housekeeper
+from farebox.archiving import EmbeddedArchiver, Housekeeper, archive_log_once
 from farebox.cli import main
 from farebox.settings import load_settings
 from ledger.events import RequestAdmitted, RequestSettled
 from pricing.usage import TokenUsage
 from proxy.control.problems import ConfigError
 from reconcile.request_table import usable_table
-from streams.archive import archive_files
+from streams.archive import archive_files, read_archive, verify
 from streams.archive_schema import SCHEMA_METADATA_KEY
 from streams.sqlite_log import SqliteEventLog
 from tests.farebox.test_settings import write
@@ -163,6 +163,33 @@ def test_embedded_archiver_passes_and_lag(config) -> None:
     assert archiver.lag_events() == 0 and archiver.lag_seconds() == 0 and not archiver.due()
     head[0] = 20
     assert archiver.lag_events() == 2 and archiver.lag_seconds() > 0
+
+
+def test_a_backlog_is_decoded_by_the_childs_pool_and_archives_the_same_rows(tmp_path) -> None:
+    """More than ``flush_events`` pending: the archiver's child decodes the batches in its own decode processes
+    (reading and decoding the next while it writes one), then stops them at close; the archive holds each event
+    once, the same rows as a pass without a pool, and verifies intact."""
+    config = write(tmp_path, lambda t: t.update(event_log={"path": str(tmp_path / "events.sqlite")},
+                                                archive={"flush_events": 1100, "decode_processes": 2}))
+    settings = load_settings(config)
+    events = requests(1500)
+    append(settings.event_log_path, events)
+    archiver = EmbeddedArchiver(settings, lambda: len(events))
+    try:
+        assert archiver.lag_events() > settings.archive.flush_events
+        assert archiver.flush_sync() == len(events)
+        assert archiver.lag_events() == 0
+    finally:
+        archiver.close()
+    alone = tmp_path / "alone"
+    assert archive_log_once(settings.event_log_path, alone, 1100) == len(events)
+
+    def rows(root: Path) -> list[dict]:
+        return sorted(read_archive(root, DAY, DAY).drop_columns(["stored_at"]).to_pylist(), key=lambda r: r["id"])
+
+    assert len(rows(settings.archive_root)) == len(events)
+    assert rows(settings.archive_root) == rows(alone)
+    assert verify(settings.archive_root).intact
 
 
 def test_catch_up_archives_the_lag_at_once_and_then_nothing(config) -> None:

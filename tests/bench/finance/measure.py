@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import statistics
 import time
@@ -32,8 +33,9 @@ from reconcile.request_table import usable_table
 from reconcile.request_table_write import write_request_table
 from reconcile.showback import showback
 from reconcile.warehouse import Warehouse
-from streams.archive import ArchiveWriter, Record
+from streams.archive import ArchiveWriter, Record, archive_from_log
 from streams.archive_pool import DecodePool
+from streams.sqlite_log import SqliteEventLog
 
 ALIASES = (("chat-default", "d-oai-mumbai", "gpt-mid"), ("chat-default", "d-ant-mumbai", "claude-mid"),
            ("chat-fast", "d-oai-mini", "gpt-mini"), ("chat-reasoning", "d-oai-reason", "gpt-reason"),
@@ -83,9 +85,11 @@ def _median(values: list[float]) -> float:
 def archive_throughput(root: Path, events: int, batch: int = 5_000, runs: int = 3) -> dict[str, Any]:
     """Events/s through ``ArchiveWriter.write`` for about ``events`` real events, median of ``runs``: checked
     (each record decoded by ``ledger.codec``, the Kafka archiver's path) and trusted (the embedded log's path,
-    records only our encoder wrote), in the writer's process (``farebox serve``'s archiver child); and checked
-    with a ``DecodePool`` of one process per core, as ``farebox archiver`` runs by default (the pool started
-    once, before the runs, as the long-running archiver starts it; its start is reported). Bytes per million."""
+    records only our encoder wrote), in the writer's process; ``archive_from_log`` over an SQLite log (what
+    ``farebox serve``'s archiver child runs: the log read, the state file written), alone and with a pool (as
+    it decodes a backlog); and checked with a ``DecodePool`` of one process per core, as ``farebox archiver``
+    runs by default (the pool started once, before the runs, as the long-running archiver starts it; its
+    start is reported). Bytes per million."""
     evs = real_events(max(events // 3, 1))
     records = [Record(0, n + 1, encode(e)) for n, e in enumerate(evs)]
     out: dict[str, Any] = {"events": len(records), "runs": runs}
@@ -107,18 +111,44 @@ def archive_throughput(root: Path, events: int, batch: int = 5_000, runs: int = 
 
     out["checked_events_per_s"] = rate("checked", False, None)
     out["trusted_events_per_s"] = rate("trusted", True, None)
+    out["embedded_events_per_s"] = asyncio.run(embedded_rate(root, evs, runs, None))
     processes = ArchiveSettings().decoders()
     out["decode_processes"] = processes
     if processes:
         with DecodePool(processes) as pool:
             out["pool_start_s"] = round(pool.start(), 2)
             out["pooled_events_per_s"] = rate("pooled", False, pool)
+            out["embedded_backlog_events_per_s"] = asyncio.run(embedded_rate(root, evs, runs, pool))
     else:
-        out["pool_start_s"], out["pooled_events_per_s"] = None, out["checked_events_per_s"]
+        out["pool_start_s"] = None
+        out["pooled_events_per_s"] = out["checked_events_per_s"]
+        out["embedded_backlog_events_per_s"] = out["embedded_events_per_s"]
     size = sum(p.stat().st_size for p in (root / "checked-0").glob("date=*/**/*.parquet"))
     out["events_per_s"] = out["pooled_events_per_s"]  # ``farebox archiver`` as it runs by default
     out["mb_per_million_events"] = round(size / len(records), 3)
     return out
+
+
+async def embedded_rate(root: Path, events: list[Event], runs: int, pool: DecodePool | None) -> int:
+    """Events/s of ``archive_from_log`` (``farebox serve``'s archiver child: read, and with a ``pool`` decode the
+    next batch while one is written) over an SQLite log holding ``events``, median of ``runs`` (the log written
+    once, untimed)."""
+    path = root / "log" / "events.sqlite"
+    if not path.exists():
+        log = SqliteEventLog.open(path)
+        for event in events:
+            log.append(event)
+        await log.close()
+    rates = []
+    for _ in range(runs):
+        reader = SqliteEventLog.open(path, readonly=True)
+        try:
+            started = time.perf_counter()
+            archived = await archive_from_log(reader, root / f"embedded-{time.monotonic_ns()}", pool=pool)
+            rates.append(archived / (time.perf_counter() - started))
+        finally:
+            await reader.close()
+    return round(statistics.median(rates))
 
 
 def request_table(root: Path, tz: str = "Asia/Kolkata") -> dict[str, Any]:
