@@ -104,3 +104,40 @@ def test_crlf_transcripts_translate_identically(name):
     raw = wire(name)
     crlf = raw.replace(b"\n", b"\r\n")
     assert events(crlf, range(0, len(crlf), 7)) == events(raw)
+
+
+class _General(SSEParser):
+    """The parser without its fast paths: every feed through ``_feed_any``, every line through ``_any_line``."""
+
+    def _feed_lf(self, data: bytes) -> list[SSEEvent]:
+        return self._feed_any(data)
+
+    def _line(self, raw: bytes, out: list[SSEEvent]) -> None:
+        self._any_line(raw, out)
+
+
+_PIECES = [b"data: ", b"data:", b"data:  two", b"event: e", b": c", b"id: 1", b"retry: 5", b"x", b"\xc3\xa9",
+           b"\xe2\x82", b"\xac", b"\xff", b"\xef\xbb\xbf", b"[DONE]", b"{}", b"\n", b"\n", b"\r", b"\r\n"]
+
+
+def _parsed(parser: SSEParser, raw: bytes, cuts: list[int]) -> list[SSEEvent]:
+    bounds = sorted({0, len(raw), *cuts})
+    out: list[SSEEvent] = []
+    for a, b in zip(bounds, bounds[1:]):
+        out += parser.feed(raw[a:b])
+    return out + parser.close()
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=60), st.data())
+def test_the_fast_paths_give_the_general_paths_events(pieces, data):
+    raw = b"".join(pieces)
+    cuts = data.draw(st.lists(st.integers(0, len(raw)), max_size=12))
+    assert _parsed(SSEParser(), raw, cuts) == _parsed(_General(), raw, cuts)
+
+
+def test_the_fast_path_refuses_an_endless_line_too():
+    parser = SSEParser(max_line_bytes=10)
+    parser.feed(b"data: 1234")
+    with pytest.raises(UpstreamUnavailable):
+        parser.feed(b"56789")
