@@ -116,19 +116,28 @@ def test_reader_dedupes_on_event_id(tmp_path):
     assert read_archive(tmp_path, *ALL_DAYS).column("id").to_pylist() == [e.id for e in events]
 
 
-async def test_kafka_archiver_killed_between_write_and_commit_archives_each_id_once(kafka_broker, tmp_path):
-    topic = f"archive-{uuid.uuid4().hex[:10]}"
-    await create_topics(kafka_broker.bootstrap, [TopicSpec(topic, partitions=3)])
+async def crashed_archiver(kafka_broker, tmp_path: Path, prefix: str, events: list, partitions: int,
+                           *crash_args: str) -> tuple[str, Path, str]:
+    """``events`` in a new topic, then ``archiver_crash.py`` (``crash_args``: batch size, decode processes) run on
+    it until it dies between its first write and commit; (topic, archive root, consumer group)."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    await create_topics(kafka_broker.bootstrap, [TopicSpec(topic, partitions=partitions)])
     log = KafkaEventLog(kafka_broker.bootstrap, tmp_path / "spool", requests_topic=topic, scope_topic=topic,
                         config_topic=topic)
-    events = [spread_event(i) for i in range(900)]
     assert all(o >= 1 for o in await asyncio.gather(*(log.append(e) for e in events)))
     await log.close()
     root, group = tmp_path / "archive", f"archiver-{uuid.uuid4().hex[:6]}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
     crashed = subprocess.run([sys.executable, str(HERE / "archiver_crash.py"), kafka_broker.bootstrap, topic,
-                              str(root), group], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+                              str(root), group, *crash_args], env=env, cwd=ROOT, capture_output=True, text=True,
+                             timeout=90)
     assert crashed.returncode == 1, crashed.stderr[-2000:]
+    return topic, root, group
+
+
+async def test_kafka_archiver_killed_between_write_and_commit_archives_each_id_once(kafka_broker, tmp_path):
+    events = [spread_event(i) for i in range(900)]
+    topic, root, group = await crashed_archiver(kafka_broker, tmp_path, "archive", events, 3)
     before = raw_ids(root)
     assert 0 < len(before) <= 250 and (root / "_journal").exists()
     archiver = KafkaArchiver(kafka_broker.bootstrap, topic, root, group_id=group, batch_size=250)
@@ -148,19 +157,8 @@ async def test_kafka_archiver_with_a_decode_pool_killed_while_reading_ahead_arch
     """With a decode pool and a backlog the archiver reads and decodes the next batch while it writes one; killed
     between a write and its commit (the next batch read, not written), a rerun with a pool archives every id
     once, and the rows are those an archiver without a pool writes."""
-    topic = f"archive-pool-{uuid.uuid4().hex[:10]}"
-    await create_topics(kafka_broker.bootstrap, [TopicSpec(topic, partitions=2)])
-    log = KafkaEventLog(kafka_broker.bootstrap, tmp_path / "spool", requests_topic=topic, scope_topic=topic,
-                        config_topic=topic)
     events = [spread_event(i) for i in range(3_300)]
-    assert all(o >= 1 for o in await asyncio.gather(*(log.append(e) for e in events)))
-    await log.close()
-    root, group = tmp_path / "archive", f"archiver-{uuid.uuid4().hex[:6]}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
-    crashed = subprocess.run([sys.executable, str(HERE / "archiver_crash.py"), kafka_broker.bootstrap, topic,
-                              str(root), group, "1100", "2"], env=env, cwd=ROOT, capture_output=True, text=True,
-                             timeout=90)
-    assert crashed.returncode == 1, crashed.stderr[-2000:]
+    topic, root, group = await crashed_archiver(kafka_broker, tmp_path, "archive-pool", events, 2, "1100", "2")
     assert 0 < len(raw_ids(root)) <= 1100 and (root / "_journal").exists()
     with DecodePool(2) as pool:
         archiver = KafkaArchiver(kafka_broker.bootstrap, topic, root, group_id=group, batch_size=1100, pool=pool)
