@@ -48,8 +48,8 @@ from streams.orphans import leave_with
 if TYPE_CHECKING:
     from farebox.settings import Settings
     from streams.archive_batch import Decoder
-    from streams.archive_pool import DecodePool
     from streams.archive_compact import Housekeeping
+    from streams.archive_pool import DecodePool
 
 # The Parquet writer, compaction and the warehouse (pyarrow, DuckDB) are imported where a pass or housekeeping
 # runs: in the archiver's child process, or in ``farebox archiver``. The gateway that schedules the passes never
@@ -150,6 +150,7 @@ _child_pool: DecodePool | None = None  # in the archiver's child: its decode poo
 
 
 def _backlog_pool(decoders: int) -> DecodePool | None:
+    """The child's decode pool: started now if ``decoders`` asks for one and none runs yet."""
     global _child_pool
     if decoders and _child_pool is None:
         from streams.archive_pool import DecodePool
@@ -170,8 +171,9 @@ def archive_pass(log_path: Path, root: Path, batch_size: int, keeper: Housekeepe
                  backlog_decoders: int = 0) -> tuple[int, Housekeeper]:
     """One pass, then the housekeeping due after it (run in the archiver's child process): events archived, and
     the housekeeper with what it did recorded (the parent keeps it for the next pass). ``backlog_decoders``:
-    the pass has a backlog (more than a batch pending), to be decoded by that many processes (0: in the child)."""
-    archived = archive_log_once(log_path, root, batch_size, _backlog_pool(backlog_decoders) or _child_pool)
+    the pass has a backlog (more than a batch pending) for a decode pool of that many processes (0: none);
+    a pool once started is kept for the child's life and decodes every later pass too."""
+    archived = archive_log_once(log_path, root, batch_size, _backlog_pool(backlog_decoders))
     now = datetime.now(timezone.utc)
     if keeper.due(now):
         keeper.run(now)
