@@ -29,6 +29,7 @@ from farebox.cli_export import live_snapshot
 from farebox.settings import load_settings
 from ledger.balances import Ledger
 from ledger.events import RatingCorrected, RequestAdmitted, RequestAttempted, RequestSettled
+from ledger.notices import ConfigPublished
 from ledger.periods import period_of
 from pricing.rating import rate
 from streams.archive import archive_from_log
@@ -58,6 +59,22 @@ def _archive(state: Path, log_path: Path) -> None:
     asyncio.run(run())
 
 
+def _wait_settled_on_version(log_path: Path, version: int, timeout: float = 30) -> None:
+    """Until the serving gateway has recorded ``config.published`` for config ``version`` (it polls the
+    config database, so that event lands a poll after the CLI's change) and every admitted request is
+    settled: from then on only the CLI appends to the log."""
+    deadline = time.monotonic() + timeout
+    while True:
+        events = read_events(log_path)
+        live = any(isinstance(e, ConfigPublished) and e.version == version for e in events)
+        open_ = {e.request_id for e in events if isinstance(e, RequestAdmitted)} - \
+            {e.request_id for e in events if isinstance(e, RequestSettled)}
+        if live and not open_:
+            return
+        assert time.monotonic() < deadline, f"version {version} live: {live}; requests not settled: {open_}"
+        time.sleep(0.1)
+
+
 def _rerate(config: Path, day: str, *extra: str) -> int:
     return main(["rerate", "--config", str(config), "--from", day, "--to", day, "--price-version", "3", *extra])
 
@@ -79,8 +96,8 @@ def test_a_price_typo_is_fixed_by_rerating_to_the_micro_unit(tmp_path, capsys):
         assert versions.count(2) >= 12, versions
         _publish(stack.config, price_spec(v1.prices, 1))  # version 3: the fix
 
-        time.sleep(0.5)  # the last settlements are appended after the response
         state, log_path = settings.state_dir, stack.events_path
+        _wait_settled_on_version(log_path, live_snapshot(settings).version)
         _archive(state, log_path)
         day = datetime.now(timezone.utc).date().isoformat()
         before = len(read_events(log_path))
