@@ -297,7 +297,10 @@ def test_killed_pod_holds_expire_charged_leases_expire_and_spool_replays(short_t
         done = {e.request_id: e for e in events if e.type == "hold.expired"}
         return events if set(rids) <= set(done) else False
 
-    events = wait_until(expired, HOLD_TTL_S + 40, interval=0.5, what="hold.expired for the dead pod's streams")
+    try:
+        events = wait_until(expired, HOLD_TTL_S + 40, interval=0.5, what="hold.expired for the dead pod's streams")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_expiry_story(cluster, rids)}") from None
     first = _first(events)
     for rid in rids:
         admitted, gone = first[f"{rid}/admitted"], first[f"{rid}/expired"]
@@ -339,6 +342,19 @@ def test_killed_pod_holds_expire_charged_leases_expire_and_spool_replays(short_t
     print(f"\nkilled pod: {len(rids)} holds expired ({sum(first[f'{r}/expired'].charged['team:alpha'] for r in rids)}"
           f" micro charged), leases expired {sorted(dead_leases)}, spooled at kill: {len(spooled)}; "
           f"others served {len(served)}")
+
+
+def _expiry_story(cluster: Cluster, rids: list[str]) -> str:
+    """For a failure message: each dead stream's events in Kafka, whether the worker runs, its log's tail."""
+    found: dict[str, list[str]] = {rid: [] for rid in rids}
+    for e in _request_events(cluster):
+        if e.request_id in found:
+            found[e.request_id].append(e.type)
+    code = cluster.worker.poll() if cluster.worker is not None else "not started"
+    log = cluster.folder / "worker.log"
+    tail = log.read_text(errors="replace").splitlines()[-40:] if log.exists() else ["(no worker.log)"]
+    return (f"events per dead stream: {found}\nworker exit code: {code} (None: running)\n"
+            "worker.log, last lines:\n" + "\n".join(tail))
 
 
 async def _during(cluster: Cluster, client: httpx.AsyncClient) -> list[tuple[str, int, str]]:
