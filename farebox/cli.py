@@ -1,6 +1,6 @@
 """The ``farebox`` command line.
 
-    farebox serve --config PATH [--host H] [--port N]
+    farebox serve --config PATH [--host H] [--port N] [--workers N]
     farebox simulator [--port N] [--host H] [--config PATH]
     farebox keys|budgets|aliases|prices|teams|business-units|admin|audit|config|db: see farebox/cli_control.py
     farebox events tail --config PATH [-n N] [--follow]
@@ -21,11 +21,29 @@ from proxy.errors import GatewayError
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+    from pathlib import Path
+
     from farebox.settings import load_settings
     from farebox.wiring import serve
 
     settings = load_settings(args.config).with_listen(args.host, args.port)
+    if args.gateway_of:  # one of `serve --workers N`'s gateway processes, started by the owner
+        serve(replace(settings, pod_id=args.pod_id or settings.pod_id), gateway_of=Path(args.gateway_of),
+              processes=args.processes)
+        return 0
+    if args.workers < 1:
+        print(f"error: --workers must be at least 1, got {args.workers}", file=sys.stderr)
+        return 2
+    if args.workers > 1 and settings.mode != "embedded":
+        print("error: --workers is for embedded mode; in distributed mode run more pods instead", file=sys.stderr)
+        return 2
     __import__("farebox.drift_warning", fromlist=["warn_if_drifted"]).warn_if_drifted(settings)  # once, at start
+    if args.workers > 1:
+        from farebox.workers import serve_workers
+
+        serve_workers(settings, args.workers)
+        return 0
     serve(settings)
     return 0
 
@@ -81,6 +99,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--config", required=True)
     s.add_argument("--host")
     s.add_argument("--port", type=int)
+    s.add_argument("--workers", type=int, default=1,
+                   help="gateway processes sharing the port (embedded mode; budgets stay exact across them)")
+    s.add_argument("--gateway-of", help=argparse.SUPPRESS)  # the owner's socket (set by --workers)
+    s.add_argument("--processes", type=int, default=1, help=argparse.SUPPRESS)
+    s.add_argument("--pod-id", help=argparse.SUPPRESS)
     s.set_defaults(func=_serve)
 
     s = sub.add_parser("worker", help="run a Faust worker (distributed mode): ledger, leases, rollups, projections")

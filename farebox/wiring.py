@@ -11,6 +11,7 @@ import asyncio
 import functools
 import gc
 import logging
+from pathlib import Path
 from typing import AsyncIterator
 from zoneinfo import ZoneInfo
 
@@ -142,7 +143,10 @@ def _ready(line: str, _aiohttp_banner: str) -> None:
     print(line, flush=True)
 
 
-def serve(settings: Settings, secrets: Secrets | None = None) -> None:
+def serve(settings: Settings, secrets: Secrets | None = None, *, gateway_of: Path | None = None,
+          processes: int = 1) -> None:
+    """One gateway process: embedded, a distributed pod, or (``gateway_of``: the owner's socket) one of
+    ``farebox serve --workers N``'s ``processes``, sharing the port with its siblings."""
     configure_logging(settings.observability.logging)
     loop = new_loop()
     ready = (
@@ -150,7 +154,11 @@ def serve(settings: Settings, secrets: Secrets | None = None) -> None:
         f"(pod {settings.pod_id}, config {settings.safe_db_url}, "
         f"events {settings.event_log_path if settings.mode == 'embedded' else settings.distributed.bootstrap})"
     )
-    if settings.mode == "distributed":
+    if gateway_of is not None:
+        from farebox.local_pod import local_gateway_app
+
+        factory = local_gateway_app(settings, gateway_of, processes)
+    elif settings.mode == "distributed":
         from farebox.distributed import distributed_gateway_app
 
         factory = distributed_gateway_app(settings, secrets)
@@ -165,4 +173,5 @@ def serve(settings: Settings, secrets: Secrets | None = None) -> None:
         access_log=None,
         shutdown_timeout=settings.drain_timeout_s + 10.0,  # longer than the drain, which ends streams itself
         backlog=1024,  # aiohttp's default 128 overflows under bursts; a full queue costs 1-3 s client retries
+        reuse_port=gateway_of is not None,
     )

@@ -1,0 +1,130 @@
+"""Wiring one gateway process of ``farebox serve --workers N`` (the owner is ``farebox.workers``).
+
+A gateway process is a distributed pod whose transport is local: its events
+go to the owner's SQLite log over the owner's socket (``streams.local_log``),
+its budget money comes from leases the owner's ledger processor grants
+(``Wallets``, ``LeaseBudgets``: the same protocol as across machines), and
+the soft/hard readings from the owner's projection rows, polled like the
+worker's Redis hashes. Rate limits, caches and idempotency records are this
+process's own: each of N processes holds ``limit // N`` of every rate bucket
+(approximate, as distributed pods are when Redis is away).
+
+Shutdown: stop the pollers, let requests finish, return every lease, then
+flush and close the connection (every event acknowledged by the owner). If
+the owner goes away the process stops: it cannot record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+from aiohttp import web
+
+from farebox.control import open_config_db
+from farebox.observe import build_tracing, tracing_ctx
+from farebox.pod import body_log_ctx, build_runtime, first_snapshot
+from farebox.reload import SnapshotFollower, follow_ctx
+from farebox.rerating import ArchiveRerater
+from farebox.settings import Settings, load_secrets
+from farebox.usage import attach_usage
+from proxy.admission.lease_budgets import LeaseBudgets
+from proxy.admission.limits import MemoryBuckets
+from proxy.admission.scope_states import ScopeStates
+from proxy.admission.wallet import WalletPolicy, Wallets
+from proxy.api.app import create_app
+from proxy.control.errors import ControlUnavailable
+from proxy.control.service import ControlService
+from proxy.metrics import Metrics
+from proxy.recorder import Recorder
+from proxy.runtime import PodState
+from proxy.snapshot import Secrets, Snapshot
+from streams.local_log import LocalEventLog
+
+log = logging.getLogger("farebox")
+
+
+def _stop_process() -> None:
+    """The owner is gone: stop as on SIGTERM (aiohttp drains, then the cleanup contexts run)."""
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+async def local_gateway_app(settings: Settings, socket: Path, processes: int) -> web.Application:
+    try:
+        db = await asyncio.to_thread(open_config_db, settings)
+    except ControlUnavailable:
+        db = None
+    holder: list[Snapshot] = []
+    follower = SnapshotFollower(settings, db, holder.append, Secrets())
+    snapshot = await asyncio.to_thread(first_snapshot, settings, follower)
+    secrets = load_secrets(settings, snapshot=snapshot)
+    follower.secrets = secrets
+    d = settings.distributed
+    events = await LocalEventLog.connect(socket, settings.pod_id, on_lost=_stop_process)
+    recorder = Recorder(events, Metrics())  # the owner's processor keeps the ledger; this process keeps none
+    wallets = Wallets(settings.pod_id, recorder.emit, lambda: datetime.now(timezone.utc),
+                      WalletPolicy(lease_wait_s=d.lease_wait_s, low_water_pct=d.low_water_pct,
+                                   emergency_micro=d.emergency_micro),
+                      kafka_up=lambda: events.connected, states=ScopeStates(),
+                      observe_rtt=recorder.metrics.lease_round_trip_seconds.observe)
+    events.on_grant = wallets.on_grant
+    control = None if db is None else ControlService(
+        db, price_change_factor=settings.price_change_factor, adopt=follower.adopt, status=follower.status)
+    pod = PodState(snapshot)
+    budgets = LeaseBudgets(wallets, settings.hold_ttl_s, read_scope=events.read_scope)
+    runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets,
+                            limits=MemoryBuckets(share=processes), control=control, rerater=ArchiveRerater(settings))
+    follower.swap, follower.emit = pod.swap, recorder.emit
+    state = recorder.metrics.state
+    state.lease_grants, state.lease_returns = lambda: wallets.stats["granted"], lambda: wallets.stats["returned"]
+    tracing = build_tracing(settings.observability.tracing, recorder.metrics)
+    app = create_app(runtime, tracing=tracing)
+    app.cleanup_ctx.append(tracing_ctx(tracing))
+    attach_usage(app, settings.archive_root)  # the owner's archiver keeps this archive
+    app.cleanup_ctx.append(functools.partial(body_log_ctx, runtime=runtime))
+
+    async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
+        yield
+        await events.close()  # every event this process recorded is acknowledged by the owner
+
+    async def wallet_ctx(app: web.Application) -> AsyncIterator[None]:
+        tasks = [asyncio.create_task(_follow_scopes(events, wallets.states)),
+                 asyncio.create_task(_sweep(wallets))]
+        yield
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        returned, micro = wallets.close()  # requests have finished: give back every unspent slice
+        log.info("shutdown: returned %d lease(s) (%d micro) to the ledger", returned, micro)
+
+    app.cleanup_ctx.insert(0, event_log_ctx)
+    app.cleanup_ctx.insert(1, wallet_ctx)
+    app.cleanup_ctx.append(functools.partial(follow_ctx, follower=follower, emit=recorder.emit, db=db))
+    return app
+
+
+async def _follow_scopes(events: LocalEventLog, states: ScopeStates, interval_s: float = 0.2) -> None:
+    """The owner's rows of the scopes this process's requests touch, a few times a second."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(interval_s)
+        scopes = states.wanted(loop.time())
+        if not scopes or not events.connected:
+            continue
+        try:
+            rows = await events.rows(scopes)
+        except Exception:  # noqa: BLE001 - the owner is away: readings go stale and are ignored
+            continue
+        states.update(rows, loop.time())
+
+
+async def _sweep(wallets: Wallets, interval_s: float = 1.0) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        wallets.sweep()

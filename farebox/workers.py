@@ -1,0 +1,245 @@
+"""``farebox serve --workers N`` (N >= 2): one owner process and N gateway processes on one port.
+
+The owner holds what has one writer: the SQLite event log, the ledger
+processor (``ledger.local_processor``, every scope's leases), the embedded
+ledger runner and its checkpoints (what ``farebox replay`` compares with),
+the archiver child and the alerts. It serves no HTTP itself: it starts N
+gateway processes (``farebox.local_pod``), each binding the same port with
+``SO_REUSEPORT`` (the kernel spreads connections over them), which record
+through the owner's socket (``streams.local_hub``) and spend budget leases
+it grants: budgets stay exact across the processes by the lease protocol of
+distributed mode, with the owner as its ledger processor.
+
+Supervision: a gateway process that exits (killed) is started again under
+the same pod id; what it held comes back to the scopes when its holds' and
+leases' TTLs pass. Events it had sent were acknowledged durable one by one;
+what it had not sent is lost with its requests, whose callers saw the
+connection drop. Shutdown (SIGTERM/SIGINT): the gateways drain and return
+their leases, then the owner folds, checkpoints and closes the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from aiohttp import web
+
+from farebox.archiving import EmbeddedArchiver, embedded_archive_ctx
+from farebox.control import open_config_db
+from farebox.observe import alerts_ctx, expiring_keys
+from farebox.settings import Settings
+from ledger.leases import LeasePolicy
+from ledger.local_processor import LocalProcessor
+from proxy.control.errors import ControlUnavailable
+from proxy.snapshot import Snapshot
+from streams.checkpoints import CheckpointStore
+from streams.local_hub import LocalHub
+from streams.runner import EmbeddedLedgerRunner
+from streams.sqlite_log import SqliteEventLog
+
+log = logging.getLogger("farebox.workers")
+READY = "farebox serving on"
+
+
+def lease_policy(settings: Settings) -> LeasePolicy:
+    d = settings.distributed
+    return LeasePolicy(share=d.lease_share, last_pct=d.lease_last_pct, max_slice_micro=d.lease_max_slice_micro,
+                       ttl_s=d.lease_ttl_s, expiry_grace_s=d.lease_expiry_grace_s)
+
+
+def socket_path(settings: Settings) -> Path:
+    return Path(settings.state_dir) / "workers.sock"
+
+
+class Limits:
+    """The budget limits the processor decides with: the config database's head, followed."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.snapshot: Snapshot = settings.snapshot
+        try:
+            self.db = open_config_db(settings)
+            self._load()
+        except ControlUnavailable:
+            self.db = None
+            log.warning("config database %s unreachable: budget limits from the config file", settings.safe_db_url)
+
+    def _load(self) -> None:
+        from proxy.control.document import compile_document
+
+        assert self.db is not None
+        head = self.db.head()
+        if head is not None and head[0] != getattr(self.snapshot, "version", None):
+            self.snapshot = compile_document(self.db.document(head[0]), head[0])
+
+    async def follow(self) -> None:
+        while True:
+            await asyncio.sleep(max(self.settings.poll_interval_s, 1.0))
+            if self.db is None:
+                continue
+            try:
+                await asyncio.to_thread(self._load)
+            except Exception:  # noqa: BLE001 - keep the last good limits
+                log.warning("config database unreachable; keeping the last good limits", exc_info=True)
+
+    def limit_for(self, scope: str) -> int | None:
+        limit = self.snapshot.budgets.limit_for(scope)
+        return None if limit is None else limit.limit_micro
+
+    def soft_pct_for(self, scope: str) -> int:
+        limit = self.snapshot.budgets.limit_for(scope)
+        return 80 if limit is None else limit.soft_pct
+
+
+class Gateways:
+    """The N gateway processes: started, watched, restarted when one exits, stopped at shutdown."""
+
+    def __init__(self, settings: Settings, count: int) -> None:
+        self.settings = settings
+        self.count = count
+        self.procs: dict[int, asyncio.subprocess.Process] = {}
+        self.ready: dict[int, asyncio.Event] = {}
+        self.stopping = False
+        self.restarts = 0
+        self._watchers: list[asyncio.Task[None]] = []
+        self.pids_file = Path(settings.state_dir) / "workers.json"
+
+    def pod_id(self, index: int) -> str:
+        return f"{self.settings.pod_id}-{index}"
+
+    async def start_all(self) -> None:
+        for index in range(1, self.count + 1):
+            self.ready[index] = asyncio.Event()
+            self._watchers.append(asyncio.create_task(self._run(index)))
+        await asyncio.gather(*(event.wait() for event in self.ready.values()))
+
+    async def _spawn(self, index: int) -> asyncio.subprocess.Process:
+        s = self.settings
+        argv = [sys.executable, "-m", "farebox", "serve", "--config", str(s.config_path), "--host", s.host,
+                "--port", str(s.port), "--gateway-of", str(socket_path(s)), "--processes", str(self.count),
+                "--pod-id", self.pod_id(index)]
+        proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE)
+        self.procs[index] = proc
+        self._write_pids()
+        print(f"farebox gateway process {index} of {self.count}: pid {proc.pid} (pod {self.pod_id(index)})",
+              flush=True)
+        return proc
+
+    async def _run(self, index: int) -> None:
+        while not self.stopping:
+            proc = await self._spawn(index)
+            assert proc.stdout is not None
+            while line := await proc.stdout.readline():
+                text = line.decode(errors="replace").rstrip("\n")
+                if text.startswith(READY):
+                    self.ready[index].set()
+                else:
+                    print(text, flush=True)
+            code = await proc.wait()
+            if self.stopping:
+                return
+            self.restarts += 1
+            log.warning("gateway process %d (pid %d) exited with %s; starting it again", index, proc.pid, code)
+            await asyncio.sleep(0.5)
+
+    def _write_pids(self) -> None:
+        pids = {str(i): p.pid for i, p in self.procs.items()}
+        self.pids_file.write_text(json.dumps(pids))
+
+    async def stop(self, timeout_s: float) -> None:
+        self.stopping = True
+        for proc in self.procs.values():
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+        waits = [asyncio.ensure_future(p.wait()) for p in self.procs.values()]
+        if waits:
+            _, late = await asyncio.wait(waits, timeout=timeout_s)
+            for index, proc in self.procs.items():
+                if proc.returncode is None:
+                    log.warning("gateway process %d did not stop within %.0fs; killed", index, timeout_s)
+                    proc.kill()
+            if late:
+                await asyncio.gather(*late, return_exceptions=True)
+        for task in self._watchers:
+            task.cancel()
+        await asyncio.gather(*self._watchers, return_exceptions=True)
+        self.pids_file.unlink(missing_ok=True)
+
+
+def owner_app(settings: Settings, limits: Limits, events: SqliteEventLog, runner: EmbeddedLedgerRunner,
+              hub: LocalHub) -> web.Application:
+    """The owner's lifetime as aiohttp cleanup contexts (no routes): the log opens first and closes last."""
+    app = web.Application()
+
+    async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
+        tasks = [asyncio.create_task(runner.follow()), asyncio.create_task(limits.follow())]
+        await hub.start()
+        yield
+        await hub.close()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            await runner.final_checkpoint()
+        finally:
+            await events.close()
+            runner.store.close()
+
+    archiver = EmbeddedArchiver(settings, lambda: events.last_offset)
+    app.cleanup_ctx.append(embedded_archive_ctx(archiver))  # unwinds after the log closed
+    app.cleanup_ctx.append(event_log_ctx)
+    app.cleanup_ctx.append(alerts_ctx(settings.observability.alerts, events, lambda: expiring_keys(limits.snapshot)))
+    return app
+
+
+async def run_owner(settings: Settings, count: int) -> None:
+    limits = await asyncio.to_thread(Limits, settings)
+    tz = ZoneInfo(limits.snapshot.budgets.timezone)
+    events = SqliteEventLog.open(settings.event_log_path)
+    runner = EmbeddedLedgerRunner(events, CheckpointStore(f"{settings.event_log_path}.checkpoints"), tz)
+    await runner.start()
+    processor = LocalProcessor(tz, limits.limit_for, limits.soft_pct_for, lambda: limits.snapshot.currency,
+                               lease_policy(settings), settings.distributed.request_retention_s)
+    hub = LocalHub(socket_path(settings), events, processor, on_durable=runner.acknowledged,
+                   sweep_interval_s=min(settings.sweep_interval_s, 1.0))
+    folded = await hub.rebuild()
+    log.info("ledger processor rebuilt from %d events of %s", folded, settings.event_log_path)
+    app_runner = web.AppRunner(owner_app(settings, limits, events, runner, hub), handle_signals=False)
+    await app_runner.setup()
+    gateways = Gateways(settings, count)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        starting = asyncio.create_task(gateways.start_all())
+        done, _ = await asyncio.wait({starting, asyncio.create_task(stop.wait())},
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if starting in done:
+            print(f"{READY} http://{settings.host}:{settings.port} ({count} gateway processes, owner pod "
+                  f"{settings.pod_id}, config {settings.safe_db_url}, events {settings.event_log_path})", flush=True)
+            await stop.wait()
+        else:
+            starting.cancel()
+    finally:
+        await gateways.stop(settings.drain_timeout_s + 15.0)
+        await app_runner.cleanup()
+
+
+def serve_workers(settings: Settings, count: int) -> None:
+    from farebox.logs import configure_logging
+    from farebox.wiring import new_loop
+
+    configure_logging(settings.observability.logging)
+    loop = new_loop()
+    try:
+        loop.run_until_complete(run_owner(settings, count))
+    finally:
+        loop.close()

@@ -1,0 +1,195 @@
+"""The owner side of ``farebox serve --workers N``: one SQLite log and one ledger processor for every gateway.
+
+The owner process holds what has one writer: the SQLite event log and the
+``ledger.local_processor.LocalProcessor`` (every scope's lease ledger). Its
+gateway processes connect to a Unix socket (``streams.local_wire``) and send
+their events; the hub appends each to the log and acknowledges it with its
+offset once durable, so a gateway's ``Recorder`` works as over any log.
+
+Invariants:
+
+* the processor folds the log in offset order: an acknowledgement folds its
+  event when it is the next offset; one past a hole (an event another
+  process appended: ``farebox rerate --apply``) leaves the hole to
+  ``catch_up``, which reads the log and folds in order (run every sweep too);
+* what the processor decides (grants, soft notices, expiries) is appended to
+  the log like any event, and changes nothing when it comes back; a grant is
+  also sent at once to the gateway that asked (its ``pod``): if the owner dies
+  before the grant is durable, the restarted processor decides the same
+  grant again from the same log;
+* a gateway that disconnects (killed) keeps nothing: its holds expire after
+  their TTL and its leases after theirs (``LocalProcessor.due``), charged as
+  the distributed worker charges a dead pod's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ledger.codec import from_dict, to_dict
+from ledger.events import Event, LeaseGranted
+from ledger.local_processor import LocalProcessor
+from streams.eventlog import StreamsError
+from streams.local_wire import FrameWriter, WireError, read_frame
+from streams.sqlite_log import SqliteEventLog
+
+log = logging.getLogger("farebox.workers")
+
+Durable = Callable[[int, Event], None]
+
+
+class LocalHub:
+    def __init__(self, path: Path, events: SqliteEventLog, processor: LocalProcessor, *,
+                 on_durable: Durable | None = None, sweep_interval_s: float = 1.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self.events = events
+        self.processor = processor
+        self.on_durable = on_durable
+        self.sweep_interval_s = sweep_interval_s
+        self.clock = clock
+        self.pods: dict[str, FrameWriter] = {}
+        self.stats = {"events": 0, "grants": 0, "expiries": 0, "connections": 0, "disconnects": 0}
+        self._server: asyncio.AbstractServer | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._catching = asyncio.Lock()
+
+    # --- lifetime -----------------------------------------------------------------
+
+    async def rebuild(self, page: int = 10_000) -> int:
+        """Fold the whole log (start-up): the processor's state as it was; decisions are not re-sent."""
+        folded = 0
+        while batch := await self.events.read(after=self.processor.offset, limit=page):
+            now = self.clock()
+            for offset, event in batch:
+                self.processor.apply(event, offset, now)
+            folded += len(batch)
+        self.processor.take_dirty()
+        return folded
+
+    async def start(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.unlink(missing_ok=True)
+        self._server = await asyncio.start_unix_server(self._serve, path=str(self.path), limit=2 ** 20)
+        self._sweeper = asyncio.create_task(self._sweep_forever())
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+        if self._server is not None:
+            self._server.close()
+            for writer in list(self.pods.values()):
+                writer.close()
+            await self._server.wait_closed()
+        self.path.unlink(missing_ok=True)
+
+    # --- appending ----------------------------------------------------------------
+
+    def append(self, event: Event, reply: Callable[[dict[str, Any]], None] | None = None, n: int = 0) -> None:
+        """Append ``event``; once durable, fold it and (with ``reply``) acknowledge it with its offset."""
+        try:
+            future = self.events.append(event)
+        except StreamsError as exc:
+            if reply is not None:
+                reply({"t": "ack", "n": n, "err": str(exc)})
+            return
+        future.add_done_callback(lambda f: self._durable(f, event, reply, n))
+
+    def _durable(self, future: asyncio.Future[int], event: Event, reply: Callable[[dict[str, Any]], None] | None,
+                 n: int) -> None:
+        if future.cancelled() or future.exception() is not None:
+            if reply is not None:
+                reply({"t": "ack", "n": n, "err": str(future.exception() or "cancelled")})
+            return
+        offset = future.result()
+        if reply is not None:
+            reply({"t": "ack", "n": n, "o": offset})
+        if self.on_durable is not None:
+            self.on_durable(offset, event)
+        if offset == self.processor.offset + 1 and not self._catching.locked():
+            self._decided(self.processor.apply(event, offset, self.clock()))
+        elif offset > self.processor.offset:
+            asyncio.ensure_future(self.catch_up())
+
+    def _decided(self, decided: list[Event]) -> None:
+        for event in decided:
+            if isinstance(event, LeaseGranted):
+                self.stats["grants"] += 1
+                writer = self.pods.get(event.pod)
+                if writer is not None:
+                    writer.send({"t": "grant", "e": to_dict(event)})
+            self.append(event)
+
+    async def catch_up(self, page: int = 10_000) -> None:
+        """Fold whatever the log holds past the processor's offset, in order."""
+        async with self._catching:
+            while batch := await self.events.read(after=self.processor.offset, limit=page):
+                for offset, event in batch:
+                    self._decided(self.processor.apply(event, offset, self.clock()))
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_interval_s)
+            try:
+                if self.events.last_offset > self.processor.offset:
+                    await self.catch_up()
+                due = self.processor.due(datetime.fromtimestamp(self.clock(), timezone.utc))
+            except Exception:  # noqa: BLE001 - a sweep that fails is tried again next interval
+                log.exception("ledger sweep failed; trying again")
+                continue
+            self.stats["expiries"] += len(due)
+            for event in due:
+                self.append(event)
+
+    # --- a gateway's connection ------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, stream: asyncio.StreamWriter) -> None:
+        writer = FrameWriter(stream)
+        pod = None
+        try:
+            hello = await read_frame(reader)
+            if hello is None or hello.get("t") != "hello" or not isinstance(hello.get("pod"), str):
+                raise WireError("the first frame is not a hello naming the pod")
+            pod = hello["pod"]
+            self.pods[pod] = writer
+            self.stats["connections"] += 1
+            log.info("gateway %s connected", pod)
+            while (message := await read_frame(reader)) is not None:
+                await self._handle(message, writer)
+        except (WireError, ConnectionError) as exc:
+            log.warning("gateway %s: %s; connection closed", pod or "(unnamed)", exc)
+        finally:
+            if pod is not None and self.pods.get(pod) is writer:
+                del self.pods[pod]
+                self.stats["disconnects"] += 1
+                log.info("gateway %s disconnected; its holds and leases expire after their TTLs", pod)
+            writer.close()
+
+    async def _handle(self, message: dict[str, Any], writer: FrameWriter) -> None:
+        kind, n = message["t"], message.get("n", 0)
+        if kind == "ev":
+            self.stats["events"] += 1
+            try:
+                event = from_dict(message["e"])
+            except Exception as exc:  # noqa: BLE001 - never fatal: the gateway is told why
+                writer.send({"t": "ack", "n": n, "err": f"not an event: {exc}"})
+                return
+            self.append(event, writer.send, n)
+        elif kind == "flush":
+            await self.events.flush()
+            writer.send({"t": "done", "n": n})
+        elif kind == "read":
+            batch = await self.events.read(after=int(message.get("after", 0)), limit=int(message.get("limit", 1000)))
+            writer.send({"t": "done", "n": n, "events": [[offset, to_dict(e)] for offset, e in batch]})
+        elif kind == "rows":
+            now = datetime.fromtimestamp(self.clock(), timezone.utc)
+            writer.send({"t": "done", "n": n, "rows": {s: self.processor.row(s, now) for s in message["scopes"]}})
+        else:
+            raise WireError(f"unknown frame type {kind!r}")

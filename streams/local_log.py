@@ -1,0 +1,188 @@
+"""The ``EventLog`` of a gateway process under ``farebox serve --workers N``: the owner's log, over its socket.
+
+A gateway process appends its events to the owner's SQLite log through the
+owner's Unix socket (``streams.local_wire``, ``streams.local_hub``). The
+port's contract holds as for the SQLite adapter (``tests/streams``): an
+append returns at once with a future that resolves with the event's offset
+once the owner has it durable; ``flush`` waits for every append of this
+process; ``read`` reads the owner's log.
+
+The socket also brings what the owner's ledger decides for this process:
+``on_grant`` receives each ``lease.granted`` for this pod (the wallets'
+``on_grant``), and ``rows`` answers the projection rows of scopes (the
+pod's ``ScopeStates``, ``GET /admin/v1/budgets``).
+
+Fail-stop: once the connection is lost, every append not yet acknowledged
+fails with ``EventLogFailed``, later appends raise it, and ``on_lost`` is
+called (the gateway process stops: without the owner it cannot record).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ledger.codec import from_dict, to_dict
+from ledger.events import Event, LeaseGranted
+from streams.eventlog import EventLogClosed, EventLogFailed
+from streams.local_wire import FrameWriter, WireError, read_frame
+
+log = logging.getLogger("farebox.workers")
+
+
+class LocalEventLog:
+    def __init__(self, path: Path | str, pod: str, *, on_grant: Callable[[LeaseGranted], None] | None = None,
+                 on_lost: Callable[[], None] | None = None) -> None:
+        self.path = str(path)
+        self.pod = pod
+        self.on_grant = on_grant
+        self.on_lost = on_lost
+        self._writer: FrameWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._numbers = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._appends: set[asyncio.Future[int]] = set()
+        self._last = 0
+        self._closed = False
+        self._failure: str | None = None
+
+    @classmethod
+    async def connect(cls, path: Path | str, pod: str, *, timeout_s: float = 30.0, **kw: Any) -> "LocalEventLog":
+        """Connect to the owner at ``path`` (retrying while it starts, up to ``timeout_s``)."""
+        self = cls(path, pod, **kw)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            try:
+                reader, stream = await asyncio.open_unix_connection(self.path, limit=2 ** 20)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                if loop.time() >= deadline:
+                    raise EventLogFailed(f"the owner's event log socket {self.path} did not answer "
+                                         f"within {timeout_s:.0f}s") from None
+                await asyncio.sleep(0.05)
+        self._writer = FrameWriter(stream)
+        self._writer.send({"t": "hello", "pod": pod})
+        self._reader_task = asyncio.create_task(self._read_loop(reader))
+        return self
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None and self._failure is None and not self._closed
+
+    # --- the port -----------------------------------------------------------------
+
+    def append(self, event: Event) -> asyncio.Future[int]:
+        if self._failure is not None:
+            raise EventLogFailed(f"the owner's event log is unreachable: {self._failure}")
+        if self._closed or self._writer is None:
+            raise EventLogClosed("this process's event log connection is closed")
+        future = self._request({"t": "ev", "e": to_dict(event)})
+        self._appends.add(future)
+        future.add_done_callback(self._appended)
+        return future
+
+    def _appended(self, future: asyncio.Future[int]) -> None:
+        self._appends.discard(future)
+        if not future.cancelled() and future.exception() is None:
+            self._last = max(self._last, future.result())
+
+    async def flush(self) -> None:
+        if self._failure is not None:
+            raise EventLogFailed(f"the owner's event log is unreachable: {self._failure}")
+        if self._appends:
+            await asyncio.gather(*list(self._appends), return_exceptions=True)
+        if self._failure is not None:
+            raise EventLogFailed(f"the owner's event log is unreachable: {self._failure}")
+
+    async def read(self, after: int = 0, limit: int = 1000) -> list[tuple[int, Event]]:
+        if self._closed:
+            raise EventLogClosed("this process's event log connection is closed")
+        answer = await self._ask({"t": "read", "after": after, "limit": limit})
+        return [(offset, from_dict(e)) for offset, e in answer["events"]]
+
+    async def rows(self, scopes: list[str]) -> dict[str, dict[str, str]]:
+        """The owner's projection rows of ``scopes`` (``streams.projections.scope_fields``'s layout)."""
+        answer = await self._ask({"t": "rows", "scopes": scopes})
+        return answer["rows"]
+
+    async def read_scope(self, scope: str) -> dict[str, str]:
+        return (await self.rows([scope]))[scope]
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            if self._failure is None:
+                await self.flush()
+        finally:
+            self._closed = True
+            if self._writer is not None:
+                self._writer.close()
+            if self._reader_task is not None:
+                self._reader_task.cancel()
+                await asyncio.gather(self._reader_task, return_exceptions=True)
+
+    @property
+    def last_offset(self) -> int:
+        return self._last
+
+    # --- internals ------------------------------------------------------------------
+
+    def _request(self, message: dict[str, Any]) -> asyncio.Future[Any]:
+        assert self._writer is not None
+        n = next(self._numbers)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[n] = future
+        message["n"] = n
+        self._writer.send(message)
+        return future
+
+    async def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        if self._failure is not None or self._writer is None:
+            raise EventLogFailed(f"the owner's event log is unreachable: {self._failure}")
+        return await self._request(message)
+
+    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+        why = "the owner closed the connection"
+        try:
+            while (message := await read_frame(reader)) is not None:
+                kind = message["t"]
+                if kind == "grant":
+                    granted = from_dict(message["e"])
+                    if isinstance(granted, LeaseGranted) and self.on_grant is not None:
+                        self.on_grant(granted)
+                    continue
+                future = self._waiting.pop(message.get("n", 0), None)
+                if future is None or future.done():
+                    continue
+                if kind == "ack":
+                    if "err" in message:
+                        future.set_exception(EventLogFailed(f"the owner refused an event: {message['err']}"))
+                    else:
+                        future.set_result(message["o"])
+                else:
+                    future.set_result(message)
+        except asyncio.CancelledError:
+            if self._closed:
+                return
+            raise
+        except (WireError, ConnectionError) as exc:
+            why = str(exc)
+        self._lost(why)
+
+    def _lost(self, why: str) -> None:
+        if self._closed:
+            return
+        self._failure = why
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(EventLogFailed(f"the owner's event log is unreachable: {why}"))
+        self._waiting.clear()
+        log.error("the owner process is gone (%s): this gateway process cannot record and stops", why)
+        if self.on_lost is not None:
+            self.on_lost()
