@@ -42,6 +42,8 @@ class LocalEventLog:
         self.on_grant = on_grant
         self.on_lost = on_lost
         self._writer: FrameWriter | None = None
+        self._connecting: asyncio.Future[None] | None = None
+        self._queued: list[dict[str, Any]] = []  # sent once connected
         self._reader_task: asyncio.Task[None] | None = None
         self._numbers = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[Any]] = {}
@@ -51,9 +53,23 @@ class LocalEventLog:
         self._failure: str | None = None
 
     @classmethod
-    async def connect(cls, path: Path | str, pod: str, *, timeout_s: float = 30.0, **kw: Any) -> "LocalEventLog":
-        """Connect to the owner at ``path`` (retrying while it starts, up to ``timeout_s``)."""
+    def open(cls, path: Path | str, pod: str, *, timeout_s: float = 30.0, **kw: Any) -> "LocalEventLog":
+        """The log at once; it connects in the background (retrying while the owner starts, up to
+        ``timeout_s``), and what is appended meanwhile is sent once connected."""
         self = cls(path, pod, **kw)
+        self._connecting = asyncio.ensure_future(self._connect(timeout_s))
+        return self
+
+    @classmethod
+    async def connect(cls, path: Path | str, pod: str, *, timeout_s: float = 30.0, **kw: Any) -> "LocalEventLog":
+        """``open``, then wait for the connection; ``EventLogFailed`` if the owner did not answer."""
+        self = cls.open(path, pod, timeout_s=timeout_s, **kw)
+        await self._connecting
+        if self._failure is not None:
+            raise EventLogFailed(self._failure)
+        return self
+
+    async def _connect(self, timeout_s: float) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
@@ -62,24 +78,27 @@ class LocalEventLog:
                 break
             except (FileNotFoundError, ConnectionRefusedError):
                 if loop.time() >= deadline:
-                    raise EventLogFailed(f"the owner's event log socket {self.path} did not answer "
-                                         f"within {timeout_s:.0f}s") from None
+                    self._lost(f"the owner's event log socket {self.path} did not answer within {timeout_s:.0f}s")
+                    return
                 await asyncio.sleep(0.05)
         self._writer = FrameWriter(stream)
-        self._writer.send({"t": "hello", "pod": pod})
+        self._writer.send({"t": "hello", "pod": self.pod})
+        for message in self._queued:
+            self._writer.send(message)
+        self._queued = []
         self._reader_task = asyncio.create_task(self._read_loop(reader))
-        return self
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None and self._failure is None and not self._closed
+        """Not failed and not closed (still connecting counts: what is appended then is sent once connected)."""
+        return self._failure is None and not self._closed
 
     # --- the port -----------------------------------------------------------------
 
     def append(self, event: Event) -> asyncio.Future[int]:
         if self._failure is not None:
             raise EventLogFailed(f"the owner's event log is unreachable: {self._failure}")
-        if self._closed or self._writer is None:
+        if self._closed:
             raise EventLogClosed("this process's event log connection is closed")
         future = self._request({"t": "ev", "e": to_dict(event)})
         self._appends.add(future)
@@ -116,6 +135,8 @@ class LocalEventLog:
     async def close(self) -> None:
         if self._closed:
             return
+        if self._connecting is not None and not self._connecting.done():
+            await self._connecting
         try:
             if self._failure is None:
                 await self.flush()
@@ -134,16 +155,18 @@ class LocalEventLog:
     # --- internals ------------------------------------------------------------------
 
     def _request(self, message: dict[str, Any]) -> asyncio.Future[Any]:
-        assert self._writer is not None
         n = next(self._numbers)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[n] = future
         message["n"] = n
-        self._writer.send(message)
+        if self._writer is None:
+            self._queued.append(message)
+        else:
+            self._writer.send(message)
         return future
 
     async def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
-        if self._failure is not None or self._writer is None:
+        if self._failure is not None:
             raise EventLogFailed(f"the owner's event log is unreachable: {self._failure}")
         return await self._request(message)
 
@@ -183,6 +206,7 @@ class LocalEventLog:
             if not future.done():
                 future.set_exception(EventLogFailed(f"the owner's event log is unreachable: {why}"))
         self._waiting.clear()
+        self._queued = []
         log.error("the owner process is gone (%s): this gateway process cannot record and stops", why)
         if self.on_lost is not None:
             self.on_lost()

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from infra.kafka.broker import KafkaBroker
 from infra.kafka.topics import TopicSpec, create_topics
+from ledger.leases import LeasePolicy
+from ledger.local_processor import LocalProcessor
 from streams.eventlog import EventLog
 from streams.kafka_log import KafkaEventLog
+from streams.local_hub import LocalHub
+from streams.local_log import LocalEventLog
 from streams.memory_log import MemoryEventLog, MemoryLogStore
 from streams.sqlite_log import SqliteEventLog
 from tests.infra.kafka.support import session_broker
@@ -28,11 +33,19 @@ def kafka_broker() -> KafkaBroker:
     return session_broker()
 
 
-@pytest.fixture(params=["sqlite", "memory", "kafka"])
+@pytest.fixture(params=["sqlite", "memory", "kafka", "local"])
 async def open_log(request, tmp_path) -> AsyncIterator[LogFactory]:
     opened: list[EventLog] = []
     store = MemoryLogStore()
     topic = ""
+    hub = None
+    if request.param == "local":
+        # a gateway process's log under `serve --workers N`: the owner's SQLite log over its socket; each
+        # "reopen" is a new connection to the same owner
+        hub = LocalHub(tmp_path / "owner.sock", SqliteEventLog.open(tmp_path / "events.db"),
+                       LocalProcessor(ZoneInfo("UTC"), lambda scope: None, lambda scope: 80, lambda: "INR",
+                                      LeasePolicy()))
+        await hub.start()
     if request.param == "kafka":
         # every event type routed to one fresh one-partition topic: the log's read view (see kafka_log)
         broker = request.getfixturevalue("kafka_broker")
@@ -43,6 +56,8 @@ async def open_log(request, tmp_path) -> AsyncIterator[LogFactory]:
         log: EventLog
         if request.param == "sqlite":
             log = SqliteEventLog.open(tmp_path / "events.db")
+        elif request.param == "local":
+            log = LocalEventLog.open(tmp_path / "owner.sock", "pod-contract")
         elif request.param == "kafka":
             log = KafkaEventLog(broker.bootstrap, tmp_path / "spool", requests_topic=topic,
                                 scope_topic=topic, config_topic=topic)
@@ -54,6 +69,9 @@ async def open_log(request, tmp_path) -> AsyncIterator[LogFactory]:
     yield factory
     for log in opened:
         await log.close()
+    if hub is not None:
+        await hub.close()
+        await hub.events.close()
 
 
 from tests.kafka_leaks import absorb_kafka_leaks  # noqa: E402,F401 (autouse fixture)
