@@ -5,9 +5,11 @@ go to the owner's SQLite log over the owner's socket (``streams.local_log``),
 its budget money comes from leases the owner's ledger processor grants
 (``Wallets``, ``LeaseBudgets``: the same protocol as across machines), and
 the soft/hard readings from the owner's projection rows, polled like the
-worker's Redis hashes. Rate limits, caches and idempotency records are this
-process's own: each of N processes holds ``limit // N`` of every rate bucket
-(approximate, as distributed pods are when Redis is away).
+worker's Redis hashes. ``Idempotency-Key`` records are the owner's
+(``OwnerIdempotency``: a retry may reach another process). Rate limits and
+the response caches are this process's own: each of N processes holds
+``limit // N`` of every rate bucket (approximate, as distributed pods are
+when Redis is away), and a cached answer serves the process that stored it.
 
 Shutdown: stop the pollers, let requests finish, return every lease, then
 flush and close the connection (every event acknowledged by the owner). If
@@ -41,6 +43,7 @@ from proxy.admission.wallet import WalletPolicy, Wallets
 from proxy.api.app import create_app
 from proxy.control.errors import ControlUnavailable
 from proxy.control.service import ControlService
+from proxy.idempotency.owner import OwnerIdempotency
 from proxy.metrics import Metrics
 from proxy.recorder import Recorder
 from proxy.runtime import PodState
@@ -79,7 +82,8 @@ async def local_gateway_app(settings: Settings, socket: Path, processes: int) ->
     pod = PodState(snapshot)
     budgets = LeaseBudgets(wallets, settings.hold_ttl_s, read_scope=events.read_scope)
     runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets,
-                            limits=MemoryBuckets(share=processes), control=control, rerater=ArchiveRerater(settings))
+                            limits=MemoryBuckets(share=processes), control=control, rerater=ArchiveRerater(settings),
+                            idempotency=OwnerIdempotency(events.call))
     follower.swap, follower.emit = pod.swap, recorder.emit
     state = recorder.metrics.state
     state.lease_grants, state.lease_returns = lambda: wallets.stats["granted"], lambda: wallets.stats["returned"]

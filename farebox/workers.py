@@ -3,7 +3,8 @@
 The owner holds what has one writer: the SQLite event log, the ledger
 processor (``ledger.local_processor``, every scope's leases), the embedded
 ledger runner and its checkpoints (what ``farebox replay`` compares with),
-the archiver child and the alerts. It serves no HTTP itself: it starts N
+the archiver child, the alerts and the ``Idempotency-Key`` records (a
+client's retry may reach another process). It serves no HTTP itself: it starts N
 gateway processes (``farebox.local_pod``), each binding the same port with
 ``SO_REUSEPORT`` (the kernel spreads connections over them), which record
 through the owner's socket (``streams.local_hub``) and spend budget leases
@@ -38,6 +39,8 @@ from farebox.settings import Settings
 from ledger.leases import LeasePolicy
 from ledger.local_processor import LocalProcessor
 from proxy.control.errors import ControlUnavailable
+from proxy.idempotency import MemoryIdempotency
+from proxy.idempotency.owner import handlers as idempotency_handlers
 from proxy.snapshot import Snapshot
 from streams.checkpoints import CheckpointStore
 from streams.local_hub import LocalHub
@@ -208,7 +211,8 @@ async def run_owner(settings: Settings, count: int) -> None:
     processor = LocalProcessor(tz, limits.limit_for, limits.soft_pct_for, lambda: limits.snapshot.currency,
                                lease_policy(settings), settings.distributed.request_retention_s)
     hub = LocalHub(socket_path(settings), events, processor, on_durable=runner.acknowledged,
-                   sweep_interval_s=min(settings.sweep_interval_s, 1.0))
+                   sweep_interval_s=min(settings.sweep_interval_s, 1.0),
+                   handlers=idempotency_handlers(MemoryIdempotency()))  # one store: a retry may reach another process
     folded = await hub.rebuild()
     log.info("ledger processor rebuilt from %d events of %s", folded, settings.event_log_path)
     app_runner = web.AppRunner(owner_app(settings, limits, events, runner, hub), handle_signals=False)

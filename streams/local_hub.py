@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -42,18 +42,20 @@ from streams.sqlite_log import SqliteEventLog
 log = logging.getLogger("farebox.workers")
 
 Durable = Callable[[int, Event], None]
+Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class LocalHub:
     def __init__(self, path: Path, events: SqliteEventLog, processor: LocalProcessor, *,
                  on_durable: Durable | None = None, sweep_interval_s: float = 1.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, handlers: dict[str, Handler] | None = None) -> None:
         self.path = path
         self.events = events
         self.processor = processor
         self.on_durable = on_durable
         self.sweep_interval_s = sweep_interval_s
         self.clock = clock
+        self.handlers = dict(handlers or {})  # ``call`` frames: name -> what the owner answers
         self.pods: dict[str, FrameWriter] = {}
         self.stats = {"events": 0, "grants": 0, "expiries": 0, "connections": 0, "disconnects": 0}
         self._server: asyncio.AbstractServer | None = None
@@ -191,5 +193,17 @@ class LocalHub:
         elif kind == "rows":
             now = datetime.fromtimestamp(self.clock(), timezone.utc)
             writer.send({"t": "done", "n": n, "rows": {s: self.processor.row(s, now) for s in message["scopes"]}})
+        elif kind == "call":
+            handler = self.handlers.get(message.get("name", ""))
+            if handler is None:
+                writer.send({"t": "done", "n": n, "err": f"the owner has no call {message.get('name')!r}"})
+                return
+            try:
+                result = await handler(message.get("args") or {})
+            except Exception as exc:  # noqa: BLE001 - the caller gets the reason, the owner goes on
+                log.warning("call %s failed", message.get("name"), exc_info=True)
+                writer.send({"t": "done", "n": n, "err": f"{type(exc).__name__}: {exc}"})
+                return
+            writer.send({"t": "done", "n": n, "result": result})
         else:
             raise WireError(f"unknown frame type {kind!r}")

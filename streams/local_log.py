@@ -132,6 +132,13 @@ class LocalEventLog:
     async def read_scope(self, scope: str) -> dict[str, str]:
         return (await self.rows([scope]))[scope]
 
+    async def call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        """One of the owner's ``handlers`` (``LocalHub``): its result, or ``EventLogFailed`` with its error."""
+        answer = await self._ask({"t": "call", "name": name, "args": args})
+        if "err" in answer:
+            raise EventLogFailed(f"the owner's {name} failed: {answer['err']}")
+        return answer["result"]
+
     async def close(self) -> None:
         if self._closed:
             return

@@ -9,11 +9,12 @@ gateway -> owner
     ``ev`` (``n``, ``e``: an event as ``ledger.codec.to_dict``): append it;
     ``flush`` (``n``): answer once everything this connection sent is durable;
     ``read`` (``n``, ``after``, ``limit``): durable events of the log;
-    ``rows`` (``n``, ``scopes``): the projection rows of these scopes.
+    ``rows`` (``n``, ``scopes``): the projection rows of these scopes;
+    ``call`` (``n``, ``name``, ``args``): one of the owner's handlers (the idempotency store).
 
 owner -> gateway
     ``ack`` (``n``, ``o``: the offset; or ``err``: why the log refused it);
-    ``done`` (``n``, with ``events`` for a read, ``rows`` for rows);
+    ``done`` (``n``, with ``events`` for a read, ``rows`` for rows, ``result`` or ``err`` for a call);
     ``grant`` (``e``): a ``lease.granted`` for this gateway's pod.
 
 Every request frame carries a number ``n`` unique on its connection, echoed

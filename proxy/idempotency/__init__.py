@@ -5,6 +5,7 @@
 ``memory``  ``MemoryIdempotency``: embedded mode (one process)
 ``redis_store`` ``RedisIdempotency``: distributed mode, shared by pods (import it only
             there: it needs redis-py)
+``owner``   ``OwnerIdempotency``: ``serve --workers N``, the owner process's store over a call
 """
 
 from proxy.idempotency.memory import MemoryIdempotency
