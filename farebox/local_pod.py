@@ -58,7 +58,9 @@ def _stop_process() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-async def local_gateway_app(settings: Settings, socket: Path, processes: int) -> web.Application:
+async def local_gateway_app(settings: Settings, socket: Path, processes: int,
+                            metrics_dir: str | None = None) -> web.Application:
+    """``metrics_dir``: the owner's ``PROMETHEUS_MULTIPROC_DIR`` (``GET /metrics`` sums every process)."""
     try:
         db = await asyncio.to_thread(open_config_db, settings)
     except ControlUnavailable:
@@ -70,7 +72,7 @@ async def local_gateway_app(settings: Settings, socket: Path, processes: int) ->
     follower.secrets = secrets
     d = settings.distributed
     events = await LocalEventLog.connect(socket, settings.pod_id, on_lost=_stop_process)
-    recorder = Recorder(events, Metrics())  # the owner's processor keeps the ledger; this process keeps none
+    recorder = Recorder(events, Metrics(metrics_dir))  # the owner's processor keeps the ledger; this process keeps none
     wallets = Wallets(settings.pod_id, recorder.emit, lambda: datetime.now(timezone.utc),
                       WalletPolicy(lease_wait_s=d.lease_wait_s, low_water_pct=d.low_water_pct,
                                    emergency_micro=d.emergency_micro),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
+import os
 import logging
 from pathlib import Path
 from typing import AsyncIterator
@@ -157,7 +158,7 @@ def serve(settings: Settings, secrets: Secrets | None = None, *, gateway_of: Pat
     if gateway_of is not None:
         from farebox.local_pod import local_gateway_app
 
-        factory = local_gateway_app(settings, gateway_of, processes)
+        factory = local_gateway_app(settings, gateway_of, processes, os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
     elif settings.mode == "distributed":
         from farebox.distributed import distributed_gateway_app
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import shutil
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -31,6 +33,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from aiohttp import web
+from prometheus_client.multiprocess import mark_process_dead
 
 from farebox.archiving import EmbeddedArchiver, embedded_archive_ctx
 from farebox.control import open_config_db
@@ -113,6 +116,11 @@ class Gateways:
         self.restarts = 0
         self._watchers: list[asyncio.Task[None]] = []
         self.pids_file = Path(settings.state_dir) / "workers.json"
+        # every gateway process's metric values, summed by whichever answers GET /metrics (prometheus_client's
+        # multiprocess mode); emptied at start, a dead process's live gauges dropped when it exits
+        self.metrics_dir = Path(settings.state_dir) / "metrics"
+        shutil.rmtree(self.metrics_dir, ignore_errors=True)
+        self.metrics_dir.mkdir(parents=True)
 
     def pod_id(self, index: int) -> str:
         return f"{self.settings.pod_id}-{index}"
@@ -128,7 +136,8 @@ class Gateways:
         argv = [sys.executable, "-m", "farebox", "serve", "--config", str(s.config_path), "--host", s.host,
                 "--port", str(s.port), "--gateway-of", str(socket_path(s)), "--processes", str(self.count),
                 "--pod-id", self.pod_id(index)]
-        proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE)
+        env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(self.metrics_dir)}
+        proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, env=env)
         self.procs[index] = proc
         self._write_pids()
         print(f"farebox gateway process {index} of {self.count}: pid {proc.pid} (pod {self.pod_id(index)})",
@@ -146,6 +155,7 @@ class Gateways:
                 else:
                     print(text, flush=True)
             code = await proc.wait()
+            mark_process_dead(proc.pid, str(self.metrics_dir))
             if self.stopping:
                 return
             self.restarts += 1

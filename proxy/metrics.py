@@ -14,8 +14,11 @@ time by ``proxy.metrics_state``, so the request path pays nothing for it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from proxy.metrics_state import PodStateCollector
 
@@ -29,7 +32,13 @@ TOKEN_TYPES = ("input", "cached_input", "cache_write", "output", "reasoning")
 
 
 class Metrics:
-    def __init__(self) -> None:
+    """``multiprocess_dir`` (``farebox serve --workers N``: set as ``PROMETHEUS_MULTIPROC_DIR`` in the
+    process's environment before ``prometheus_client`` was imported, which then keeps every value in a
+    file there): ``render`` answers the sum over every gateway process (a scrape reaches any one of them),
+    plus the state collected at scrape time of the process that answered."""
+
+    def __init__(self, multiprocess_dir: str | None = None) -> None:
+        self.multiprocess_dir = multiprocess_dir
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -96,10 +105,16 @@ class Metrics:
             "farebox_spans_dropped", "Tracing on: spans the exporter could not deliver (collector down or slow).",
             registry=r,
         )
-        self.in_flight = Gauge("farebox_in_flight_requests", "Requests being served.", registry=r)
-        self.snapshot_version = Gauge("farebox_snapshot_version", "Config snapshot in use.", registry=r)
+        self.in_flight = Gauge("farebox_in_flight_requests", "Requests being served.", registry=r,
+                               multiprocess_mode="livesum")
+        self.snapshot_version = Gauge("farebox_snapshot_version", "Config snapshot in use.", registry=r,
+                                      multiprocess_mode="livemax")
+        self._snapshot_version: Callable[[], int] | None = None
         self.state = PodStateCollector()  # breakers, retry budgets, queue, spool, leases: read at scrape time
-        r.register(self.state)
+        self._state_registry = r
+        if multiprocess_dir is not None:  # the files hold this process's values: the registry would repeat them
+            self._state_registry = CollectorRegistry(auto_describe=True)
+        self._state_registry.register(self.state)
 
         self._spend: dict[tuple[str, str], Spend] = {}
         self._timing: dict[tuple[str, str], Timing] = {}
@@ -118,8 +133,20 @@ class Metrics:
             found = self._timing[(alias, deployment)] = Timing(self, alias, deployment)
         return found
 
+    def track_snapshot(self, version: Callable[[], int]) -> None:
+        """``farebox_snapshot_version`` reads ``version`` at scrape time."""
+        self._snapshot_version = version
+        if self.multiprocess_dir is None:
+            self.snapshot_version.set_function(version)
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry)
+        if self._snapshot_version is not None:  # a value in the files: functions are not shared across processes
+            self.snapshot_version.set(self._snapshot_version())
+        every = CollectorRegistry()
+        MultiProcessCollector(every, path=self.multiprocess_dir)
+        return generate_latest(every) + generate_latest(self._state_registry)
 
 
 class Spend:

@@ -205,7 +205,7 @@ def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSes
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
     runtime.metrics.in_flight.set_function(lambda: runtime.pod.in_flight)
-    runtime.metrics.snapshot_version.set_function(lambda: runtime.snapshot.version)
+    runtime.metrics.track_snapshot(lambda: runtime.snapshot.version)
     runtime.metrics.state.routing = runtime.routing  # breakers and retry budgets, read at scrape time
     app.router.add_post("/v1/chat/completions", chat.chat_completions)
     app.router.add_post("/v1/embeddings", embeddings.create_embeddings)
