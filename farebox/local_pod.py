@@ -89,6 +89,9 @@ async def local_gateway_app(settings: Settings, socket: Path, processes: int,
     follower.swap, follower.emit = pod.swap, recorder.emit
     state = recorder.metrics.state
     state.lease_grants, state.lease_returns = lambda: wallets.stats["granted"], lambda: wallets.stats["returned"]
+    owner: dict = {"budget_use": [], "archive_lag": [0, 0.0]}  # refreshed by _follow_owner
+    state.budget_use = lambda: [tuple(row) for row in owner["budget_use"]]
+    state.archive_lag = lambda: tuple(owner["archive_lag"])
     tracing = build_tracing(settings.observability.tracing, recorder.metrics)
     app = create_app(runtime, tracing=tracing)
     app.cleanup_ctx.append(tracing_ctx(tracing))
@@ -101,7 +104,7 @@ async def local_gateway_app(settings: Settings, socket: Path, processes: int,
 
     async def wallet_ctx(app: web.Application) -> AsyncIterator[None]:
         tasks = [asyncio.create_task(_follow_scopes(events, wallets.states)),
-                 asyncio.create_task(_sweep(wallets))]
+                 asyncio.create_task(_sweep(wallets)), asyncio.create_task(_follow_owner(events, owner))]
         yield
         for task in tasks:
             task.cancel()
@@ -128,6 +131,17 @@ async def _follow_scopes(events: LocalEventLog, states: ScopeStates, interval_s:
         except Exception:  # noqa: BLE001 - the owner is away: readings go stale and are ignored
             continue
         states.update(rows, loop.time())
+
+
+async def _follow_owner(events: LocalEventLog, out: dict, interval_s: float = 2.0) -> None:
+    """For /metrics: the owner's budget use and archive lag, every ``interval_s``."""
+    while True:
+        if events.connected:
+            try:
+                out.update(await events.call("owner.stats", {}))
+            except Exception:  # noqa: BLE001 - keep the last reading
+                log.debug("owner stats unavailable", exc_info=True)
+        await asyncio.sleep(interval_s)
 
 
 async def _sweep(wallets: Wallets, interval_s: float = 1.0) -> None:

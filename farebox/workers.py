@@ -22,6 +22,7 @@ their leases, then the owner folds, checkpoints and closes the log.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -29,7 +30,9 @@ import shutil
 import signal
 import sys
 from collections.abc import AsyncIterator
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from aiohttp import web
@@ -41,6 +44,7 @@ from farebox.observe import alerts_ctx, expiring_keys
 from farebox.settings import Settings
 from ledger.leases import LeasePolicy
 from ledger.local_processor import LocalProcessor
+from ledger.periods import period_of
 from proxy.control.errors import ControlUnavailable
 from proxy.idempotency import MemoryIdempotency
 from proxy.idempotency.owner import handlers as idempotency_handlers
@@ -186,8 +190,23 @@ class Gateways:
         self.pids_file.unlink(missing_ok=True)
 
 
+async def owner_stats(limits: Limits, processor: LocalProcessor, archiver: EmbeddedArchiver,
+                      args: dict[str, Any]) -> dict[str, Any]:
+    """What the gateways' ``/metrics`` show of the owner: budget use this month (settled + held of each
+    limited team and business unit) and the archive's lag behind the log."""
+    snapshot = limits.snapshot
+    now = datetime.now(timezone.utc)
+    period = period_of(now, ZoneInfo(snapshot.budgets.timezone))
+    use = []
+    for scope, limit in snapshot.budgets.scopes.items():
+        if limit.limit_micro is not None and scope.startswith(("team:", "bu:")):
+            t = processor.scope(scope).totals(period)
+            use.append([scope, t.settled + t.held, limit.limit_micro, limit.soft_pct])
+    return {"budget_use": use, "archive_lag": [archiver.lag_events(), archiver.lag_seconds()]}
+
+
 def owner_app(settings: Settings, limits: Limits, events: SqliteEventLog, runner: EmbeddedLedgerRunner,
-              hub: LocalHub) -> web.Application:
+              hub: LocalHub, archiver: EmbeddedArchiver) -> web.Application:
     """The owner's lifetime as aiohttp cleanup contexts (no routes): the log opens first and closes last."""
     app = web.Application()
 
@@ -205,7 +224,6 @@ def owner_app(settings: Settings, limits: Limits, events: SqliteEventLog, runner
             await events.close()
             runner.store.close()
 
-    archiver = EmbeddedArchiver(settings, lambda: events.last_offset)
     app.cleanup_ctx.append(embedded_archive_ctx(archiver))  # unwinds after the log closed
     app.cleanup_ctx.append(event_log_ctx)
     app.cleanup_ctx.append(alerts_ctx(settings.observability.alerts, events, lambda: expiring_keys(limits.snapshot)))
@@ -220,12 +238,14 @@ async def run_owner(settings: Settings, count: int) -> None:
     await runner.start()
     processor = LocalProcessor(tz, limits.limit_for, limits.soft_pct_for, lambda: limits.snapshot.currency,
                                lease_policy(settings), settings.distributed.request_retention_s)
+    archiver = EmbeddedArchiver(settings, lambda: events.last_offset)
+    calls = idempotency_handlers(MemoryIdempotency())  # one store: a retry may reach another process
+    calls["owner.stats"] = functools.partial(owner_stats, limits, processor, archiver)
     hub = LocalHub(socket_path(settings), events, processor, on_durable=runner.acknowledged,
-                   sweep_interval_s=min(settings.sweep_interval_s, 1.0),
-                   handlers=idempotency_handlers(MemoryIdempotency()))  # one store: a retry may reach another process
+                   sweep_interval_s=min(settings.sweep_interval_s, 1.0), handlers=calls)
     folded = await hub.rebuild()
     log.info("ledger processor rebuilt from %d events of %s", folded, settings.event_log_path)
-    app_runner = web.AppRunner(owner_app(settings, limits, events, runner, hub), handle_signals=False)
+    app_runner = web.AppRunner(owner_app(settings, limits, events, runner, hub, archiver), handle_signals=False)
     await app_runner.setup()
     gateways = Gateways(settings, count)
     stop = asyncio.Event()

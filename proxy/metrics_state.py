@@ -30,6 +30,8 @@ class PodStateCollector(Collector):
         self.lease_returns: Reader | None = None  # ... and returned by it
         # (scope, spent, limit, soft %) of each limited team and business unit this month
         self.budget_use: Callable[[], Iterable[tuple[str, int, int, int]]] | None = None
+        # serve --workers: (events, seconds) the owner's archive is behind its log, as the owner last said
+        self.archive_lag: Callable[[], tuple[int, float]] | None = None
 
     def describe(self) -> list:  # families vary with the wiring: nothing described up front
         return []
@@ -49,6 +51,15 @@ class PodStateCollector(Collector):
             yield g
         if self.budget_use is not None:
             yield from _budgets(self.budget_use())
+        if self.archive_lag is not None:
+            events, seconds = self.archive_lag()
+            for name, value, what in (
+                    ("farebox_archive_lag_events", events, "Events in the log not yet in the Parquet archive."),
+                    ("farebox_archive_lag_seconds", seconds,
+                     "Seconds since the archive last held the whole log (0: caught up).")):
+                g = GaugeMetricFamily(name, what)
+                g.add_metric([], value)
+                yield g
         for name, reader, what in (("farebox_lease_grants", self.lease_grants, "Budget leases granted to this pod."),
                                    ("farebox_lease_returns", self.lease_returns, "Budget leases this pod returned.")):
             if reader is not None:
