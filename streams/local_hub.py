@@ -171,7 +171,12 @@ class LocalHub:
             if pod is not None and self.pods.get(pod) is writer:
                 del self.pods[pod]
                 self.stats["disconnects"] += 1
-                log.info("gateway %s disconnected; its holds and leases expire after their TTLs", pod)
+                held = sum(le.pod == pod for ledger in self.processor.scopes.values() for le in ledger.open_leases())
+                if held:
+                    log.warning("gateway %s disconnected holding %d open lease(s): they, and its open holds, "
+                                "expire after their TTLs", pod, held)
+                else:
+                    log.info("gateway %s disconnected", pod)
             writer.close()
 
     async def _handle(self, message: dict[str, Any], writer: FrameWriter) -> None:
