@@ -36,7 +36,7 @@ from ledger.codec import from_dict, to_dict
 from ledger.events import Event, LeaseGranted
 from ledger.local_processor import LocalProcessor
 from streams.eventlog import StreamsError
-from streams.local_wire import FrameWriter, WireError, read_frame
+from streams.local_wire import FrameProtocol, WireError
 from streams.sqlite_log import SqliteEventLog
 
 log = logging.getLogger("farebox.workers")
@@ -56,7 +56,8 @@ class LocalHub:
         self.sweep_interval_s = sweep_interval_s
         self.clock = clock
         self.handlers = dict(handlers or {})  # ``call`` frames: name -> what the owner answers
-        self.pods: dict[str, FrameWriter] = {}
+        self.pods: dict[str, GatewayConnection] = {}
+        self._tasks: set[asyncio.Future[None]] = set()  # answers being prepared
         self.stats = {"events": 0, "grants": 0, "expiries": 0, "connections": 0, "disconnects": 0}
         self._server: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -78,7 +79,8 @@ class LocalHub:
     async def start(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.unlink(missing_ok=True)
-        self._server = await asyncio.start_unix_server(self._serve, path=str(self.path), limit=2 ** 20)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(lambda: GatewayConnection(self), path=str(self.path))
         self._sweeper = asyncio.create_task(self._sweep_forever())
 
     async def close(self) -> None:
@@ -87,9 +89,11 @@ class LocalHub:
             await asyncio.gather(self._sweeper, return_exceptions=True)
         if self._server is not None:
             self._server.close()
-            for writer in list(self.pods.values()):
-                writer.close()
+            for connection in list(self.pods.values()):
+                connection.close()
             await self._server.wait_closed()
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
         self.path.unlink(missing_ok=True)
 
     # --- appending ----------------------------------------------------------------
@@ -124,9 +128,9 @@ class LocalHub:
         for event in decided:
             if isinstance(event, LeaseGranted):
                 self.stats["grants"] += 1
-                writer = self.pods.get(event.pod)
-                if writer is not None:
-                    writer.send({"t": "grant", "e": to_dict(event)})
+                connection = self.pods.get(event.pod)
+                if connection is not None:
+                    connection.send({"t": "grant", "e": to_dict(event)})
             self.append(event)
 
     async def catch_up(self, page: int = 10_000) -> None:
@@ -152,63 +156,82 @@ class LocalHub:
 
     # --- a gateway's connection ------------------------------------------------------
 
-    async def _serve(self, reader: asyncio.StreamReader, stream: asyncio.StreamWriter) -> None:
-        writer = FrameWriter(stream)
-        pod = None
-        try:
-            hello = await read_frame(reader)
-            if hello is None or hello.get("t") != "hello" or not isinstance(hello.get("pod"), str):
-                raise WireError("the first frame is not a hello naming the pod")
-            pod = hello["pod"]
-            self.pods[pod] = writer
-            self.stats["connections"] += 1
-            log.info("gateway %s connected", pod)
-            while (message := await read_frame(reader)) is not None:
-                await self._handle(message, writer)
-        except (WireError, ConnectionError) as exc:
-            log.warning("gateway %s: %s; connection closed", pod or "(unnamed)", exc)
-        finally:
-            if pod is not None and self.pods.get(pod) is writer:
-                del self.pods[pod]
-                self.stats["disconnects"] += 1
-                held = sum(le.pod == pod for ledger in self.processor.scopes.values() for le in ledger.open_leases())
-                if held:
-                    log.warning("gateway %s disconnected holding %d open lease(s): they, and its open holds, "
-                                "expire after their TTLs", pod, held)
-                else:
-                    log.info("gateway %s disconnected", pod)
-            writer.close()
+    def _connected(self, connection: "GatewayConnection", pod: str) -> None:
+        self.pods[pod] = connection
+        self.stats["connections"] += 1
+        log.info("gateway %s connected", pod)
 
-    async def _handle(self, message: dict[str, Any], writer: FrameWriter) -> None:
+    def _disconnected(self, connection: "GatewayConnection", why: BaseException | None) -> None:
+        pod = connection.pod
+        if why is not None:
+            log.warning("gateway %s: %s; connection closed", pod or "(unnamed)", why)
+        if pod is None or self.pods.get(pod) is not connection:
+            return
+        del self.pods[pod]
+        self.stats["disconnects"] += 1
+        held = sum(le.pod == pod for ledger in self.processor.scopes.values() for le in ledger.open_leases())
+        if held:
+            log.warning("gateway %s disconnected holding %d open lease(s): they, and its open holds, "
+                        "expire after their TTLs", pod, held)
+        else:
+            log.info("gateway %s disconnected", pod)
+
+    def _handle(self, message: dict[str, Any], connection: "GatewayConnection") -> None:
+        """One frame: an event is appended at once (order kept); an answer that needs I/O runs as a task."""
         kind, n = message["t"], message.get("n", 0)
         if kind == "ev":
             self.stats["events"] += 1
             try:
                 event = from_dict(message["e"])
             except Exception as exc:  # noqa: BLE001 - never fatal: the gateway is told why
-                writer.send({"t": "ack", "n": n, "err": f"not an event: {exc}"})
+                connection.send({"t": "ack", "n": n, "err": f"not an event: {exc}"})
                 return
-            self.append(event, writer.send, n)
-        elif kind == "flush":
-            await self.events.flush()
-            writer.send({"t": "done", "n": n})
-        elif kind == "read":
-            batch = await self.events.read(after=int(message.get("after", 0)), limit=int(message.get("limit", 1000)))
-            writer.send({"t": "done", "n": n, "events": [[offset, to_dict(e)] for offset, e in batch]})
+            self.append(event, connection.send, n)
         elif kind == "rows":
             now = datetime.fromtimestamp(self.clock(), timezone.utc)
-            writer.send({"t": "done", "n": n, "rows": {s: self.processor.row(s, now) for s in message["scopes"]}})
-        elif kind == "call":
-            handler = self.handlers.get(message.get("name", ""))
-            if handler is None:
-                writer.send({"t": "done", "n": n, "err": f"the owner has no call {message.get('name')!r}"})
-                return
-            try:
-                result = await handler(message.get("args") or {})
-            except Exception as exc:  # noqa: BLE001 - the caller gets the reason, the owner goes on
-                log.warning("call %s failed", message.get("name"), exc_info=True)
-                writer.send({"t": "done", "n": n, "err": f"{type(exc).__name__}: {exc}"})
-                return
-            writer.send({"t": "done", "n": n, "result": result})
+            connection.send({"t": "done", "n": n, "rows": {s: self.processor.row(s, now) for s in message["scopes"]}})
+        elif kind in ("flush", "read", "call"):
+            task = asyncio.ensure_future(self._answer(kind, n, message, connection))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         else:
             raise WireError(f"unknown frame type {kind!r}")
+
+    async def _answer(self, kind: str, n: int, message: dict[str, Any], connection: "GatewayConnection") -> None:
+        try:
+            if kind == "flush":  # the barrier follows every event this connection sent before it
+                await self.events.flush()
+                connection.send({"t": "done", "n": n})
+            elif kind == "read":
+                batch = await self.events.read(after=int(message.get("after", 0)),
+                                               limit=int(message.get("limit", 1000)))
+                connection.send({"t": "done", "n": n, "events": [[offset, to_dict(e)] for offset, e in batch]})
+            else:
+                handler = self.handlers.get(message.get("name", ""))
+                if handler is None:
+                    raise LookupError(f"the owner has no call {message.get('name')!r}")
+                connection.send({"t": "done", "n": n, "result": await handler(message.get("args") or {})})
+        except Exception as exc:  # noqa: BLE001 - the caller gets the reason, the owner goes on
+            log.warning("%s for gateway %s failed", kind, connection.pod, exc_info=True)
+            connection.send({"t": "done", "n": n, "err": f"{type(exc).__name__}: {exc}"})
+
+
+class GatewayConnection(FrameProtocol):
+    """One gateway process's connection to the hub: a ``hello`` naming its pod, then its frames."""
+
+    def __init__(self, hub: LocalHub) -> None:
+        super().__init__()
+        self.hub = hub
+        self.pod: str | None = None
+
+    def frame_received(self, message: dict[str, Any]) -> None:
+        if self.pod is None:
+            if message.get("t") != "hello" or not isinstance(message.get("pod"), str):
+                raise WireError("the first frame is not a hello naming the pod")
+            self.pod = message["pod"]
+            self.hub._connected(self, message["pod"])
+            return
+        self.hub._handle(message, self)
+
+    def closed(self, why: BaseException | None) -> None:
+        self.hub._disconnected(self, why)

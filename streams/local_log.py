@@ -29,7 +29,7 @@ from typing import Any
 from ledger.codec import from_dict, to_dict
 from ledger.events import Event, LeaseGranted
 from streams.eventlog import EventLogClosed, EventLogFailed
-from streams.local_wire import FrameWriter, WireError, read_frame
+from streams.local_wire import FrameProtocol
 
 log = logging.getLogger("farebox.workers")
 
@@ -41,10 +41,9 @@ class LocalEventLog:
         self.pod = pod
         self.on_grant = on_grant
         self.on_lost = on_lost
-        self._writer: FrameWriter | None = None
+        self._connection: _OwnerConnection | None = None
         self._connecting: asyncio.Future[None] | None = None
         self._queued: list[dict[str, Any]] = []  # sent once connected
-        self._reader_task: asyncio.Task[None] | None = None
         self._numbers = itertools.count(1)
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._appends: set[asyncio.Future[int]] = set()
@@ -74,19 +73,18 @@ class LocalEventLog:
         deadline = loop.time() + timeout_s
         while True:
             try:
-                reader, stream = await asyncio.open_unix_connection(self.path, limit=2 ** 20)
+                _, connection = await loop.create_unix_connection(lambda: _OwnerConnection(self), self.path)
                 break
             except (FileNotFoundError, ConnectionRefusedError):
                 if loop.time() >= deadline:
                     self._lost(f"the owner's event log socket {self.path} did not answer within {timeout_s:.0f}s")
                     return
                 await asyncio.sleep(0.05)
-        self._writer = FrameWriter(stream)
-        self._writer.send({"t": "hello", "pod": self.pod})
+        self._connection = connection
+        connection.send({"t": "hello", "pod": self.pod})
         for message in self._queued:
-            self._writer.send(message)
+            connection.send(message)
         self._queued = []
-        self._reader_task = asyncio.create_task(self._read_loop(reader))
 
     @property
     def connected(self) -> bool:
@@ -149,11 +147,8 @@ class LocalEventLog:
                 await self.flush()
         finally:
             self._closed = True
-            if self._writer is not None:
-                self._writer.close()
-            if self._reader_task is not None:
-                self._reader_task.cancel()
-                await asyncio.gather(self._reader_task, return_exceptions=True)
+            if self._connection is not None:
+                self._connection.close()
 
     @property
     def last_offset(self) -> int:
@@ -166,10 +161,10 @@ class LocalEventLog:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[n] = future
         message["n"] = n
-        if self._writer is None:
+        if self._connection is None:
             self._queued.append(message)
         else:
-            self._writer.send(message)
+            self._connection.send(message)
         return future
 
     async def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -177,33 +172,23 @@ class LocalEventLog:
             raise EventLogFailed(f"the owner's event log is unreachable: {self._failure}")
         return await self._request(message)
 
-    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
-        why = "the owner closed the connection"
-        try:
-            while (message := await read_frame(reader)) is not None:
-                kind = message["t"]
-                if kind == "grant":
-                    granted = from_dict(message["e"])
-                    if isinstance(granted, LeaseGranted) and self.on_grant is not None:
-                        self.on_grant(granted)
-                    continue
-                future = self._waiting.pop(message.get("n", 0), None)
-                if future is None or future.done():
-                    continue
-                if kind == "ack":
-                    if "err" in message:
-                        future.set_exception(EventLogFailed(f"the owner refused an event: {message['err']}"))
-                    else:
-                        future.set_result(message["o"])
-                else:
-                    future.set_result(message)
-        except asyncio.CancelledError:
-            if self._closed:
-                return
-            raise
-        except (WireError, ConnectionError) as exc:
-            why = str(exc)
-        self._lost(why)
+    def _received(self, message: dict[str, Any]) -> None:
+        kind = message["t"]
+        if kind == "grant":
+            granted = from_dict(message["e"])
+            if isinstance(granted, LeaseGranted) and self.on_grant is not None:
+                self.on_grant(granted)
+            return
+        future = self._waiting.pop(message.get("n", 0), None)
+        if future is None or future.done():
+            return
+        if kind == "ack":
+            if "err" in message:
+                future.set_exception(EventLogFailed(f"the owner refused an event: {message['err']}"))
+            else:
+                future.set_result(message["o"])
+        else:
+            future.set_result(message)
 
     def _lost(self, why: str) -> None:
         if self._closed:
@@ -217,3 +202,15 @@ class LocalEventLog:
         log.error("the owner process is gone (%s): this gateway process cannot record and stops", why)
         if self.on_lost is not None:
             self.on_lost()
+
+
+class _OwnerConnection(FrameProtocol):
+    def __init__(self, log: LocalEventLog) -> None:
+        super().__init__()
+        self.log = log
+
+    def frame_received(self, message: dict[str, Any]) -> None:
+        self.log._received(message)
+
+    def closed(self, why: BaseException | None) -> None:
+        self.log._lost(str(why) if why is not None else "the owner closed the connection")

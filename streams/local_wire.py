@@ -18,7 +18,8 @@ owner -> gateway
     ``grant`` (``e``): a ``lease.granted`` for this gateway's pod.
 
 Every request frame carries a number ``n`` unique on its connection, echoed
-by its answer; frames on one connection are handled in order.
+by its answer; frames on one connection are handled in the order they came
+(an append is taken at once; an answer that needs I/O may come later).
 """
 
 from __future__ import annotations
@@ -42,36 +43,64 @@ def frame(message: dict[str, Any]) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
-async def read_frame(reader: asyncio.StreamReader) -> dict[str, Any] | None:
-    """The next frame, or None at a clean end of stream."""
-    try:
-        head = await reader.readexactly(_LEN.size)
-    except asyncio.IncompleteReadError as exc:
-        if exc.partial:
-            raise WireError("the connection ended inside a frame's length") from None
-        return None
-    (size,) = _LEN.unpack(head)
-    if size > MAX_FRAME:
-        raise WireError(f"a frame of {size} bytes is over the limit of {MAX_FRAME}")
-    try:
-        body = await reader.readexactly(size)
-    except asyncio.IncompleteReadError:
-        raise WireError("the connection ended inside a frame") from None
-    try:
-        message = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise WireError(f"a frame is not JSON: {exc}") from None
-    if not isinstance(message, dict) or not isinstance(message.get("t"), str):
-        raise WireError("a frame is not an object with a type 't'")
-    return message
+class FrameProtocol(asyncio.Protocol):
+    """One connection's frames, as an ``asyncio.Protocol``: every complete frame in the bytes that arrived is
+    handed to ``frame_received`` at once (no ``await`` per frame), and ``send`` coalesces the frames of one
+    event-loop turn into one write. ``frame_received`` may raise ``WireError``: the connection is closed.
+    ``closed`` is called once, with why (None: the peer ended it cleanly)."""
 
-
-class FrameWriter:
-    """Frames written in one ``write`` per event-loop turn: many appends in a turn cost one system call."""
-
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
         self._pending: list[bytes] = []
+        self._why: BaseException | None = None
+
+    # --- what a subclass does with frames ---------------------------------------------
+
+    def frame_received(self, message: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def closed(self, why: BaseException | None) -> None:
+        """The connection is gone."""
+
+    # --- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        pos, end = 0, len(buffer)
+        try:
+            while end - pos >= _LEN.size:
+                (size,) = _LEN.unpack_from(buffer, pos)
+                if size > MAX_FRAME:
+                    raise WireError(f"a frame of {size} bytes is over the limit of {MAX_FRAME}")
+                if end - pos - _LEN.size < size:
+                    break
+                body = bytes(buffer[pos + _LEN.size:pos + _LEN.size + size])
+                pos += _LEN.size + size
+                self.frame_received(_message(body))
+                if self.transport is None or self.transport.is_closing():
+                    return
+        except WireError as exc:
+            self.abort(exc)
+            return
+        except (KeyError, TypeError, ValueError) as exc:  # a frame missing a field or of the wrong shape
+            self.abort(WireError(f"a frame could not be handled: {type(exc).__name__}: {exc}"))
+            return
+        del buffer[:pos]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        why = self._why or exc
+        if why is None and self._buffer:
+            why = WireError("the connection ended inside a frame")
+        self.transport = None
+        self.closed(why)
+
+    # --- sending ----------------------------------------------------------------------
 
     def send(self, message: dict[str, Any]) -> None:
         if not self._pending:
@@ -80,13 +109,26 @@ class FrameWriter:
 
     def _flush(self) -> None:
         pending, self._pending = self._pending, []
-        if pending and not self.writer.is_closing():
-            self.writer.write(b"".join(pending))
-
-    async def drain(self) -> None:
-        self._flush()
-        await self.writer.drain()
+        if pending and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(pending))
 
     def close(self) -> None:
+        """Send what is pending, then end the connection."""
         self._flush()
-        self.writer.close()
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self, why: BaseException) -> None:
+        self._why = why
+        if self.transport is not None:
+            self.transport.abort()
+
+
+def _message(body: bytes) -> dict[str, Any]:
+    try:
+        message = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise WireError(f"a frame is not JSON: {exc}") from None
+    if not isinstance(message, dict) or not isinstance(message.get("t"), str):
+        raise WireError("a frame is not an object with a type 't'")
+    return message

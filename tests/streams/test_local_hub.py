@@ -154,8 +154,8 @@ async def test_a_dead_pods_hold_is_charged_at_its_ttl_and_its_lease_expires(tmp_
         dead = Pod(tmp_path, "pod-dead", expiry_margin_s=0.1)  # leases of 1 s fund requests
         leases = await dead.wallets.admit("r-dead", [SCOPE], 5_000, period=period_of(datetime.now(timezone.utc), UTC))
         await dead.log.append(_admitted("r-dead", "pod-dead", 5_000, leases, ttl_s=1))
-        assert dead.log._writer is not None
-        dead.log._writer.writer.transport.abort()  # killed: no settlement, no lease returned
+        assert dead.log._connection is not None
+        dead.log._connection.abort(ConnectionResetError("killed"))  # killed: no settlement, no lease returned
         for _ in range(200):
             types = [e.type for _, e in await hub.events.read(limit=100)]
             if "hold.expired" in types and "lease.expired" in types:
