@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 
 from farebox.cli_archive import register as register_archive_commands
@@ -29,6 +30,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = load_settings(args.config).with_listen(args.host, args.port)
     if args.gateway_of:  # one of `serve --workers N`'s gateway processes, started by the owner
+        from farebox.local_pod import die_with_owner
+
+        die_with_owner(os.getppid())
         serve(replace(settings, pod_id=args.pod_id or settings.pod_id), gateway_of=Path(args.gateway_of),
               processes=args.processes)
         return 0

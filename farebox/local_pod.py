@@ -53,6 +53,20 @@ from streams.local_log import LocalEventLog
 log = logging.getLogger("farebox")
 
 
+def die_with_owner(owner_pid: int) -> None:
+    """Linux: this process gets SIGTERM when the owner dies, however it dies (the socket's loss stops it
+    too; this covers an owner killed before the connection was made). Elsewhere a no-op."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != owner_pid:  # the owner died before prctl took effect
+        _stop_process()
+
+
 def _stop_process() -> None:
     """The owner is gone: stop as on SIGTERM (aiohttp drains, then the cleanup contexts run)."""
     os.kill(os.getpid(), signal.SIGTERM)
