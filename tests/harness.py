@@ -73,6 +73,29 @@ def admin_token(config: Path, name: str, role: str, *, live_at: str | None = Non
     return token
 
 
+def wait_log_line(text: str, proc: subprocess.Popen, log: Path, *, since: int = 0, timeout: float = 30.0) -> None:
+    """Until ``log`` holds ``text`` past byte ``since`` (the file's size when ``proc`` was started)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(log, "rb") as f:
+            f.seek(since)
+            if text.encode() in f.read():
+                return
+        if proc.poll() is not None:
+            raise RuntimeError(f"{text!r}: process exited {proc.returncode}:\n{log.read_text()[-4000:]}")
+        time.sleep(0.05)
+    raise RuntimeError(f"{text!r} not in {log} within {timeout}s:\n{log.read_text()[-4000:]}")
+
+
+def wait_serving(proc: subprocess.Popen, log: Path, url: str, serve_args: tuple[str, ...], since: int = 0) -> None:
+    """Until ``farebox serve`` started with ``serve_args`` serves: with ``--workers``, once the owner printed
+    (past byte ``since`` of ``log``) that every gateway process is up (the first answers /health before the
+    others are), and /health answers."""
+    if any(arg == "--workers" or arg.startswith("--workers=") for arg in serve_args):
+        wait_log_line("farebox serving on", proc, log, since=since)
+    wait_http(url + "/health", proc, log)
+
+
 def stop(proc: subprocess.Popen, timeout: float = 10.0) -> int:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -156,6 +179,7 @@ class Stack:
     key: str
     gateway: subprocess.Popen
     simulator: subprocess.Popen
+    serve_args: tuple[str, ...] = ()
 
     @property
     def events_path(self) -> Path:
@@ -167,15 +191,19 @@ class Stack:
             self.gateway.wait()
         else:
             stop(self.gateway)
-        self.gateway = spawn(["farebox", "serve", "--config", str(self.config)], self.folder / "gateway.log")
-        wait_http(self.gateway_url + "/health", self.gateway, self.folder / "gateway.log")
+        log = self.folder / "gateway.log"
+        since = log.stat().st_size if log.exists() else 0
+        self.gateway = spawn(["farebox", "serve", "--config", str(self.config), *self.serve_args], log)
+        wait_serving(self.gateway, log, self.gateway_url, self.serve_args, since)
 
 
 @contextmanager
 def running_stack(folder: Path, *, aliases: str = "chat-default,chat-openai,chat-anthropic,embed-default",
                   sim_defaults: dict | None = None, gateway_wrap: tuple[str, ...] = (),
-                  mutate: Callable[[dict], None] | None = None) -> Iterator[Stack]:
-    """``gateway_wrap`` prefixes the gateway's ``-m`` arguments, e.g. ``("cProfile", "-o", path, "-m")``."""
+                  mutate: Callable[[dict], None] | None = None,
+                  serve_args: tuple[str, ...] = ()) -> Iterator[Stack]:
+    """``gateway_wrap`` prefixes the gateway's ``-m`` arguments, e.g. ``("cProfile", "-o", path, "-m")``;
+    ``serve_args`` follow ``farebox serve --config PATH``, e.g. ``("--workers", "2")``."""
     folder.mkdir(parents=True, exist_ok=True)
     sim_port, gw_port = free_port(), free_port()
     config = test_config(folder, sim_port, gw_port, mutate)
@@ -186,9 +214,10 @@ def running_stack(folder: Path, *, aliases: str = "chat-default,chat-openai,chat
     try:
         wait_http(f"http://127.0.0.1:{sim_port}/_sim/health", sim, folder / "simulator.log")
         key = mint(config, "platform", "playground", aliases)
-        gw = spawn([*gateway_wrap, "farebox", "serve", "--config", str(config)], folder / "gateway.log")
-        wait_http(f"http://127.0.0.1:{gw_port}/health", gw, folder / "gateway.log")
-        stack = Stack(folder, config, f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gw_port}", key, gw, sim)
+        gw = spawn([*gateway_wrap, "farebox", "serve", "--config", str(config), *serve_args], folder / "gateway.log")
+        wait_serving(gw, folder / "gateway.log", f"http://127.0.0.1:{gw_port}", serve_args)
+        stack = Stack(folder, config, f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gw_port}", key, gw, sim,
+                      serve_args)
         yield stack
     finally:
         if stack is not None:
