@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Iterator
 
@@ -85,3 +86,33 @@ def test_pyspy_summary_counts_self_and_total_per_frame(tmp_path: Path) -> None:
     assert dict((f, n) for f, n, _ in s["total"])["run (a.py)"] == 9
     assert dict((f, n) for f, n, _ in s["total"])["f (b.py)"] == 9
     assert any("top" in line for line in pyspy.summary_lines(s))
+
+
+def test_cpu_meter_sums_a_group_and_charges_a_pid_born_during_the_level() -> None:
+    meter = bench.CpuMeter({"gateway": lambda: [1, 2]})
+    before = {"client": 0.0, "gateway:1": 1.0, "gateway:2": 2.0}
+    assert meter.spent("gateway", before, {"client": 0.0, "gateway:1": 1.5, "gateway:2": 2.25}) == 0.75
+    # 2 restarted as 3: 3's CPU is all within the level, 2's since ``before`` is lost
+    assert meter.spent("gateway", before, {"client": 0.0, "gateway:1": 1.5, "gateway:3": 0.5}) == 1.0
+    assert meter.spent("simulator", before, {"client": 0.0}) is None
+    live = bench.CpuMeter({"gateway": lambda: [os.getpid(), os.getpid() + 10**9]})  # the second never exists
+    assert set(live.read()) == {"client", f"gateway:{os.getpid()}"}
+
+
+def test_workers_arm_tiny(tmp_path: Path) -> None:
+    """The --workers 2 arm end to end at tiny counts: every process found, none restarted, the table printed."""
+    plan = bench.Plan(levels={1: 6}, rates=[40.0], seconds_per_rate=0.5, anthropic=False)
+    arm = bench.run_workers_arm(tmp_path / "workers", plan, 2, generous_limits, None)
+    checks = arm["checks"]
+    assert set(checks["pids_at_start"]) == {"owner", "gateway 1", "gateway 2"}, checks
+    assert not checks["missing_at_start"] and not checks["restarted"] and checks["log"]["lines"] == 0, checks
+    assert 1 <= len(checks["log"]["requests_by_process"]) <= 2, checks  # access lines found, by process
+    assert set(arm["process_thread_cpu_s"]) == {"owner", "gateway 1", "gateway 2"}
+    [row] = arm["closed_loop"]["openai"]["non_streaming"]
+    assert row["direct"]["errors"] == 0 and row["gateway"]["errors"] == 0, row
+    _numbers(row["gateway"], "p50_ms", "gateway_cpu_us_per_req")
+    assert arm["open_loop"]["rows"][0]["gateway"]["errors"] == 0, arm["open_loop"]
+    figures = bench.arm_figures(arm)
+    assert figures["c1_added_p50_ms"] is not None and figures["c1_stream_ttft_added_p50_ms"] is not None
+    lines = bench.arms_table({"1 process": figures, "--workers 2": figures}, bench.ADDED_P99_BUDGET_MS)
+    assert any("knee" in line for line in lines) and "--workers 2" in lines[1]

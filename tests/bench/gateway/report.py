@@ -94,3 +94,54 @@ def summary_lines(report: dict) -> list[str]:
             lines.append(f"  -> the knee is set by {limit}")
     return lines
 
+
+
+def _c1(report: dict, kind: str) -> dict | None:
+    rows = report["closed_loop"].get("openai", {}).get(kind, [])
+    return next((r for r in rows if r["concurrency"] == 1), None)
+
+
+def arm_figures(report: dict) -> dict:
+    """One arm's figures for the side-by-side table (None where its plan did not measure them)."""
+    plain, stream = _c1(report, "non_streaming"), _c1(report, "streaming")
+    ladder = report.get("open_loop") or {}
+    knee = ladder.get("knee_rps")
+    at_knee = next((r for r in ladder.get("rows", []) if r["rate_rps"] == knee), None)
+    return {
+        "direct_ceiling_rps": ladder.get("direct_saturated_at_rps"),
+        "direct_max_rate_tried_rps": ladder.get("direct_max_rate_tried_rps"),
+        "c1_added_p50_ms": plain and plain["added_p50_ms"], "c1_added_p99_ms": plain and plain["added_p99_ms"],
+        "c1_stream_ttft_added_p50_ms": stream and stream["added_p50_ms"],
+        "knee_rps": knee,
+        "c1_gateway_cpu_us_per_req": plain and plain["gateway"].get("gateway_cpu_us_per_req"),
+        "knee_gateway_cpu_us_per_req": at_knee and at_knee["gateway"].get("gateway_cpu_us_per_req"),
+    }
+
+
+def arms_table(figures: dict[str, dict], budget_ms: float) -> list[str]:
+    """The arms side by side: one column per arm (``figures``: arm label -> ``arm_figures``)."""
+    def ceiling(f: dict) -> str:
+        if f["direct_ceiling_rps"] is not None:
+            return f"{f['direct_ceiling_rps']:g}"
+        tried = f["direct_max_rate_tried_rps"]
+        return f">{tried:g}" if tried is not None else "-"
+
+    def pair(a: float | None, b: float | None) -> str:
+        return f"{fmt(a, 0)}/{fmt(b, 0)}"
+
+    rows = [
+        ("direct arm ceiling (req/s)", ceiling),
+        ("added latency p50/p99, c=1 (ms)", lambda f: pair(f["c1_added_p50_ms"], f["c1_added_p99_ms"])),
+        ("stream TTFT added p50, c=1 (ms)", lambda f: fmt(f["c1_stream_ttft_added_p50_ms"], 0)),
+        (f"knee, added p99 <= {budget_ms:g} ms (req/s)",
+         lambda f: f"{f['knee_rps']:g}" if f["knee_rps"] is not None else "none"),
+        ("gateway CPU per request, c=1 (us)", lambda f: fmt(f["c1_gateway_cpu_us_per_req"], 0, 0)),
+        ("gateway CPU per request, at the knee (us)", lambda f: fmt(f["knee_gateway_cpu_us_per_req"], 0, 0)),
+    ]
+    width = max(14, *(len(label) for label in figures))
+    lines = ["\n== one process vs --workers (openai, non-streaming unless said; each arm against its own direct runs;"
+             " CPU of every gateway process, owner included)",
+             f"  {'':<42}" + "".join(f" {label:>{width}}" for label in figures)]
+    for name, cell in rows:
+        lines.append(f"  {name:<42}" + "".join(f" {cell(f):>{width}}" for f in figures.values()))
+    return lines

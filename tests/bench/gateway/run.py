@@ -1,6 +1,6 @@
 """The bench run: plans (full, quick), one stack, the closed-loop tables then the open-loop ladder,
-the JSON report; ``--profile`` runs the gateway under cProfile instead. ``main`` is
-``python -m tests.bench.gateway``."""
+then the same (openai only) against a second stack served by ``--workers N``, the JSON report;
+``--profile`` runs the gateway under cProfile instead. ``main`` is ``python -m tests.bench.gateway``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import platform
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -22,9 +22,10 @@ import orjson
 from tests.bench.gateway.closed_loop import closed_loop, compare_closed, warm
 from tests.bench.gateway import pyspy
 from tests.bench.gateway.open_loop import ADDED_P99_BUDGET_MS, rate_ladder
-from tests.bench.gateway.report import closed_table, rate_header, rate_line, summary_lines
+from tests.bench.gateway.report import arm_figures, arms_table, closed_table, rate_header, rate_line, summary_lines
 from tests.bench.gateway.stats import CpuMeter, added, thread_cpu
 from tests.bench.gateway.targets import PROMPT, new_session, pairs
+from tests.bench.gateway.workers_arm import arm_checks, check_lines, group_meter, processes_of, read_log
 from tests.harness import ROOT, Stack, generous_limits, running_stack
 
 DESCRIPTION = "What farebox adds to latency: ``python -m tests.bench.gateway`` (``make bench``)."
@@ -62,8 +63,11 @@ def machine_facts(uvloop_used: bool) -> dict:
     }
 
 
-async def run_bench(stack: Stack, plan: Plan, out: Callable[[str], None] = print) -> dict:
-    cpu = CpuMeter({"gateway": stack.gateway.pid, "simulator": stack.simulator.pid})
+async def run_bench(stack: Stack, plan: Plan, out: Callable[[str], None] = print, *, cpu: CpuMeter | None = None,
+                    processes: Callable[[], dict[str, int]] | None = None) -> dict:
+    """Closed-loop tables then the ladder against ``stack``. ``cpu`` meters the gateway (default: its one
+    process); ``processes`` names the gateway's processes for the by-thread CPU at the end."""
+    cpu = cpu or CpuMeter({"gateway": stack.gateway.pid, "simulator": stack.simulator.pid})
     report: dict = {"closed_loop": {}, "open_loop": None}
     sessions = {"direct": new_session(), "gateway": new_session()}
     try:
@@ -100,9 +104,14 @@ async def run_bench(stack: Stack, plan: Plan, out: Callable[[str], None] = print
         out("  (ach = achieved completions/s; lag99 = p99 of how late the client fired vs the schedule: if it grows,"
             " the client is the limit)")
         report["open_loop"] = ladder
-        report["gateway_thread_cpu_s"] = thread_cpu(stack.gateway.pid)
-        out(f"  gateway process CPU over the whole run, by thread: {report['gateway_thread_cpu_s']}"
-            " (main = event loop; others = event-log writer, to_thread workers)")
+        if processes is None:
+            report["gateway_thread_cpu_s"] = thread_cpu(stack.gateway.pid)
+            out(f"  gateway process CPU over the whole run, by thread: {report['gateway_thread_cpu_s']}"
+                " (main = event loop; others = event-log writer, to_thread workers)")
+        else:
+            report["process_thread_cpu_s"] = {name: thread_cpu(pid) for name, pid in processes().items()}
+            out(f"  gateway processes' CPU since they started, by thread: {report['process_thread_cpu_s']}"
+                " (main = event loop)")
         return report
     finally:
         for s in sessions.values():
@@ -166,7 +175,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tracing", action="store_true",
                     help="run the gateway with tracing on (every span built, none exported): its cost against a "
                          "run without")
+    ap.add_argument("--workers-arm", type=int, default=2, metavar="N",
+                    help="after the one-process gateway, measure a second stack served by farebox serve --workers N "
+                         "(openai only, same plan; default 2; 0 skips it)")
+    ap.add_argument("--no-workers-arm", dest="workers_arm", action="store_const", const=0,
+                    help="skip the --workers arm (same as --workers-arm 0)")
     args = ap.parse_args(argv)
+    if args.workers_arm == 1 or args.workers_arm < 0:
+        ap.error(f"--workers-arm must be 0 (skip) or at least 2, got {args.workers_arm}")
     mutate = _with_tracing if args.tracing else generous_limits
 
     base = QUICK if args.quick else FULL
@@ -206,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
 
         started = time.monotonic()
         profile = None
-        with running_stack(Path(tmp), mutate=mutate) as stack:
+        with running_stack(Path(tmp) / "one", mutate=mutate) as stack:
             sampler = pyspy.start(stack.gateway.pid, OUT_PYSPY, args.py_spy_native) if args.py_spy else None
             try:
                 with asyncio.Runner(loop_factory=loop_factory) as runner:
@@ -218,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
                         profile = pyspy.summarise(OUT_PYSPY)
                     else:
                         print(f"py-spy wrote no profile: {err[-500:]}", file=sys.stderr)
+            report["gateway_log"] = read_log(stack.folder / "gateway.log")
+        workers = None
+        if args.workers_arm > 1:
+            workers = run_workers_arm(Path(tmp) / "workers", replace(plan, anthropic=False), args.workers_arm,
+                                      mutate, loop_factory)
     report = {"machine": facts, "plan": asdict(plan), "prompt_bytes": len(PROMPT), "output_tokens": 32,
               "tracing": args.tracing,
               "elapsed_s": round(time.monotonic() - started, 1), **report}
@@ -228,8 +249,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  raw stacks in {OUT_PYSPY} (py-spy raw format: flamegraph.pl or speedscope read it)")
     for line in summary_lines(report):
         print(line)
-    errors = sum(r[side]["errors"] for kinds in report["closed_loop"].values() for rows in kinds.values()
-                 for r in rows for side in ("direct", "gateway"))
+    errors = closed_errors(report)
+    if workers is not None:
+        label = f"--workers {args.workers_arm}"
+        report["workers_arm"] = workers
+        report["comparison"] = {"1 process": arm_figures(report), label: arm_figures(workers)}
+        print(f"\n== summary, {label} arm (openai only)")
+        for line in summary_lines(workers)[1:]:
+            print(line)
+        for line in arms_table(report["comparison"], ADDED_P99_BUDGET_MS) + check_lines(workers["checks"]):
+            print(line)
+        errors += closed_errors(workers)
     print(f"  closed-loop errors: {errors}; elapsed {report['elapsed_s']} s")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2))
@@ -237,3 +267,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run_workers_arm(folder: Path, plan: Plan, workers: int, mutate: Callable[[dict], None],
+                    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None) -> dict:
+    """The same plan against a stack of its own served by ``farebox serve --workers N``; the gateway's CPU is
+    the owner's plus every gateway process's."""
+    with running_stack(folder, mutate=mutate, serve_args=("--workers", str(workers))) as stack:
+        processes = processes_of(stack)
+        started = processes()
+        print(f"\n==== --workers {workers} arm: a new stack, farebox serve --workers {workers}: {started}")
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            report = runner.run(run_bench(stack, plan, cpu=group_meter(stack, processes), processes=processes))
+        report["checks"] = arm_checks(workers, started, processes(), stack.folder / "gateway.log")
+    return report
+
+
+def closed_errors(report: dict) -> int:
+    return sum(r[side]["errors"] for kinds in report["closed_loop"].values() for rows in kinds.values()
+               for r in rows for side in ("direct", "gateway"))

@@ -8,6 +8,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterable
 
 
 def pct(sorted_values: list[float], q: float) -> float:
@@ -86,29 +87,48 @@ class Level:
 
 
 class CpuMeter:
-    """CPU seconds (user+system) of the gateway and simulator processes, from /proc (Linux only)."""
+    """CPU seconds (user+system) of the gateway and simulator processes, from /proc (Linux only).
 
-    def __init__(self, pids: dict[str, int] | None) -> None:
+    A name maps to one pid or to a function returning the pids of a process group (an owner and its
+    gateway processes, read afresh at every reading). A level is charged, per name, the sum over its
+    pids of the CPU spent between the two readings; a pid first seen in the second reading was started
+    during the level and is charged all its CPU; a pid gone by then is not charged (its CPU is lost).
+    """
+
+    def __init__(self, pids: dict[str, int | Callable[[], Iterable[int]]] | None) -> None:
         self.pids = pids or {}
         self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
     def read(self) -> dict[str, float]:
+        """``client``, and ``name:pid`` for every pid readable now."""
         out = {"client": time.process_time()}
-        for name, pid in self.pids.items():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                out[name] = (int(fields[11]) + int(fields[12])) / self.tick
-            except (OSError, IndexError, ValueError):
-                pass
+        for name, pids in self.pids.items():
+            for pid in [pids] if isinstance(pids, int) else pids():
+                seconds = process_cpu(pid, self.tick)
+                if seconds is not None:
+                    out[f"{name}:{pid}"] = seconds
         return out
+
+    def spent(self, name: str, before: dict[str, float], after: dict[str, float]) -> float | None:
+        keys = [k for k in after if k.split(":", 1)[0] == name]
+        if not keys or not any(k in before for k in keys):
+            return None
+        return sum(after[k] - before.get(k, 0.0) for k in keys)
 
     def charge(self, level: Level, before: dict[str, float]) -> None:
         after = self.read()
-        if "gateway" in before and "gateway" in after:
-            level.cpu_gateway_s = after["gateway"] - before["gateway"]
-        if "simulator" in before and "simulator" in after:
-            level.cpu_simulator_s = after["simulator"] - before["simulator"]
+        level.cpu_gateway_s = self.spent("gateway", before, after)
+        level.cpu_simulator_s = self.spent("simulator", before, after)
         level.cpu_client_s = after["client"] - before["client"]
+
+
+def process_cpu(pid: int, tick: int) -> float | None:
+    """CPU seconds (user+system) ``pid`` has spent so far, or None if it cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 NO_CPU = CpuMeter(None)
