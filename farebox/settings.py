@@ -25,6 +25,7 @@ from farebox.data_settings import BodyLogSettings, CacheSettings, body_log_setti
 from farebox.settings_observe import OBSERVABILITY_SECTIONS, ObservabilitySettings, parse_observability
 from pricing.errors import PricingError
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
+from proxy.admission.wallet import WalletPolicy
 from proxy.control.problems import ConfigError, Problems, Reader
 from proxy.snapshot import Secrets, Snapshot
 
@@ -221,6 +222,10 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         worker_metrics_port=d.int("worker_metrics_port", dflt.worker_metrics_port, 0),
     )
     d.reject_unknown()
+    if dist.lease_ttl_s <= WalletPolicy.expiry_margin_s:  # such a lease would be asked for and returned unspent
+        problems.add("distributed.lease_ttl_s", f"is {dist.lease_ttl_s}; it must be more than "
+                     f"{WalletPolicy.expiry_margin_s:g} s, because a pod stops funding requests from a lease "
+                     f"{WalletPolicy.expiry_margin_s:g} s before it expires")
     archive = archive_settings(root.child("archive"), base)
     reconcile = _reconcile_settings(root.child("reconcile"), problems)
     observability = parse_observability(root, env, problems)

@@ -88,3 +88,12 @@ def test_budget_wait_settings_default_and_bound(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_settings(write(tmp_path, mutate))
     assert "server.budget_wait_s: is 40, above server.budget_wait_max_s (30)" in str(err.value)
+
+
+def test_a_lease_ttl_within_the_wallets_funding_margin_is_refused(tmp_path: Path) -> None:
+    def mutate(t):
+        t.setdefault("distributed", {})["lease_ttl_s"] = 4
+
+    with pytest.raises(ConfigError) as err:
+        load_settings(write(tmp_path, mutate))
+    assert "distributed.lease_ttl_s" in str(err.value) and "more than 5 s" in str(err.value)
