@@ -11,21 +11,13 @@ import logging
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from farebox.control import open_config_db
+from farebox.budget_limits import Limits, lease_policy
 from farebox.settings import Settings
-from ledger.leases import LeasePolicy
-from proxy.snapshot import Snapshot
 from streams.kafka_internals import UntestedVersions, check_versions
 from streams.worker.app import create_app
 from streams.worker.state import Worker, WorkerConfig
 
 log = logging.getLogger("farebox.worker")
-
-
-def lease_policy(settings: Settings) -> LeasePolicy:
-    d = settings.distributed
-    return LeasePolicy(share=d.lease_share, last_pct=d.lease_last_pct, max_slice_micro=d.lease_max_slice_micro,
-                       ttl_s=d.lease_ttl_s, expiry_grace_s=d.lease_expiry_grace_s)
 
 
 def ensure_data_dir(path: Path) -> Path:
@@ -40,25 +32,10 @@ def ensure_data_dir(path: Path) -> Path:
 def build_worker(settings: Settings) -> Worker:
     d = settings.distributed
     data_dir = ensure_data_dir(Path(d.worker_data_dir))
-    db = open_config_db(settings)
-    holder: list[Snapshot] = [settings.snapshot]
-    head = db.head()
-    if head is not None:
-        from proxy.control.document import compile_document
-
-        holder[0] = compile_document(db.document(head[0]), head[0])
-
-    def limit_for(scope: str) -> int | None:
-        limit = holder[0].budgets.limit_for(scope)
-        return None if limit is None else limit.limit_micro
-
-    def soft_pct_for(scope: str) -> int:
-        limit = holder[0].budgets.limit_for(scope)
-        return 80 if limit is None else limit.soft_pct
-
+    limits = Limits(settings, required=True)
     cfg = WorkerConfig(
-        bootstrap=d.bootstrap, redis_url=d.redis_url, tz=ZoneInfo(holder[0].budgets.timezone),
-        limit_for=limit_for, soft_pct_for=soft_pct_for, currency_for=lambda: holder[0].currency,
+        bootstrap=d.bootstrap, redis_url=d.redis_url, tz=ZoneInfo(limits.snapshot.budgets.timezone),
+        limit_for=limits.limit_for, soft_pct_for=limits.soft_pct_for, currency_for=limits.currency,
         app_id=d.worker_id, requests_topic=d.requests_topic, scope_topic=d.scope_topic,
         rollups_topic=d.rollups_topic, dead_letter_topic=d.dead_letter_topic, partitions=d.partitions, policy=lease_policy(settings),
         data_dir=data_dir, request_retention_s=d.request_retention_s, stall_s=d.worker_stall_s,
@@ -67,15 +44,7 @@ def build_worker(settings: Settings) -> Worker:
 
     @worker.app.timer(interval=max(settings.poll_interval_s, 1.0))
     async def follow_config() -> None:
-        try:
-            latest = await asyncio.to_thread(db.head)
-            if latest is not None and latest[0] != getattr(holder[0], "version", None):
-                from proxy.control.document import compile_document
-
-                doc = await asyncio.to_thread(db.document, latest[0])
-                holder[0] = compile_document(doc, latest[0])
-        except Exception:  # keep the last good snapshot
-            log.warning("config database unreachable; keeping the last good limits", exc_info=True)
+        await limits.refresh()
 
     if d.worker_metrics_port:
         serve_worker_metrics(settings, worker)

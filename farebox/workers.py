@@ -39,16 +39,13 @@ from aiohttp import web
 from prometheus_client.multiprocess import mark_process_dead
 
 from farebox.archiving import EmbeddedArchiver, embedded_archive_ctx
-from farebox.control import open_config_db
+from farebox.budget_limits import Limits, lease_policy
 from farebox.observe import alerts_ctx, expiring_keys
 from farebox.settings import Settings
-from ledger.leases import LeasePolicy
 from ledger.local_processor import LocalProcessor
 from ledger.periods import period_of
-from proxy.control.errors import ControlUnavailable
 from proxy.idempotency import MemoryIdempotency
 from proxy.idempotency.owner import handlers as idempotency_handlers
-from proxy.snapshot import Snapshot
 from streams.checkpoints import CheckpointStore
 from streams.local_hub import LocalHub
 from streams.runner import EmbeddedLedgerRunner
@@ -58,54 +55,8 @@ log = logging.getLogger("farebox.workers")
 READY = "farebox serving on"
 
 
-def lease_policy(settings: Settings) -> LeasePolicy:
-    d = settings.distributed
-    return LeasePolicy(share=d.lease_share, last_pct=d.lease_last_pct, max_slice_micro=d.lease_max_slice_micro,
-                       ttl_s=d.lease_ttl_s, expiry_grace_s=d.lease_expiry_grace_s)
-
-
 def socket_path(settings: Settings) -> Path:
     return Path(settings.state_dir) / "workers.sock"
-
-
-class Limits:
-    """The budget limits the processor decides with: the config database's head, followed."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.snapshot: Snapshot = settings.snapshot
-        try:
-            self.db = open_config_db(settings)
-            self._load()
-        except ControlUnavailable:
-            self.db = None
-            log.warning("config database %s unreachable: budget limits from the config file", settings.safe_db_url)
-
-    def _load(self) -> None:
-        from proxy.control.document import compile_document
-
-        assert self.db is not None
-        head = self.db.head()
-        if head is not None and head[0] != getattr(self.snapshot, "version", None):
-            self.snapshot = compile_document(self.db.document(head[0]), head[0])
-
-    async def follow(self) -> None:
-        while True:
-            await asyncio.sleep(max(self.settings.poll_interval_s, 1.0))
-            if self.db is None:
-                continue
-            try:
-                await asyncio.to_thread(self._load)
-            except Exception:  # noqa: BLE001 - keep the last good limits
-                log.warning("config database unreachable; keeping the last good limits", exc_info=True)
-
-    def limit_for(self, scope: str) -> int | None:
-        limit = self.snapshot.budgets.limit_for(scope)
-        return None if limit is None else limit.limit_micro
-
-    def soft_pct_for(self, scope: str) -> int:
-        limit = self.snapshot.budgets.limit_for(scope)
-        return 80 if limit is None else limit.soft_pct
 
 
 class Gateways:
@@ -236,7 +187,7 @@ async def run_owner(settings: Settings, count: int) -> None:
     events = SqliteEventLog.open(settings.event_log_path)
     runner = EmbeddedLedgerRunner(events, CheckpointStore(f"{settings.event_log_path}.checkpoints"), tz)
     await runner.start()
-    processor = LocalProcessor(tz, limits.limit_for, limits.soft_pct_for, lambda: limits.snapshot.currency,
+    processor = LocalProcessor(tz, limits.limit_for, limits.soft_pct_for, limits.currency,
                                lease_policy(settings), settings.distributed.request_retention_s)
     archiver = EmbeddedArchiver(settings, lambda: events.last_offset)
     calls = idempotency_handlers(MemoryIdempotency())  # one store: a retry may reach another process

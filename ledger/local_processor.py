@@ -33,7 +33,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from ledger.envelope import Event
-from ledger.events import BudgetThresholdCrossed, LeaseGranted, RequestEvent
+from ledger.events import BudgetThresholdCrossed, RequestEvent
 from ledger.leases import LeasePolicy, ScopeEntry, ScopeLedger, decide_lease_expiries, fold
 from ledger.periods import period_of
 from ledger.retention import DEFAULT_RETENTION_S, ClosedRequests, admitted_epoch, forget_due
@@ -136,6 +136,3 @@ class LocalProcessor:
     def take_dirty(self) -> set[str]:
         dirty, self.dirty = self.dirty, set()
         return dirty
-
-    def granted_to(self, granted: LeaseGranted) -> str:
-        return granted.pod
