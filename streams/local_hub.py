@@ -42,6 +42,8 @@ from streams.sqlite_log import SqliteEventLog
 log = logging.getLogger("farebox.workers")
 
 Durable = Callable[[int, Event], None]
+Reply = Callable[..., None]  # FrameProtocol.send
+ACK_COALESCE_S = 0.002  # an acknowledgement waits at most this long to share a write with others
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
@@ -98,7 +100,7 @@ class LocalHub:
 
     # --- appending ----------------------------------------------------------------
 
-    def append(self, event: Event, reply: Callable[[dict[str, Any]], None] | None = None, n: int = 0) -> None:
+    def append(self, event: Event, reply: Reply | None = None, n: int = 0) -> None:
         """Append ``event``; once durable, fold it and (with ``reply``) acknowledge it with its offset."""
         try:
             future = self.events.append(event)
@@ -108,15 +110,14 @@ class LocalHub:
             return
         future.add_done_callback(lambda f: self._durable(f, event, reply, n))
 
-    def _durable(self, future: asyncio.Future[int], event: Event, reply: Callable[[dict[str, Any]], None] | None,
-                 n: int) -> None:
+    def _durable(self, future: asyncio.Future[int], event: Event, reply: Reply | None, n: int) -> None:
         if future.cancelled() or future.exception() is not None:
             if reply is not None:
                 reply({"t": "ack", "n": n, "err": str(future.exception() or "cancelled")})
             return
         offset = future.result()
         if reply is not None:
-            reply({"t": "ack", "n": n, "o": offset})
+            reply({"t": "ack", "n": n, "o": offset}, False)  # nothing on the request path waits for an ack
         if self.on_durable is not None:
             self.on_durable(offset, event)
         if offset == self.processor.offset + 1 and not self._catching.locked():
@@ -220,7 +221,7 @@ class GatewayConnection(FrameProtocol):
     """One gateway process's connection to the hub: a ``hello`` naming its pod, then its frames."""
 
     def __init__(self, hub: LocalHub) -> None:
-        super().__init__()
+        super().__init__(coalesce_s=ACK_COALESCE_S)
         self.hub = hub
         self.pod: str | None = None
 

@@ -32,6 +32,13 @@ from streams.eventlog import EventLogClosed, EventLogFailed
 from streams.local_wire import FrameProtocol
 
 log = logging.getLogger("farebox.workers")
+COALESCE_S = 0.002  # an event frame waits at most this long to share a write with others
+LATER, TURN, NOW = "later", "turn", "now"
+# When an event is written to the owner's socket. A settlement is written before append returns, so it
+# precedes the answer's bytes to the client: a caller who got a complete non-streamed answer has its
+# settlement on the owner's side even if this process is killed right after. A lease request has a request
+# waiting for its grant: it goes this loop turn. The others share writes (at most COALESCE_S late).
+_WHEN = {"request.settled": NOW, "lease.requested": TURN}
 
 
 class LocalEventLog:
@@ -98,7 +105,7 @@ class LocalEventLog:
             raise EventLogFailed(f"the owner's event log is unreachable: {self._failure}")
         if self._closed:
             raise EventLogClosed("this process's event log connection is closed")
-        future = self._request({"t": "ev", "e": to_dict(event)})
+        future = self._request({"t": "ev", "e": to_dict(event)}, _WHEN.get(event.type, LATER))
         self._appends.add(future)
         future.add_done_callback(self._appended)
         return future
@@ -156,15 +163,17 @@ class LocalEventLog:
 
     # --- internals ------------------------------------------------------------------
 
-    def _request(self, message: dict[str, Any]) -> asyncio.Future[Any]:
+    def _request(self, message: dict[str, Any], when: str = TURN) -> asyncio.Future[Any]:
         n = next(self._numbers)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[n] = future
         message["n"] = n
         if self._connection is None:
             self._queued.append(message)
+        elif when == NOW:
+            self._connection.send_now(message)
         else:
-            self._connection.send(message)
+            self._connection.send(message, urgent=when == TURN)
         return future
 
     async def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -206,7 +215,7 @@ class LocalEventLog:
 
 class _OwnerConnection(FrameProtocol):
     def __init__(self, log: LocalEventLog) -> None:
-        super().__init__()
+        super().__init__(coalesce_s=COALESCE_S)
         self.log = log
 
     def frame_received(self, message: dict[str, Any]) -> None:

@@ -32,6 +32,7 @@ import orjson
 
 _LEN = struct.Struct(">I")
 MAX_FRAME = 64 * 1024 * 1024  # a read of many events is the largest frame
+MAX_PENDING = 512  # frames that may wait for company before they are written
 
 
 class WireError(Exception):
@@ -49,10 +50,13 @@ class FrameProtocol(asyncio.Protocol):
     event-loop turn into one write. ``frame_received`` may raise ``WireError``: the connection is closed.
     ``closed`` is called once, with why (None: the peer ended it cleanly)."""
 
-    def __init__(self) -> None:
+    def __init__(self, coalesce_s: float = 0.0) -> None:
         self.transport: asyncio.Transport | None = None
+        self.coalesce_s = coalesce_s
         self._buffer = bytearray()
         self._pending: list[bytes] = []
+        self._soon = False  # a flush is scheduled for this loop turn
+        self._timer: asyncio.TimerHandle | None = None  # ... or after ``coalesce_s``
         self._why: BaseException | None = None
 
     # --- what a subclass does with frames ---------------------------------------------
@@ -101,12 +105,29 @@ class FrameProtocol(asyncio.Protocol):
 
     # --- sending ----------------------------------------------------------------------
 
-    def send(self, message: dict[str, Any]) -> None:
-        if not self._pending:
-            asyncio.get_running_loop().call_soon(self._flush)
+    def send(self, message: dict[str, Any], urgent: bool = True) -> None:
+        """Queue a frame: ``urgent`` ones (someone waits for them) go at the end of this loop turn, with
+        everything queued before them; the others wait up to ``coalesce_s`` for company (fewer writes, and
+        fewer wake-ups of the peer), or until ``MAX_PENDING`` frames are queued."""
         self._pending.append(frame(message))
+        if urgent or self.coalesce_s <= 0 or len(self._pending) >= MAX_PENDING:
+            if not self._soon:
+                self._soon = True
+                asyncio.get_running_loop().call_soon(self._flush)
+        elif self._timer is None and not self._soon:
+            self._timer = asyncio.get_running_loop().call_later(self.coalesce_s, self._flush)
+
+    def send_now(self, message: dict[str, Any]) -> None:
+        """Write the frame (after everything queued) before returning: once this returns, the frame is in
+        the kernel's socket buffer and reaches the peer even if this process is killed next."""
+        self._pending.append(frame(message))
+        self._flush()
 
     def _flush(self) -> None:
+        self._soon = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         pending, self._pending = self._pending, []
         if pending and self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(pending))

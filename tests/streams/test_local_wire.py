@@ -94,3 +94,39 @@ def test_a_frame_the_receiver_cannot_handle_closes_the_connection_with_the_reaso
     protocol.transport = FakeTransport(protocol)  # type: ignore[assignment]
     protocol.data_received(frame({"t": "rows", "n": 1}))
     assert "could not be handled: KeyError" in str(protocol.why[0])
+
+
+class Writes(FakeTransport):
+    def __init__(self, protocol: FrameProtocol) -> None:
+        super().__init__(protocol)
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+
+async def test_frames_no_one_waits_for_share_a_write_and_an_urgent_one_takes_them_along():
+    import asyncio
+
+    protocol = Recording()
+    protocol.coalesce_s = 0.05
+    transport = protocol.transport = Writes(protocol)  # type: ignore[assignment]
+    for n in range(3):
+        protocol.send({"t": "ack", "n": n}, urgent=False)
+    await asyncio.sleep(0)
+    assert transport.writes == []  # waiting for company
+    await asyncio.sleep(0.1)
+    assert transport.writes == [b"".join(frame({"t": "ack", "n": n}) for n in range(3))]
+    protocol.send({"t": "ack", "n": 3}, urgent=False)
+    protocol.send({"t": "done", "n": 4})  # someone waits for this one: it goes this turn, with the ack before it
+    await asyncio.sleep(0)
+    assert transport.writes[1:] == [frame({"t": "ack", "n": 3}) + frame({"t": "done", "n": 4})]
+
+
+async def test_send_now_writes_before_it_returns_with_what_was_queued():
+    protocol = Recording()
+    protocol.coalesce_s = 0.05
+    transport = protocol.transport = Writes(protocol)  # type: ignore[assignment]
+    protocol.send({"t": "ev", "n": 1}, urgent=False)
+    protocol.send_now({"t": "ev", "n": 2})  # a settlement: on the wire before the answer is
+    assert transport.writes == [frame({"t": "ev", "n": 1}) + frame({"t": "ev", "n": 2})]
