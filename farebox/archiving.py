@@ -184,7 +184,12 @@ ARCHIVER_NICE = 10  # the embedded archiver's child (and its decode pool) yield 
 
 
 def _archiver_child(parent_pid: int) -> None:
+    """The child's initializer. It leaves with its parent, and it ignores the SIGINT and SIGTERM sent to
+    its whole process group (Ctrl-C in a terminal; systemd stopping the unit). The parent stops it after
+    the final pass, which it could not run if those signals had already killed the child."""
     leave_with(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.nice(ARCHIVER_NICE)
 
 
