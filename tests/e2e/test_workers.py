@@ -379,13 +379,9 @@ def test_kill_9_of_a_gateway_process_mid_burst(tmp_path) -> None:
             return ev if dead and dead <= shut else None
 
         wait_until(dead_leases_closed, 15, "the killed process's leases expired", stack, interval=0.3)
-        assert stop(stack.gateway) == 0, tail(stack)
-        events = read_events(stack.events_path)
-        replay = _replay(stack)
+        events, replay = stopped_and_replayed(stack)
 
-    ids = Counter(e.id for e in events)
-    assert [i for i, n in ids.items() if n > 1] == [], "event ids in the log more than once"
-    assert_closed_exactly_once(events)
+    assert_each_event_once_and_each_request_closed_once(events)
     admitted = {e.request_id: e for e in by_type(events, RequestAdmitted)}
     settled = {e.request_id: e for e in by_type(events, RequestSettled)}
     expired = {e.request_id: e for e in by_type(events, HoldExpired)}
@@ -511,6 +507,18 @@ async def _kill_mid_burst(stack: Stack, first: dict[int, int]) -> Kill:
     return Kill(victim_pod, cut, survived, traffic)
 
 
+def stopped_and_replayed(stack: Stack) -> tuple[list[Event], str]:
+    """Stop the owner gracefully (exit 0), then: the log's events and ``farebox replay``'s report."""
+    assert stop(stack.gateway) == 0, tail(stack)
+    return read_events(stack.events_path), _replay(stack)
+
+
+def assert_each_event_once_and_each_request_closed_once(events: list[Event]) -> None:
+    ids = Counter(e.id for e in events)
+    assert [i for i, n in ids.items() if n > 1] == [], "event ids in the log more than once"
+    assert_closed_exactly_once(events)
+
+
 def _replay(stack: Stack) -> str:
     today = datetime.now(timezone.utc).date()
     done = subprocess.run([sys.executable, "-m", "farebox", "replay", "--config", str(stack.config),
@@ -560,13 +568,9 @@ def test_kill_9_of_the_owner_stops_its_gateways_and_a_restart_recovers(tmp_path)
 
         wait_until(old_leases_closed, LEASE_TTL_S + 15, "the dead gateways' leases closed once", stack, interval=0.3)
         wait_until(lambda: all_closed(stack), HOLD_TTL_S + 15, "every admitted request closed", stack, interval=0.3)
-        assert stop(stack.gateway) == 0, tail(stack)
-        events = read_events(stack.events_path)
-        replay = _replay(stack)
+        events, replay = stopped_and_replayed(stack)
 
-    ids = Counter(e.id for e in events)
-    assert [i for i, n in ids.items() if n > 1] == [], "event ids in the log more than once"
-    assert_closed_exactly_once(events)
+    assert_each_event_once_and_each_request_closed_once(events)
     settled = {e.request_id for e in by_type(events, RequestSettled)}
     assert set(after) <= settled
     # a settlement the owner had not made durable when it was killed is lost with it, as the SQLite writer's
