@@ -97,3 +97,16 @@ def test_a_lease_ttl_within_the_wallets_funding_margin_is_refused(tmp_path: Path
     with pytest.raises(ConfigError) as err:
         load_settings(write(tmp_path, mutate))
     assert "distributed.lease_ttl_s" in str(err.value) and "more than 5 s" in str(err.value)
+
+
+def test_serve_refuses_a_worker_count_below_one_and_workers_in_distributed_mode(tmp_path: Path, capsys) -> None:
+    from farebox.cli import main
+
+    assert main(["serve", "--config", str(write(tmp_path)), "--workers", "0"]) == 2
+    assert "--workers must be at least 1, got 0" in capsys.readouterr().err
+
+    def distributed(t):
+        t["mode"] = "distributed"
+
+    assert main(["serve", "--config", str(write(tmp_path, distributed)), "--workers", "2"]) == 2
+    assert "--workers is for embedded mode" in capsys.readouterr().err
