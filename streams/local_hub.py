@@ -59,7 +59,7 @@ class LocalHub:
         self.clock = clock
         self.handlers = dict(handlers or {})  # ``call`` frames: name -> what the owner answers
         self.pods: dict[str, GatewayConnection] = {}
-        self._tasks: set[asyncio.Future[None]] = set()  # answers being prepared
+        self._tasks: set[asyncio.Future[None]] = set()  # answers being prepared, catch-ups running
         self.stats = {"events": 0, "grants": 0, "expiries": 0, "connections": 0, "disconnects": 0}
         self._server: asyncio.AbstractServer | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -123,7 +123,7 @@ class LocalHub:
         if offset == self.processor.offset + 1 and not self._catching.locked():
             self._decided(self.processor.apply(event, offset, self.clock()))
         elif offset > self.processor.offset:
-            asyncio.ensure_future(self.catch_up())
+            self._track(asyncio.ensure_future(self.catch_up()))
 
     def _decided(self, decided: list[Event]) -> None:
         for event in decided:
@@ -192,11 +192,14 @@ class LocalHub:
             now = datetime.fromtimestamp(self.clock(), timezone.utc)
             connection.send({"t": "done", "n": n, "rows": {s: self.processor.row(s, now) for s in message["scopes"]}})
         elif kind in ("flush", "read", "call"):
-            task = asyncio.ensure_future(self._answer(kind, n, message, connection))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._track(asyncio.ensure_future(self._answer(kind, n, message, connection)))
         else:
             raise WireError(f"unknown frame type {kind!r}")
+
+    def _track(self, task: asyncio.Future[None]) -> None:
+        """Keep a reference to ``task`` until it ends (the loop holds only weak ones); ``close`` waits for it."""
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _answer(self, kind: str, n: int, message: dict[str, Any], connection: "GatewayConnection") -> None:
         try:
