@@ -15,7 +15,7 @@ from proxy.control.problems import Reader
 
 @dataclass(frozen=True)
 class ArchiveSettings:
-    """The Parquet archive (``streams/archive.py``): where, how often, how long, when to compact."""
+    """The Parquet archive (``streams/archive/__init__.py``): where, how often, how long, when to compact."""
 
     path: Path | None = None  # None: <state_dir>/archive
     flush_interval_s: float = 5.0  # archive pending events at least this often
@@ -24,7 +24,7 @@ class ArchiveSettings:
     compact: bool = True  # merge each closed hour's batch files into one, and each closed day's into one
     compact_hour_utc: int = 1  # from this UTC hour on, once a day, compact the days before today
     group_id: str = "farebox-archiver"  # distributed: the archiver's consumer group
-    # processes that decode batches beside the archiver (``streams.archive_pool``): always in ``farebox archiver``;
+    # processes that decode batches beside the archiver (``streams.archive.pool``): always in ``farebox archiver``;
     # in ``farebox serve``'s archiver child (niced) only for a backlog (more than ``flush_events`` pending).
     # None: one per core, when there are two or more; 0: none.
     decode_processes: int | None = None

@@ -42,14 +42,14 @@ from typing import TYPE_CHECKING, AsyncIterator, Callable
 from prometheus_client import CollectorRegistry, Gauge
 
 from farebox.archive_settings import ArchiveSettings
-from streams.archive_manifest import archived_offset, file_lock
+from streams.archive.manifest import archived_offset, file_lock
 from streams.orphans import leave_with
 
 if TYPE_CHECKING:
     from farebox.settings import Settings
-    from streams.archive_batch import Decoder
-    from streams.archive_compact import Housekeeping
-    from streams.archive_pool import DecodePool
+    from streams.archive.batch import Decoder
+    from streams.archive.compact import Housekeeping
+    from streams.archive.pool import DecodePool
 
 # The Parquet writer, compaction and the warehouse (pyarrow, DuckDB) are imported where a pass or housekeeping
 # runs: in the archiver's child process, or in ``farebox archiver``. The gateway that schedules the passes never
@@ -68,7 +68,7 @@ def housekeep(root: Path, cfg: ArchiveSettings, now: datetime, tz: str | None = 
     from reconcile.request_table import usable_table
     from reconcile.request_table_write import write_request_table
     from reconcile.warehouse import WarehouseError
-    from streams.archive_compact import Housekeeping, compact, expire
+    from streams.archive.compact import Housekeeping, compact, expire
 
     done = Housekeeping()
     if cfg.retention_days is not None:
@@ -110,8 +110,8 @@ class Housekeeper:
 
     def run(self, now: datetime) -> None:
         """What is due at ``now``; a changed or unreadable file is refused and logged (archiving goes on)."""
-        from streams.archive_compact import compact_hours
-        from streams.archive_read import ArchiveError
+        from streams.archive.compact import compact_hours
+        from streams.archive.read import ArchiveError
 
         try:
             if self._hours_due(now):
@@ -132,7 +132,7 @@ class Housekeeper:
 
 def archive_log_once(log_path: Path, root: Path, batch_size: int, pool: Decoder | None = None) -> int:
     """One pass (blocking; run it in a thread): archive what the log holds beyond the archived offset."""
-    from streams.archive_write import archive_from_log
+    from streams.archive.write import archive_from_log
     from streams.sqlite_log import SqliteEventLog
 
     async def run() -> int:
@@ -153,7 +153,7 @@ def _backlog_pool(decoders: int) -> DecodePool | None:
     """The child's decode pool: started now if ``decoders`` asks for one and none runs yet."""
     global _child_pool
     if decoders and _child_pool is None:
-        from streams.archive_pool import DecodePool
+        from streams.archive.pool import DecodePool
 
         _child_pool = DecodePool(decoders)
     return _child_pool
@@ -313,7 +313,7 @@ def embedded_archive_ctx(archiver: EmbeddedArchiver):
 async def run_kafka_archiver(settings: Settings, stop: asyncio.Event | None = None) -> int:
     """``farebox archiver``: archive the requests topic until SIGTERM/SIGINT (or ``stop``); events archived."""
     from farebox.observe import config_db_keys, running_alerts
-    from streams.archive import KafkaArchiver
+    from streams.archive.kafka_source import KafkaArchiver
     from streams.notify.kafka_feed import follow_topics
 
     cfg, d = settings.archive, settings.distributed
@@ -324,7 +324,7 @@ async def run_kafka_archiver(settings: Settings, stop: asyncio.Event | None = No
     decoders = cfg.decoders()
     pool = None
     if decoders:
-        from streams.archive_pool import DecodePool
+        from streams.archive.pool import DecodePool
 
         pool = DecodePool(decoders)
         await asyncio.to_thread(pool.start)

@@ -1,7 +1,7 @@
 """Wiring the distributed mode: a gateway pod over Kafka (events), Redis (rate limits, grants) and leases.
 
 Start-up: refuse an aiokafka version whose internals were not tested
-(``streams.kafka_internals``), before any connection; the config snapshot as in embedded mode; the Kafka event log (its
+(``streams.kafka.internals``), before any connection; the config snapshot as in embedded mode; the Kafka event log (its
 disk spool under ``distributed.spool_dir/<pod>``); Redis buckets shared by
 the pods; the wallets, fed by grants the worker publishes on
 ``fb:grants:<pod>`` (and polled, in case a publish is missed). Shutdown
@@ -26,7 +26,7 @@ from aiohttp import web
 
 from farebox.control import open_config_db
 from farebox.observe import build_tracing, tracing_ctx
-from farebox.pod import body_log_ctx, build_runtime, first_snapshot
+from farebox.pod import body_log_ctx, build_runtime, first_snapshot, pod_app
 from farebox.reload import SnapshotFollower, attach_config_topic, config_topic_ctx, follow_ctx
 from farebox.rerating import ArchiveRerater
 from farebox.settings import Settings, load_secrets
@@ -35,23 +35,22 @@ from ledger.codec import from_dict
 from ledger.events import LeaseGranted
 from proxy.admission.budget_port import budget_period
 from proxy.admission.lease_budgets import LeaseBudgets
-from proxy.admission.limits.redis_buckets import RedisBuckets
 from proxy.admission.scope_states import ScopeStates
 from proxy.admission.wallet import WalletPolicy, Wallets
-from proxy.cancellation import stop_if_cancelled
-from proxy.api.app import create_app
 from proxy.cache.redis_cache import RedisCache
 from proxy.cache.vector_redis import RedisVectors
+from proxy.cancellation import stop_if_cancelled
 from proxy.control.errors import ControlUnavailable
 from proxy.control.service import ControlService
 from proxy.idempotency.redis_store import RedisIdempotency
-from proxy.metrics import Metrics
-from proxy.recorder import Recorder
+from proxy.limits.redis_buckets import RedisBuckets
+from proxy.metering.recorder import Recorder
+from proxy.observe.metrics import Metrics
 from proxy.routing.breaker_sync import sync_ctx as breaker_sync_ctx
 from proxy.runtime import PodState
 from proxy.snapshot import Secrets, Snapshot
-from streams.kafka_internals import GATEWAY_LIBRARIES, UntestedVersions, check_versions, installed_version
-from streams.kafka_log import KafkaEventLog
+from streams.kafka.internals import GATEWAY_LIBRARIES, UntestedVersions, check_versions, installed_version
+from streams.kafka.log import KafkaEventLog
 from streams.projections import RedisProjections
 
 log = logging.getLogger("farebox")
@@ -110,7 +109,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     budget_use: list[tuple[str, int, int, int]] = []  # refreshed from the worker's projection by _follow_budgets
     state.budget_use = lambda: budget_use
     tracing = build_tracing(settings.observability.tracing, recorder.metrics)
-    app = create_app(runtime, tracing=tracing)
+    app = pod_app(runtime, tracing=tracing)
     app.cleanup_ctx.append(tracing_ctx(tracing))
     attach_usage(app, settings.archive_root)  # the archiver consumer (`farebox archiver`) keeps this archive
     app.cleanup_ctx.append(functools.partial(body_log_ctx, runtime=runtime))

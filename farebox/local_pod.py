@@ -1,7 +1,7 @@
 """Wiring one gateway process of ``farebox serve --workers N`` (the owner is ``farebox.workers``).
 
 A gateway process is a distributed pod whose transport is local: its events
-go to the owner's SQLite log over the owner's socket (``streams.local_log``),
+go to the owner's SQLite log over the owner's socket (``streams.local.log``),
 its budget money comes from leases the owner's ledger processor grants
 (``Wallets``, ``LeaseBudgets``: the same protocol as across machines), and
 the soft/hard readings from the owner's projection rows, polled like the
@@ -31,24 +31,23 @@ from aiohttp import web
 
 from farebox.control import open_config_db
 from farebox.observe import build_tracing, tracing_ctx
-from farebox.pod import body_log_ctx, build_runtime, first_snapshot
+from farebox.pod import body_log_ctx, build_runtime, first_snapshot, pod_app
 from farebox.reload import SnapshotFollower, follow_ctx
 from farebox.rerating import ArchiveRerater
 from farebox.settings import Settings, load_secrets
 from farebox.usage import attach_usage
 from proxy.admission.lease_budgets import LeaseBudgets
-from proxy.admission.limits import MemoryBuckets
 from proxy.admission.scope_states import ScopeStates
 from proxy.admission.wallet import WalletPolicy, Wallets
-from proxy.api.app import create_app
 from proxy.control.errors import ControlUnavailable
 from proxy.control.service import ControlService
 from proxy.idempotency.owner import OwnerIdempotency
-from proxy.metrics import Metrics
-from proxy.recorder import Recorder
+from proxy.limits import MemoryBuckets
+from proxy.metering.recorder import Recorder
+from proxy.observe.metrics import Metrics
 from proxy.runtime import PodState
 from proxy.snapshot import Secrets, Snapshot
-from streams.local_log import LocalEventLog
+from streams.local.log import LocalEventLog
 
 log = logging.getLogger("farebox")
 
@@ -107,7 +106,7 @@ async def local_gateway_app(settings: Settings, socket: Path, processes: int,
     state.budget_use = lambda: [tuple(row) for row in owner["budget_use"]]
     state.archive_lag = lambda: tuple(owner["archive_lag"])
     tracing = build_tracing(settings.observability.tracing, recorder.metrics)
-    app = create_app(runtime, tracing=tracing)
+    app = pod_app(runtime, tracing=tracing)
     app.cleanup_ctx.append(tracing_ctx(tracing))
     attach_usage(app, settings.archive_root)  # the owner's archiver keeps this archive
     app.cleanup_ctx.append(functools.partial(body_log_ctx, runtime=runtime))

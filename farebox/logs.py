@@ -2,7 +2,7 @@
 
 ``json`` writes one object per line (``time``, ``level``, ``logger``,
 ``message``; an access line's fields at the top level, see
-``proxy.access_log``); ``text`` writes a readable line. Records go to
+``proxy.observe.access_log``); ``text`` writes a readable line. Records go to
 stderr. The access logger is silenced when ``access_log`` is off, so the
 request path skips building its line.
 

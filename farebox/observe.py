@@ -1,6 +1,6 @@
 """Wiring a pod's traces (``tracing`` settings) and its alert notifier (``alerts`` settings).
 
-Off (the default): nothing is built and ``proxy.tracing`` is never imported.
+Off (the default): nothing is built and ``proxy.observe.tracing`` is never imported.
 On: a batch span processor exports over OTLP/HTTP (``tracing.otlp_endpoint``)
 in its own thread with a short timeout; what it cannot deliver is counted in
 ``farebox_spans_dropped``. On with no endpoint: spans are built and dropped
@@ -26,7 +26,7 @@ import aiohttp
 from aiohttp import web
 
 from farebox.settings_observe import AlertSettings, TracingSettings
-from proxy.metrics import Metrics
+from proxy.observe.metrics import Metrics
 from streams.eventlog import EventLog
 from streams.notify.alerts import CostAnomaly, ExpiringKey, keys_near_expiry
 from streams.notify.notifier import AlertFeed, Dispatcher, follow_alerts
@@ -36,14 +36,14 @@ DISPATCHER = web.AppKey("alert_dispatcher", Dispatcher)
 log = logging.getLogger("farebox.notify")
 
 
-def build_tracing(settings: TracingSettings, metrics: Metrics):  # -> proxy.tracing.Tracing | None
+def build_tracing(settings: TracingSettings, metrics: Metrics):  # -> proxy.observe.tracing.Tracing | None
     if not settings.enabled:
         return None
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from proxy.tracing import CountingExporter, Tracing
+    from proxy.observe.tracing import CountingExporter, Tracing
 
     provider = TracerProvider(resource=Resource.create({"service.name": settings.service_name}))
     if settings.otlp_endpoint is not None:

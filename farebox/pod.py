@@ -16,15 +16,17 @@ from aiohttp import web
 from farebox.reload import SnapshotFollower
 from farebox.settings import Settings
 from proxy.admission.budget_port import BudgetPort
-from proxy.admission.limits import Buckets
+from proxy.api.app import Tracer, create_app
 from proxy.bodylog import BodyLog, BodyStore, TeamCipher
 from proxy.cache import CachePort, MemoryCache, MemoryVectors, VectorStore
+from proxy.control import admin, ui
 from proxy.control.document import load_last_good
 from proxy.control.errors import ControlUnavailable
 from proxy.control.problems import ConfigError
 from proxy.idempotency import IdempotencyStore, MemoryIdempotency
+from proxy.limits import Buckets
+from proxy.metering.recorder import Recorder
 from proxy.ports import ControlStore, Rerater
-from proxy.recorder import Recorder
 from proxy.runtime import PodState, ProxyOptions, Runtime
 from proxy.snapshot import Secrets, Snapshot
 from proxy.upstream.relay import UpstreamClient
@@ -98,3 +100,6 @@ def first_snapshot(settings: Settings, follower: SnapshotFollower) -> Snapshot:
     return follower.adopt_sync(saved[0], saved[1], "disk")
 
 
+def pod_app(runtime: Runtime, tracing: Tracer | None = None, **kw: object) -> web.Application:
+    """The pod's aiohttp app: the model API, with the admin API and the web page mounted beside it."""
+    return create_app(runtime, tracing=tracing, mounts=(admin, ui), open_prefixes=(ui.PREFIX,), **kw)  # type: ignore[arg-type]

@@ -29,7 +29,7 @@ from ledger.events import Event
 from ledger.leases import ScopeLedger
 from ledger.periods import period_of
 from ledger.splitting import rebuild_balances
-from streams.archive_kafka import archiver_lag
+from streams.archive.kafka_source import archiver_lag
 from streams.dead_letters import READ_ERRORS
 from streams.projections import RedisProjections
 
@@ -37,7 +37,7 @@ FIELDS = ("settled", "held", "overrun", "requests")
 
 
 def archived_events(root: Path, start: date, end: date) -> list[Event]:
-    from streams.archive import read_archive
+    from streams.archive.read import read_archive
 
     table = read_archive(root, start, end, columns=["event"])
     return [decode(text) for text in table.column("event").to_pylist()]
@@ -48,7 +48,7 @@ async def _kafka_events(bootstrap: str, topic: str, start: date, end: date) -> t
     and how many records could not be read (skipped)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from streams.kafka_clients import partitions_of
+    from streams.kafka.clients import partitions_of
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
@@ -105,7 +105,7 @@ def replay(settings: Settings, start: str, end: str, *, source: str = "archive",
     first, last = date.fromisoformat(start), date.fromisoformat(end)
     tz = ZoneInfo(settings.snapshot.budgets.timezone)
     if source == "archive":
-        from streams.archive import read_unreadable, require_archive
+        from streams.archive.read import read_unreadable, require_archive
 
         root = Path(archive) if archive else settings.archive_root
         require_archive(root)

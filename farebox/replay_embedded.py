@@ -30,7 +30,8 @@ from farebox.settings import Settings
 from ledger.balances import Ledger, ScopeBalance
 from ledger.codec import decode, from_dict
 from ledger.events import Event
-from streams.archive import archived_offset, read_archive, read_unreadable, require_archive
+from streams.archive.manifest import archived_offset
+from streams.archive.read import read_archive, read_unreadable, require_archive
 from streams.sqlite_log import SqliteEventLog
 
 FIELDS = ("settled", "held", "overrun", "requests")

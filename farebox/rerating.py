@@ -15,7 +15,7 @@ import asyncio
 from datetime import date, datetime
 from typing import Any
 
-from farebox.cli_rerate import unarchived
+from farebox.cli.rerate import unarchived
 from farebox.settings import Settings
 from ledger.events import Event, RatingCorrected
 from pricing.book import FxTable, PriceBook
@@ -33,8 +33,11 @@ class ArchiveRerater:
 
     async def rerate(self, start: date, end: date, book: PriceBook, fx: FxTable, version: int, *, now: datetime,
                      reason: str, append: Append | None) -> tuple[dict[str, Any], list[Event]]:
-        from reconcile.rerate import RerateError, report_json  # DuckDB and pyarrow: loaded at the first re-rating
-        from reconcile.rerate_archive import plan_rerate
+        from reconcile.rerate.archive import plan_rerate
+        from reconcile.rerate.reprice import (  # DuckDB and pyarrow: loaded at the first re-rating
+            RerateError,
+            report_json,
+        )
 
         async with self._lock:
             pending = {e.id: e for e in await unarchived(self.settings, self.archive)}

@@ -24,8 +24,8 @@ from farebox.archive_settings import ArchiveSettings, archive_settings
 from farebox.data_settings import BodyLogSettings, CacheSettings, body_log_settings, cache_settings
 from farebox.settings_observe import OBSERVABILITY_SECTIONS, ObservabilitySettings, parse_observability
 from pricing.errors import PricingError
-from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.admission.wallet import WalletPolicy
+from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.problems import ConfigError, Problems, Reader
 from proxy.snapshot import Secrets, Snapshot
 

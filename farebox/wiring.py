@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
-import os
 import logging
+import os
 from pathlib import Path
 from typing import AsyncIterator
 from zoneinfo import ZoneInfo
@@ -22,20 +22,19 @@ from farebox.archiving import EmbeddedArchiver, embedded_archive_ctx
 from farebox.control import open_config_db
 from farebox.logs import configure_logging
 from farebox.observe import alerts_ctx, build_tracing, expiring_keys, tracing_ctx
-from farebox.pod import body_log_ctx, build_runtime, first_snapshot
+from farebox.pod import body_log_ctx, build_runtime, first_snapshot, pod_app
 from farebox.reload import SnapshotFollower, follow_ctx
 from farebox.rerating import ArchiveRerater
 from farebox.settings import Settings, load_secrets
 from farebox.usage import attach_usage
 from pricing.tokenizer import encoding_for_model, preload
 from proxy.admission.budgets import LedgerBudgets
-from proxy.admission.limits import MemoryBuckets
 from proxy.admission.sweeper import sweep_forever
-from proxy.api.app import create_app
 from proxy.control.errors import ControlUnavailable
 from proxy.control.service import ControlService
-from proxy.metrics import Metrics
-from proxy.recorder import Recorder
+from proxy.limits import MemoryBuckets
+from proxy.metering.recorder import Recorder
+from proxy.observe.metrics import Metrics
 from proxy.runtime import PodState
 from proxy.snapshot import Secrets, Snapshot
 from streams.checkpoints import CheckpointStore
@@ -90,7 +89,7 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
     recorder.metrics.state.queue_depth = budgets.queue.depth  # read at scrape time
     recorder.metrics.state.budget_use = lambda: budgets.usage(pod.snapshot, runtime.clock())
     tracing = build_tracing(settings.observability.tracing, recorder.metrics)
-    app = create_app(runtime, tracing=tracing)
+    app = pod_app(runtime, tracing=tracing)
     app.cleanup_ctx.append(tracing_ctx(tracing))
     app.cleanup_ctx.append(alerts_ctx(settings.observability.alerts, events, lambda: expiring_keys(pod.snapshot)))
     app.cleanup_ctx.append(functools.partial(body_log_ctx, runtime=runtime))

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 from farebox.budget_limits import Limits, lease_policy
 from farebox.settings import Settings
-from streams.kafka_internals import UntestedVersions, check_versions
+from streams.kafka.internals import UntestedVersions, check_versions
 from streams.worker.app import create_app
 from streams.worker.state import Worker, WorkerConfig
 
@@ -69,7 +69,7 @@ def serve_worker_metrics(settings: Settings, worker: Worker) -> None:
 
 def run_worker(settings: Settings, loglevel: str = "warning") -> None:
     """Run the worker until it is stopped. Exits non-zero, naming the versions, if a library whose internals
-    the worker relies on is not at a tested version (``streams.kafka_internals.TESTED_VERSIONS``)."""
+    the worker relies on is not at a tested version (``streams.kafka.internals.TESTED_VERSIONS``)."""
     try:
         check_versions()
     except UntestedVersions as exc:

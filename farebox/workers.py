@@ -7,7 +7,7 @@ the archiver child, the alerts and the ``Idempotency-Key`` records (a
 client's retry may reach another process). It serves no HTTP itself: it starts N
 gateway processes (``farebox.local_pod``), each binding the same port with
 ``SO_REUSEPORT`` (the kernel spreads connections over them), which record
-through the owner's socket (``streams.local_hub``) and spend budget leases
+through the owner's socket (``streams.local.hub``) and spend budget leases
 it grants: budgets stay exact across the processes by the lease protocol of
 distributed mode, with the owner as its ledger processor.
 
@@ -47,7 +47,7 @@ from ledger.periods import period_of
 from proxy.idempotency import MemoryIdempotency
 from proxy.idempotency.owner import handlers as idempotency_handlers
 from streams.checkpoints import CheckpointStore
-from streams.local_hub import LocalHub
+from streams.local.hub import LocalHub
 from streams.runner import EmbeddedLedgerRunner
 from streams.sqlite_log import SqliteEventLog
 

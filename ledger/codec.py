@@ -37,7 +37,7 @@ import orjson
 
 from ledger.errors import CodecError, InvalidEvent, UnknownEventType
 from ledger.events import EVENT_TYPES, Event
-from pricing.usage import TOKEN_TYPES, TokenUsage
+from ledger.usage import TOKEN_TYPES, TokenUsage
 
 _ENVELOPE = ("type", "schema", "id", "time", "request_id", "key")
 

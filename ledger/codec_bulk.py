@@ -34,7 +34,7 @@ from typing import Any
 from ledger.codec import _UPCASTERS
 from ledger.events import ATTEMPT_OUTCOMES, Event, HoldExpired, RequestAdmitted, RequestAttempted, RequestSettled
 from ledger.request_events import CACHE_KINDS
-from pricing.usage import TOKEN_TYPES, TokenUsage
+from ledger.usage import TOKEN_TYPES, TokenUsage
 
 MIRRORED = "7def191f8ee7585afbc654d96fbaf87ed5c5fffad9b242041e3d38c47e9a87a4"
 

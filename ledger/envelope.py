@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import ClassVar
 
 from ledger.errors import InvalidEvent
-from pricing.usage import TOKEN_TYPES, TokenUsage
+from ledger.usage import TOKEN_TYPES, TokenUsage
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,7 +13,7 @@ Every event is a frozen dataclass with a common envelope:
   for lease events and budget notices, None for config events.
 
 Money is integer micro-units of the named currency, never a float. Usage is
-a ``pricing.usage.TokenUsage`` (the shared, pure value type; on the wire its
+a ``ledger.usage.TokenUsage`` (the shared, pure value type; on the wire its
 ``to_dict()``): the one farebox import ``ledger`` allows itself. Scope ids
 are strings like ``"key:fb-dev-1a2b"``, ``"team:payments"``, ``"bu:retail"``,
 ``"run:abc"``. Encoding lives in ``ledger.codec``.

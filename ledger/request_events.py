@@ -1,7 +1,7 @@
 """Request events (``fb.requests``, keyed by team): admitted, attempted, settled, expired.
 
 Every admitted request ends settled or expired. Holds, charges and costs are
-integer micro-units of ``currency``; usage is a ``pricing.usage.TokenUsage``.
+integer micro-units of ``currency``; usage is a ``ledger.usage.TokenUsage``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from ledger.envelope import Event, check_usage, freeze_scope_map, non_empty, non_negative
 from ledger.errors import InvalidEvent
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 
 CACHE_KINDS = ("exact", "semantic")  # which response cache answered a hit
 ATTEMPT_OUTCOMES = frozenset(

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledger.events import Event, RequestSettled
-from pricing.usage import TOKEN_TYPES
+from ledger.usage import TOKEN_TYPES
 
 COUNTERS = ("requests", *TOKEN_TYPES, "cost_micro", "errors", "ttft_ms_sum", "ttft_count")
 

@@ -21,6 +21,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
+from ledger.usage import TokenUsage
 from pricing.tokenizer import count_chat_input
 from pricing.tokens import (
     IMAGE_PART_TOKENS,
@@ -28,7 +29,6 @@ from pricing.tokens import (
     estimate_tokens,
     raw_tokens,
 )
-from pricing.usage import TokenUsage
 
 Method = Literal["exact", "chars"]
 

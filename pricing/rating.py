@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from decimal import Context, Decimal, Inexact, InvalidOperation, localcontext
 
+from ledger.usage import TOKEN_TYPES, TokenUsage
 from pricing.book import Price
 from pricing.money import round_up_micro
-from pricing.usage import TOKEN_TYPES, TokenUsage
 
 _PER = Decimal(1_000_000)
 _INPUT_TYPES = ("input", "cached_input", "cache_write")

@@ -9,7 +9,7 @@ cleanup steps, aiohttp's final task cancellation) waits too. The request is stil
 stays above zero: nothing called ``uncancel``), so a loop asks for it after
 each call into such a library and in its error handlers.
 
-``streams.kafka_clients.stop_if_cancelled`` is its twin for the aiokafka loops (``streams`` does not
+``streams.kafka.clients.stop_if_cancelled`` is its twin for the aiokafka loops (``streams`` does not
 import ``proxy``).
 
 Invariant: a loop that calls ``stop_if_cancelled`` after each awaited library

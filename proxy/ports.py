@@ -2,7 +2,7 @@
 
 The composition root (``farebox/``) wires one adapter per mode; nothing on
 the request path asks which one it got. The budget and rate-limit ports live
-beside admission (``proxy.admission.budget_port``, ``proxy.admission.limits``).
+beside admission (``proxy.admission.budget_port``, ``proxy.limits``).
 
 ``ControlStore`` is exactly what the admin API calls; ``ControlService``
 (``proxy.control.service``) implements it, and

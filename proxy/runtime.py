@@ -22,14 +22,14 @@ from aiohttp import web
 from ledger.output_sketch import OutputLearner
 from pricing.calibration import Estimator
 from proxy.admission.budget_port import BudgetPort
-from proxy.admission.limits import Buckets
-from proxy.admission.limits.settler import LimitSettler
 from proxy.bodylog import BodyLog
 from proxy.cache import CachePort, Flights, MemoryCache, MemoryVectors, VectorStore
 from proxy.idempotency import IdempotencyStore, MemoryIdempotency
-from proxy.metrics import Metrics
+from proxy.limits import Buckets
+from proxy.limits.settler import LimitSettler
+from proxy.metering.recorder import Recorder
+from proxy.observe.metrics import Metrics
 from proxy.ports import ControlStore, Rerater
-from proxy.recorder import Recorder
 from proxy.routing.state import RoutingState
 from proxy.snapshot import Secrets, Snapshot
 from proxy.upstream.relay import UpstreamClient

@@ -40,7 +40,7 @@ from reconcile.exports import (
     parse_simulator_export,
 )
 from reconcile.our_usage import our_usage_rows, unattributed_expired
-from streams.archive import ArchiveError, archive_files, read_archive
+from streams.archive.read import ArchiveError, archive_files, read_archive
 
 OUR_USAGE_SQL = Path(__file__).parent / "sql" / "our_usage.sql"
 

@@ -15,7 +15,7 @@ table itself), then, under the manifest lock:
 Killed before 3, the new files are unlisted (``farebox archive verify`` names
 them) and unused unless they match; the next run lists a fresh pair. Killed
 after 3, the old files are recorded as removed and the next compaction deletes
-them (``streams.archive_compact.finish``). Readers never depend on the order:
+them (``streams.archive.compact.finish``). Readers never depend on the order:
 they use a table only when its recorded sources equal the files present.
 """
 
@@ -29,8 +29,8 @@ import pyarrow as pa
 
 from reconcile.request_table import SUMMARY_DIR, Sources, archive_sources, sources_digest, table_metadata
 from reconcile.warehouse import Warehouse
-from streams.archive_manifest import Manifest, file_entry
-from streams.archive_write import parquet_bytes, write_atomic
+from streams.archive.manifest import Manifest, file_entry
+from streams.archive.write import parquet_bytes, write_atomic
 
 
 def _dated_before(sources: Sources, before: date | None) -> Sources:

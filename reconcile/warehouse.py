@@ -40,7 +40,7 @@ VIEWS_SQL = Path(__file__).with_name("sql") / "views.sql"
 ARCHIVE_GLOB = "date=*/**/*.parquet"
 VIEWS_ARCHIVE_SCHEMA = 2
 """The archive schema ``views.sql`` is written against (its ``archive_guard``); a test keeps it equal to
-``streams.archive_schema.ARCHIVE_SCHEMA_VERSION``, so a schema bump makes someone read the views again."""
+``streams.archive.schema.ARCHIVE_SCHEMA_VERSION``, so a schema bump makes someone read the views again."""
 
 VIEWS = ("archive_files", "archive_scan", "archive_rows", "events", "request_base", "corrections", "requests", "attempts",
          "ledger_entries", "scope_balances", "minute_rollups", "daily_cost")
@@ -104,7 +104,7 @@ class Warehouse:
         if not self.files:
             raise WarehouseError(
                 f"the archive at {self.root} is empty: no Parquet files match {self.root}/{ARCHIVE_GLOB}. "
-                "Archive the event log first (embedded mode: streams.archive.archive_from_log; distributed "
+                "Archive the event log first (embedded mode: streams.archive.write.archive_from_log; distributed "
                 "mode: the archiver consumer), or pass the right archive folder.")
         self._snapshot_state: tuple[tuple[str, int, int], ...] | None = None  # what requests_snapshot was read from
         self._con = duckdb.connect(config={"threads": threads} if threads else {})

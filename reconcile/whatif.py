@@ -48,7 +48,7 @@ from ledger.errors import CodecError
 from ledger.events import Event, HoldExpired, RequestAdmitted, RequestSettled
 from ledger.periods import period_of
 from ledger.refusals import RequestRefused
-from streams.archive import ArchiveError, archive_files, read_archive
+from streams.archive.read import ArchiveError, archive_files, read_archive
 
 Attempt = RequestAdmitted | RequestRefused
 

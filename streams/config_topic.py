@@ -6,7 +6,7 @@ committed snapshot, key ``snapshot``, value the JSON
 ``{"version", "content_hash", "document"}``; compaction keeps the latest
 record per key, so a fresh reader of the topic finds the current snapshot
 without the history. The topic also carries ``config.published`` audit events
-(keyed by their id, see ``streams.kafka_log``): the feed skips them.
+(keyed by their id, see ``streams.kafka.log``): the feed skips them.
 
 ``KafkaSnapshotPublisher.publish`` never blocks and never fails the commit
 that called it: it records the newest version wanted and wakes a background
@@ -35,7 +35,7 @@ from typing import Any, Callable
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from streams.kafka_clients import ID_HEADER, abandon_producer, stop_consumer, stop_if_cancelled
+from streams.kafka.clients import ID_HEADER, abandon_producer, stop_consumer, stop_if_cancelled
 
 log = logging.getLogger("farebox.config_topic")
 

@@ -14,7 +14,7 @@ import time
 def leave_with(parent_pid: int) -> None:
     """A pool process's initializer: exit as soon as the process ``parent_pid`` is gone. Whatever the process was
     doing is safe to cut short: archive files are written atomically and the archived offset is only read from
-    what landed (``streams.archive_write``)."""
+    what landed (``streams.archive.write``)."""
 
     def watch() -> None:
         while os.getppid() == parent_pid:

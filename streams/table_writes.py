@@ -38,7 +38,7 @@ import faust
 import orjson
 from aiokafka.partitioner import DefaultPartitioner
 
-from streams.kafka_internals import aiokafka_producer
+from streams.kafka.internals import aiokafka_producer
 
 
 class TableWrites:
@@ -108,7 +108,7 @@ def key_partition(key: str, partitions: int) -> int:
 async def send_keyed(app: faust.App, topic: str, records: list[tuple[bytes, bytes]]) -> list[asyncio.Future]:
     """Produce keyed records now, partitioned by key as ``Topic.send`` would (the producer's partitioner).
 
-    Straight to the aiokafka producer (``streams.kafka_internals.aiokafka_producer``), not through Faust's
+    Straight to the aiokafka producer (``streams.kafka.internals.aiokafka_producer``), not through Faust's
     per-record plumbing; the futures resolve when Kafka has each record."""
     producer = aiokafka_producer(app)
     return [await producer.send(topic, value=value, key=key) for key, value in records]

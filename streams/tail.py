@@ -20,8 +20,8 @@ from ledger.events import (
     RequestAttempted,
     RequestSettled,
 )
+from ledger.usage import TokenUsage
 from pricing.money import format_money
-from pricing.usage import TokenUsage
 from streams.eventlog import EventLog
 
 

@@ -3,7 +3,7 @@
 After partitions move, Faust re-reads the newly assigned changelog partitions
 into the tables before the agents go on. If that read stops (records drained
 from aiokafka's buffer and dropped by Faust's delivery loop, which Faust's
-recovery never seeks back for: ``streams.kafka_internals.LivePartitions``
+recovery never seeks back for: ``streams.kafka.internals.LivePartitions``
 prevents the known way; this module guards against any other), the worker
 would fold nothing more while looking alive.
 
@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
-from streams.kafka_internals import partition_report
+from streams.kafka.internals import partition_report
 
 log = logging.getLogger("farebox.worker")
 

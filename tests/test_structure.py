@@ -9,6 +9,16 @@
   ``.budgets is None`` / ``.wallets`` test outside the composition root
   (``farebox/``). The mode is chosen once, by wiring one adapter per port.
 * No module over 400 lines outside ``tests/``.
+* The request path moves forward. ``proxy/``'s stages, in the order a request meets them, are
+  api -> idempotency -> privacy -> cache -> admission -> routing -> upstream -> metering -> observe
+  (``bodylog`` sits with ``observe``, at the end): a stage imports only itself, later stages and the
+  shared kernel (``snapshot``, ``errors``, ``body``, ``ports``, ``cancellation``, ``outcomes``, the ``limits``
+  port), never an
+  earlier stage. The kernel imports no stage. ``runtime`` (the pod's ports, built by ``farebox/``) is read
+  by ``api`` and ``control`` only: a stage is handed what it needs. ``api`` never imports ``control``
+  (the composition root mounts the admin routes).
+* Packages, not prefixes: no folder holds more than three modules whose names share a prefix
+  (``archive_*.py``), and no module registers another by ``__import__``.
 """
 
 from __future__ import annotations
@@ -98,6 +108,13 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+# The stages of the request path, in order; a stage may import itself and the stages after it.
+STAGES = ("api", "idempotency", "privacy", "cache", "admission", "routing", "upstream", "metering", "observe")
+RANK = {f"proxy.{name}": i for i, name in enumerate(STAGES)} | {"proxy.bodylog": len(STAGES) - 1}
+KERNEL = {"proxy.snapshot", "proxy.errors", "proxy.body", "proxy.ports", "proxy.cancellation", "proxy.limits",
+          "proxy.outcomes"}
+
+
 def _proxy_part(module: str) -> str | None:
     """``proxy.admission.budgets`` -> ``proxy.admission``; ``proxy.runtime`` -> ``proxy.runtime``."""
     parts = module.split(".")
@@ -112,7 +129,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def test_the_graph_sees_imports_inside_functions():
-    assert "proxy.api.app" in GRAPH["farebox.wiring"]
+    assert "proxy.api.app" in GRAPH["farebox.pod"]
 
 
 def test_no_import_cycle_between_modules():
@@ -164,3 +181,73 @@ def test_the_mode_test_pattern_matches_what_it_must():
 def test_no_module_over_400_lines_outside_tests():
     long = {str(p.relative_to(ROOT)): n for p in MODULES.values() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def _stage_violations(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for module, imports in sorted(graph.items()):
+        part = _proxy_part(module)
+        if part is None:
+            continue
+        for target in sorted(imports):
+            other = _proxy_part(target)
+            if other is None or other == part:
+                continue
+            if part in RANK and other in RANK and RANK[other] < RANK[part]:
+                out.append(f"{module} -> {target}: back to an earlier stage")
+            elif part in KERNEL and (other in RANK or other not in KERNEL):
+                out.append(f"{module} -> {target}: the kernel imports no stage")
+            elif other == "proxy.runtime" and part not in ("proxy.api", "proxy.control"):
+                out.append(f"{module} -> {target}: a stage is handed its ports, it does not read the runtime")
+            elif other == "proxy.control" and part != "proxy.control":
+                out.append(f"{module} -> {target}: only the composition root mounts the control plane")
+    return out
+
+
+def test_the_stage_rule_catches_a_backward_import():
+    assert _stage_violations({"proxy.metering.meter": {"proxy.admission.plan"}})
+    assert _stage_violations({"proxy.snapshot": {"proxy.privacy.policy"}})
+    assert _stage_violations({"proxy.routing.chain": {"proxy.runtime"}})
+    assert _stage_violations({"proxy.api.app": {"proxy.control.admin"}})
+    assert not _stage_violations({"proxy.admission.admit": {"proxy.metering.meter", "proxy.snapshot", "proxy.limits"}})
+
+
+def test_every_proxy_part_is_a_stage_the_kernel_or_named():
+    parts = {p for m in MODULES if (p := _proxy_part(m)) is not None}
+    unknown = parts - set(RANK) - KERNEL - {"proxy.runtime", "proxy.control"}
+    assert not unknown, f"place these in STAGES or KERNEL: {sorted(unknown)}"
+
+
+def test_the_request_path_only_moves_forward():
+    bad = _stage_violations(GRAPH)
+    assert not bad, "imports against the stage order:\n" + "\n".join(bad)
+
+
+def _prefix_piles() -> list[str]:
+    piles = []
+    folders = {path.parent for path in MODULES.values()}
+    for folder in sorted(folders):
+        names = [p.stem for p in folder.glob("*.py") if p.stem != "__init__" and "_" in p.stem]
+        by_prefix: dict[str, list[str]] = {}
+        for stem in names:
+            by_prefix.setdefault(stem.split("_")[0], []).append(stem)
+        for prefix, members in sorted(by_prefix.items()):
+            if (folder / f"{prefix}.py").exists():
+                members.append(prefix)
+            if len(members) > 3:
+                piles.append(f"{folder.relative_to(ROOT)}: {sorted(members)}")
+    return piles
+
+
+def test_packages_not_prefix_piles():
+    piles = _prefix_piles()
+    assert not piles, "more than three modules share a prefix (make a package):\n" + "\n".join(piles)
+
+
+def test_no_module_is_imported_by_name_at_run_time():
+    found = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "__import__":
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, "__import__ hides an import from this test; import explicitly:\n" + "\n".join(found)

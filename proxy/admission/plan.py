@@ -7,7 +7,6 @@ estimate was low (recorded as overrun at settlement).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Sequence
 
@@ -17,15 +16,8 @@ from pricing.rating import worst_case
 from pricing.tokenizer import encoding_for_model
 from pricing.tokens import estimate_tokens
 from proxy.errors import GatewayError, InvalidRequest
+from proxy.metering.settlement import Plan
 from proxy.snapshot import Alias, Deployment, Snapshot
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    est_input_tokens: int
-    max_output_tokens: int
-    hold_micro: int
-    price_version: int
 
 
 def output_cap(alias: Alias, requested: int | None, param: str = "max_completion_tokens") -> int:

@@ -11,26 +11,12 @@ counting.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from pricing.money import to_decimal
-from pricing.usage import TokenUsage
-from proxy.admission.limits import BucketSpec, Reservation
 from proxy.errors import RateLimited
+from proxy.limits import BucketSpec, Reservation
+from proxy.limits.draws import Draw
 from proxy.snapshot import Deployment, KeyRecord, Snapshot
-
-
-@dataclass(frozen=True, slots=True)
-class Draw:
-    """One bucket, how much the request takes from it, and what it counts."""
-
-    spec: BucketSpec
-    amount: int
-    kind: str  # "requests" | "input" | "output" | "tokens"
-    code: str
-    who: str  # "This key", "Team platform", "Deployment x"
-    quantum: int = 0  # kind "spend" (``spend_rate``): micro-units per bucket unit
-    currency: str = ""  # kind "spend": the budget currency, for the message
 
 
 def request_draws(snap: Snapshot, key: KeyRecord, est_input: int, max_output: int) -> list[Draw]:
@@ -64,26 +50,6 @@ def deployment_draws(snap: Snapshot, dep: Deployment, est_input: int, max_output
         draws.append(Draw(BucketSpec(f"dep:{dep.id}:otpm", max(lim.output_tpm * pct // 100, 1)), max_output, "output",
                           "provider_capacity", who))
     return draws
-
-
-def items(draws: list[Draw]) -> list[tuple[BucketSpec, int]]:
-    return [(d.spec, d.amount) for d in draws]
-
-
-def settlement(draws: list[Draw], usage: TokenUsage, cost_micro: int = 0) -> list[tuple[BucketSpec, int]]:
-    """actual − reserved per token or spend bucket (requests are not refunded)."""
-    deltas = []
-    for d in draws:
-        actual = {"input": usage.prompt_tokens, "output": usage.completion_tokens,
-                  "tokens": usage.prompt_tokens + usage.completion_tokens,
-                  "spend": -(-max(cost_micro, 0) // d.quantum) if d.quantum else None}.get(d.kind)
-        if actual is not None and actual != d.amount:
-            deltas.append((d.spec, actual - d.amount))
-    return deltas
-
-
-def refund(draws: list[Draw]) -> list[tuple[BucketSpec, int]]:
-    return [(d.spec, -d.amount) for d in draws if d.amount]
 
 
 SDK_MAX_RETRY_AFTER_S = 60

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import re
 
-from proxy.admission.limits.bucket import BucketSpec, max_capacity
-from proxy.admission.ratelimit import Draw
+from proxy.limits.bucket import BucketSpec, max_capacity
+from proxy.limits.draws import Draw
 from proxy.snapshot import KeyRecord, Snapshot
 
 WINDOW_S = 3600

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from ledger.admission import decide_expiries
 from ledger.balances import Ledger
 from ledger.events import Event
-from proxy.metrics import Metrics
+from proxy.observe.metrics import Metrics
 
 log = logging.getLogger("farebox.sweeper")
 

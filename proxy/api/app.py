@@ -1,7 +1,13 @@
 """The aiohttp application: routes, the one gateway middleware, lifecycle.
 
 Auth is on by default: every route needs a virtual key except the explicit
-``OPEN_ROUTES`` allow-list. Every failure leaves as an OpenAI-shaped error.
+``OPEN_ROUTES`` allow-list and the prefixes a mount declares open. Every failure
+leaves as an OpenAI-shaped error.
+
+The model API is this package's; the admin API and the web page are mounted by
+the composition root (``mounts``: ``proxy.control.admin``, ``proxy.control.ui``),
+so the HTTP app knows nothing of the control plane. ``/admin/`` paths take admin
+tokens, never virtual keys.
 """
 
 from __future__ import annotations
@@ -12,18 +18,17 @@ import logging
 import re
 import secrets as _secrets
 import time
-from typing import AsyncIterator, Awaitable, Callable, Protocol
+from typing import AsyncIterator, Awaitable, Callable, Protocol, Sequence
 
 import aiohttp
 import orjson
 from aiohttp import web
 
-from proxy.access_log import ACCESS, INFO, log_access
 from proxy.admission.auth import authenticate, authenticate_admin
 from proxy.api import chat, embeddings, models, protocol_errors, watch
-from proxy.control import admin, ui
 from proxy.errors import GatewayError, NotFound, PayloadTooLarge, client_headers
-from proxy.metrics import CONTENT_TYPE_LATEST
+from proxy.observe.access_log import ACCESS, INFO, log_access
+from proxy.observe.metrics import CONTENT_TYPE_LATEST
 from proxy.runtime import RUNTIME, Runtime
 
 log = logging.getLogger("farebox.proxy")
@@ -34,10 +39,17 @@ ADMIN_PREFIX = "/admin/"  # admin tokens, never virtual keys
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+OPEN_PREFIXES = web.AppKey("open_prefixes", tuple)  # mounted routes that need no virtual key
+
+
+class Mount(Protocol):
+    """Routes added beside the model API by the composition root (the admin API, the web page)."""
+
+    def add_routes(self, app: web.Application) -> None: ...
 
 
 class Tracer(Protocol):
-    """What the app needs of ``proxy.tracing.Tracing`` (imported only when tracing is on)."""
+    """What the app needs of ``proxy.observe.tracing.Tracing`` (imported only when tracing is on)."""
 
     def install(self, middlewares: list) -> None: ...
 
@@ -64,9 +76,15 @@ def new_request_id() -> str:
     return f"req_{_ID_PREFIX}{next(_ID_COUNTER):012x}"
 
 
+def _open(request: web.Request) -> bool:
+    """A path under a prefix a mount declared open (``/ui`` and what is under it)."""
+    path = request.path
+    return any(path == p or path.startswith(p + "/") for p in request.app[OPEN_PREFIXES])
+
+
 @web.middleware
 async def gateway_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """``_gateway``, and the request's access line when the access log is on (``proxy.access_log``)."""
+    """``_gateway``, and the request's access line when the access log is on (``proxy.observe.access_log``)."""
     if request.path in OPEN_ROUTES or not ACCESS.isEnabledFor(INFO):
         return await _gateway(request, handler)
     started, status = time.monotonic(), 499  # cancelled: the caller left
@@ -95,7 +113,7 @@ async def _gateway(request: web.Request, handler: Handler) -> web.StreamResponse
     try:
         if request.path.startswith(ADMIN_PREFIX):
             request["admin"] = authenticate_admin(request.app[RUNTIME].snapshot, request.headers.get("Authorization"))
-        elif request.path not in OPEN_ROUTES and not ui.is_ui_path(request.path):
+        elif request.path not in OPEN_ROUTES and not _open(request):
             rt = request.app[RUNTIME]
             request["key"] = authenticate(rt.snapshot, request.headers.get("Authorization"), rt.clock())
         resp = await handler(request)
@@ -187,8 +205,13 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSession] | None = None,
-               tracing: Tracer | None = None) -> web.Application:
-    """The gateway app; with ``tracing`` (``proxy.tracing.Tracing``) its middleware runs inside the gateway's."""
+               tracing: Tracer | None = None, mounts: Sequence[Mount] = (),
+               open_prefixes: Sequence[str] = ()) -> web.Application:
+    """The gateway app; with ``tracing`` (``proxy.observe.tracing.Tracing``) its middleware runs inside the gateway's.
+
+    ``mounts`` add their routes after the model API's; ``open_prefixes`` are the paths among them that need no
+    virtual key (static files that authenticate with an admin token of their own).
+    """
     middlewares: list = [protection_middleware, gateway_middleware]
     traced: list = []
     if tracing is not None:
@@ -199,6 +222,7 @@ def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSes
         app.on_response_prepare.append(tracing.echo)  # the request span's traceparent, back to the caller
     protocol_errors.install(app)  # what the HTTP parser refuses leaves in the OpenAI shape too
     app[RUNTIME] = runtime
+    app[OPEN_PREFIXES] = tuple(open_prefixes)
     app[DRAINED] = asyncio.Event()
     app.on_shutdown.append(drain)
     app.on_cleanup.append(watch.stop_watching)
@@ -211,8 +235,8 @@ def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSes
     app.router.add_post("/v1/embeddings", embeddings.create_embeddings)
     app.router.add_get("/v1/models", models.list_models)
     app.router.add_get("/v1/models/{model}", models.get_model)
-    admin.add_routes(app)
-    ui.add_routes(app)
+    for mount in mounts:
+        mount.add_routes(app)
 
     async def upstream_ctx(app: web.Application) -> AsyncIterator[None]:
         session = session_factory() if session_factory else default_session()

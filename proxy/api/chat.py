@@ -2,7 +2,7 @@
 
 The handler reads top to bottom as the request path in ARCHITECTURE.md:
 authenticate (middleware), classify, estimate, route, admit, attempt,
-settle. Streaming relay lives in ``proxy/api/streaming.py``; the order of
+settle. Streaming relay lives in ``proxy/upstream/streaming.py``; the order of
 candidates in ``proxy/routing/``.
 """
 
@@ -13,25 +13,29 @@ import asyncio
 import orjson
 from aiohttp import web
 
+from ledger.usage import TokenUsage
 from pricing.tokens import estimate_tokens
-from pricing.usage import TokenUsage
+from proxy.admission.admit import admit, tries
 from proxy.admission.auth import allowed_alias
 from proxy.admission.plan import chat_input_estimates, output_cap
-from proxy.api import cached, idempotent, streaming
-from proxy.api.admit import admit
-from proxy.api.classify import Classified, classify_chat, routed
-from proxy.api.shell import open_meter, plan, route_headers, settled_answer
+from proxy.api.steps import meter_for, plan, route_headers
 from proxy.api.validate import ChatCall, validate_chat
 from proxy.api.watch import ClientWatch
 from proxy.body import parse_json_object
+from proxy.cache import serving as cached
 from proxy.errors import GatewayError, UnsupportedParameter
-from proxy.metering import Meter
+from proxy.idempotency import shell as idempotent
+from proxy.metering.meter import Meter
+from proxy.metering.settlement import scopes_of
+from proxy.outcomes import DRAIN
+from proxy.privacy.classify import Classified, classify_chat, routed
 from proxy.privacy.redact import restore_chat_response
+from proxy.routing.answer import first_stream, settled_answer
 from proxy.routing.chain import Chain, allows_fallback, key_deployments, key_regions
 from proxy.routing.router import chat_needs, sticky_key
 from proxy.runtime import RUNTIME, Runtime
-from proxy.settlement import scopes_of
 from proxy.snapshot import Alias, Deployment, KeyRecord, Snapshot
+from proxy.upstream import streaming
 from proxy.upstream.base import UNREPORTED
 from proxy.upstream.dialects import get_dialect
 from proxy.upstream.relay import Timeouts, forwarded_headers
@@ -73,11 +77,9 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
                                        allows_fallback(request.headers)))
     cands = honouring(chain.deployments, call.body)
     cache = cached.for_chat(rt, request, alias, privacy, call.body, cands, max_out, call.stream)
-    meter = open_meter(rt, snap, request, key, alias, run_id=run_id, data_class=privacy.data_class,
-                       stream=call.stream)
-    meter.tab.retry_of = retry_of
-    meter.tab.privacy = privacy.audit(snap.privacy, cands[0], call.body.get("messages"))
-    meter.estimates = estimates
+    meter = meter_for(rt, snap, request, key, alias, run_id=run_id, data_class=privacy.data_class, stream=call.stream,
+                      retry_of=retry_of, privacy=privacy.audit(snap.privacy, cands[0], call.body.get("messages")),
+                      estimates=estimates)
     admitted = await admit(rt, meter, cands, est_in, max_out)
     if downgraded_from is not None:
         admitted.headers["x-fb-downgraded-from"] = downgraded_from
@@ -89,8 +91,8 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
                     return await cached.answer_chat(request, rt, meter, hit, stream=call.stream,
                                                     include_usage=call.include_usage, headers=admitted.headers)
                 if call.stream:
-                    return await watch.run(streaming.relay(request, rt, call, cands, chain, meter, admitted.headers,
-                                                           watch, privacy, cache.capture))
+                    return await watch.run(_stream(request, rt, call, cands, chain, meter, admitted.headers, watch,
+                                                   privacy, cache))
                 return await watch.run(_complete(request, rt, call, cands, chain, meter, admitted.headers, privacy,
                                                  cache))
         except GatewayError as exc:
@@ -124,6 +126,24 @@ def honouring(cands: list[Deployment], body: dict) -> list[Deployment]:
     return kept
 
 
+async def _stream(
+    request: web.Request, rt: Runtime, call: ChatCall, cands: list[Deployment], chain: Chain, meter: Meter,
+    headers: dict[str, str], watch: ClientWatch, privacy: Classified, cache: cached.CacheStep,
+) -> web.StreamResponse:
+    """Routing opens the stream (failover before the first byte); the relay sends it and settles the request."""
+    assert meter.tab.plan is not None
+    attempt = streaming.opener(rt.upstream, Timeouts.of(chain.alias), lambda dep: privacy.body_for(dep, call.body),
+                               request.headers, meter.tab.plan.max_output_tokens)
+    dep, stream, started = await first_stream(meter, cands, chain, tries(rt, meter), attempt,
+                                              lambda: 503 if watch.fired == DRAIN else 499)
+    state = rt.routing
+    return await streaming.relay(
+        request, meter, dep, stream, started, alias=chain.alias.name, created=int(rt.clock()),
+        include_usage=call.include_usage, headers=headers, watch=watch,
+        finish=lambda d, outcome: state.finish(d, outcome, state.clock()),
+        restorer=privacy.restorer_for(dep), tap=cache.capture)
+
+
 async def _complete(
     request: web.Request, rt: Runtime, call: ChatCall, cands: list[Deployment], chain: Chain, meter: Meter,
     headers: dict[str, str], privacy: Classified, cache: cached.CacheStep,
@@ -146,7 +166,7 @@ async def _complete(
             result.usage = _estimated(result.body, est_in)
         return result
 
-    dep, result = await settled_answer(rt, meter, cands, chain, attempt)
+    dep, result = await settled_answer(meter, cands, chain, tries(rt, meter), attempt)
     cache.keep(dep, result.body, result.usage)
     body = {
         "id": f"chatcmpl-{meter.tab.request_id}",

@@ -1,7 +1,7 @@
 """POST /v1/embeddings: the same route / admit / attempt / settle path, no stream.
 
 An ``Idempotency-Key`` is claimed before anything is routed or admitted, as for
-chat (``proxy.api.idempotent``): a repeat gets the stored answer, billed once.
+chat (``proxy.idempotency.shell``): a repeat gets the stored answer, billed once.
 """
 
 from __future__ import annotations
@@ -11,16 +11,18 @@ import asyncio
 import orjson
 from aiohttp import web
 
+from proxy.admission.admit import admit, tries
 from proxy.admission.auth import allowed_alias
 from proxy.admission.plan import embeddings_input_estimate
-from proxy.api import cached, idempotent
-from proxy.api.admit import admit
-from proxy.api.classify import classify_texts, routed
-from proxy.api.shell import open_meter, plan, route_headers, settled_answer
+from proxy.api.steps import meter_for, plan, route_headers
 from proxy.api.validate import EmbeddingsCall, validate_embeddings
 from proxy.api.watch import ClientWatch
 from proxy.body import parse_json_object
+from proxy.cache import serving as cached
 from proxy.errors import GatewayError
+from proxy.idempotency import shell as idempotent
+from proxy.privacy.classify import classify_texts, routed
+from proxy.routing.answer import settled_answer
 from proxy.routing.chain import allows_fallback, key_deployments, key_regions
 from proxy.routing.router import Needs
 from proxy.runtime import RUNTIME, Runtime
@@ -53,9 +55,9 @@ async def _serve(request: web.Request, rt: Runtime, call: EmbeddingsCall) -> web
                   outside_class=privacy.outside_class, outside_refused=privacy.outside_class is None)
     chain = await routed(privacy, plan(rt, snap, alias, needs, None, allows_fallback(request.headers)))
     cache = cached.for_embeddings(rt, request, alias, privacy, call.body, chain.deployments)
-    meter = open_meter(rt, snap, request, key, alias, run_id=request.headers.get("x-fb-run-id"),
-                       data_class=privacy.data_class, stream=False)
-    meter.tab.privacy = privacy.audit(snap.privacy, chain.deployments[0], call.body.get("input"))
+    meter = meter_for(rt, snap, request, key, alias, run_id=request.headers.get("x-fb-run-id"),
+                      data_class=privacy.data_class, stream=False,
+                      privacy=privacy.audit(snap.privacy, chain.deployments[0], call.body.get("input")))
     admitted = await admit(rt, meter, chain.deployments, est_in, 0)
     admitted.headers.update(cached.headers_of(cache))
     upstream, timeouts = rt.upstream, Timeouts.of(alias)
@@ -68,7 +70,7 @@ async def _serve(request: web.Request, rt: Runtime, call: EmbeddingsCall) -> web
         return dialect.parse_embeddings(await upstream.complete(dialect, req, timeouts))
 
     async def answer() -> web.Response:
-        dep, result = await settled_answer(rt, meter, chain.deployments, chain, attempt)
+        dep, result = await settled_answer(meter, chain.deployments, chain, tries(rt, meter), attempt)
         cache.keep(dep, result.body, result.usage)
         body = {**result.body, "model": alias.name, "usage": {
             "prompt_tokens": result.usage.prompt_tokens, "total_tokens": result.usage.prompt_tokens,

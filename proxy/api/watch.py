@@ -15,7 +15,7 @@ from typing import Awaitable
 from aiohttp import web
 
 from proxy.errors import GatewayError
-from proxy.routing.failover import CLIENT_CLOSED, DRAIN
+from proxy.outcomes import CLIENT_CLOSED, DRAIN
 from proxy.runtime import RUNTIME, PodState
 
 POLL_S = 0.02  # how often a waiting request checks that its caller is still there

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 
 REPLAY_PIECE_CHARS = 256  # a replayed stream's content chunks are at most this long
 

@@ -12,7 +12,7 @@ The hit rule (``is_hit``) compares the similarity's exact binary value with
 the alias's decimal threshold, so there is no float rounding of the threshold
 to argue about; ``similarity_text`` rounds down to ``PLACES``, so a hit never
 reads as below a threshold of at most that many places (config check allows
-no more). The gateway (``proxy.api.semantic``) and the benchmark
+no more). The gateway (``proxy.cache.semantic``) and the benchmark
 (``tests/proxy/privacy/bench_semantic.py``) call these same functions: the
 threshold the benchmark measured is the threshold the gateway applies.
 """

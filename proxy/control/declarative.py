@@ -27,7 +27,6 @@ from proxy.control.policies import (
     with_env_conflict,
 )
 from proxy.control.problems import Problems, Reader
-from proxy.privacy.policy import PrivacyPolicy, policy_from_mapping
 from proxy.snapshot import (
     CAPABILITIES,
     DATA_CLASSES,
@@ -42,6 +41,7 @@ from proxy.snapshot import (
     Snapshot,
     Team,
 )
+from proxy.snapshot.privacy import PrivacyPolicy, policy_from_mapping
 
 CONTROL_SECTIONS = (
     "currency", "fx", "prices", "business_units", "teams", "apps", "deployments", "aliases", "keys",

@@ -11,9 +11,9 @@ from dataclasses import replace
 from typing import Any, Iterable, Mapping
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from proxy.admission.limits.bucket import max_capacity
 from proxy.admission.spend_rate import parse_spend_per_hour
 from proxy.control.problems import Problems, Reader
+from proxy.limits.bucket import max_capacity
 from proxy.snapshot import (
     ADMIN_ROLES,
     DATA_CLASSES,

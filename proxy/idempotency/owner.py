@@ -4,7 +4,7 @@ A client's retry may reach another gateway process than its first try (the
 kernel spreads connections over the processes sharing the port), so the
 slots live in one ``MemoryIdempotency`` in the owner; each gateway process
 reaches it through ``call`` (a request over the owner's socket:
-``streams.local_log.LocalEventLog.call``), one round trip per request that
+``streams.local.log.LocalEventLog.call``), one round trip per request that
 carries an ``Idempotency-Key`` (and none for the others). ``handlers`` is the
 owner's side: the same three operations on its store, keyed by the names
 ``call`` sends. Records travel as ``Record.dumps``, so both sides keep the

@@ -7,7 +7,7 @@ Invariants:
   caller sent them (keys sorted, no whitespace, UTF-8), so an investigator
   holding a suspected prompt can recompute it. ``canonical_json`` is that
   encoding; a caller may pass a faster encoder producing the same bytes
-  (``proxy.api.classify`` passes orjson's, equal for the strings, integers,
+  (``proxy.privacy.classify`` passes orjson's, equal for the strings, integers,
   booleans, nulls, lists and objects messages hold).
 """
 
@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.privacy.policy import Decision, PrivacyPolicy
-
+from proxy.privacy.policy import Decision
+from proxy.snapshot.privacy import PrivacyPolicy
 
 Canonical = Callable[[Any], bytes]
 

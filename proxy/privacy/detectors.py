@@ -29,9 +29,7 @@ import phonenumbers
 from stdnum import luhn
 from stdnum.in_ import aadhaar, pan
 
-AADHAAR, PAN, CARD, IFSC, UPI, PHONE, EMAIL, SECRET = (
-    "aadhaar", "pan", "card", "ifsc", "upi", "phone", "email", "secret")
-KINDS = (AADHAAR, PAN, CARD, IFSC, UPI, PHONE, EMAIL, SECRET)
+from proxy.snapshot.privacy import AADHAAR, CARD, EMAIL, PAN, PHONE, SECRET, UPI
 
 _SECRET = (
     r"sk-(?:proj-|ant-|live-|test-)?[A-Za-z0-9_\-]{20,}"  # OpenAI / Anthropic / Stripe-style keys

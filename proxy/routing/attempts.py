@@ -17,8 +17,8 @@ import random
 from dataclasses import dataclass
 
 from proxy.errors import UpstreamAuth, UpstreamError, UpstreamRateLimited, UpstreamRejected
+from proxy.outcomes import FAILED, NEUTRAL, RATE_LIMITED
 from proxy.routing.health import Health
-from proxy.routing.state import FAILED, NEUTRAL, RATE_LIMITED
 
 MAX_BACKOFF_S = 1.0
 HEDGE_FLOOR_S = 0.05  # never hedge sooner: below this the second call is pure waste

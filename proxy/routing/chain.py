@@ -13,8 +13,8 @@ import random
 from dataclasses import dataclass
 from typing import Mapping
 
-from proxy.admission.limits import Buckets, BucketSpec
 from proxy.errors import GatewayError
+from proxy.limits import Buckets, BucketSpec
 from proxy.routing.router import Needs, NoDeploymentAvailable, ProviderCapacity, route
 from proxy.routing.state import RoutingState
 from proxy.snapshot import Alias, Deployment, KeyRecord, Snapshot

@@ -24,22 +24,21 @@ import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Generic, Protocol, Sequence, TypeVar
 
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from proxy.errors import ClientGone, Drained, GatewayError, HedgeLost, UpstreamError, UpstreamUnavailable
+from proxy.outcomes import CLIENT_CLOSED, DRAIN, HEDGE_LOST, NEUTRAL, OK
 from proxy.routing.attempts import backoff_s, hedge_delay_s, verdict
 from proxy.routing.chain import Chain
 from proxy.routing.router import blocked_list, pinned_refusal, unavailable
-from proxy.routing.state import NEUTRAL, OK, RoutingState
+from proxy.routing.state import RoutingState
 from proxy.snapshot import Deployment
 
 T = TypeVar("T")
 
-# Why an attempt was cancelled: the message passed to ``Task.cancel``.
-HEDGE_LOST, CLIENT_CLOSED, DRAIN = "hedge_lost", "client_closed", "drain"
 
 
 class AttemptMeter(Protocol):
-    """Records one attempt (``proxy.metering.Meter``)."""
+    """Records one attempt (``proxy.metering.meter.Meter``)."""
 
     def attempted(self, dep: Deployment, *, started: float, usage: TokenUsage | None,
                   error: BaseException | None = None, ttft_s: float | None = None, status: int | None = None) -> int: ...

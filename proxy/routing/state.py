@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+from proxy.outcomes import NEUTRAL, OK, RATE_LIMITED
 from proxy.routing.breaker import Breaker
 from proxy.routing.health import Health
 from proxy.routing.retry_budget import RetryBudget
@@ -21,8 +22,6 @@ from proxy.snapshot import Alias, Deployment
 
 log = logging.getLogger("farebox.routing")
 
-# How an attempt ended, for health and the breaker.
-OK, FAILED, RATE_LIMITED, NEUTRAL = "ok", "failed", "rate_limited", "neutral"
 
 
 @dataclass

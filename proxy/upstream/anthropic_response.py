@@ -16,7 +16,7 @@ from typing import Mapping
 
 import orjson
 
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from proxy.errors import UpstreamError, UpstreamUnavailable
 from proxy.upstream.anthropic_request import JSON_TOOL
 from proxy.upstream.base import UNREPORTED, ChatResult, SSEEvent, StreamState

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol
 
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from proxy.errors import UpstreamError
 from proxy.snapshot import Deployment
 

@@ -13,7 +13,7 @@ from typing import Mapping
 
 import orjson
 
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from proxy.errors import UpstreamError, UpstreamUnavailable
 from proxy.snapshot import Deployment
 from proxy.upstream.base import UNREPORTED, ChatResult, SSEEvent, StreamState, UpstreamRequest

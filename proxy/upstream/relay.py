@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Mapping
 
@@ -19,12 +18,10 @@ import aiohttp
 import orjson
 
 from proxy.errors import GatewayError, UpstreamError, UpstreamUnavailable
+from proxy.observe.trace_context import TRACE_HEADERS
 from proxy.snapshot import Alias, Deployment, Secrets
 from proxy.upstream.base import Dialect, StreamTranslator, UpstreamRequest
 from proxy.upstream.sse import SSEParser
-
-# Tracing on: the request's ``traceparent``, set by ``proxy.tracing`` for the request's task and its attempts.
-TRACE_HEADERS: ContextVar[Mapping[str, str] | None] = ContextVar("farebox_trace_headers", default=None)
 
 HEARTBEAT = None  # what ``UpstreamStream.chunks`` yields after ``heartbeat_s`` of upstream silence
 

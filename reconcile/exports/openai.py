@@ -11,7 +11,7 @@ seconds, ``[start, end)``); a result is
 
 ``input_tokens`` INCLUDES ``input_cached_tokens``: farebox's ``input``
 (uncached) is their difference, exactly as the gateway splits a response's
-``prompt_tokens`` (``pricing.usage.TokenUsage.from_openai``). Audio tokens
+``prompt_tokens`` (``ledger.usage.TokenUsage.from_openai``). Audio tokens
 are kept as the unpriced types ``input_audio_tokens`` / ``output_audio_tokens``.
 The report does not split out reasoning tokens (they are inside
 ``output_tokens``) nor cache writes, so it yields only ``input``,

@@ -2,7 +2,7 @@
 
 A :class:`UsageRow` is one (provider, account, UTC day, model, token type)
 count; a :class:`CostRow` is one amount of money a provider billed. Token types
-are farebox's priced types (``pricing.usage.TOKEN_TYPES``: ``input`` is
+are farebox's priced types (``ledger.usage.TOKEN_TYPES``: ``input`` is
 uncached input only, ``cached_input``, ``cache_write``, ``output``,
 ``reasoning``); a quantity a provider bills that farebox does not price is
 kept under the provider's own name (``input_audio_tokens``,
@@ -31,7 +31,7 @@ from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from pricing.usage import TOKEN_TYPES
+from ledger.usage import TOKEN_TYPES
 
 PRICED_TYPES = frozenset(TOKEN_TYPES)
 

@@ -1,5 +1,5 @@
 -- The "ours" side of provider reconciliation, as views over a relation named `events` that has the
--- archive's columns (streams/archive_schema.py). reconcile.our_usage.our_usage_rows prices
+-- archive's columns (streams/archive/schema.py). reconcile.our_usage.our_usage_rows prices
 -- `our_usage` by token type and folds it into reconcile.drift.OurUsage rows; `our_expired_unattributed`
 -- is the `unattributed_expired` argument of reconcile.drift.compare_tokens / compare_money.
 -- Days are UTC dates. Every attempt counts (a failed-over request was billed by each provider it reached);

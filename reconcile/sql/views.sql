@@ -1,5 +1,5 @@
--- farebox finance warehouse: named views over the Parquet archive (streams/archive.py, one row per event,
--- typed columns as streams/archive_schema.py defines them). Nothing here writes; every number a report shows
+-- farebox finance warehouse: named views over the Parquet archive (streams/archive/__init__.py, one row per event,
+-- typed columns as streams/archive/schema.py defines them). Nothing here writes; every number a report shows
 -- is a query over these views.
 --
 -- Open it with the plain DuckDB CLI, no farebox process running (from the repository root, where `make run`

@@ -24,7 +24,7 @@ async def follow_topics(bootstrap: str, topics: Iterable[str], on_event: Callabl
     """Until cancelled: every event appended to ``topics`` after the start, in each partition's order."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from streams.kafka_clients import partitions_of, stop_consumer, stop_if_cancelled
+    from streams.kafka.clients import partitions_of, stop_consumer, stop_if_cancelled
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                                 isolation_level="read_committed", client_id="farebox-notifier")
@@ -39,7 +39,7 @@ async def follow_topics(bootstrap: str, topics: Iterable[str], on_event: Callabl
             started.set()
         while True:
             batches = await consumer.getmany(timeout_ms=500)
-            stop_if_cancelled()  # a cancel aiokafka swallowed (streams.kafka_clients.stop_if_cancelled)
+            stop_if_cancelled()  # a cancel aiokafka swallowed (streams.kafka.clients.stop_if_cancelled)
             for records in batches.values():
                 for record in records:
                     try:

@@ -1,7 +1,7 @@
 """The Faust worker app (distributed mode): its settings, topics and tables, with every agent registered.
 
 ``create_app(cfg)`` checks the versions of the libraries whose internals the
-worker relies on and applies its patches (``streams.kafka_internals``), then
+worker relies on and applies its patches (``streams.kafka.internals``), then
 builds a ``faust.App`` with:
 
 * topics: ``fb.requests`` (request events, keyed by team),
@@ -22,7 +22,7 @@ that owns it (a request's events are all in its team's partition, a scope's
 entries in its scope's partition), so each changelog partition holds exactly
 the keys of its source partition and recovery gives each worker its own keys.
 Offsets are committed only for acknowledged events (``processing_guarantee``
-at least once, ``streams.kafka_internals.strict_commits``).
+at least once, ``streams.kafka.internals.strict_commits``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 import faust
 import redis.asyncio as aioredis
 
-from streams.kafka_internals import apply_patches
+from streams.kafka.internals import apply_patches
 from streams.projections import RedisProjections
 from streams.watchdog import watch
 from streams.worker import ledger, projections, rebalance, rollups, split, sweeper

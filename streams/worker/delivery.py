@@ -27,8 +27,8 @@ from ledger.codec import encode
 from ledger.events import Event
 from streams import dead_letters
 from streams.batching import Batcher, Completion
-from streams.kafka_clients import ID_HEADER
-from streams.kafka_internals import aiokafka_producer
+from streams.kafka.clients import ID_HEADER
+from streams.kafka.internals import aiokafka_producer
 from streams.table_writes import TableWrites
 from streams.worker.state import Worker, WorkerState
 

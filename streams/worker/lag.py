@@ -5,7 +5,7 @@ minus the next offset this worker will read (the offset after the last one it
 read, else the committed one, else 0). Summed per topic over the partitions
 assigned to this worker; a partition whose high-water mark is not known yet
 is left out. ``lag_by_topic`` is pure; ``ConsumerLag`` reads the Faust
-consumer when scraped (``streams.kafka_internals.consumer_positions``, from
+consumer when scraped (``streams.kafka.internals.consumer_positions``, from
 the metrics server's thread: offset maps and cached high-water marks only).
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from streams.kafka_internals import consumer_positions
+from streams.kafka.internals import consumer_positions
 
 Position = tuple[str, int | None, int | None]  # (topic, next offset to read, high-water mark)
 

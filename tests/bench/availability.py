@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from proxy.errors import GatewayError, UpstreamUnavailable
+from proxy.outcomes import OK
 from proxy.routing.attempts import verdict
 from proxy.routing.router import Needs, route
-from proxy.routing.state import OK, RoutingState
+from proxy.routing.state import RoutingState
 from proxy.snapshot import Alias, BreakerPolicy, Deployment
 
 

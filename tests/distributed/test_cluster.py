@@ -22,7 +22,7 @@ import redis
 
 from infra.redis.server import RedisServer
 from ledger.codec import decode
-from streams.archive import read_archive
+from streams.archive.read import read_archive
 from tests.distributed.cluster import TEAMS, running_cluster, wait_until
 from tests.harness import free_port, spawn, stop
 from tests.infra.kafka.support import read_records, session_broker

@@ -41,7 +41,7 @@ from ledger.codec import decode
 from ledger.events import Event
 from ledger.leases import ENTRIES_TYPE, ENTRY_TYPE, ScopeEntry, entries_of
 from streams.dead_letters import READ_ERRORS
-from streams.kafka_outbox import unpack
+from streams.kafka.outbox import unpack
 from streams.spool import scan
 from tests.distributed.cluster import TEAMS, Cluster, running_cluster, wait_until
 from tests.harness import ROOT

@@ -12,7 +12,8 @@ from datetime import datetime, timezone
 import openai
 import pytest
 
-from streams.archive import read_archive, verify
+from streams.archive.manifest import verify
+from streams.archive.read import read_archive
 from tests.harness import ROOT, read_events, running_stack, stop
 
 pytestmark = pytest.mark.e2e

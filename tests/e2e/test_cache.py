@@ -19,7 +19,7 @@ import pytest
 
 from ledger.events import RequestSettled
 from reconcile.warehouse import Warehouse
-from streams.archive import archive_from_log
+from streams.archive.write import archive_from_log
 from streams.sqlite_log import SqliteEventLog
 from tests.harness import Stack, read_events
 

@@ -21,7 +21,7 @@ import pytest
 from ledger.codec import to_dict
 from ledger.events import RequestAdmitted
 from proxy.privacy.audit import prompt_hash
-from proxy.privacy.policy import PrivacyPolicy
+from proxy.snapshot.privacy import PrivacyPolicy
 from tests.harness import Stack, mint, read_events, wait_key_live
 
 pytestmark = pytest.mark.e2e

@@ -20,7 +20,7 @@ import pytest
 
 from ledger.events import RequestAdmitted, RequestSettled
 from reconcile.warehouse import Warehouse
-from streams.archive import archive_from_log
+from streams.archive.write import archive_from_log
 from streams.sqlite_log import SqliteEventLog
 from tests.harness import Stack, admin_token, read_events, running_stack
 

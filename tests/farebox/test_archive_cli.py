@@ -16,11 +16,12 @@ from farebox.archiving import EmbeddedArchiver, Housekeeper, archive_log_once
 from farebox.cli import main
 from farebox.settings import load_settings
 from ledger.events import RequestAdmitted, RequestSettled
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from proxy.control.problems import ConfigError
 from reconcile.request_table import usable_table
-from streams.archive import archive_files, read_archive, verify
-from streams.archive_schema import SCHEMA_METADATA_KEY
+from streams.archive.manifest import verify
+from streams.archive.read import archive_files, read_archive
+from streams.archive.schema import SCHEMA_METADATA_KEY
 from streams.sqlite_log import SqliteEventLog
 from tests.farebox.test_settings import write
 

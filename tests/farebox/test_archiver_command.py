@@ -12,9 +12,10 @@ from datetime import date, datetime, timedelta, timezone
 
 from infra.kafka.topics import TopicSpec, create_topics
 from ledger.events import HoldExpired
-from streams.archive import read_archive, verify
-from streams.archive_kafka import archiver_lag
-from streams.kafka_log import KafkaEventLog
+from streams.archive.kafka_source import archiver_lag
+from streams.archive.manifest import verify
+from streams.archive.read import read_archive
+from streams.kafka.log import KafkaEventLog
 from tests.farebox.test_settings import ROOT, write
 from tests.infra.kafka.support import session_broker
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from farebox.distributed import check_gateway_versions
-from streams.kafka_internals import GATEWAY_LIBRARIES, TESTED_VERSIONS
+from streams.kafka.internals import GATEWAY_LIBRARIES, TESTED_VERSIONS
 from tests import harness
 
 TESTED = {name: versions[0] for name, versions in TESTED_VERSIONS.items()}

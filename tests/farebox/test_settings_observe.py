@@ -10,7 +10,7 @@ import pytest
 from farebox.observe import build_tracing
 from farebox.settings import load_settings
 from proxy.control.problems import ConfigError
-from proxy.metrics import Metrics
+from proxy.observe.metrics import Metrics
 from tests import harness
 
 

@@ -60,7 +60,7 @@ def test_gateway_has_readiness_drain_resources_pdb_and_autoscaling_on_in_flight(
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "farebox-gateway"}
     (metric,) = hpa["spec"]["metrics"]
     assert metric["type"] == "Pods" and metric["pods"]["metric"]["name"] == "farebox_in_flight_requests"
-    assert '"farebox_in_flight_requests"' in (ROOT / "proxy" / "metrics.py").read_text()
+    assert '"farebox_in_flight_requests"' in (ROOT / "proxy" / "observe" / "metrics.py").read_text()
 
 
 def test_worker_and_archiver_run_their_commands_on_the_shared_config() -> None:

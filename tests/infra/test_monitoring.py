@@ -53,7 +53,7 @@ def test_metrics_said_to_exist_are_defined_where_the_list_says() -> None:
 
 
 def test_every_metric_exported_today_is_documented() -> None:
-    from proxy.metrics import Metrics
+    from proxy.observe.metrics import Metrics
 
     exported = {family.name for family in Metrics().registry.collect()}
     assert exported and exported <= set(_documented()), sorted(exported - set(_documented()))

@@ -15,7 +15,7 @@ from types import NoneType, UnionType
 from hypothesis import strategies as st
 
 from ledger.events import ATTEMPT_OUTCOMES, EVENT_TYPES, Event
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 
 text = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=20)
 ints = st.integers(0, 2**63 - 1)

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 from ledger.events import HoldExpired, RatingCorrected, RequestAdmitted, RequestAttempted, RequestSettled
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 
 IST = ZoneInfo("Asia/Kolkata")
 T0 = datetime(2026, 10, 3, 10, 0, tzinfo=timezone.utc)  # October in Kolkata

@@ -19,7 +19,7 @@ from ledger.codec import from_dict, to_dict
 from ledger.codec_bulk import MIRRORED, vouches
 from ledger.errors import LedgerError
 from ledger.events import EVENT_TYPES, HoldExpired, RequestAdmitted, RequestAttempted, RequestSettled
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from tests.ledger.event_strategies import any_event, events_of
 
 HOT = (RequestAdmitted, RequestAttempted, RequestSettled, HoldExpired)

@@ -20,7 +20,7 @@ from ledger.events import (
     RequestAttempted,
     RequestSettled,
 )
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 
 T = datetime(2026, 10, 3, 10, 15, 2, 123456, tzinfo=timezone.utc)
 USAGE = TokenUsage(input=338, cached_input=1536, output=212)

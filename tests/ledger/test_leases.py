@@ -43,7 +43,7 @@ from ledger.leases import (
     slice_size,
 )
 from ledger.splitting import decide_hold_expiries, split
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 
 UTC = ZoneInfo("UTC")
 T0 = datetime(2026, 10, 3, 10, 0, tzinfo=timezone.utc)

@@ -11,7 +11,7 @@ from ledger.leases import LeasePolicy
 from ledger.local_processor import LocalProcessor
 from ledger.notices import BudgetThresholdCrossed
 from ledger.periods import period_of
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 
 UTC = ZoneInfo("UTC")
 T = datetime(2026, 12, 4, 10, 0, tzinfo=timezone.utc)

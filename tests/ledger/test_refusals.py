@@ -13,7 +13,7 @@ from ledger.codec import decode, encode
 from ledger.errors import CodecError, InvalidEvent
 from ledger.events import EVENT_TYPES
 from ledger.refusals import RequestRefused
-from streams.archive_schema import typed_row
+from streams.archive.schema import typed_row
 
 T = datetime(2026, 11, 10, 10, 15, 2, 123456, tzinfo=timezone.utc)
 

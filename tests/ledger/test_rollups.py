@@ -11,7 +11,7 @@ import pytest
 from ledger.events import RequestAdmitted, RequestSettled
 from ledger.rollups import COUNTERS, RollupTotal, apply_rows, merge, rows_record
 from ledger.splitting import SplitBatch, split
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 
 UTC = ZoneInfo("UTC")
 T0 = datetime(2026, 11, 29, 10, 15, 5, tzinfo=timezone.utc)

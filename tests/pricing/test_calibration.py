@@ -4,10 +4,10 @@ import random
 
 import pytest
 
+from ledger.usage import TokenUsage
 from pricing.calibration import Calibrator, Estimate, Estimator
 from pricing.tokenizer import O200K_BASE, count_chat_input
 from pricing.tokens import estimate_chat_input, raw_tokens
-from pricing.usage import TokenUsage
 
 
 def _body(text: str) -> dict:

@@ -4,10 +4,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ledger.usage import TokenUsage
 from pricing.book import Price
 from pricing.money import to_decimal
 from pricing.rating import exact_cost, rate, worst_case
-from pricing.usage import TokenUsage
 
 MID = Price(input=Decimal("2"), output=Decimal("10"), cached_input=Decimal("0.20"))
 SMALL = Price(input=Decimal("0.10"), output=Decimal("0.50"))

@@ -16,12 +16,12 @@ import yaml
 
 from ledger.events import Event
 from proxy.admission.budget_port import BudgetAsk, Funding, ScopeState
-from proxy.admission.limits import Buckets, MemoryBuckets
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.keys import mint_key
 from proxy.errors import GatewayError
-from proxy.metrics import Metrics
-from proxy.recorder import Fold, Recorder
+from proxy.limits import Buckets, MemoryBuckets
+from proxy.metering.recorder import Fold, Recorder
+from proxy.observe.metrics import Metrics
 from proxy.runtime import PodState, ProxyOptions, Runtime
 from proxy.snapshot import Secrets, Snapshot
 from proxy.upstream.relay import UpstreamClient

@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 import pytest
 
 from ledger.events import ConfigPublished
-from proxy.metrics import Metrics
-from proxy.recorder import Recorder
+from proxy.metering.recorder import Recorder
+from proxy.observe.metrics import Metrics
 from tests.proxy.fakes import MemoryLog
 
 EVENT = ConfigPublished(version=3, content_hash="abc", time=datetime(2026, 11, 18, tzinfo=timezone.utc))

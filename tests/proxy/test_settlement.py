@@ -1,13 +1,13 @@
-"""The settlement calculator (``proxy.settlement``): pure, so every number is checked by hand here."""
+"""The settlement calculator (``proxy.metering.settlement``): pure, so every number is checked by hand here."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from pricing.usage import TokenUsage
-from proxy.admission.plan import Plan
+from ledger.usage import TokenUsage
 from proxy.errors import ClientGone, HedgeLost, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
-from proxy.settlement import (
+from proxy.metering.settlement import (
+    Plan,
     Tab,
     add_usage,
     admitted_event,

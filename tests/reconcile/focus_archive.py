@@ -6,7 +6,7 @@ providers in two currencies, every token type, fallbacks (a rate-limited first
 attempt with no tokens, an interrupted one with tokens, both billed by their
 provider), and a price change on the 10th. Costs are rated exactly as the
 gateway rates them (``pricing.rating.rate`` at the admission's price version,
-FX of the attempt's month), written through ``streams.archive.ArchiveWriter``.
+FX of the attempt's month), written through ``streams.archive.write.ArchiveWriter``.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from pathlib import Path
 
 from ledger.codec import encode
 from ledger.events import Event, RequestAdmitted, RequestAttempted, RequestSettled
+from ledger.usage import TokenUsage
 from pricing.book import FxTable, Price, PriceBook, PriceVersion
 from pricing.rating import rate
-from pricing.usage import TokenUsage
-from streams.archive import ArchiveWriter, Record
+from streams.archive.write import ArchiveWriter, Record
 
 UTC = timezone.utc
 NOV = datetime(2026, 11, 1, tzinfo=UTC)

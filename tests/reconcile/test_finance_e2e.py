@@ -17,10 +17,11 @@ import httpx
 import openai
 import pytest
 
-from farebox.cli_finance import duckdb_cli
+from farebox.cli.finance import duckdb_cli
 from reconcile.warehouse import VIEWS_SQL, views_preamble
-from streams.archive import archive_from_log, read_archive
-from streams.archive_manifest import file_lock
+from streams.archive.manifest import file_lock
+from streams.archive.read import read_archive
+from streams.archive.write import archive_from_log
 from streams.sqlite_log import SqliteEventLog
 from tests.harness import ROOT, Stack, admin_token, running_stack
 

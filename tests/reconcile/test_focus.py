@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 
 from ledger.codec import encode
 from ledger.events import RequestAttempted
+from ledger.usage import TOKEN_TYPES, TokenUsage
 from pricing.book import FxTable, Price, PriceBook, PriceVersion
 from pricing.rating import exact_cost, rate
-from pricing.usage import TOKEN_TYPES, TokenUsage
-from reconcile.focus import FocusError, export_focus
-from reconcile.focus_columns import COLUMNS, FOCUS_COLUMNS, SKU_METERS, X_COLUMNS
-from streams.archive import ArchiveWriter, Record
-from streams.archive_schema import SCHEMA, SCHEMA_METADATA_KEY, typed_row
+from reconcile.focus.columns import COLUMNS, FOCUS_COLUMNS, SKU_METERS, X_COLUMNS
+from reconcile.focus.export import FocusError, export_focus
+from streams.archive.schema import SCHEMA, SCHEMA_METADATA_KEY, typed_row
+from streams.archive.write import ArchiveWriter, Record
 from tests.reconcile.focus_archive import (
     BOOK,
     CURRENCY,

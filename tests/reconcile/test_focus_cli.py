@@ -12,10 +12,10 @@ from decimal import Decimal
 import pytest
 
 from farebox.cli import main
-from farebox.cli_export import live_snapshot
+from farebox.cli.export import live_snapshot
 from farebox.settings import load_settings
 from ledger.events import RequestAttempted
-from reconcile.focus_corrections import Correction, write_corrections
+from reconcile.focus.corrections import Correction, write_corrections
 from tests.reconcile.focus_archive import NOV, chat_deployments, example_config, request, write_archive
 
 

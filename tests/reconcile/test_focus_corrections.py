@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from reconcile.focus import FocusError, export_focus
-from reconcile.focus_corrections import Correction, read_corrections, write_corrections
+from reconcile.focus.corrections import Correction, read_corrections, write_corrections
+from reconcile.focus.export import FocusError, export_focus
 from tests.reconcile.focus_archive import BOOK, CURRENCY, FX, UTC, month_events, write_archive
 
 MICRO = Decimal("0.000001")

@@ -8,10 +8,10 @@ from decimal import Decimal
 
 from ledger.codec import encode
 from ledger.events import RequestAttempted
-from reconcile.focus import export_focus
-from reconcile.focus_rerated import allocate, archived_corrections
-from reconcile.rerate_archive import plan_rerate
-from streams.archive import ArchiveWriter, Record
+from reconcile.focus.export import export_focus
+from reconcile.focus.rerated import allocate, archived_corrections
+from reconcile.rerate.archive import plan_rerate
+from streams.archive.write import ArchiveWriter, Record
 from tests.reconcile.focus_archive import FX, month_events, write_archive
 from tests.reconcile.rerate_fixtures import BOOK4
 
@@ -65,7 +65,7 @@ def test_allocation_hands_out_the_rounded_up_micro_units_to_the_largest_fraction
     assert allocate(2, tokens, prices) == [1, 0, 0, 1, 0]  # fractions 0.6 (output) and 0.45 (input) win
     import pytest
 
-    from reconcile.focus_columns import FocusError
+    from reconcile.focus.columns import FocusError
 
     with pytest.raises(FocusError, match="not the one"):
         allocate(3, tokens, prices)

@@ -2,7 +2,7 @@
 
 focus-validator 1.0.0 validates FOCUS 1.0; the export carries that version's
 required columns beside the 1.2 ones. The test month is built from real
-archive files (``streams.archive.ArchiveWriter``) of realistic events: several
+archive files (``streams.archive.write.ArchiveWriter``) of realistic events: several
 days, three deployments from three providers, every token type, four teams,
 fallbacks, a price change, and correction rows in the following month.
 """
@@ -13,9 +13,9 @@ from datetime import date, datetime
 
 import pytest
 
-from reconcile.focus import export_focus
-from reconcile.focus_columns import DECIMAL_COLUMNS
-from reconcile.focus_corrections import Correction
+from reconcile.focus.columns import DECIMAL_COLUMNS
+from reconcile.focus.corrections import Correction
+from reconcile.focus.export import export_focus
 from tests.reconcile.focus_archive import BOOK, CURRENCY, FX, UTC, month_events, write_archive
 from tests.reconcile.focus_validator_run import run_validator
 

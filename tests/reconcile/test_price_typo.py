@@ -25,15 +25,15 @@ import openai
 import pytest
 
 from farebox.cli import main
-from farebox.cli_export import live_snapshot
+from farebox.cli.export import live_snapshot
 from farebox.settings import load_settings
 from ledger.balances import Ledger
 from ledger.events import RatingCorrected, RequestAdmitted, RequestAttempted, RequestSettled
 from ledger.notices import ConfigPublished
 from ledger.periods import period_of
 from pricing.rating import rate
-from streams.archive import archive_from_log
-from streams.archive_manifest import file_lock
+from streams.archive.manifest import file_lock
+from streams.archive.write import archive_from_log
 from streams.checkpoints import CheckpointStore
 from streams.sqlite_log import SqliteEventLog
 from tests.harness import ROOT, read_events, running_stack

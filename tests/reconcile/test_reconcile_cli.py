@@ -24,7 +24,7 @@ from farebox.cli import main
 from farebox.settings import load_settings
 from ledger.events import RequestAttempted
 from ledger.reconcile_events import ReconcileReported
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from streams.sqlite_log import SqliteEventLog
 from tests.harness import read_events
 

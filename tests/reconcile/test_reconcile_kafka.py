@@ -17,8 +17,8 @@ from farebox.settings import load_settings
 from infra.kafka.topics import TopicSpec, create_topics
 from ledger.codec import decode
 from ledger.reconcile_events import ReconcileReported
-from pricing.usage import TokenUsage
-from streams.archive import archive_from_log
+from ledger.usage import TokenUsage
+from streams.archive.write import archive_from_log
 from streams.sqlite_log import SqliteEventLog
 from tests.harness import read_events
 from tests.infra.kafka.support import read_records, session_broker

@@ -9,8 +9,9 @@ from ledger.codec import encode
 from reconcile.request_table import SUMMARY_DIR, usable_table
 from reconcile.request_table_write import write_request_table
 from reconcile.warehouse import Warehouse
-from streams.archive import ArchiveWriter, Record, verify
-from streams.archive_compact import compact
+from streams.archive.compact import compact
+from streams.archive.manifest import verify
+from streams.archive.write import ArchiveWriter, Record
 from tests.reconcile.warehouse_fixtures import month_events, write_archive
 
 ANSWERS = ("SELECT scope, balance_period, settled_micro, held_micro, overrun_micro, requests FROM scope_balances "

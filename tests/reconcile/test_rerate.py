@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from ledger.balances import Ledger
 from ledger.codec import encode
 from ledger.events import RequestAdmitted, RequestAttempted, RequestSettled
-from pricing.usage import TokenUsage
-from reconcile.rerate import ArchivedAttempt, ArchivedRequest, RerateError, format_table, report_rows, rerate
-from reconcile.rerate_archive import plan_rerate
-from streams.archive import ArchiveWriter, Record
+from ledger.usage import TokenUsage
+from reconcile.rerate.archive import plan_rerate
+from reconcile.rerate.reprice import ArchivedAttempt, ArchivedRequest, RerateError, format_table, report_rows, rerate
+from streams.archive.write import ArchiveWriter, Record
 from tests.reconcile.focus_archive import FX, month_events, write_archive
 from tests.reconcile.rerate_fixtures import BOOK4, V3
 
@@ -30,7 +30,7 @@ usages = st.builds(TokenUsage, input=counts, cached_input=counts, cache_write=co
 
 
 def _request(rid: str, at: datetime, plan: list[tuple[str, TokenUsage]], version: int) -> ArchivedRequest:
-    from reconcile.rerate import price_attempt
+    from reconcile.rerate.reprice import price_attempt
 
     attempts = []
     for n, (deployment, usage) in enumerate(plan, 1):
@@ -160,7 +160,7 @@ def test_random_requests_rerate_consistently_with_their_own_version():
 def test_report_json_is_the_whole_result():
     import json
 
-    from reconcile.rerate import report_json
+    from reconcile.rerate.reprice import report_json
 
     at = datetime(2026, 11, 20, tzinfo=UTC)
     request = _request("r1", at, [("azure-eu", TokenUsage(input=1_000, output=2_000))], 1)

@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from farebox.cli import main
-from farebox.cli_export import live_snapshot
+from farebox.cli.export import live_snapshot
 from farebox.settings import load_settings
 from ledger.events import RatingCorrected
 from tests.harness import read_events, running_stack

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from farebox.cli import main
-from farebox.cli_export import live_snapshot
+from farebox.cli.export import live_snapshot
 from farebox.settings import load_settings
 from tests.harness import read_events
 from tests.reconcile.focus_archive import NOV, chat_deployments, example_config, request, write_archive

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ledger.usage import TOKEN_TYPES, TokenUsage
 from pricing.book import FxTable, Price, PriceVersion
 from pricing.rating import rate
-from pricing.usage import TOKEN_TYPES, TokenUsage
-from reconcile.rerate import RerateError
-from reconcile.rerate_archive import plan_rerate
-from reconcile.rerate_sql import rate_attempts, rerate_lines
+from reconcile.rerate.archive import plan_rerate
+from reconcile.rerate.reprice import RerateError
+from reconcile.rerate.sql import rate_attempts, rerate_lines
 from reconcile.warehouse import Warehouse
 from tests.reconcile.focus_archive import FX, month_events, write_archive
 from tests.reconcile.rerate_fixtures import BOOK4

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from ledger.codec import encode
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from reconcile.render import render
 from reconcile.showback import parse_dimensions, showback, usage
 from reconcile.warehouse import Warehouse, WarehouseError
-from streams.archive import ArchiveWriter, Record
+from streams.archive.write import ArchiveWriter, Record
 from tests.reconcile.warehouse_fixtures import MIDNIGHT_IST, _settle, write_archive
 
 BUDGETS = {"team:payments": {"limit_micro": 40_000, "soft_pct": 80}, "team:search": {"limit_micro": None}}

@@ -7,7 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from ledger.codec import decode, encode
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from reconcile.showback import showback
 from reconcile.warehouse import Warehouse
 from tests.reconcile.warehouse_fixtures import MIDNIGHT_IST, _admit, _settle, month_events, write_archive

@@ -10,10 +10,10 @@ from ledger.balances import Ledger
 from ledger.codec import encode
 from ledger.events import RatingCorrected, RequestAdmitted
 from ledger.periods import period_of
-from reconcile.rerate_archive import plan_rerate
+from reconcile.rerate.archive import plan_rerate
 from reconcile.showback import showback
 from reconcile.warehouse import Warehouse
-from streams.archive import ArchiveWriter, Record
+from streams.archive.write import ArchiveWriter, Record
 from tests.reconcile.focus_archive import FX, example_config, month_events, write_archive
 from tests.reconcile.rerate_fixtures import BOOK4
 

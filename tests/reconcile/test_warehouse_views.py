@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from farebox.cli_finance import duckdb_cli, shell_argv
+from farebox.cli.finance import duckdb_cli, shell_argv
 from ledger.balances import Ledger
 from reconcile.warehouse import VIEWS, VIEWS_ARCHIVE_SCHEMA, VIEWS_SQL, Warehouse, WarehouseError, views_preamble
-from streams.archive_schema import ARCHIVE_SCHEMA_VERSION, SCHEMA_METADATA_KEY
+from streams.archive.schema import ARCHIVE_SCHEMA_VERSION, SCHEMA_METADATA_KEY
 from tests.reconcile.warehouse_fixtures import month_events, write_archive
 from tests.reconcile.warehouse_streams import IST
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from ledger.codec import encode
 from ledger.events import Event, HoldExpired, RequestAdmitted, RequestAttempted, RequestSettled
-from pricing.usage import TokenUsage
-from streams.archive import ArchiveWriter, Record
+from ledger.usage import TokenUsage
+from streams.archive.write import ArchiveWriter, Record
 
 MIDNIGHT_IST = datetime(2026, 11, 30, 18, 30, tzinfo=timezone.utc)
 

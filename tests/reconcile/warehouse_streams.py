@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 
 from ledger.codec import encode
 from ledger.events import Event, HoldExpired, RatingCorrected, RequestAdmitted, RequestAttempted, RequestSettled
-from pricing.usage import TokenUsage
-from streams.archive import ArchiveWriter, Record
+from ledger.usage import TokenUsage
+from streams.archive.write import ArchiveWriter, Record
 
 IST = ZoneInfo("Asia/Kolkata")
 START = datetime(2026, 11, 30, 18, 0, tzinfo=timezone.utc)  # 23:30 IST: December is 30 minutes away

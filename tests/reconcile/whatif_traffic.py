@@ -7,7 +7,7 @@ request emits ``request.admitted`` and an attempt, then later settles (or its
 hold expires, the pod having died); a refused one emits ``request.refused``
 (what the gateway must emit at its refusal point). Every event is folded into
 the real ledger as it is emitted, so the stream is what really happened.
-``archive`` writes it with ``streams.archive.ArchiveWriter``, partitioned by
+``archive`` writes it with ``streams.archive.write.ArchiveWriter``, partitioned by
 team as Kafka would, or all on partition 0 as the embedded log is.
 """
 
@@ -26,8 +26,8 @@ from ledger.codec import encode
 from ledger.events import Event, HoldExpired, RequestAdmitted, RequestAttempted, RequestSettled
 from ledger.periods import period_of
 from ledger.refusals import RequestRefused
-from pricing.usage import TokenUsage
-from streams.archive import ArchiveWriter, Record
+from ledger.usage import TokenUsage
+from streams.archive.write import ArchiveWriter, Record
 
 UTC = timezone.utc
 CCY = "INR"

@@ -9,8 +9,8 @@ import asyncio
 import os
 import sys
 
-from streams.archive import KafkaArchiver
-from streams.archive_pool import DecodePool
+from streams.archive.kafka_source import KafkaArchiver
+from streams.archive.pool import DecodePool
 
 
 def crash() -> None:

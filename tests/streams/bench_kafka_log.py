@@ -25,7 +25,7 @@ from infra.kafka.broker import KafkaBroker
 from infra.kafka.topics import TopicSpec, create_topics
 from infra.process import free_port
 from ledger.codec import encode
-from streams.kafka_log import KafkaEventLog
+from streams.kafka.log import KafkaEventLog
 
 
 async def _topic(bootstrap: str, partitions: int) -> str:

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 from ledger.events import Event, RequestAdmitted, RequestAttempted, RequestSettled
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 
 IST = ZoneInfo("Asia/Kolkata")
 T0 = datetime(2026, 11, 30, 17, 0, tzinfo=timezone.utc)  # 22:30 IST: the log crosses into December

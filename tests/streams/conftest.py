@@ -17,9 +17,9 @@ from infra.kafka.topics import TopicSpec, create_topics
 from ledger.leases import LeasePolicy
 from ledger.local_processor import LocalProcessor
 from streams.eventlog import EventLog
-from streams.kafka_log import KafkaEventLog
-from streams.local_hub import LocalHub
-from streams.local_log import LocalEventLog
+from streams.kafka.log import KafkaEventLog
+from streams.local.hub import LocalHub
+from streams.local.log import LocalEventLog
 from streams.memory_log import MemoryEventLog, MemoryLogStore
 from streams.sqlite_log import SqliteEventLog
 from tests.infra.kafka.support import session_broker

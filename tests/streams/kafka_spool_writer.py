@@ -10,7 +10,7 @@ import sys
 
 from stream_events import make_event
 
-from streams.kafka_log import KafkaEventLog
+from streams.kafka.log import KafkaEventLog
 
 
 async def main(bootstrap: str, topic: str, spool: str) -> None:

@@ -18,18 +18,12 @@ from stream_events import T0, make_event
 
 from infra.kafka.topics import TopicSpec, create_topics
 from ledger.codec import decode, encode
-from streams.archive import (
-    SCHEMA,
-    ArchiveWriter,
-    KafkaArchiver,
-    Record,
-    archive_files,
-    archive_from_log,
-    read_archive,
-    read_unreadable,
-)
-from streams.archive_pool import DecodePool
-from streams.kafka_log import KafkaEventLog
+from streams.archive.kafka_source import KafkaArchiver
+from streams.archive.pool import DecodePool
+from streams.archive.read import archive_files, read_archive, read_unreadable
+from streams.archive.schema import SCHEMA
+from streams.archive.write import ArchiveWriter, Record, archive_from_log
+from streams.kafka.log import KafkaEventLog
 from streams.sqlite_log import SqliteEventLog
 
 HERE = Path(__file__).parent

@@ -18,10 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger.codec import encode, from_dict, to_dict
-from streams.archive import SCHEMA, ArchiveWriter, Record
-from streams.archive_batch import read_batch
-from streams.archive_schema import CHUNK, too_wide, typed_row
-from streams.archive_write import parquet_bytes
+from streams.archive.batch import read_batch
+from streams.archive.schema import CHUNK, SCHEMA, too_wide, typed_row
+from streams.archive.write import ArchiveWriter, Record, parquet_bytes
 from streams.dead_letters import READ_ERRORS, reason_of
 from tests.ledger.event_strategies import any_event
 from tests.ledger.wire_mutations import PALETTE, mutated

@@ -12,9 +12,11 @@ import pytest
 from stream_events import T0, make_event
 
 from ledger.codec import encode
-from streams import archive_compact
-from streams.archive import ArchiveError, ArchiveWriter, Manifest, Record, archive_files, read_archive, verify
-from streams.archive_compact import compact, compact_hours, expire
+from streams.archive import compact as archive_compact
+from streams.archive.compact import compact, compact_hours, expire
+from streams.archive.manifest import Manifest, verify
+from streams.archive.read import ArchiveError, archive_files, read_archive
+from streams.archive.write import ArchiveWriter, Record
 
 ALL_DAYS = (date(2026, 10, 1), date(2026, 10, 9))
 DAY1, DAY2, DAY3 = date(2026, 10, 3), date(2026, 10, 4), date(2026, 10, 5)
@@ -199,7 +201,7 @@ def test_closed_hours_of_an_open_day_are_merged_one_file_each(tmp_path) -> None:
 
 
 def test_a_reader_racing_a_compaction_lists_again(tmp_path, monkeypatch) -> None:
-    from streams import archive_read
+    from streams.archive import read as archive_read
 
     archived(tmp_path, 0, 300)
     before = ids(tmp_path)
@@ -217,7 +219,7 @@ def test_a_reader_racing_a_compaction_lists_again(tmp_path, monkeypatch) -> None
 
 
 def test_the_documented_duckdb_glob_reads_the_same_events_in_every_layout(tmp_path) -> None:
-    """The finance contract (streams/archive.py): the glob, no hive columns, dedupe by id."""
+    """The finance contract (streams/archive/__init__.py): the glob, no hive columns, dedupe by id."""
     import duckdb
 
     archived(tmp_path, 0, 600, batch=7)

@@ -14,18 +14,9 @@ import pytest
 from stream_events import T0, make_event
 
 from ledger.codec import encode
-from streams.archive import (
-    ArchiveError,
-    ArchiveWriter,
-    Manifest,
-    Record,
-    archive_files,
-    archive_from_log,
-    read_archive,
-    require_archive,
-    verify,
-)
-from streams.archive_manifest import GENESIS, entry_hash
+from streams.archive.manifest import GENESIS, Manifest, entry_hash, verify
+from streams.archive.read import ArchiveError, archive_files, read_archive, require_archive
+from streams.archive.write import ArchiveWriter, Record, archive_from_log
 from streams.sqlite_log import SqliteEventLog
 
 ALL_DAYS = (date(2026, 10, 1), date(2026, 10, 9))
@@ -186,7 +177,7 @@ def test_appends_chain_after_entries_longer_than_one_read(tmp_path) -> None:
 
 WRITER = """
 import sys
-from streams.archive import ArchiveWriter, Record
+from streams.archive.write import ArchiveWriter, Record
 from ledger.codec import encode
 from stream_events import make_event
 root, source, base = sys.argv[1], sys.argv[2], int(sys.argv[3])

@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from ledger.codec import encode, to_dict
-from streams.archive import ArchiveWriter, Record
-from streams.archive_pool import DecodePool, _slices
-from streams.archive_schema import CHUNK
+from streams.archive.pool import DecodePool, _slices
+from streams.archive.schema import CHUNK
+from streams.archive.write import ArchiveWriter, Record
 from tests.bench.finance.measure import real_events
 from tests.ledger.wire_mutations import mutated
 from tests.streams.test_archive_batch import NOT_EVENTS, NOW, definition

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from ledger.codec import encode, to_dict
 from ledger.events import Event, RequestAdmitted
-from pricing.usage import TOKEN_TYPES
-from streams.archive import ArchiveError, ArchiveWriter, Record, read_archive
-from streams.archive_schema import SCHEMA, SCHEMA_METADATA_KEY, typed_row, typed_table
+from ledger.usage import TOKEN_TYPES
+from streams.archive.read import ArchiveError, read_archive
+from streams.archive.schema import SCHEMA, SCHEMA_METADATA_KEY, typed_row, typed_table
+from streams.archive.write import ArchiveWriter, Record
 from tests.ledger.event_strategies import any_event
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)

@@ -13,7 +13,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from infra.kafka.topics import create_topics, farebox_topics
 from proxy.control.document import content_hash
 from streams.config_topic import SNAPSHOT_KEY, KafkaSnapshotFeed, KafkaSnapshotPublisher, encode_snapshot
-from streams.kafka_clients import ID_HEADER
+from streams.kafka.clients import ID_HEADER
 from tests.infra.kafka.support import read_records
 
 

@@ -1,5 +1,5 @@
 """``streams`` imports point one way: never ``proxy``, ``reconcile`` or ``farebox``, and only
-``streams.kafka_internals`` reaches into a private attribute of faust, mode or aiokafka.
+``streams.kafka.internals`` reaches into a private attribute of faust, mode or aiokafka.
 
 (No module import cycle anywhere, ``streams`` included: ``tests/test_structure.py``.)
 """
@@ -32,10 +32,10 @@ PRIVATE_REACH = re.compile(r"(?<!\bself)\.(_client|_fetcher|_sender|_closed|_ens
 def test_only_the_adapter_reaches_into_library_internals():
     for root in ("streams", "farebox"):
         for path in (ROOT / root).rglob("*.py"):
-            if path == STREAMS / "kafka_internals.py":
+            if path == STREAMS / "kafka" / "internals.py":
                 continue
             found = PRIVATE_REACH.search(path.read_text())
-            assert found is None, f"{path.relative_to(ROOT)} uses {found[0]}: go through streams.kafka_internals"
+            assert found is None, f"{path.relative_to(ROOT)} uses {found[0]}: go through streams.kafka.internals"
 
 
 def test_the_private_reach_pattern_tells_library_internals_from_our_own():

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from infra.kafka.topics import TopicSpec, create_topics
 from ledger.codec import decode
 from ledger.events import RatingCorrected
-from streams.kafka_log import KafkaEventLog
+from streams.kafka.log import KafkaEventLog
 from tests.infra.kafka.support import read_records
 
 

@@ -1,4 +1,4 @@
-"""``streams.kafka_internals``: the worker refuses to run on a faust-streaming, mode-streaming or aiokafka
+"""``streams.kafka.internals``: the worker refuses to run on a faust-streaming, mode-streaming or aiokafka
 version its patches were not tested on, and says which versions are installed and which are tested."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from importlib import metadata
 
 import pytest
 
-from streams.kafka_internals import (
+from streams.kafka.internals import (
     TESTED_VERSIONS,
     UntestedVersions,
     check_versions,

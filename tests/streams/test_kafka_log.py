@@ -22,7 +22,7 @@ from stream_events import make_event
 from infra.kafka.topics import TopicSpec, create_topics
 from infra.process import free_port
 from ledger.codec import decode
-from streams.kafka_log import SPOOLED, KafkaEventLog
+from streams.kafka.log import SPOOLED, KafkaEventLog
 from tests.infra.kafka.support import read_records
 
 HERE = Path(__file__).parent

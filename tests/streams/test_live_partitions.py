@@ -1,4 +1,4 @@
-"""``streams.kafka_internals.LivePartitions``: aiokafka drains only what Faust has active, even when that is nothing.
+"""``streams.kafka.internals.LivePartitions``: aiokafka drains only what Faust has active, even when that is nothing.
 
 Against a real broker and aiokafka's own fetcher: records of two partitions
 are buffered, then Faust's active set becomes empty (a rebalance pauses
@@ -15,7 +15,7 @@ import uuid
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from infra.kafka.topics import TopicSpec, create_topics
-from streams.kafka_internals import LivePartitions, fetch_only_active
+from streams.kafka.internals import LivePartitions, fetch_only_active
 
 RECORDS = 5
 

@@ -28,13 +28,13 @@ from ledger.events import RequestAdmitted, RequestSettled
 from ledger.leases import LeasePolicy
 from ledger.local_processor import LocalProcessor
 from ledger.periods import period_of
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from proxy.admission.wallet import WalletPolicy, Wallets
 from proxy.errors import GatewayError
 from streams.eventlog import EventLogFailed
-from streams.local_hub import LocalHub
-from streams.local_log import LocalEventLog
-from streams.local_wire import frame
+from streams.local.hub import LocalHub
+from streams.local.log import LocalEventLog
+from streams.local.wire import frame
 from streams.sqlite_log import SqliteEventLog
 
 UTC = ZoneInfo("UTC")

@@ -1,4 +1,4 @@
-"""The owner's socket frames (``streams.local_wire``): however the bytes are cut on arrival, the same frames
+"""The owner's socket frames (``streams.local.wire``): however the bytes are cut on arrival, the same frames
 come out in order; a frame that is not one closes the connection with a reason."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.local_wire import MAX_FRAME, FrameProtocol, WireError, frame
+from streams.local.wire import MAX_FRAME, FrameProtocol, WireError, frame
 
 
 class Recording(FrameProtocol):

@@ -1,4 +1,4 @@
-"""``streams.kafka_internals.one_task_delivery``: Faust's delivery loop hands a record over in one task.
+"""``streams.kafka.internals.one_task_delivery``: Faust's delivery loop hands a record over in one task.
 
 The loop calls ``consumer.wait_first(callback(message), suspend_flow.wait())``.
 With the patch the delivery runs in one task, awaited directly; a rebalance
@@ -13,7 +13,7 @@ import asyncio
 import pytest
 from faust.transport.drivers import aiokafka as driver
 
-from streams.kafka_internals import one_task_delivery
+from streams.kafka.internals import one_task_delivery
 
 
 class Consumer:

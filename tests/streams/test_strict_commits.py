@@ -1,4 +1,4 @@
-"""``streams.kafka_internals.strict_commits``: Faust's consumer commits only what the agents acknowledged.
+"""``streams.kafka.internals.strict_commits``: Faust's consumer commits only what the agents acknowledged.
 
 Faust's own ``_new_offset`` (what ``commit`` writes) lets one unacknowledged
 offset through at the head, and counts a gap in the delivered offsets as
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from faust.transport.drivers import aiokafka as driver
 from intervaltree import IntervalTree
 
-from streams.kafka_internals import strict_commits
+from streams.kafka.internals import strict_commits
 
 TP = ("fb.requests", 0)
 

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from stream_events import make_event
 
 from ledger.events import ConfigPublished, LeaseReturned, RequestAttempted, RequestSettled
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from streams.memory_log import MemoryEventLog
 from streams.tail import follow, format_event
 

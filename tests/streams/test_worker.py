@@ -28,7 +28,7 @@ from ledger.codec import decode, encode
 from ledger.leases import ScopeLedger
 from ledger.periods import period_of
 from ledger.retention import horizon_key
-from streams.kafka_clients import ID_HEADER, partitions_of, stop_consumer
+from streams.kafka.clients import ID_HEADER, partitions_of, stop_consumer
 from tests import harness
 from tests.harness import spawn, stop
 from tests.ledger.ledger_builders import admit, settle

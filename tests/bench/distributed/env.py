@@ -28,9 +28,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from infra.kafka.topics import create_topics, farebox_topics
 from infra.process import free_port
-from streams.kafka_clients import stop_consumer
-from streams.kafka_internals import cluster_metadata
-from streams.kafka_log import KafkaEventLog
+from streams.kafka.clients import stop_consumer
+from streams.kafka.internals import cluster_metadata
+from streams.kafka.log import KafkaEventLog
 from tests.distributed.cluster import TEAMS, _mutate
 from tests.harness import spawn, stop, test_config
 

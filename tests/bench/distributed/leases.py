@@ -2,7 +2,7 @@
 
 The bench acts as pods: it appends ``LeaseRequested`` through the pods'
 producer (routed to the scope-entries topic, keyed by scope, as
-``streams.kafka_log`` routes lease events) and waits for the grant the worker
+``streams.kafka.log`` routes lease events) and waits for the grant the worker
 publishes on ``fb:grants:<pod>`` (``streams.projections``; one pattern
 subscription covers every bench pod). Round trip = from the append to the
 grant's arrival. Each grant is then returned unspent (``LeaseReturned``, as

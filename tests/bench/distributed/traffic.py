@@ -1,13 +1,13 @@
 """Realistic request traffic for the worker benches: admitted / attempted / settled, as a pod records it.
 
 Each request is built with the real event classes (``ledger.events``) the
-way ``proxy.metering.Meter`` fills them: holds on the key, team and business
+way ``proxy.metering.meter.Meter`` fills them: holds on the key, team and business
 unit scopes (3 scope entries per admit and per settle), the hold priced for
 the estimated input plus ``max_output_tokens``, the actual usage priced with
 the config's real prices and FX (``tests.bench.budget_plan.Prices``),
 overrun recorded when the cost beats the hold. Teams are the cluster's
 (``alpha``, ``beta``, ``gamma``, each with ``keys`` keys). Events are appended
-to the pods' own producer (``streams.kafka_log.KafkaEventLog``), so topic
+to the pods' own producer (``streams.kafka.log.KafkaEventLog``), so topic
 routing, key, value codec and the ``fb-id`` header are exactly production's.
 
 Not modelled: leases on admits (``leases`` empty: the scope ledger treats an
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ledger.events import Event, RequestAdmitted, RequestAttempted, RequestSettled
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from tests.bench.budget_plan import DEPLOYMENT, Prices
 from tests.bench.distributed.env import Expected
 from tests.distributed.cluster import TEAMS

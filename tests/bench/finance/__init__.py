@@ -7,7 +7,7 @@ teams, a realistic mix: ``synthetic.py``) straight to Parquet, then reports
 * archive throughput through the real ``ArchiveWriter`` on a realistic subset
   of real events, in events/s (goal >= 50,000);
 * the month's showback time over the views (goal < 2 s), cold and warm;
-* FOCUS export time, when ``reconcile.focus.export_focus`` is in the build;
+* FOCUS export time, when ``reconcile.focus.export.export_focus`` is in the build;
 * archive size per million events (the real writer's, and the synthetic month's);
 * one UTC day reconciled against a provider usage export built from it (exact: 0 rows flagged; x0.97: every
   row flagged at about 3%).

@@ -1,6 +1,6 @@
 """The finance bench's measurements: archive throughput, showback time, FOCUS export time, sizes.
 
-* Archive throughput goes through the real ``streams.archive.ArchiveWriter``
+* Archive throughput goes through the real ``streams.archive.write.ArchiveWriter``
   (decode, typed row, zstd Parquet, fsync, rename) on a realistic subset of
   real events, in batches of 5,000 as ``archive_from_log`` writes them, median
   of 3: checked (every record validated by ``ledger.codec``, as the Kafka
@@ -11,7 +11,7 @@
 * Showback is ``reconcile.showback.showback`` over the synthetic month through
   the views, opened fresh (cold) and again (warm), medians of 3, by team, and
   once by a wider grouping; optionally once cold over the raw events.
-* FOCUS export calls ``reconcile.focus.export_focus`` when this build has it
+* FOCUS export calls ``reconcile.focus.export.export_focus`` when this build has it
   (another change brings it); its signature is matched by parameter name.
 """
 
@@ -28,13 +28,13 @@ from typing import Any
 from farebox.archive_settings import ArchiveSettings
 from ledger.codec import encode
 from ledger.events import Event, HoldExpired, RequestAdmitted, RequestAttempted, RequestSettled
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from reconcile.request_table import usable_table
 from reconcile.request_table_write import write_request_table
 from reconcile.showback import showback
 from reconcile.warehouse import Warehouse
-from streams.archive import ArchiveWriter, Record, archive_from_log
-from streams.archive_pool import DecodePool
+from streams.archive.pool import DecodePool
+from streams.archive.write import ArchiveWriter, Record, archive_from_log
 from streams.sqlite_log import SqliteEventLog
 
 ALIASES = (("chat-default", "d-oai-mumbai", "gpt-mid"), ("chat-default", "d-ant-mumbai", "claude-mid"),
@@ -205,11 +205,11 @@ def showback_times(root: Path, month: str, runs: int = 3, raw_cold: bool = False
 
 
 def focus_export_time(root: Path, month: str, out_dir: Path, book: Any, fx: Any) -> dict[str, Any]:
-    """Seconds for ``reconcile.focus.export_focus`` on the month (UTC), or why it was not measured."""
+    """Seconds for ``reconcile.focus.export.export_focus`` on the month (UTC), or why it was not measured."""
     try:
-        from reconcile.focus import export_focus  # type: ignore[import-not-found]
+        from reconcile.focus.export import export_focus  # type: ignore[import-not-found]
     except ImportError as exc:
-        return {"measured": False, "why": f"reconcile.focus.export_focus is not in this build ({exc})"}
+        return {"measured": False, "why": f"reconcile.focus.export.export_focus is not in this build ({exc})"}
     out = out_dir / "focus.parquet"
     values = {"root": root, "archive": root, "archive_root": root, "month": month, "tz": "Asia/Kolkata",
               "book": book, "fx": fx, "currency": "INR", "out": out, "path": out, "dest": out}

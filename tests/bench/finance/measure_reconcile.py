@@ -31,7 +31,7 @@ from reconcile.daily import our_side
 from reconcile.drift import DEFAULT_THRESHOLD
 from reconcile.exports import parse_simulator_export
 from reconcile.report import build_report
-from streams.archive import archive_files
+from streams.archive.read import archive_files
 
 DAY = date(2026, 10, 1)  # a whole UTC day of the month whenever it has 2 days or more (it starts 18:30 UTC)
 FACTOR = Decimal("0.97")

@@ -1,4 +1,4 @@
-"""The finance bench's re-rating figure: the synthetic month re-priced in DuckDB (``reconcile.rerate_sql``).
+"""The finance bench's re-rating figure: the synthetic month re-priced in DuckDB (``reconcile.rerate.sql``).
 
 Version 2 raises one deployment's output price by 10% (``CHANGED``); every
 request admitted in the month is re-priced under it over the warehouse views,
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pricing.book import FxTable, PriceBook, PriceVersion
-from reconcile.rerate_sql import rerate_lines
+from reconcile.rerate.sql import rerate_lines
 from reconcile.warehouse import Warehouse
 
 CHANGED = "d-oai-mumbai"

@@ -2,9 +2,9 @@
 
 DuckDB computes each day's requests as vectors from ``range`` and ``hash``
 (deterministic), pyarrow casts them to the archive's exact row
-(``streams.archive_schema.SCHEMA``, with its ``farebox.archive_schema``
+(``streams.archive.schema.SCHEMA``, with its ``farebox.archive_schema``
 metadata) and writes one zstd Parquet file per UTC hour and day's batch, named
-as ``streams.archive.ArchiveWriter`` names them. The month is October 2026 in
+as ``streams.archive.write.ArchiveWriter`` names them. The month is October 2026 in
 Kolkata (budget month ``2026-10``).
 
 The mix, per request: 200 teams with skewed spend (team-000 most), 12
@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pricing.book import FxTable, Price, PriceBook, PriceVersion
-from streams.archive_schema import SCHEMA
+from streams.archive.schema import SCHEMA
 
 MONTH = "2026-10"
 MONTH_START = datetime(2026, 9, 30, 18, 30, tzinfo=timezone.utc)  # 1 October, 00:00 in Kolkata

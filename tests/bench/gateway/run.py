@@ -19,8 +19,8 @@ from typing import Callable
 import aiohttp
 import orjson
 
-from tests.bench.gateway.closed_loop import closed_loop, compare_closed, warm
 from tests.bench.gateway import pyspy
+from tests.bench.gateway.closed_loop import closed_loop, compare_closed, warm
 from tests.bench.gateway.open_loop import ADDED_P99_BUDGET_MS, rate_ladder
 from tests.bench.gateway.report import arm_figures, arms_table, closed_table, rate_header, rate_line, summary_lines
 from tests.bench.gateway.stats import CpuMeter, added, thread_cpu

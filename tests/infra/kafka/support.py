@@ -11,7 +11,7 @@ from __future__ import annotations
 import atexit
 
 from infra.kafka.broker import KafkaBroker
-from streams.kafka_clients import partitions_of, stop_consumer
+from streams.kafka.clients import partitions_of, stop_consumer
 
 _broker: KafkaBroker | None = None
 

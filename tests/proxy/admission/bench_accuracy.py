@@ -15,8 +15,8 @@ import random
 import time
 
 from infra.redis.server import RedisServer
-from proxy.admission.limits import BucketSpec
-from proxy.admission.limits.redis_buckets import RedisBuckets
+from proxy.limits import BucketSpec
+from proxy.limits.redis_buckets import RedisBuckets
 from tests.proxy.admission.offered_load import offered
 
 

@@ -18,8 +18,8 @@ import statistics
 import time
 
 from infra.redis.server import RedisServer
-from proxy.admission.limits import BucketSpec, MemoryBuckets
-from proxy.admission.limits.redis_buckets import RedisBuckets
+from proxy.limits import BucketSpec, MemoryBuckets
+from proxy.limits.redis_buckets import RedisBuckets
 
 ITEMS = [
     (BucketSpec("k1:rpm", 10**6), 1),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 from infra.redis.server import RedisServer
-from proxy.admission.limits.redis_buckets import RedisBuckets
+from proxy.limits.redis_buckets import RedisBuckets
 
 
 def redis_buckets(server: RedisServer, **kw) -> RedisBuckets:

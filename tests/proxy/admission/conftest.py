@@ -9,8 +9,8 @@ import pytest
 from bucket_helpers import redis_buckets
 
 from infra.redis.server import RedisServer
-from proxy.admission.limits import MemoryBuckets
-from proxy.admission.limits.redis_buckets import RedisBuckets
+from proxy.limits import MemoryBuckets
+from proxy.limits.redis_buckets import RedisBuckets
 from tests.harness import start_redis
 
 

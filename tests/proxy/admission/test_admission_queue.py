@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 from ledger.balances import Ledger
 from ledger.events import HoldExpired, RequestAdmitted, RequestSettled
 from ledger.refusals import RequestRefused
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
+from proxy.admission.admit import admit
 from proxy.admission.budget_port import BudgetAsk, Funding, budget_period, max_wait_s
 from proxy.admission.budgets import LedgerBudgets
-from proxy.api.admit import admit
 from proxy.errors import BudgetRefused, InvalidRequest, RateLimited, client_headers
-from proxy.metering import Meter
-from proxy.settlement import Tab, scopes_of
+from proxy.metering.meter import Meter
+from proxy.metering.settlement import Tab, scopes_of
 from tests.proxy.fakes import NOW_S, MemoryLog, example_tree, key, runtime, snapshot
 
 KOLKATA = ZoneInfo("Asia/Kolkata")

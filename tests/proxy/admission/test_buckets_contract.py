@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from proxy.admission.limits import Buckets, BucketSpec, InvalidBucket
+from proxy.limits import Buckets, BucketSpec, InvalidBucket
 
 T0 = 1_700_000_000_000_000  # a realistic epoch in microseconds: exactness must hold at this size
 S = 1_000_000
@@ -171,7 +171,7 @@ class TestIdleBucketsVanish:
     missing bucket and a full one are the same, so forgetting it changes no answer."""
 
     async def test_memory_sweeps_idle_buckets(self):
-        from proxy.admission.limits import MemoryBuckets
+        from proxy.limits import MemoryBuckets
 
         buckets = MemoryBuckets(ttl_windows=1)
         spec, busy = BucketSpec("idle", 60), BucketSpec("busy", 60)

@@ -10,8 +10,8 @@ from bucket_helpers import redis_buckets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.admission.limits import BucketSpec, MemoryBuckets
-from proxy.admission.limits.bucket import refill
+from proxy.limits import BucketSpec, MemoryBuckets
+from proxy.limits.bucket import refill
 
 T0 = 1_700_000_000_000_000
 

@@ -13,14 +13,14 @@ import pytest
 
 from ledger.balances import Ledger
 from ledger.events import BudgetThresholdCrossed, RequestAdmitted, RequestSettled
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
+from proxy.admission.admit import admit, budget_headers
 from proxy.admission.budget_port import BudgetAsk, Funding, budget_period
 from proxy.admission.budgets import LedgerBudgets, Reserved, decide_hold
-from proxy.admission.limits import MemoryBuckets
-from proxy.api.admit import admit, budget_headers
 from proxy.errors import BudgetRefused, EventLogUnavailable, InvalidRequest, RateLimited
-from proxy.metering import Meter
-from proxy.settlement import Tab, scopes_of
+from proxy.limits import MemoryBuckets
+from proxy.metering.meter import Meter
+from proxy.metering.settlement import Tab, scopes_of
 from tests.proxy.fakes import NOW_S, MemoryLog, example_tree, key, runtime, snapshot
 
 KOLKATA = ZoneInfo("Asia/Kolkata")

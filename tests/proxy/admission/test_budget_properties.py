@@ -21,11 +21,11 @@ from ledger.balances import Ledger
 from ledger.events import HoldExpired, RequestAdmitted, RequestSettled
 from ledger.hold_sizing import Sizing
 from ledger.output_sketch import OutputLearner
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from proxy.admission.budget_port import BudgetAsk, Funding, budget_period
 from proxy.admission.budgets import Exposure, decide_hold
 from proxy.errors import BudgetRefused
-from proxy.settlement import scopes_of
+from proxy.metering.settlement import scopes_of
 from tests.proxy.fakes import NOW_S, example_tree, key, snapshot
 
 KOLKATA = ZoneInfo("Asia/Kolkata")

@@ -12,7 +12,7 @@ import random
 import pytest
 from offered_load import offered
 
-from proxy.admission.limits import BucketSpec, MemoryBuckets
+from proxy.limits import BucketSpec, MemoryBuckets
 
 LIMIT = 200_000  # tokens per minute
 MINUTE = 60_000_000

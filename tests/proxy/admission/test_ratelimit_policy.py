@@ -6,18 +6,12 @@ from pathlib import Path
 
 import yaml
 
-from pricing.usage import TokenUsage
-from proxy.admission.limits import MemoryBuckets
-from proxy.admission.ratelimit import (
-    _duration,
-    deployment_draws,
-    items,
-    refusal,
-    request_draws,
-    settlement,
-)
+from ledger.usage import TokenUsage
+from proxy.admission.ratelimit import _duration, deployment_draws, refusal, request_draws
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.keys import mint_key
+from proxy.limits import MemoryBuckets
+from proxy.limits.draws import items, settlement
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "farebox.yaml"
 

@@ -25,11 +25,11 @@ import redis.asyncio as aioredis
 import uvloop
 from bucket_helpers import redis_buckets
 
-from proxy.admission.limits import BucketSpec
-from proxy.admission.limits.redis_buckets import RedisBuckets
+from proxy.limits import BucketSpec
+from proxy.limits.redis_buckets import RedisBuckets
 
 T0 = 1_700_000_000_000_000
-LOGGER = "proxy.admission.limits"
+LOGGER = "proxy.limits"
 TIMEOUT_S = 0.025
 BLOCK_S = 0.08  # each busy stretch: over three times the timeout
 

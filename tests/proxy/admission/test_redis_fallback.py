@@ -11,11 +11,11 @@ import pytest
 from bucket_helpers import redis_buckets
 
 from infra.process import free_port
-from proxy.admission.limits import BackendError, BucketSpec
-from proxy.admission.limits.redis_buckets import RedisBuckets
+from proxy.limits import BackendError, BucketSpec
+from proxy.limits.redis_buckets import RedisBuckets
 
 T0 = 1_700_000_000_000_000
-LOGGER = "proxy.admission.limits"
+LOGGER = "proxy.limits"
 
 
 def transitions(caplog) -> list[str]:

@@ -14,12 +14,12 @@ from bucket_helpers import redis_buckets
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from proxy.admission.limits import BucketSpec
-from proxy.admission.limits.redis_buckets import RedisBuckets
-from proxy.admission.limits.redis_pipe import _INCOMPLETE, Address, RedisPipe, ReplyError, encode, reader
+from proxy.limits import BucketSpec
+from proxy.limits.redis_buckets import RedisBuckets
+from proxy.limits.redis_pipe import _INCOMPLETE, Address, RedisPipe, ReplyError, encode, reader
 
 T0 = 1_700_000_000_000_000
-LOGGER = "proxy.admission.limits"
+LOGGER = "proxy.limits"
 
 
 async def test_the_urls_database_is_selected(redis_server) -> None:

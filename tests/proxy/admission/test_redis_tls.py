@@ -23,11 +23,11 @@ import uvloop
 
 from infra.process import die_with_parent, free_port, stop_process
 from infra.redis.server import RedisServer, ensure_installed
-from proxy.admission.limits import BucketSpec
-from proxy.admission.limits.redis_buckets import RedisBuckets, address_of
+from proxy.limits import BucketSpec
+from proxy.limits.redis_buckets import RedisBuckets, address_of
 
 T0 = 1_700_000_000_000_000
-LOGGER = "proxy.admission.limits"
+LOGGER = "proxy.limits"
 PASSWORD = "tls-s3cret-pass"
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.admission.limits import BucketSpec, MemoryBuckets
+from proxy.limits import BucketSpec, MemoryBuckets
 
 T0 = 1_700_000_000_000_000
 

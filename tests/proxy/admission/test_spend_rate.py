@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from pricing.usage import TokenUsage
-from proxy.admission.limits.bucket import max_capacity
-from proxy.admission.ratelimit import items, refund, refusal, settlement
+from ledger.usage import TokenUsage
+from proxy.admission.ratelimit import refusal
 from proxy.admission.spend_rate import parse_spend_per_hour, quantum, spend_draws, units
 from proxy.control.declarative import compile_snapshot
 from proxy.control.problems import ConfigError, Problems
+from proxy.limits.bucket import max_capacity
+from proxy.limits.draws import items, refund, settlement
 from tests.proxy.fakes import example_tree, key, snapshot
 
 T0 = 1_700_000_000_000_000

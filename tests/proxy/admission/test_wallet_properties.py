@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from ledger.leases import LeasePolicy
 from proxy.admission.scope_states import ScopeStates
 from proxy.errors import RateLimited
-from tests.proxy.admission.lease_sim import PERIOD, Processor, SCOPE, wallets_for
+from tests.proxy.admission.lease_sim import PERIOD, SCOPE, Processor, wallets_for
 
 WAIT_S = 0.12
 SLACK_S = 0.4  # a loaded test box delays timers; the bound is what matters, not its tightness

@@ -10,10 +10,10 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from farebox.pod import pod_app
 from infra.simulator.app import create_app as create_simulator
 from infra.simulator.config import parse_config
 from ledger.codec import decode, encode
-from proxy.api.app import create_app
 from tests.proxy.fakes import MemoryLog, ScriptedBudgets, example_tree, key, runtime, snapshot
 
 SIMULATOR = {"accounts": [{"name": "acct-retail", "api_key": "sk-sim-openai-retail-0001"},
@@ -42,7 +42,7 @@ async def pod() -> AsyncIterator[Pod]:
     (playground, p_rec), (atlas, a_rec) = key(), key(app="atlas")
     log, budgets = MemoryLog(), ScriptedBudgets()
     rt = runtime(snapshot(tree, [p_rec, a_rec]), budgets=budgets, log=log, clock=time.time)
-    client = TestClient(TestServer(create_app(rt)))
+    client = TestClient(TestServer(pod_app(rt)))
     await client.start_server()
     yield Pod(client, log, budgets, {"playground": playground, "atlas": atlas})
     await client.close()
@@ -81,8 +81,8 @@ async def test_cost_centres_and_tags_reach_the_focus_export(pod: Pod, tmp_path) 
     import csv
     from datetime import datetime, timezone
 
-    from reconcile.focus import export_focus
-    from streams.archive import ArchiveWriter, Record
+    from reconcile.focus.export import export_focus
+    from streams.archive.write import ArchiveWriter, Record
 
     assert (await pod.post("/v1/chat/completions", CHAT, **{"x-fb-tags": "project=atlas,env=prod"})).status == 200
     assert (await pod.post("/v1/chat/completions", CHAT, app="atlas")).status == 200

@@ -15,9 +15,9 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from farebox.pod import pod_app
 from infra.simulator.app import create_app as create_simulator
 from infra.simulator.config import parse_config
-from proxy.api.app import create_app
 from proxy.errors import BudgetRefused
 from tests.proxy.fakes import MemoryLog, ScriptedBudgets, example_tree, key, runtime, snapshot
 
@@ -49,7 +49,7 @@ async def pod() -> AsyncIterator[Pod]:
     plaintext, record = key()
     log, budgets = MemoryLog(), ScriptedBudgets()
     rt = runtime(snapshot(tree, [record]), budgets=budgets, log=log, clock=time.time)
-    client = TestClient(TestServer(create_app(rt)))
+    client = TestClient(TestServer(pod_app(rt)))
     await client.start_server()
     yield Pod(client, log, budgets, plaintext)
     await client.close()

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from proxy.api.classify import PrivacyError, classify_chat, classify_texts
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.problems import Problems
 from proxy.errors import PermissionDenied
+from proxy.privacy.classify import PrivacyError, classify_chat, classify_texts
 from proxy.routing.router import Needs, route
 from proxy.routing.state import RoutingState
 from proxy.snapshot import KeyRecord

@@ -120,10 +120,10 @@ async def test_pods_sharing_redis_replay_each_others_answers() -> None:
 
     from aiohttp.test_utils import TestClient, TestServer
 
+    from farebox.pod import pod_app
     from infra.redis.server import RedisServer
     from infra.simulator.app import create_app as create_simulator
     from infra.simulator.config import parse_config
-    from proxy.api.app import create_app
     from proxy.idempotency.redis_store import RedisIdempotency
     from proxy.runtime import RUNTIME
     from tests.proxy.api.test_chat_shell import SIMULATOR
@@ -140,7 +140,7 @@ async def test_pods_sharing_redis_replay_each_others_answers() -> None:
             log = MemoryLog()
             rt = runtime(snap, log=log, clock=time.time)
             object.__setattr__(rt, "idempotency", RedisIdempotency.from_url(server.url))
-            client = TestClient(TestServer(create_app(rt)))
+            client = TestClient(TestServer(pod_app(rt)))
             await client.start_server()
             clients.append(client)
             logs.append(log)

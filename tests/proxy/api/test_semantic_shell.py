@@ -16,10 +16,10 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from farebox.pod import pod_app
 from infra.simulator.app import create_app as create_simulator
 from infra.simulator.config import parse_config
 from ledger.events import RequestAdmitted, RequestAttempted, RequestSettled
-from proxy.api.app import create_app
 from tests.proxy.fakes import MemoryLog, ScriptedBudgets, example_tree, key, runtime, snapshot
 
 SIMULATOR = {"accounts": [{"name": "acct-retail", "api_key": "sk-sim-openai-retail-0001"},
@@ -74,7 +74,7 @@ async def pod() -> AsyncIterator[Pod]:
     record["data_class_ceiling"] = "restricted"
     log, budgets = MemoryLog(), ScriptedBudgets()
     rt = runtime(snapshot(tree, [record]), budgets=budgets, log=log, clock=time.time)
-    client = TestClient(TestServer(create_app(rt)))
+    client = TestClient(TestServer(pod_app(rt)))
     await client.start_server()
     yield Pod(client, sim, log, budgets, plaintext)
     await client.close()

@@ -10,11 +10,11 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from farebox.pod import pod_app
 from infra.simulator.app import create_app as create_simulator
 from infra.simulator.config import parse_config
-from proxy.admission.limits import MemoryBuckets
 from proxy.admission.spend_rate import spend_draws
-from proxy.api.app import create_app
+from proxy.limits import MemoryBuckets
 from tests.proxy.api.test_chat_shell import CHAT, SIMULATOR
 from tests.proxy.fakes import MemoryLog, example_tree, key, runtime, snapshot
 
@@ -31,7 +31,7 @@ async def test_the_bucket_keeps_the_actual_cost_and_refuses_when_short() -> None
     buckets, log = MemoryBuckets(), MemoryLog()
     frozen = time.time()  # the bucket refills with time: a still clock keeps the drawn amount exact
     rt = runtime(snap, limits=buckets, log=log, clock=lambda: frozen)
-    client = TestClient(TestServer(create_app(rt)))
+    client = TestClient(TestServer(pod_app(rt)))
     await client.start_server()
     auth = {"Authorization": f"Bearer {plaintext}"}
     try:

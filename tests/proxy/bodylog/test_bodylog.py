@@ -18,9 +18,9 @@ import pytest
 import sqlalchemy as sa
 from aiohttp.test_utils import TestClient, TestServer
 
+from farebox.pod import pod_app
 from infra.simulator.app import create_app as create_simulator
 from infra.simulator.config import parse_config
-from proxy.api.app import create_app
 from proxy.bodylog import BodyLog, BodyStore, TeamCipher
 from proxy.bodylog.cipher import SealError
 from proxy.control.db import migrate
@@ -122,7 +122,7 @@ async def pod(tmp_path: Path) -> AsyncIterator[Pod]:
     rt = Runtime(pod=base.pod, secrets=base.secrets, options=base.options, recorder=base.recorder,
                  budgets=base.budgets, limits=base.limits, upstream=base.upstream, control=ControlService(db),
                  clock=time.time, body_log=body_log)
-    client = TestClient(TestServer(create_app(rt)))
+    client = TestClient(TestServer(pod_app(rt)))
     await client.start_server()
     yield Pod(client, rt, db, plaintext, tokens)
     await client.close()

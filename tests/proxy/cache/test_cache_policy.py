@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from proxy.cache import Flights
 from proxy.cache.entry import Entry, StreamCapture, chat_entry, replay_chunks
 from proxy.cache.policy import OFF, CacheUse, cache_use, chat_key, embeddings_key, parse_header

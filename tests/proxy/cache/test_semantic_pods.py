@@ -12,10 +12,10 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from farebox.pod import pod_app
 from infra.redis.server import RedisServer
 from infra.simulator.app import create_app as create_simulator
 from infra.simulator.config import parse_config
-from proxy.api.app import create_app
 from proxy.cache.redis_cache import RedisCache
 from proxy.cache.vector_redis import RedisVectors
 from tests.proxy.fakes import MemoryLog, example_tree, key, runtime, snapshot
@@ -41,7 +41,7 @@ async def pods(cache_redis: RedisServer) -> AsyncIterator[tuple[list[TestClient]
         cache = RedisCache.from_url(cache_redis.url, key_prefix=prefix, timeout_s=1.0)
         vectors = RedisVectors.from_url(cache_redis.url, key_prefix=prefix + "sem:", timeout_s=1.0)
         rt = dataclasses.replace(runtime(snap, log=MemoryLog(), clock=time.time), cache=cache, vectors=vectors)
-        client = TestClient(TestServer(create_app(rt)))
+        client = TestClient(TestServer(pod_app(rt)))
         await client.start_server()
         clients.append(client)
         stores += [cache, vectors]

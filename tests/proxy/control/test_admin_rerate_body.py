@@ -6,7 +6,7 @@ from datetime import date
 
 import pytest
 
-from proxy.control.admin_rerate import read_body
+from proxy.control.admin.rerate import read_body
 from proxy.errors import InvalidRequest
 
 VERSIONS = [1, 2, 3]

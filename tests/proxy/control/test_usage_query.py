@@ -6,7 +6,7 @@ from datetime import date
 
 import pytest
 
-from proxy.control.admin_usage import to_csv
+from proxy.control.admin.usage import to_csv
 from proxy.control.usage_port import UsageTable, money_strings, parse_usage_query
 from proxy.errors import InvalidRequest
 

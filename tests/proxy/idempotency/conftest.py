@@ -15,8 +15,8 @@ from ledger.local_processor import LocalProcessor
 from proxy.idempotency import IdempotencyStore, MemoryIdempotency
 from proxy.idempotency.owner import OwnerIdempotency, handlers
 from proxy.idempotency.redis_store import RedisIdempotency
-from streams.local_hub import LocalHub
-from streams.local_log import LocalEventLog
+from streams.local.hub import LocalHub
+from streams.local.log import LocalEventLog
 from streams.sqlite_log import SqliteEventLog
 from tests.harness import start_redis
 

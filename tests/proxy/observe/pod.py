@@ -18,11 +18,11 @@ import orjson
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from farebox.pod import pod_app
 from infra.simulator.app import create_app as create_simulator
 from infra.simulator.config import parse_config
 from ledger.balances import Ledger
 from proxy.admission.budgets import LedgerBudgets
-from proxy.api.app import create_app
 from tests.proxy.fakes import MemoryLog, example_tree, key, runtime, snapshot
 
 SIMULATOR = {"accounts": [{"name": "acct-retail", "api_key": "sk-sim-openai-retail-0001"},
@@ -76,7 +76,7 @@ async def running_pod(tracing: Any = None) -> AsyncIterator[Pod]:
     rt = runtime(snap, budgets=budgets, log=log, fold=budgets.fold, clock=time.time)
     rt.metrics.state.queue_depth = budgets.queue.depth  # as farebox/wiring.py does
     rt.metrics.state.budget_use = lambda: budgets.usage(rt.snapshot, rt.clock())
-    client = TestClient(TestServer(create_app(rt, tracing=tracing)))
+    client = TestClient(TestServer(pod_app(rt, tracing=tracing)))
     await client.start_server()
     try:
         yield Pod(client, log, rt, plaintext, seen)

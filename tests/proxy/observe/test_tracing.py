@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from farebox.observe import build_tracing
 from farebox.settings_observe import TracingSettings
-from proxy.metrics import Metrics
-from proxy.tracing import Tracing
+from proxy.observe.metrics import Metrics
+from proxy.observe.tracing import Tracing
 from tests.proxy.observe.pod import CHAT, running_pod
 
 pytestmark = pytest.mark.filterwarnings("ignore::aiohttp.web_exceptions.NotAppKeyWarning")
@@ -132,7 +132,7 @@ async def test_an_embeddings_request_is_an_embeddings_span() -> None:
 def test_the_exporter_warns_once_per_outage_and_says_when_it_recovers(caplog) -> None:
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-    from proxy.tracing import CountingExporter
+    from proxy.observe.tracing import CountingExporter
 
     class Scripted(SpanExporter):
         def __init__(self, results: list) -> None:

@@ -15,8 +15,8 @@ import random
 import statistics
 import time
 
-from proxy.privacy.policy import DEFAULT_MAX_SCAN_CHARS
 from proxy.privacy.scanner import scan_chat
+from proxy.snapshot.privacy import DEFAULT_MAX_SCAN_CHARS
 from tests.proxy.privacy.prompts import prompt
 
 BUDGET_P99_MS = 1.0

@@ -6,8 +6,9 @@ import hashlib
 import json
 
 from proxy.privacy.audit import audit_of, prompt_hash, refused_audit
-from proxy.privacy.policy import PrivacyPolicy, decide
+from proxy.privacy.policy import decide
 from proxy.privacy.scanner import scan_chat
+from proxy.snapshot.privacy import PrivacyPolicy
 
 MESSAGES = [{"role": "user", "content": "Mail priya@example.com and ravi@example.org about PAN ABCPK1234F"}]
 
@@ -45,8 +46,8 @@ def test_refused_audit():
 
 
 def test_the_gateways_orjson_encoding_hashes_as_the_canonical_json():
-    from proxy.api.classify import orjson_canonical
     from proxy.privacy.audit import canonical_json
+    from proxy.privacy.classify import orjson_canonical
 
     text = "".join(chr(c) for c in range(0x250)) + "\u2028\u2029\ufeff😀 \"q\" \\ /"
     messages = [{"role": "user", "content": text, "name": "n"},

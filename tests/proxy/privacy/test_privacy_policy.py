@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.privacy.policy import (
-    DEFAULT_MAX_SCAN_CHARS,
-    PrivacyPolicy,
-    PrivacyRefusal,
-    decide,
-    decide_sides,
-    parse_data_class_header,
-    policy_from_mapping,
-)
+from proxy.privacy.policy import PrivacyRefusal, decide, decide_sides, parse_data_class_header
+from proxy.snapshot.privacy import DEFAULT_MAX_SCAN_CHARS, PrivacyPolicy, policy_from_mapping
 
 POLICY = PrivacyPolicy()
 

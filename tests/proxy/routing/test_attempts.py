@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 
 from proxy.errors import UpstreamAuth, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
+from proxy.outcomes import FAILED, NEUTRAL, RATE_LIMITED
 from proxy.routing.attempts import HEDGE_FLOOR_S, MAX_BACKOFF_S, backoff_s, hedge_delay_s, verdict
 from proxy.routing.health import Health
-from proxy.routing.state import FAILED, NEUTRAL, RATE_LIMITED
 
 
 def test_429_pauses_and_moves_on_without_counting_against_the_breaker() -> None:

@@ -12,9 +12,10 @@ import yaml
 
 from infra.redis.server import RedisServer
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
+from proxy.outcomes import FAILED, OK
 from proxy.routing.breaker import CLOSED, OPEN
 from proxy.routing.breaker_sync import BreakerSync
-from proxy.routing.state import FAILED, OK, RoutingState
+from proxy.routing.state import RoutingState
 from proxy.snapshot import Snapshot
 from tests.harness import start_redis
 

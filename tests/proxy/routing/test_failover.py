@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from proxy.errors import GatewayError, RateLimited, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
 from proxy.routing.chain import Chain
 from proxy.routing.failover import Tries, first_answer

@@ -15,8 +15,9 @@ import yaml
 
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.errors import UpstreamRateLimited, UpstreamUnavailable
+from proxy.outcomes import FAILED
 from proxy.routing.router import Needs, NoDeploymentAvailable, PinnedUnavailable, pinned_refusal, route
-from proxy.routing.state import FAILED, RoutingState
+from proxy.routing.state import RoutingState
 from tests.harness import EXAMPLES
 
 HOME, ABROAD = "sim-openai-mumbai", "sim-anthropic-mumbai"

@@ -13,8 +13,9 @@ import yaml
 
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.errors import PermissionDenied
+from proxy.outcomes import FAILED, RATE_LIMITED
 from proxy.routing.router import Needs, NoDeploymentAvailable, ProviderCapacity, route, sticky_key
-from proxy.routing.state import FAILED, RATE_LIMITED, RoutingState
+from proxy.routing.state import RoutingState
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "farebox.yaml"
 

@@ -6,7 +6,7 @@ import orjson
 import pytest
 from upstream_wire import assemble, body, deployment, translate, wire
 
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from proxy.errors import InvalidRequest, UnsupportedParameter, UpstreamAuth, UpstreamRateLimited
 from proxy.upstream.anthropic_request import JSON_TOOL
 from proxy.upstream.base import SSEEvent

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from upstream_wire import assemble, body, deployment, events, translate, wire
 
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from proxy.errors import (
     UpstreamAuth,
     UpstreamError,

@@ -6,7 +6,7 @@ import orjson
 import pytest
 from upstream_wire import body, deployment, translate, wire
 
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from proxy.errors import UnsupportedParameter, UpstreamRateLimited, UpstreamRejected, UpstreamUnavailable
 from proxy.upstream.base import SSEEvent
 from proxy.upstream.dialects import get_dialect

@@ -15,7 +15,7 @@ from pricing.book import Price
 from reconcile.drift import DriftInputError, compare_tokens
 from reconcile.exports import parse_simulator_export
 from reconcile.our_usage import our_usage_rows, unattributed_expired
-from streams.archive_schema import SCHEMA, typed_row
+from streams.archive.schema import SCHEMA, typed_row
 
 SQL = Path(__file__).parents[3] / "reconcile" / "sql" / "our_usage.sql"
 NOV30, DEC1 = date(2026, 11, 30), date(2026, 12, 1)

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from ledger.events import BudgetThresholdCrossed, RequestSettled
 from ledger.reconcile_events import ReconcileReported
 from ledger.refusals import RequestRefused
-from pricing.usage import TokenUsage
+from ledger.usage import TokenUsage
 from streams.notify.alerts import CostAnomaly, ExpiringKey, alert_of, keys_near_expiry
 
 T = datetime(2026, 11, 10, 10, 15, 2, tzinfo=timezone.utc)

@@ -1,0 +1,65 @@
+"""The ``farebox`` command line: a table of command groups, one module each, and one exit-code map.
+
+    farebox serve --config PATH [--host H] [--port N] [--workers N]     (farebox/cli/run.py)
+    farebox worker | simulator                                           (farebox/cli/run.py)
+    farebox keys|budgets|aliases|prices|teams|business-units|admin|audit|config|db   (farebox/cli/control.py)
+    farebox events tail --config PATH [-n N] [--follow]                  (farebox/cli/events.py)
+    farebox archiver | archive flush|verify|compact | replay            (farebox/cli/archive.py)
+    farebox export focus | whatif | reconcile | rerate                   (one module each)
+    farebox finance sql|shell, farebox report showback                   (farebox/cli/finance.py)
+    farebox dev cluster up|down|status                                   (farebox/cli/dev.py)
+
+Each module's ``register(sub)`` adds its parsers and imports nothing heavy until a command runs.
+
+Exit codes, the same for every command: 0 done; 1 the command ran and found a problem it reports (drift,
+a failed verification); 2 bad input (options, config, a refused change); 3 a service it needs is unavailable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from farebox.cli import archive, control, dev, events, export, finance, reconcile, rerate, run, whatif
+from proxy.control.problems import ConfigError
+from proxy.errors import GatewayError
+
+# Every command group, in the order ``farebox --help`` lists them.
+COMMANDS = (run, archive, control, events, export, whatif, reconcile, dev, finance, rerate)
+
+EXIT_OK, EXIT_FOUND, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = 0, 1, 2, 3
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="farebox", description="OpenAI-compatible LLM gateway with exact metering.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        command.register(sub)
+    return p
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code of an error a command let through: bad input or an unavailable service."""
+    if isinstance(exc, ConfigError):
+        return EXIT_BAD_INPUT
+    if isinstance(exc, GatewayError):
+        return EXIT_BAD_INPUT if exc.status < 500 else EXIT_UNAVAILABLE
+    raise exc
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exit_code(exc)
+    except GatewayError as exc:  # ConfigRejected, ControlUnavailable, not found...
+        print(f"error: {exc.message}", file=sys.stderr)
+        for p in getattr(exc, "problems", []):
+            print(f"  - {p}", file=sys.stderr)
+        return exit_code(exc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

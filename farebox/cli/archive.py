@@ -1,0 +1,158 @@
+"""The archive and audit commands of the ``farebox`` CLI (``register`` adds them to ``farebox.cli``).
+
+    farebox archiver --config PATH                       distributed: requests topic -> archive until SIGTERM
+    farebox archive flush --config PATH                  embedded: archive the pending log events now
+    farebox archive verify --config PATH [--archive R]   every file and the manifest chain; exit 0 only if intact
+    farebox archive compact --config PATH [--archive R] [--before YYYY-MM-DD]
+                                                         closed days -> daily files, then retention
+    farebox replay --config PATH --from D --to D [--source archive|kafka] [--archive R] [--archive-first]
+
+Exit codes: 0 done / intact / equal; 1 the archive is not intact or replay
+found differences; 2 bad input (settings, an empty, corrupt, truncated or
+newer archive: the message names the file; nothing is rewritten).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+
+def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from farebox.settings import load_settings
+
+    return load_settings(args.config)
+
+
+def _root(args: argparse.Namespace, settings) -> Path:  # type: ignore[no-untyped-def]
+    return Path(args.archive) if getattr(args, "archive", None) else settings.archive_root
+
+
+def _archiver(args: argparse.Namespace) -> int:
+    from farebox.archiving import run_kafka_archiver
+
+    settings = _settings(args)
+    if settings.mode != "distributed":
+        print("error: `farebox archiver` archives Kafka (mode: distributed); in embedded mode `farebox serve` "
+              "archives its log itself", file=sys.stderr)
+        return 2
+    archived = asyncio.run(run_kafka_archiver(settings))
+    print(f"farebox archiver stopped: {archived} event(s) archived", flush=True)
+    return 0
+
+
+def _flush(args: argparse.Namespace) -> int:
+    from farebox.archiving import archive_log_once
+
+    settings = _settings(args)
+    if settings.mode != "embedded" or not settings.event_log_path.exists():
+        print(f"error: no embedded event log at {settings.event_log_path} (distributed: `farebox archiver`)",
+              file=sys.stderr)
+        return 2
+    root = _root(args, settings)
+    print(f"archived {archive_log_once(settings.event_log_path, root, settings.archive.flush_events)} event(s) "
+          f"to {root}")
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from streams.archive.manifest import verify
+
+    root = _root(args, _settings(args))
+    verdict = verify(root)
+    if verdict.empty:
+        print(f"error: the archive at {root} is empty: no manifest and no files to verify", file=sys.stderr)
+        return 2
+    for line in verdict.problems:
+        print(line)
+    for line in verdict.notes:
+        print(f"note: {line}")
+    if verdict.intact:
+        print(f"archive {root}: intact — {verdict.files} file(s), {verdict.entries} manifest entries, chain unbroken, "
+              f"head {verdict.head}")
+        return 0
+    print(f"archive {root}: NOT intact — {len(verdict.problems)} problem(s) in {verdict.files} listed file(s) and "
+          f"{verdict.entries} manifest entries")
+    return 1
+
+
+def _compact(args: argparse.Namespace) -> int:
+    from farebox.archiving import housekeep
+    from streams.archive.compact import compact
+
+    settings = _settings(args)
+    root = _root(args, settings)
+    now = datetime.now(timezone.utc)
+    if args.before:
+        done = compact(root, before=date.fromisoformat(args.before), now=now)
+    else:
+        done = housekeep(root, settings.archive, now, settings.snapshot.budgets.timezone)
+    days = ", ".join(str(d) for d in done.compacted_days) or "none"
+    print(f"compacted day(s): {days} ({len(done.written)} daily file(s) written, {done.replaced} replaced); "
+          f"expired {done.expired} file(s); finished {done.leftovers_deleted} interrupted delete(s)")
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from farebox.replay import replay
+
+    settings = _settings(args)
+    if settings.mode == "embedded" and args.source == "kafka":
+        print("error: --source kafka needs mode: distributed (embedded replay compares the archive with the "
+              "SQLite log)", file=sys.stderr)
+        return 2
+    return replay(settings, args.start, args.end, source=args.source, archive=args.archive,
+                  archive_first=args.archive_first)
+
+
+def _guarded(func):  # type: ignore[no-untyped-def]
+    """An unreadable archive is bad input: a clear message naming the file, exit 2."""
+
+    def run(args: argparse.Namespace) -> int:
+        from streams.archive.read import ArchiveError
+
+        try:
+            return func(args)
+        except ArchiveError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except ValueError as exc:  # a malformed --from/--to/--before date
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+
+    return run
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``archiver``, ``archive …`` and ``replay`` to the CLI's subcommands."""
+    s = sub.add_parser("archiver", help="distributed: archive the requests topic to Parquet until SIGTERM")
+    s.add_argument("--config", required=True)
+    s.set_defaults(func=_guarded(_archiver))
+
+    archive = sub.add_parser("archive", help="the Parquet archive").add_subparsers(dest="archive_command",
+                                                                                    required=True)
+    for name, func, text in (
+        ("flush", _flush, "embedded: archive the log's pending events now"),
+        ("verify", _verify, "check every archive file and the manifest chain; names changed/missing/unlisted"),
+        ("compact", _compact, "merge closed days into daily files, then apply retention"),
+    ):
+        s = archive.add_parser(name, help=text)
+        s.add_argument("--config", required=True)
+        s.add_argument("--archive", help="the archive root (default: archive.path or <state_dir>/archive)")
+        if name == "compact":
+            s.add_argument("--before", help="compact event dates before this one, YYYY-MM-DD (default: today, "
+                                            "UTC), and skip retention")
+        s.set_defaults(func=_guarded(func))
+
+    s = sub.add_parser("replay", help="rebuild scope balances from the archive and compare with the live ledger")
+    s.add_argument("--config", required=True)
+    s.add_argument("--from", dest="start", required=True, help="first event date, YYYY-MM-DD (UTC)")
+    s.add_argument("--to", dest="end", required=True, help="last event date, YYYY-MM-DD (UTC)")
+    s.add_argument("--source", choices=("archive", "kafka"), default="archive", help="kafka: distributed only")
+    s.add_argument("--archive", help="the archive root (default: archive.path or <state_dir>/archive)")
+    s.add_argument("--archive-first", action="store_true",
+                   help="embedded: archive the log's pending events before comparing")
+    s.set_defaults(func=_guarded(_replay))

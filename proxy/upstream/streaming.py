@@ -1,0 +1,232 @@
+"""Relaying a chat stream to the caller, chunk by chunk.
+
+Order of events (the caller sees bytes only after step 2):
+
+1. routing opens the stream on the first candidate that yields a first chunk
+   (``proxy.routing.answer.first_stream`` runs the attempts ``opener`` makes:
+   failover happens there, before any byte reaches the caller);
+2. send headers and the first chunks, then everything each upstream read
+   brings, in one write per read (no buffering beyond what arrived together);
+   an SSE comment after ``heartbeat_s`` of upstream silence;
+3. at the end, the usage chunk (only if the caller asked) and ``[DONE]``.
+
+After step 2 the deployment never changes: an upstream failure ends the
+stream with exactly one OpenAI-shaped error event. A caller that goes away
+is noticed by ``ClientWatch`` even while we wait on the provider, and the
+upstream is closed at once; the pod's drain deadline ends a stream the same
+way, with an error event. Whatever happens, usage is settled, estimated from
+the relayed text when the provider never reported it.
+
+Backpressure: one upstream read is relayed before the next is taken, and a
+write waits while the caller's socket holds more than ``STREAM_BUFFER_BYTES``;
+a slow caller therefore stops the upstream reads and TCP pushes back on the
+provider (aiohttp's client buffer is bounded too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Awaitable, Callable, Iterable, Mapping, Protocol
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from ledger.usage import TokenUsage
+from pricing.tokens import estimate_tokens
+from proxy.errors import ClientGone, Drained, GatewayError, UpstreamError
+from proxy.outcomes import DRAIN, FAILED, NEUTRAL, OK
+from proxy.snapshot import Deployment
+from proxy.upstream.base import Dialect
+from proxy.upstream.dialects import get_dialect
+from proxy.upstream.relay import HEARTBEAT, Timeouts, UpstreamClient, UpstreamStream, forwarded_headers
+from proxy.upstream.sse import DONE
+
+
+class Tap(Protocol):
+    """Sees every chunk the caller is sent (``proxy.cache.entry.StreamCapture``, the response cache's capture)."""
+
+    def add(self, chunks: list[dict]) -> None: ...
+
+
+class Restorer(Protocol):
+    """Puts redacted values back into each read's chunks (``proxy.privacy.redact.ChunkRestorer``)."""
+
+    def rewrite(self, chunks: Iterable[dict]) -> list[dict]: ...
+
+    def flush(self, broken: bool = False) -> list[dict]: ...
+
+
+class Watched(Protocol):
+    """The caller's connection, watched (``proxy.api.watch.ClientWatch``): why the task was cancelled."""
+
+    fired: str | None
+
+    def absorb(self) -> str | None: ...
+
+
+class StreamMeter(Protocol):
+    """The request's meter (``proxy.metering.meter.Meter``)."""
+
+    tab: Any
+
+    def attempted(self, dep: Deployment, *, started: float, usage: TokenUsage | None,
+                  error: BaseException | None = None, ttft_s: float | None = None, status: int | None = None) -> int: ...
+
+    def x_farebox(self, dep: Deployment) -> dict: ...
+
+
+Finish = Callable[[Deployment, str], None]  # reports the attempt's outcome to routing (health, breakers)
+
+
+_CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError, ConnectionError)
+STREAM_BUFFER_BYTES = 64 * 1024
+HEARTBEAT_BYTES = b": keep-alive\n\n"
+
+
+class Stamp:
+    """Adds the gateway's id, created time and alias to each translated chunk (and shows them to ``tap``)."""
+
+    __slots__ = ("head", "tap")
+
+    def __init__(self, request_id: str, created: int, alias: str, tap: Tap | None = None) -> None:
+        self.head = {"id": f"chatcmpl-{request_id}", "object": "chat.completion.chunk", "created": created, "model": alias}
+        self.tap = tap  # the response cache's capture of what the caller is sent
+
+    def encode(self, chunks: Iterable[dict]) -> bytes:
+        head = self.head
+        if self.tap is not None:
+            chunks = list(chunks)
+            self.tap.add(chunks)
+        return b"".join(b"data: " + orjson.dumps({**head, **c}) + b"\n\n" for c in chunks)
+
+
+def _usage(stream: UpstreamStream, est_input: int) -> TokenUsage:
+    """Provider usage when complete; otherwise an estimate from what was relayed."""
+    reported = stream.translator.usage
+    if reported is not None and stream.translator.done:
+        return reported
+    out = estimate_tokens(len(stream.translator.text_so_far()))
+    if reported is not None and reported.prompt_tokens:
+        return TokenUsage(
+            input=reported.input, cached_input=reported.cached_input, cache_write=reported.cache_write,
+            output=max(reported.output, out), source="estimated",
+        )
+    return TokenUsage(input=est_input, output=out, source="estimated")
+
+
+def opener(upstream: UpstreamClient, timeouts: Timeouts, body_for: Callable[[Deployment], dict],
+           caller_headers: Mapping[str, str], max_output_tokens: int) -> Callable[[Deployment], Awaitable[UpstreamStream]]:
+    """The attempt routing's loop runs per candidate: the body that deployment may see, its stream opened."""
+
+    async def attempt(dep: Deployment) -> UpstreamStream:
+        dialect: Dialect = get_dialect(dep.dialect)
+        req = dialect.chat_request(body_for(dep), dep, upstream.secret_for(dep), max_output_tokens=max_output_tokens,
+                                   extra_headers=forwarded_headers(dep, caller_headers))
+        return await upstream.open_stream(dialect, req, timeouts)
+
+    return attempt
+
+
+async def relay(
+    request: web.Request, meter: StreamMeter, dep: Deployment, stream: UpstreamStream, started: float, *,
+    alias: str, created: int, include_usage: bool, headers: dict[str, str], watch: Watched, finish: Finish,
+    restorer: Restorer | None = None, tap: Tap | None = None,
+) -> web.StreamResponse:
+    """Relay a stream routing opened; the request is settled before this returns or raises."""
+    status = 500
+    try:
+        status = await _pipe(request, meter, dep, stream, started, alias, created, include_usage, headers, watch,
+                             finish, restorer, tap)
+    finally:
+        stream.close()
+        meter.settle(status, dep)
+    return request["stream_response"]
+
+
+async def _pipe(
+    request: web.Request, meter: StreamMeter, dep: Deployment, stream: UpstreamStream, started: float, alias: str,
+    created: int, include_usage: bool, headers: dict[str, str], watch: Watched, finish: Finish,
+    restorer: Restorer | None, tap: Tap | None,
+) -> int:
+    """Relay the opened stream; returns the status to settle with. Reports the attempt's outcome once.
+
+    With a ``restorer`` (the deployment got the redacted body) each read's chunks
+    have placeholders restored; what it holds back is flushed before the usage
+    tail and before a mid-stream error event.
+    """
+    assert meter.tab.plan is not None
+    est_in = meter.tab.plan.est_input_tokens
+    ttft = time.monotonic() - started
+    resp = web.StreamResponse(
+        status=200,
+        headers={
+            **headers,
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "x-request-id": request["client_request_id"] or meter.tab.request_id,
+            "x-fb-request-id": meter.tab.request_id,
+            "x-fb-deployment": dep.id,
+            "x-fb-attempts": str(meter.tab.attempts + 1),
+        },
+    )
+    request["stream_response"] = resp
+    stamp = Stamp(meter.tab.request_id, created, alias, tap)
+
+    def end(outcome: str, **attempt: Any) -> None:
+        meter.attempted(dep, started=started, usage=_usage(stream, est_in), ttft_s=ttft, **attempt)
+        finish(dep, outcome)
+
+    try:
+        await resp.prepare(request)
+        if request.transport is not None:
+            request.transport.set_write_buffer_limits(high=STREAM_BUFFER_BYTES)
+        if restorer is None:
+            await resp.write(stamp.encode(stream.first))
+            async for chunks in stream.chunks():
+                await resp.write(HEARTBEAT_BYTES if chunks is HEARTBEAT else stamp.encode(chunks))
+        else:
+            await resp.write(stamp.encode(restorer.rewrite(stream.first)))
+            async for chunks in stream.chunks():
+                await resp.write(HEARTBEAT_BYTES if chunks is HEARTBEAT else stamp.encode(restorer.rewrite(chunks)))
+    except UpstreamError as exc:
+        # Mid-stream: never a second answer. One error event, then the end.
+        end(FAILED, error=exc)
+        held = stamp.encode(restorer.flush(broken=True)) if restorer is not None else b""
+        await _last_write(resp, held + b"data: " + orjson.dumps(exc.to_body()) + b"\n\n", watch)
+        return exc.status
+    except _CLIENT_GONE:
+        stream.close()
+        end(NEUTRAL, error=ClientGone("client closed the stream"), status=499)
+        return 499
+    except asyncio.CancelledError:
+        reason = watch.absorb()
+        stream.close()  # the provider stops generating now
+        if reason != DRAIN:
+            end(NEUTRAL, error=ClientGone("client closed the stream"), status=499)
+            return 499
+        err = GatewayError("The gateway pod shut down before the answer finished.", status=503, code="server_shutting_down")
+        end(NEUTRAL, error=Drained("drain deadline"), status=503)
+        await _last_write(resp, b"data: " + orjson.dumps(err.to_body()) + b"\n\n", watch)
+        return 503
+    usage = _usage(stream, est_in)
+    meter.attempted(dep, started=started, usage=usage, ttft_s=ttft)
+    finish(dep, OK)
+    tail = stamp.encode(restorer.flush()) if restorer is not None else b""
+    if include_usage:
+        tail += stamp.encode([{"choices": [], "usage": usage.to_openai(), "x_farebox": meter.x_farebox(dep)}])
+    await _last_write(resp, tail + DONE, watch, eof=True)
+    return 200
+
+
+async def _last_write(resp: web.StreamResponse, data: bytes, watch: Watched, eof: bool = False) -> None:
+    """The stream's last bytes: the outcome is already metered, so a caller leaving now changes nothing."""
+    try:
+        await resp.write(data)
+        if eof:
+            await resp.write_eof()
+    except _CLIENT_GONE:
+        pass
+    except asyncio.CancelledError:
+        watch.absorb()

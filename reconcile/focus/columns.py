@@ -1,0 +1,257 @@
+"""The FOCUS file's columns: names and order, fixed values, and how a charge line becomes a row.
+
+One row is one ``ChargeLine``: tokens of one
+token type, used on one UTC day, on one deployment, at one price version, by
+one team/app/key/alias/cost centre/tag set, or one side of a correction.
+
+Columns, in file order:
+
+* FOCUS 1.2 columns (``FOCUS_COLUMNS``), alphabetical as the spec lists them;
+* the FOCUS 1.0 names that 1.1 renamed (``Provider``, ``Publisher``,
+  ``InvoiceIssuer``), and the names focus-validator 1.0.0's rules still read:
+  ``ResourceID`` (its spelling of ResourceId) and ``ChargeType`` (the
+  pre-1.0 name of ChargeCategory, which its SkuPriceId rule queries); same
+  values as the columns they stand for (``FOCUS_1_0_COLUMNS``);
+* farebox's dimensions (``X_COLUMNS``), after every FOCUS column.
+
+Values that hold for every row: ChargeCategory ``Usage`` (a correction is
+``Usage`` with ChargeClass ``Correction``), ChargeFrequency ``Usage-Based``,
+PricingCategory ``Standard``, ServiceCategory ``AI and Machine Learning``,
+ServiceSubcategory ``Generative AI``, ConsumedUnit ``Tokens``, PricingUnit
+``1000000 Tokens`` (the price book prices per million tokens). Provider,
+publisher and invoice issuer are the deployment's provider; SubAccountId is
+its provider account. SkuId is model x token type; SkuPriceId is deployment x
+model x token type, the same in every price version, so a re-rated charge is
+followed from one version to the next; the version itself is in
+SkuPriceDetails and ``x_price_version``. ListUnitPrice = ContractedUnitPrice =
+the book's price per million tokens converted to the billing currency (the
+book holds the prices farebox pays: there is no separate list price), so
+ListCost = ContractedCost = ListUnitPrice x PricingQuantity exactly.
+BilledCost = EffectiveCost = the ledger's micro-units (see ``reconcile.focus.export``
+for how they relate).
+
+``FocusError`` is the export's one error: every refusal names what is wrong.
+
+Decimals are exact: ``Decimal`` in, plain fixed-point text in CSV (always with
+a decimal point, so a CSV reader sees a decimal column, not an integer one),
+``decimal128`` in Parquet at the smallest scale that holds every value of the
+column exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta, timezone
+from decimal import Context, Decimal, Inexact, InvalidOperation, localcontext
+from typing import Any
+
+from ledger.usage import TOKEN_TYPES
+from pricing.money import to_decimal
+
+SKU_METERS = {
+    "input": "Input Tokens",
+    "cached_input": "Cached Input Tokens",
+    "cache_write": "Cache Write Tokens",
+    "output": "Output Tokens",
+    "reasoning": "Reasoning Tokens",
+}
+assert tuple(SKU_METERS) == TOKEN_TYPES
+
+CONSUMED_UNIT = "Tokens"
+PRICING_UNIT = "1000000 Tokens"
+TOKENS_PER_PRICING_UNIT = Decimal(1_000_000)
+CORRECTION = "Correction"
+
+FOCUS_COLUMNS = (
+    "AvailabilityZone", "BilledCost", "BillingAccountId", "BillingAccountName", "BillingAccountType",
+    "BillingCurrency", "BillingPeriodEnd", "BillingPeriodStart", "CapacityReservationId",
+    "CapacityReservationStatus", "ChargeCategory", "ChargeClass", "ChargeDescription", "ChargeFrequency",
+    "ChargePeriodEnd", "ChargePeriodStart", "CommitmentDiscountCategory", "CommitmentDiscountId",
+    "CommitmentDiscountName", "CommitmentDiscountQuantity", "CommitmentDiscountStatus", "CommitmentDiscountType",
+    "CommitmentDiscountUnit", "ConsumedQuantity", "ConsumedUnit", "ContractedCost", "ContractedUnitPrice",
+    "EffectiveCost", "InvoiceId", "InvoiceIssuerName", "ListCost", "ListUnitPrice", "PricingCategory",
+    "PricingCurrency", "PricingCurrencyContractedUnitPrice", "PricingCurrencyEffectiveCost",
+    "PricingCurrencyListUnitPrice", "PricingQuantity", "PricingUnit", "ProviderName", "PublisherName",
+    "RegionId", "RegionName", "ResourceId", "ResourceName", "ResourceType", "ServiceCategory", "ServiceName",
+    "ServiceSubcategory", "SkuId", "SkuMeter", "SkuPriceDetails", "SkuPriceId", "SubAccountId",
+    "SubAccountName", "SubAccountType", "Tags",
+)
+FOCUS_1_0_COLUMNS = ("ChargeType", "InvoiceIssuer", "Provider", "Publisher", "ResourceID")
+_SAME_AS = {"ChargeType": "ChargeCategory", "InvoiceIssuer": "InvoiceIssuerName", "Provider": "ProviderName",
+            "Publisher": "PublisherName", "ResourceID": "ResourceId"}
+X_COLUMNS = (
+    "x_team", "x_app", "x_business_unit", "x_cost_centre", "x_alias", "x_key_id", "x_requests",
+    "x_attempts", "x_token_type", "x_price_version", "x_correction_id", "x_correction_side",
+)
+COLUMNS = FOCUS_COLUMNS + FOCUS_1_0_COLUMNS + X_COLUMNS
+
+# Inexact traps: an amount that could not be held exactly raises instead of rounding.
+EXACT = Context(prec=80, traps=[Inexact, InvalidOperation])
+
+DECIMAL_COLUMNS = frozenset({
+    "BilledCost", "CommitmentDiscountQuantity", "ConsumedQuantity", "ContractedCost", "ContractedUnitPrice",
+    "EffectiveCost", "ListCost", "ListUnitPrice", "PricingCurrencyContractedUnitPrice",
+    "PricingCurrencyEffectiveCost", "PricingCurrencyListUnitPrice", "PricingQuantity",
+})
+INTEGER_COLUMNS = frozenset({"x_requests", "x_attempts", "x_price_version"})
+DATETIME_COLUMNS = frozenset({"BillingPeriodEnd", "BillingPeriodStart", "ChargePeriodEnd", "ChargePeriodStart"})
+
+
+class FocusError(Exception):
+    """The export cannot be made as asked: bad month, no data, unpriceable usage, bad corrections. Names what."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChargeLine:
+    """One row's facts before formatting; money is exact (micro-units, Decimal prices)."""
+
+    charge_day: date
+    billing_month: date  # the first day of the billing period
+    deployment: str
+    provider: str
+    account: str
+    model: str
+    region: str
+    token_type: str
+    price_version: int
+    team: str
+    app: str | None
+    business_unit: str | None
+    key_id: str | None
+    alias: str | None
+    cost_centre: str | None
+    tags: tuple[tuple[str, str], ...]
+    tokens: int  # negative on the reversal side of a correction
+    billed_micro: int
+    requests: int
+    attempts: int
+    unit_price: Decimal  # per 1M tokens, in the billing currency
+    pricing_currency: str
+    pricing_unit_price: Decimal  # per 1M tokens, in the price book's currency
+    correction_id: str | None = None
+    correction_side: str | None = None  # "reversal" | "corrected"
+
+    def sort_key(self) -> tuple:
+        """Row order: charge day, usage before corrections, then every dimension (a total order)."""
+        return (self.charge_day, self.correction_id is not None, self.deployment, self.model, self.provider,
+                self.account, self.region, TOKEN_TYPES.index(self.token_type), self.price_version, self.team,
+                self.app or "",
+                self.business_unit or "", self.key_id or "", self.alias or "", self.cost_centre or "", self.tags,
+                self.correction_id or "", self.correction_side or "")
+
+
+def month_bounds(first: date) -> tuple[datetime, datetime]:
+    """[start, end) of the calendar month starting at ``first``, in UTC."""
+    start = datetime.combine(first, time(), timezone.utc)
+    following = (first.replace(day=28) + timedelta(days=4)).replace(day=1)
+    return start, datetime.combine(following, time(), timezone.utc)
+
+
+def tags_json(tags: tuple[tuple[str, str], ...]) -> str:
+    """Tags as a canonical JSON object (sorted keys, no spaces): the same tags give the same text."""
+    return json.dumps(dict(tags), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def focus_row(line: ChargeLine, billing_currency: str) -> dict[str, Any]:
+    """The FOCUS row of one charge line: every column of ``COLUMNS``, None where FOCUS allows null."""
+    charge_start = datetime.combine(line.charge_day, time(), timezone.utc)
+    billing_start, billing_end = month_bounds(line.billing_month)
+    quantity = Decimal(line.tokens)
+    with localcontext(EXACT):
+        pricing_quantity = quantity / TOKENS_PER_PRICING_UNIT
+        list_cost = line.unit_price * pricing_quantity
+    billed = to_decimal(line.billed_micro)
+    meter = SKU_METERS[line.token_type]
+    side = f" ({line.correction_side} of correction {line.correction_id})" if line.correction_id else ""
+    row: dict[str, Any] = dict.fromkeys(COLUMNS)
+    row.update({
+        "BilledCost": billed,
+        "BillingAccountId": line.provider,
+        "BillingAccountName": line.provider,
+        "BillingAccountType": "Provider",
+        "BillingCurrency": billing_currency,
+        "BillingPeriodEnd": billing_end,
+        "BillingPeriodStart": billing_start,
+        "ChargeCategory": "Usage",
+        "ChargeClass": CORRECTION if line.correction_id else None,
+        "ChargeDescription": f"{meter} of {line.model} on {line.deployment}, price version "
+                             f"{line.price_version}{side}",
+        "ChargeFrequency": "Usage-Based",
+        "ChargePeriodEnd": charge_start + timedelta(days=1),
+        "ChargePeriodStart": charge_start,
+        "ConsumedQuantity": quantity,
+        "ConsumedUnit": CONSUMED_UNIT,
+        "ContractedCost": list_cost,
+        "ContractedUnitPrice": line.unit_price,
+        "EffectiveCost": billed,
+        "InvoiceIssuerName": line.provider,
+        "ListCost": list_cost,
+        "ListUnitPrice": line.unit_price,
+        "PricingCategory": "Standard",
+        "PricingCurrency": line.pricing_currency,
+        "PricingCurrencyContractedUnitPrice": line.pricing_unit_price,
+        "PricingCurrencyListUnitPrice": line.pricing_unit_price,
+        "PricingQuantity": pricing_quantity,
+        "PricingUnit": PRICING_UNIT,
+        "ProviderName": line.provider,
+        "PublisherName": line.provider,
+        "RegionId": line.region,
+        "RegionName": line.region,
+        "ResourceId": line.deployment,
+        "ResourceName": line.deployment,
+        "ResourceType": "Model Deployment",
+        "ServiceCategory": "AI and Machine Learning",
+        "ServiceName": f"{line.provider} model inference",
+        "ServiceSubcategory": "Generative AI",
+        "SkuId": f"{line.model}:{line.token_type}",
+        "SkuMeter": meter,
+        "SkuPriceDetails": json.dumps({"x_PriceVersion": line.price_version, "x_TokenType": line.token_type},
+                                      sort_keys=True, separators=(",", ":")),
+        "SkuPriceId": f"{line.deployment}:{line.model}:{line.token_type}",
+        "SubAccountId": line.account,
+        "SubAccountName": line.account,
+        "SubAccountType": "Provider Account",
+        "Tags": tags_json(line.tags),
+        "x_team": line.team,
+        "x_app": line.app,
+        "x_business_unit": line.business_unit,
+        "x_cost_centre": line.cost_centre,
+        "x_alias": line.alias,
+        "x_key_id": line.key_id,
+        "x_requests": line.requests,
+        "x_attempts": line.attempts,
+        "x_token_type": line.token_type,
+        "x_price_version": line.price_version,
+        "x_correction_id": line.correction_id,
+        "x_correction_side": line.correction_side,
+    })
+    for alias, column in _SAME_AS.items():
+        row[alias] = row[column]
+    return row
+
+
+def decimal_text(value: Decimal) -> str:
+    """Plain fixed-point text, never an exponent, always with a decimal point (``1234`` -> ``1234.0``)."""
+    text = format(value, "f")
+    return text if "." in text else f"{text}.0"
+
+
+def csv_value(column: str, value: Any) -> str:
+    if value is None:
+        return ""
+    if column in DECIMAL_COLUMNS:
+        return decimal_text(value)
+    if column in DATETIME_COLUMNS:
+        return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return str(value)
+
+
+def scale_of(values: Mapping[str, list[Any]], column: str) -> int:
+    """The smallest decimal scale that holds every value of ``column`` exactly (at least 1)."""
+    scale = 1
+    for value in values[column]:
+        if value is not None:
+            scale = max(scale, -value.as_tuple().exponent)
+    return scale
