@@ -45,7 +45,7 @@ class CacheSettings:
     max_entry_bytes: int = 1024 * 1024  # larger answers are not stored
     semantic_max_entries: int = 10_000  # the in-process semantic store's bounds (embedded mode) ...
     semantic_max_bytes: int = 64 * 1024 * 1024  # ... answers plus 4 bytes per vector component
-    semantic_max_per_namespace: int = 256  # entries one lookup scans (both modes; pure Python: see README)
+    semantic_max_per_namespace: int = 256  # entries one lookup scans (both modes; pure Python: see docs/budgets.md)
 
 
 @dataclass(frozen=True)

@@ -315,7 +315,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--config", required=True)
     s.add_argument("--business-unit")
     s.add_argument("--cost-centre", help="finance's allocation code for the team's spend (an app's overrides it)")
-    s.add_argument("--body-log", choices=("on", "off"), help="keep the team's request bodies encrypted (README)")
+    s.add_argument("--body-log", choices=("on", "off"), help="keep the team's request bodies encrypted (docs/budgets.md)")
     s.set_defaults(func=_teams_set)
     apps = sub.add_parser("apps", help="apps").add_subparsers(dest="apps_command", required=True)
     s = apps.add_parser("set", help="create an app of a team or set its cost centre")

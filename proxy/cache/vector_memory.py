@@ -9,7 +9,7 @@ LRU end. A lookup is a linear scan in pure Python (``scan``: the namespace's
 entries in chunks of ``SCAN_CHUNK``, each chunk scored by
 ``proxy.cache.similarity.best_match``, the event loop free between chunks, so
 other requests run while a long namespace is scored). Its cost grows with the
-entries and their dimensions (README: Response cache), hence the bound.
+entries and their dimensions (docs/budgets.md: Response cache), hence the bound.
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ def check_versions(version_of: Callable[[str], str | None] = installed_version, 
         raise UntestedVersions(
             f"{who} relies on internals of these libraries and refuses to run on untested versions: "
             + "; ".join(problems)
-            + " (install the pinned set with `make install`; to upgrade, see 'Upgrading dependencies' in the README)")
+            + " (install the pinned set with `make install`; to upgrade, see 'Upgrading dependencies' in docs/development.md)")
 
 
 GATEWAY_LIBRARIES = ("aiokafka",)
