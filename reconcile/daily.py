@@ -28,6 +28,7 @@ import duckdb
 from pricing.book import FxTable, Price, PriceBook
 from pricing.errors import PricingError
 from reconcile.drift import OurUsage
+from reconcile.errors import InputError
 from reconcile.exports import (
     CostRow,
     ExportParseError,
@@ -45,7 +46,7 @@ from streams.archive.read import ArchiveError, archive_files, read_archive
 OUR_USAGE_SQL = Path(__file__).parent / "sql" / "our_usage.sql"
 
 
-class ReconcileInputError(ValueError):
+class ReconcileInputError(InputError):
     """The day cannot be reconciled as asked: the message says which account, field, line or day."""
 
 

@@ -35,6 +35,7 @@ from datetime import date
 from decimal import Decimal
 from typing import Literal
 
+from reconcile.errors import InputError
 from reconcile.exports.rows import PRICED_TYPES, CostRow, UsageRow
 
 DEFAULT_THRESHOLD = Decimal("1")  # percent
@@ -42,7 +43,7 @@ ANY_MODEL = "*"
 _HUNDRED = Decimal(100)
 
 
-class DriftInputError(ValueError):
+class DriftInputError(InputError):
     """Our rows or the provider's cannot be compared as given (duplicate key, currency mismatch)."""
 
 

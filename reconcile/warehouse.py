@@ -34,6 +34,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from reconcile.errors import ReconcileError
 from reconcile.request_table import RequestTable, usable_table
 
 VIEWS_SQL = Path(__file__).with_name("sql") / "views.sql"
@@ -49,7 +50,7 @@ PINNED = ("requests", "scope_balances")
 """The views ``Warehouse.pin_requests`` snapshots, in the order they are computed."""
 
 
-class WarehouseError(Exception):
+class WarehouseError(ReconcileError):
     """The warehouse cannot answer: empty or unreadable archive, bad query, nothing for the period asked."""
 
 

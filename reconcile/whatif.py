@@ -48,12 +48,13 @@ from ledger.errors import CodecError
 from ledger.events import Event, HoldExpired, RequestAdmitted, RequestSettled
 from ledger.periods import period_of
 from ledger.refusals import RequestRefused
+from reconcile.errors import ReconcileError
 from streams.archive.read import ArchiveError, archive_files, read_archive
 
 Attempt = RequestAdmitted | RequestRefused
 
 
-class WhatIfError(Exception):
+class WhatIfError(ReconcileError):
     """A what-if that cannot be run (bad dates, no archive for the range); the message says why."""
 
 

@@ -11,8 +11,9 @@
 
 Each module's ``register(sub)`` adds its parsers and imports nothing heavy until a command runs.
 
-Exit codes, the same for every command: 0 done; 1 the command ran and found a problem it reports (drift,
-a failed verification); 2 bad input (options, config, a refused change); 3 a service it needs is unavailable.
+Exit codes, the same for every command (``exit_code``): 0 done; 1 the command ran and found a problem it
+reports (drift, a failed verification, a finance command that cannot answer with what is archived); 2 bad
+input (options, config, a refused change, a malformed export); 3 a service it needs is unavailable.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ import sys
 from farebox.cli import archive, control, dev, events, export, finance, reconcile, rerate, run, whatif
 from proxy.control.problems import ConfigError
 from proxy.errors import GatewayError
+from reconcile.errors import ReconcileError
 
 # Every command group, in the order ``farebox --help`` lists them.
 COMMANDS = (run, archive, control, events, export, whatif, reconcile, dev, finance, rerate)
 
 EXIT_OK, EXIT_FOUND, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = 0, 1, 2, 3
+_BY_KIND = {"input": EXIT_BAD_INPUT, "unavailable": EXIT_UNAVAILABLE}  # reconcile's kinds; the rest: EXIT_FOUND
 
 
 def parser() -> argparse.ArgumentParser:
@@ -39,7 +42,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def exit_code(exc: BaseException) -> int:
-    """The exit code of an error a command let through: bad input or an unavailable service."""
+    """The exit code of an error a command let through: bad input, an unavailable service, or what it found."""
+    if isinstance(exc, ReconcileError):
+        return _BY_KIND.get(exc.kind, EXIT_FOUND)
     if isinstance(exc, ConfigError):
         return EXIT_BAD_INPUT
     if isinstance(exc, GatewayError):
@@ -52,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exit_code(exc)
+    except ReconcileError as exc:  # the finance side's: the message says what to fix
         print(f"error: {exc}", file=sys.stderr)
         return exit_code(exc)
     except GatewayError as exc:  # ConfigRejected, ControlUnavailable, not found...

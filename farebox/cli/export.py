@@ -17,10 +17,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from farebox.settings import Settings
+    pass
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,55 +38,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=export_focus_command)
 
 
-def live_snapshot(settings: Settings) -> Any:
-    """The snapshot ``farebox serve`` would start with: the config database's head, else the last good on disk.
-
-    Returned as ``Any``: naming the snapshot's class would tie this command to the module the proxy keeps it in;
-    only its ``price_book``, ``fx`` and ``currency`` are read."""
-    from farebox.control import open_config_db
-    from proxy.control.document import compile_document, load_last_good
-    from proxy.control.errors import ControlUnavailable
-    from proxy.control.problems import ConfigError
-
-    try:
-        db = open_config_db(settings)
-    except ControlUnavailable:
-        db = None
-    if db is not None:
-        try:
-            head = db.head()
-            if head is not None:
-                return compile_document(db.document(head[0]), head[0])
-        except ControlUnavailable:
-            pass
-        finally:
-            db.close()
-    saved = load_last_good(settings.state_dir)
-    if saved is None:
-        raise ConfigError([f"the config database ({settings.safe_db_url}) is unreachable and there is no last "
-                           f"good snapshot in {settings.state_dir}"], str(settings.config_path))
-    return compile_document(saved[1], saved[0])
-
-
 def export_focus_command(args: argparse.Namespace) -> int:
+    from farebox.config_reader import read_snapshot
     from farebox.settings import load_settings
     from reconcile.focus.corrections import read_corrections
-    from reconcile.focus.export import FocusError, export_focus, parse_month
+    from reconcile.focus.export import export_focus, parse_month
     from reconcile.focus.rerated import archived_corrections
 
-    try:
-        parse_month(args.month)  # a bad month is refused before anything is opened
-        settings = load_settings(args.config)
-        snapshot = live_snapshot(settings)
-        archive = Path(args.archive) if args.archive else settings.archive_root
-        corrections = read_corrections(Path(args.corrections) if args.corrections
-                                       else settings.state_dir / "corrections")
-        corrections += archived_corrections(archive, parse_month(args.month), snapshot.price_book, snapshot.fx,
-                                            snapshot.currency)
-        summary = export_focus(archive, args.month, snapshot.price_book, snapshot.fx, args.out, corrections,
-                               currency=snapshot.currency)
-    except FocusError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    parse_month(args.month)  # a bad month is refused before anything is opened
+    settings = load_settings(args.config)
+    snapshot = read_snapshot(settings)
+    archive = Path(args.archive) if args.archive else settings.archive_root
+    corrections = read_corrections(Path(args.corrections) if args.corrections
+                                   else settings.state_dir / "corrections")
+    corrections += archived_corrections(archive, parse_month(args.month), snapshot.price_book, snapshot.fx,
+                                        snapshot.currency)
+    summary = export_focus(archive, args.month, snapshot.price_book, snapshot.fx, args.out, corrections,
+                           currency=snapshot.currency)
     print(summary.describe(), file=sys.stderr)
     return 0

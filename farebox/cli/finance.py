@@ -30,8 +30,7 @@ from reconcile.render import FORMATS, render
 # parser is built for any command (``farebox serve`` builds it too).
 
 if TYPE_CHECKING:
-    from farebox.settings import Settings
-    from proxy.control.snapshot import Snapshot
+    pass
 
 DEFAULT_TZ = "Asia/Kolkata"
 
@@ -45,22 +44,6 @@ class FinanceContext:
     budgets: dict[str, dict[str, Any]]
 
 
-def live_snapshot(config: str) -> tuple[Settings, Snapshot]:
-    """The published config snapshot (what the gateway serves), or the file's when nothing is published yet."""
-    from farebox.control import open_config_db
-    from farebox.settings import load_settings
-    from proxy.control.document import compile_document
-
-    settings = load_settings(config)
-    db = open_config_db(settings)
-    try:
-        head = db.head()
-        snapshot = compile_document(db.document(head[0]), head[0]) if head is not None else settings.snapshot
-    finally:
-        db.close()
-    return settings, snapshot
-
-
 def context(args: argparse.Namespace, *, need_budgets: bool = False) -> FinanceContext:
     from reconcile.warehouse import WarehouseError
 
@@ -69,7 +52,11 @@ def context(args: argparse.Namespace, *, need_budgets: bool = False) -> FinanceC
             raise WarehouseError("pass --config PATH (the gateway's farebox.yaml)"
                                  + ("" if need_budgets else ", or --archive DIR"))
         return FinanceContext(Path(args.archive), getattr(args, "tz", None) or DEFAULT_TZ, {})
-    settings, snapshot = live_snapshot(args.config)
+    from farebox.config_reader import read_snapshot
+    from farebox.settings import load_settings
+
+    settings = load_settings(args.config)
+    snapshot = read_snapshot(settings)
     policy = snapshot.budgets
     budgets = {scope: {"limit_micro": limit.limit_micro, "soft_pct": limit.soft_pct}
                for scope, limit in policy.scopes.items()}
@@ -132,19 +119,6 @@ def _showback(args: argparse.Namespace) -> int:
     return 0
 
 
-def _guarded(func):  # type: ignore[no-untyped-def]
-    def run(args: argparse.Namespace) -> int:
-        from reconcile.warehouse import WarehouseError
-
-        try:
-            return func(args)
-        except WarehouseError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-
-    return run
-
-
 def _where(s: argparse.ArgumentParser, *, config_required: bool = False) -> None:
     s.add_argument("--config", required=config_required, help="the gateway's farebox.yaml")
     s.add_argument("--archive", help="the archive folder (default: <state_dir>/archive)")
@@ -159,11 +133,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     _where(s)
     s.add_argument("--tz", help=f"budget time zone with --archive alone (default {DEFAULT_TZ})")
     s.add_argument("--format", choices=FORMATS, default="table")
-    s.set_defaults(func=_guarded(_sql))
+    s.set_defaults(func=_sql)
     s = finance.add_parser("shell", help="open the duckdb shell with the warehouse views loaded")
     _where(s)
     s.add_argument("--tz", help=f"budget time zone with --archive alone (default {DEFAULT_TZ})")
-    s.set_defaults(func=_guarded(_shell))
+    s.set_defaults(func=_shell)
 
     report = sub.add_parser("report", help="finance reports").add_subparsers(dest="report_command", required=True)
     s = report.add_parser("showback", help="a month's spend, requests, tokens, fallbacks and budgets by group")
@@ -171,4 +145,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--month", required=True, help="budget month YYYY-MM (calendar month in budgets.timezone)")
     s.add_argument("--by", default="team", help=f"comma-separated, from: {','.join(DIMENSIONS)} (default team)")
     s.add_argument("--format", choices=FORMATS, default="table")
-    s.set_defaults(func=_guarded(_showback))
+    s.set_defaults(func=_showback)

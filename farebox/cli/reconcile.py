@@ -92,11 +92,8 @@ def report_path(settings: Settings, day: date, only: str | None, out: str | None
 
 
 def reconcile_command(args: argparse.Namespace) -> int:
-    from farebox.cli.export import live_snapshot
+    from farebox.config_reader import read_snapshot
     from farebox.settings import load_settings
-    from reconcile.daily import ReconcileInputError
-    from reconcile.drift import DriftInputError
-    from reconcile.exports.fetch import ExportFetchError
     from reconcile.report import exit_code, render
 
     try:
@@ -105,16 +102,9 @@ def reconcile_command(args: argparse.Namespace) -> int:
         print(f"error: --date must be a day YYYY-MM-DD, got {args.date!r}", file=sys.stderr)
         return 2
     settings = load_settings(args.config)
-    try:
-        snapshot = live_snapshot(settings)
-        plans = export_plans(settings, snapshot, args.account)
-        report, path, event_id = asyncio.run(_run(settings, snapshot, plans, day, args))
-    except (ReconcileInputError, DriftInputError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except ExportFetchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 3
+    snapshot = read_snapshot(settings)
+    plans = export_plans(settings, snapshot, args.account)
+    report, path, event_id = asyncio.run(_run(settings, snapshot, plans, day, args))
     sys.stdout.write(render(report, args.format, event_id))
     print(f"report written to {path}; {len(report.flagged)} of {len(report.rows)} rows flagged", file=sys.stderr)
     return exit_code(report)

@@ -99,22 +99,18 @@ async def unarchived(settings: Settings, archive: Path) -> list[RatingCorrected]
 
 def rerate_command(args: argparse.Namespace) -> int:
     from farebox.cli.events import append_events
-    from farebox.cli.export import live_snapshot
+    from farebox.config_reader import read_snapshot
     from farebox.settings import load_settings
     from reconcile.rerate.archive import plan_rerate
-    from reconcile.rerate.reprice import RerateError, report_rows
+    from reconcile.rerate.reprice import report_rows
 
-    try:
-        start, end = _day(args.start, "--from"), _day(args.end, "--to")
-        settings = load_settings(args.config)
-        snapshot = live_snapshot(settings)
-        archive = Path(args.archive) if args.archive else settings.archive_root
-        pending = asyncio.run(unarchived(settings, archive))
-        result = plan_rerate(archive, start, end, snapshot.price_book, snapshot.fx, args.price_version,
-                             now=datetime.now(timezone.utc), pending=pending, reason=args.reason)
-    except RerateError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    start, end = _day(args.start, "--from"), _day(args.end, "--to")
+    settings = load_settings(args.config)
+    snapshot = read_snapshot(settings)
+    archive = Path(args.archive) if args.archive else settings.archive_root
+    pending = asyncio.run(unarchived(settings, archive))
+    result = plan_rerate(archive, start, end, snapshot.price_book, snapshot.fx, args.price_version,
+                         now=datetime.now(timezone.utc), pending=pending, reason=args.reason)
     print(_render(report_rows(result), args.format))
     for request_id, why in result.skipped[:10]:
         print(f"skipped {request_id}: {why}", file=sys.stderr)

@@ -78,22 +78,18 @@ def _day(text: str, flag: str) -> datetime:
 
 
 def whatif_command(args: argparse.Namespace) -> int:
-    from farebox.cli.export import live_snapshot
+    from farebox.config_reader import read_snapshot
     from farebox.settings import load_settings
-    from reconcile.whatif import WhatIfError, read_traffic, replay, window
+    from reconcile.whatif import read_traffic, replay, window
     from reconcile.whatif_report import to_json, to_table
 
-    try:
-        start, end = window(_day(args.start, "--from"), _day(args.end, "--to"))
-        settings = load_settings(args.config)
-        snapshot = live_snapshot(settings)
-        proposal = load_proposal(args.budgets, snapshot)  # every problem at once, before anything runs
-        archive = Path(args.archive) if args.archive else settings.archive_root
-        events = read_traffic(archive, start, end, ZoneInfo(proposal.timezone))
-        result = replay(events, proposal, start=start, end=end)
-    except WhatIfError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    start, end = window(_day(args.start, "--from"), _day(args.end, "--to"))
+    settings = load_settings(args.config)
+    snapshot = read_snapshot(settings)
+    proposal = load_proposal(args.budgets, snapshot)  # every problem at once, before anything runs
+    archive = Path(args.archive) if args.archive else settings.archive_root
+    events = read_traffic(archive, start, end, ZoneInfo(proposal.timezone))
+    result = replay(events, proposal, start=start, end=end)
     if args.format == "json":
         sys.stdout.write(to_json(result, snapshot.currency).decode() + "\n")
     else:

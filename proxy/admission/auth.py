@@ -101,7 +101,3 @@ def data_class(key: KeyRecord, header: str | None) -> str:
             code="data_class_not_allowed",
         )
     return cls
-
-
-def class_allows(deployment_classes: tuple[str, ...], cls: str) -> bool:
-    return cls in deployment_classes

@@ -31,7 +31,7 @@ from proxy.control.db.models import (
 from proxy.control.db.store import Mutation, budget_record
 from proxy.control.errors import ConfigRejected, ControlConflict, ControlNotFound
 from proxy.control.keys import MintedKey, mint_admin_token, mint_key
-from proxy.control.policies import BUDGET_ENVS, KEY_ENVS, budget_limit_from, spend_scope_problem
+from proxy.control.policies import KEY_ENVS, budget_limit_from, spend_scope_problem
 from proxy.control.price_changes import add_version, price_table
 from proxy.control.problems import Problems, Reader
 from proxy.snapshot import ADMIN_ROLES, DATA_CLASSES, MAX_COST_CENTRE
@@ -394,7 +394,3 @@ def revoke_admin_token(name: str, now: datetime) -> Mutation:
         return before, {**before, "revoked": True}
 
     return mutate
-
-
-def env_choices() -> tuple[str, ...]:
-    return BUDGET_ENVS

@@ -15,11 +15,13 @@ from datetime import date, datetime, time, timedelta, timezone
 import aiohttp
 import orjson
 
+from reconcile.errors import SourceUnavailable
+
 DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=60)
 MAX_PAGES = 1000  # a cursor that never ends is a provider fault, not a reason to loop forever
 
 
-class ExportFetchError(RuntimeError):
+class ExportFetchError(SourceUnavailable):
     """A usage export could not be fetched; ``status`` is the HTTP status (None: no answer)."""
 
     def __init__(self, message: str, status: int | None = None) -> None:

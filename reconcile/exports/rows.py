@@ -32,11 +32,12 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ledger.usage import TOKEN_TYPES
+from reconcile.errors import InputError
 
 PRICED_TYPES = frozenset(TOKEN_TYPES)
 
 
-class ExportParseError(ValueError):
+class ExportParseError(InputError):
     """A provider export that does not have the documented shape; ``where`` names the field or line."""
 
     def __init__(self, where: str, problem: str) -> None:

@@ -49,6 +49,7 @@ from typing import Any
 
 from ledger.usage import TOKEN_TYPES
 from pricing.money import to_decimal
+from reconcile.errors import ReconcileError
 
 SKU_METERS = {
     "input": "Input Tokens",
@@ -99,7 +100,7 @@ INTEGER_COLUMNS = frozenset({"x_requests", "x_attempts", "x_price_version"})
 DATETIME_COLUMNS = frozenset({"BillingPeriodEnd", "BillingPeriodStart", "ChargePeriodEnd", "ChargePeriodStart"})
 
 
-class FocusError(Exception):
+class FocusError(ReconcileError):
     """The export cannot be made as asked: bad month, no data, unpriceable usage, bad corrections. Names what."""
 
 

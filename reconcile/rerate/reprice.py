@@ -31,9 +31,10 @@ from ledger.usage import TokenUsage
 from pricing.book import FxTable, PriceBook, PriceVersion
 from pricing.errors import PricingError
 from pricing.rating import rate
+from reconcile.errors import ReconcileError
 
 
-class RerateError(Exception):
+class RerateError(ReconcileError):
     """Re-rating cannot be done as asked (unknown version, no archive, an unpriceable attempt); says why.
 
     ``field`` names the input at fault: ``price_version``, or ``from`` for the window of days."""

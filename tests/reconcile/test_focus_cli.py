@@ -12,7 +12,7 @@ from decimal import Decimal
 import pytest
 
 from farebox.cli import main
-from farebox.cli.export import live_snapshot
+from farebox.config_reader import read_snapshot
 from farebox.settings import load_settings
 from ledger.events import RequestAttempted
 from reconcile.focus.corrections import Correction, write_corrections
@@ -23,7 +23,7 @@ from tests.reconcile.focus_archive import NOV, chat_deployments, example_config,
 def setup(tmp_path):
     """A config like the example's (state in tmp) and an archive of November traffic on its deployments."""
     config = example_config(tmp_path)
-    snapshot = live_snapshot(load_settings(config))
+    snapshot = read_snapshot(load_settings(config))
     deployments = chat_deployments(snapshot)
     rng = random.Random(5)
     events = []

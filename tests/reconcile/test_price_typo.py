@@ -25,7 +25,7 @@ import openai
 import pytest
 
 from farebox.cli import main
-from farebox.cli.export import live_snapshot
+from farebox.config_reader import read_snapshot
 from farebox.settings import load_settings
 from ledger.balances import Ledger
 from ledger.events import RatingCorrected, RequestAdmitted, RequestAttempted, RequestSettled
@@ -82,7 +82,7 @@ def _rerate(config: Path, day: str, *extra: str) -> int:
 def test_a_price_typo_is_fixed_by_rerating_to_the_micro_unit(tmp_path, capsys):
     with running_stack(tmp_path / "stack", aliases="chat-openai,chat-anthropic") as stack:
         settings = load_settings(stack.config)
-        v1 = live_snapshot(settings).price_book.latest
+        v1 = read_snapshot(settings).price_book.latest
         assert v1.version == 1
         _publish(stack.config, price_spec(v1.prices, 10))  # version 2: the typo
         client = openai.OpenAI(base_url=stack.gateway_url + "/v1", api_key=stack.key, max_retries=0)
@@ -97,7 +97,7 @@ def test_a_price_typo_is_fixed_by_rerating_to_the_micro_unit(tmp_path, capsys):
         _publish(stack.config, price_spec(v1.prices, 1))  # version 3: the fix
 
         state, log_path = settings.state_dir, stack.events_path
-        _wait_settled_on_version(log_path, live_snapshot(settings).version)
+        _wait_settled_on_version(log_path, read_snapshot(settings).version)
         _archive(state, log_path)
         day = datetime.now(timezone.utc).date().isoformat()
         before = len(read_events(log_path))
@@ -121,7 +121,7 @@ def test_a_price_typo_is_fixed_by_rerating_to_the_micro_unit(tmp_path, capsys):
         assert len(read_events(log_path)) == len(events)
 
     # the corrections: every typo'd attempt re-priced at version 3 (== version 1's prices), nothing else
-    snapshot = live_snapshot(settings)
+    snapshot = read_snapshot(settings)
     v3 = snapshot.price_book.get(3)
     attempts = [e for e in events if isinstance(e, RequestAttempted)]
     expected: dict[str, int] = {}

@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from farebox.cli import main
-from farebox.cli.export import live_snapshot
+from farebox.config_reader import read_snapshot
 from farebox.settings import load_settings
 from ledger.events import RatingCorrected
 from tests.harness import read_events, running_stack
@@ -51,7 +51,7 @@ def _error(resp: httpx.Response) -> tuple[int, str | None]:
 def test_admin_rerate_dry_run_then_apply_once_audited(tmp_path, capsys):
     with running_stack(tmp_path / "stack", aliases="chat-openai,chat-anthropic") as stack:
         settings = load_settings(stack.config)
-        v1 = live_snapshot(settings).price_book.latest
+        v1 = read_snapshot(settings).price_book.latest
         _publish(stack.config, price_spec(v1.prices, 10))  # version 2: the typo
         client = openai.OpenAI(base_url=stack.gateway_url + "/v1", api_key=stack.key, max_retries=0)
         versions: list[int] = []

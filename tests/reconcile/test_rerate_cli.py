@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from farebox.cli import main
-from farebox.cli.export import live_snapshot
+from farebox.config_reader import read_snapshot
 from farebox.settings import load_settings
 from tests.harness import read_events
 from tests.reconcile.focus_archive import NOV, chat_deployments, example_config, request, write_archive
@@ -21,7 +21,7 @@ def config(tmp_path):
     """The example's config (state in tmp) and an archive of November traffic priced at a version 5 the
     book does not have (so re-rating under the book's version 1 corrects every priced request)."""
     path = example_config(tmp_path, event_log=True)
-    snapshot = live_snapshot(load_settings(path))
+    snapshot = read_snapshot(load_settings(path))
     deployments = chat_deployments(snapshot)
     rng = random.Random(5)
     events = []
@@ -54,7 +54,7 @@ def test_bad_input_is_a_clear_error_and_appends_nothing(config, capsys, args, me
 
 
 def test_apply_appends_to_the_sqlite_log_once(config, capsys):
-    v1 = live_snapshot(load_settings(config)).price_book.get(1)
+    v1 = read_snapshot(load_settings(config)).price_book.get(1)
     assert main(["prices", "add", "--config", str(config), "--spec", price_spec(v1.prices, 3), "--allow-large-change"]) == 0
     capsys.readouterr()
     args = ["rerate", "--config", str(config), "--from", "2026-11-01", "--to", "2026-11-30", "--price-version", "2",
