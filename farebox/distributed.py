@@ -24,12 +24,10 @@ import orjson
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from farebox.control import open_config_db
-from farebox.observe import build_tracing, tracing_ctx
-from farebox.pod import body_log_ctx, build_runtime, first_snapshot, pod_app
-from farebox.reload import SnapshotFollower, attach_config_topic, config_topic_ctx, follow_ctx
+from farebox.pod import build_runtime, serve_pod, start_pod
+from farebox.reload import attach_config_topic, config_topic_ctx, follow_ctx
 from farebox.rerating import ArchiveRerater
-from farebox.settings import Settings, load_secrets
+from farebox.settings import Settings
 from farebox.usage import attach_usage
 from ledger.codec import from_dict
 from ledger.events import LeaseGranted
@@ -40,7 +38,6 @@ from proxy.admission.wallet import WalletPolicy, Wallets
 from proxy.cache.redis_cache import RedisCache
 from proxy.cache.vector_redis import RedisVectors
 from proxy.cancellation import stop_if_cancelled
-from proxy.control.errors import ControlUnavailable
 from proxy.control.service import ControlService
 from proxy.idempotency.redis_store import RedisIdempotency
 from proxy.limits.redis_buckets import RedisBuckets
@@ -67,16 +64,8 @@ def check_gateway_versions(version_of: Callable[[str], str | None] = installed_v
 async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = None) -> web.Application:
     check_gateway_versions()  # before any connection
     d = settings.distributed
-    try:
-        db = await asyncio.to_thread(open_config_db, settings)
-    except ControlUnavailable:
-        db = None
-    holder: list[Snapshot] = []
-    follower = SnapshotFollower(settings, db, holder.append, secrets or Secrets())
-    snapshot = await asyncio.to_thread(first_snapshot, settings, follower)
-    if secrets is None:
-        secrets = load_secrets(settings, snapshot=snapshot)
-        follower.secrets = secrets
+    start = await start_pod(settings, secrets)
+    db, follower, snapshot, secrets = start.db, start.follower, start.snapshot, start.secrets
     events = KafkaEventLog(d.bootstrap, Path(d.spool_dir) / settings.pod_id, requests_topic=d.requests_topic,
                            scope_topic=d.scope_topic, config_topic=d.config_topic,
                            spool_after_s=d.spool_after_s, client_id=f"farebox-{settings.pod_id}")
@@ -102,17 +91,13 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets, limits=limits, control=control,
                             idempotency=idempotency, cache=cache, vectors=vectors,
                             rerater=ArchiveRerater(settings))
-    follower.swap, follower.emit = pod.swap, recorder.emit
     state = recorder.metrics.state  # read at scrape time
     state.spool_bytes = lambda: events.spooled_bytes
     state.lease_grants, state.lease_returns = lambda: wallets.stats["granted"], lambda: wallets.stats["returned"]
     budget_use: list[tuple[str, int, int, int]] = []  # refreshed from the worker's projection by _follow_budgets
     state.budget_use = lambda: budget_use
-    tracing = build_tracing(settings.observability.tracing, recorder.metrics)
-    app = pod_app(runtime, tracing=tracing)
-    app.cleanup_ctx.append(tracing_ctx(tracing))
+    app = serve_pod(start, runtime, recorder)
     attach_usage(app, settings.archive_root)  # the archiver consumer (`farebox archiver`) keeps this archive
-    app.cleanup_ctx.append(functools.partial(body_log_ctx, runtime=runtime))
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         await limits.start()

@@ -29,24 +29,20 @@ from pathlib import Path
 
 from aiohttp import web
 
-from farebox.control import open_config_db
-from farebox.observe import build_tracing, tracing_ctx
-from farebox.pod import body_log_ctx, build_runtime, first_snapshot, pod_app
-from farebox.reload import SnapshotFollower, follow_ctx
+from farebox.pod import build_runtime, serve_pod, start_pod
+from farebox.reload import follow_ctx
 from farebox.rerating import ArchiveRerater
-from farebox.settings import Settings, load_secrets
+from farebox.settings import Settings
 from farebox.usage import attach_usage
 from proxy.admission.lease_budgets import LeaseBudgets
 from proxy.admission.scope_states import ScopeStates
 from proxy.admission.wallet import WalletPolicy, Wallets
-from proxy.control.errors import ControlUnavailable
 from proxy.control.service import ControlService
 from proxy.idempotency.owner import OwnerIdempotency
 from proxy.limits import MemoryBuckets
 from proxy.metering.recorder import Recorder
 from proxy.observe.metrics import Metrics
 from proxy.runtime import PodState
-from proxy.snapshot import Secrets, Snapshot
 from streams.local.log import LocalEventLog
 
 log = logging.getLogger("farebox")
@@ -74,15 +70,8 @@ def _stop_process() -> None:
 async def local_gateway_app(settings: Settings, socket: Path, processes: int,
                             metrics_dir: str | None = None) -> web.Application:
     """``metrics_dir``: the owner's ``PROMETHEUS_MULTIPROC_DIR`` (``GET /metrics`` sums every process)."""
-    try:
-        db = await asyncio.to_thread(open_config_db, settings)
-    except ControlUnavailable:
-        db = None
-    holder: list[Snapshot] = []
-    follower = SnapshotFollower(settings, db, holder.append, Secrets())
-    snapshot = await asyncio.to_thread(first_snapshot, settings, follower)
-    secrets = load_secrets(settings, snapshot=snapshot)
-    follower.secrets = secrets
+    start = await start_pod(settings)
+    db, follower, snapshot, secrets = start.db, start.follower, start.snapshot, start.secrets
     d = settings.distributed
     events = await LocalEventLog.connect(socket, settings.pod_id, on_lost=_stop_process)
     recorder = Recorder(events, Metrics(metrics_dir))  # the owner's processor keeps the ledger; this process keeps none
@@ -99,17 +88,13 @@ async def local_gateway_app(settings: Settings, socket: Path, processes: int,
     runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets,
                             limits=MemoryBuckets(share=processes), control=control, rerater=ArchiveRerater(settings),
                             idempotency=OwnerIdempotency(events.call))
-    follower.swap, follower.emit = pod.swap, recorder.emit
     state = recorder.metrics.state
     state.lease_grants, state.lease_returns = lambda: wallets.stats["granted"], lambda: wallets.stats["returned"]
     owner: dict = {"budget_use": [], "archive_lag": [0, 0.0]}  # refreshed by _follow_owner
     state.budget_use = lambda: [tuple(row) for row in owner["budget_use"]]
     state.archive_lag = lambda: tuple(owner["archive_lag"])
-    tracing = build_tracing(settings.observability.tracing, recorder.metrics)
-    app = pod_app(runtime, tracing=tracing)
-    app.cleanup_ctx.append(tracing_ctx(tracing))
+    app = serve_pod(start, runtime, recorder)
     attach_usage(app, settings.archive_root)  # the owner's archiver keeps this archive
-    app.cleanup_ctx.append(functools.partial(body_log_ctx, runtime=runtime))
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         yield

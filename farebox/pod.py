@@ -1,25 +1,38 @@
-"""What a gateway pod builds the same way in both modes: its options and its first snapshot.
+"""What a gateway pod builds the same way in every mode: its config, options and runtime, and its app.
 
-``farebox.wiring`` (embedded) and ``farebox.distributed`` both start here;
-neither imports the other's wiring.
+Every mode's wiring (``farebox.wiring`` embedded, ``farebox.local_pod`` a ``--workers`` gateway process,
+``farebox.distributed``) runs the same two steps around what is its own (the event log, budgets, limits):
+
+1. ``start_pod``: the config database opened (migrated; seeded on a first start) or, when it is down,
+   None; the snapshot follower; the first snapshot (the database's head, else the last good on disk);
+   the provider secrets;
+2. ``serve_pod``: the follower swapped into the pod and recording through its recorder; the app with the
+   admin API and the web page mounted, tracing, the body log.
+
+No mode's wiring imports another's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from aiohttp import web
 
+from farebox.control import open_config_db
+from farebox.observe import build_tracing, tracing_ctx
 from farebox.reload import SnapshotFollower
-from farebox.settings import Settings
+from farebox.settings import Settings, load_secrets
 from proxy.admission.budget_port import BudgetPort
 from proxy.api.app import Tracer, create_app
 from proxy.bodylog import BodyLog, BodyStore, TeamCipher
 from proxy.cache import CachePort, MemoryCache, MemoryVectors, VectorStore
 from proxy.control import admin, ui
+from proxy.control.db.store import ConfigDB
 from proxy.control.document import load_last_good
 from proxy.control.errors import ControlUnavailable
 from proxy.control.problems import ConfigError
@@ -103,3 +116,40 @@ def first_snapshot(settings: Settings, follower: SnapshotFollower) -> Snapshot:
 def pod_app(runtime: Runtime, tracing: Tracer | None = None, **kw: object) -> web.Application:
     """The pod's aiohttp app: the model API, with the admin API and the web page mounted beside it."""
     return create_app(runtime, tracing=tracing, mounts=(admin, ui), open_prefixes=(ui.PREFIX,), **kw)  # type: ignore[arg-type]
+
+
+@dataclass(slots=True)
+class PodStart:
+    """A pod's config as it starts: the database (None: unreachable), its follower, the first snapshot."""
+
+    settings: Settings
+    db: ConfigDB | None
+    follower: SnapshotFollower
+    snapshot: Snapshot
+    secrets: Secrets
+
+
+async def start_pod(settings: Settings, secrets: Secrets | None = None) -> PodStart:
+    """Step 1 of every mode's start (module docstring); ``secrets`` given: not read from the environment."""
+    try:
+        db = await asyncio.to_thread(open_config_db, settings)
+    except ControlUnavailable:
+        db = None
+        log.warning("config database %s unreachable at start-up", settings.safe_db_url)
+    holder: list[Snapshot] = []
+    follower = SnapshotFollower(settings, db, holder.append, secrets or Secrets())
+    snapshot = await asyncio.to_thread(first_snapshot, settings, follower)
+    if secrets is None:
+        secrets = load_secrets(settings, snapshot=snapshot)
+        follower.secrets = secrets
+    return PodStart(settings, db, follower, snapshot, secrets)
+
+
+def serve_pod(start: PodStart, runtime: Runtime, recorder: Recorder) -> web.Application:
+    """Step 2: the follower feeds the pod, the app is built; the mode adds its own cleanup steps after."""
+    start.follower.swap, start.follower.emit = runtime.pod.swap, recorder.emit
+    tracing = build_tracing(start.settings.observability.tracing, recorder.metrics)
+    app = pod_app(runtime, tracing=tracing)
+    app.cleanup_ctx.append(tracing_ctx(tracing))
+    app.cleanup_ctx.append(functools.partial(body_log_ctx, runtime=runtime))
+    return app

@@ -19,24 +19,22 @@ from zoneinfo import ZoneInfo
 from aiohttp import web
 
 from farebox.archiving import EmbeddedArchiver, embedded_archive_ctx
-from farebox.control import open_config_db
 from farebox.logs import configure_logging
-from farebox.observe import alerts_ctx, build_tracing, expiring_keys, tracing_ctx
-from farebox.pod import body_log_ctx, build_runtime, first_snapshot, pod_app
-from farebox.reload import SnapshotFollower, follow_ctx
+from farebox.observe import alerts_ctx, expiring_keys
+from farebox.pod import build_runtime, serve_pod, start_pod
+from farebox.reload import follow_ctx
 from farebox.rerating import ArchiveRerater
-from farebox.settings import Settings, load_secrets
+from farebox.settings import Settings
 from farebox.usage import attach_usage
 from pricing.tokenizer import encoding_for_model, preload
 from proxy.admission.budgets import LedgerBudgets
 from proxy.admission.sweeper import sweep_forever
-from proxy.control.errors import ControlUnavailable
 from proxy.control.service import ControlService
 from proxy.limits import MemoryBuckets
 from proxy.metering.recorder import Recorder
 from proxy.observe.metrics import Metrics
 from proxy.runtime import PodState
-from proxy.snapshot import Secrets, Snapshot
+from proxy.snapshot import Secrets
 from streams.checkpoints import CheckpointStore
 from streams.runner import EmbeddedLedgerRunner
 from streams.sqlite_log import SqliteEventLog
@@ -54,17 +52,8 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
     let requests finish, close the upstream session, fold and checkpoint,
     close the log, dispose of the database pool.
     """
-    try:
-        db = await asyncio.to_thread(open_config_db, settings)
-    except ControlUnavailable:
-        db = None
-        log.warning("config database %s unreachable at start-up", settings.safe_db_url)
-    holder: list[Snapshot] = []
-    follower = SnapshotFollower(settings, db, holder.append, secrets or Secrets())
-    snapshot = await asyncio.to_thread(first_snapshot, settings, follower)
-    if secrets is None:
-        secrets = load_secrets(settings, snapshot=snapshot)
-        follower.secrets = secrets
+    start = await start_pod(settings, secrets)
+    db, follower, snapshot, secrets = start.db, start.follower, start.snapshot, start.secrets
     events = SqliteEventLog.open(settings.event_log_path)
     store = CheckpointStore(f"{settings.event_log_path}.checkpoints")
     runner = EmbeddedLedgerRunner(events, store, ZoneInfo(snapshot.budgets.timezone))
@@ -83,16 +72,12 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
     pod = PodState(snapshot)
     runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets,
                             limits=MemoryBuckets(), control=control, rerater=ArchiveRerater(settings))  # one process: exact in-process buckets
-    follower.swap, follower.emit = pod.swap, recorder.emit
     # Load exact tokenizers now, not on the first request (tens of ms each).
     preload(*{e for d in snapshot.deployments.values() if (e := encoding_for_model(d.model, d.tokenizer))})
     recorder.metrics.state.queue_depth = budgets.queue.depth  # read at scrape time
     recorder.metrics.state.budget_use = lambda: budgets.usage(pod.snapshot, runtime.clock())
-    tracing = build_tracing(settings.observability.tracing, recorder.metrics)
-    app = pod_app(runtime, tracing=tracing)
-    app.cleanup_ctx.append(tracing_ctx(tracing))
+    app = serve_pod(start, runtime, recorder)
     app.cleanup_ctx.append(alerts_ctx(settings.observability.alerts, events, lambda: expiring_keys(pod.snapshot)))
-    app.cleanup_ctx.append(functools.partial(body_log_ctx, runtime=runtime))
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         follower = asyncio.create_task(runner.follow())
