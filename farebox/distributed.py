@@ -24,9 +24,8 @@ import orjson
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from farebox.pod import build_runtime, serve_pod, start_pod
+from farebox.pod import ArchiveRerater, build_runtime, serve_pod, start_pod
 from farebox.reload import attach_config_topic, config_topic_ctx, follow_ctx
-from farebox.rerating import ArchiveRerater
 from farebox.settings import Settings
 from farebox.usage import attach_usage
 from ledger.codec import from_dict

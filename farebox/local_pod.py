@@ -29,9 +29,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from farebox.pod import build_runtime, serve_pod, start_pod
+from farebox.pod import ArchiveRerater, build_runtime, serve_pod, start_pod
 from farebox.reload import follow_ctx
-from farebox.rerating import ArchiveRerater
 from farebox.settings import Settings
 from farebox.usage import attach_usage
 from proxy.admission.lease_budgets import LeaseBudgets

@@ -20,6 +20,8 @@ import logging
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
 
 from aiohttp import web
 
@@ -27,6 +29,8 @@ from farebox.control import open_config_db
 from farebox.observe import build_tracing, tracing_ctx
 from farebox.reload import SnapshotFollower
 from farebox.settings import Settings, load_secrets
+from ledger.events import Event
+from pricing.book import FxTable, PriceBook
 from proxy.admission.budget_port import BudgetPort
 from proxy.api.app import Tracer, create_app
 from proxy.bodylog import BodyLog, BodyStore, TeamCipher
@@ -39,10 +43,12 @@ from proxy.control.problems import ConfigError
 from proxy.idempotency import IdempotencyStore, MemoryIdempotency
 from proxy.limits import Buckets
 from proxy.metering.recorder import Recorder
-from proxy.ports import ControlStore, Rerater
+from proxy.ports import Append, ControlStore, Rerater, RerateRefused
 from proxy.runtime import PodState, ProxyOptions, Runtime
 from proxy.snapshot import Secrets, Snapshot
 from proxy.upstream.relay import UpstreamClient
+from reconcile.rerate.service import Rerating
+from streams.archive.pending import unarchived_corrections
 
 log = logging.getLogger("farebox")
 
@@ -153,3 +159,21 @@ def serve_pod(start: PodStart, runtime: Runtime, recorder: Recorder) -> web.Appl
     app.cleanup_ctx.append(tracing_ctx(tracing))
     app.cleanup_ctx.append(functools.partial(body_log_ctx, runtime=runtime))
     return app
+
+
+class ArchiveRerater:
+    """``proxy.ports.Rerater`` over ``reconcile``'s re-rating of the pod's archive (``reconcile.rerate.service``)."""
+
+    def __init__(self, settings: Settings) -> None:
+        log_path = settings.event_log_path if settings.mode == "embedded" else None
+        archive = settings.archive_root
+        self.rerating = Rerating(archive, lambda: unarchived_corrections(log_path, archive))
+
+    async def rerate(self, start: date, end: date, book: PriceBook, fx: FxTable, version: int, *, now: datetime,
+                     reason: str, append: Append | None) -> tuple[dict[str, Any], list[Event]]:
+        from reconcile.rerate.reprice import RerateError
+
+        try:
+            return await self.rerating.rerate(start, end, book, fx, version, now=now, reason=reason, append=append)
+        except RerateError as exc:
+            raise RerateRefused(str(exc), exc.field) from None

@@ -21,9 +21,8 @@ from aiohttp import web
 from farebox.archiving import EmbeddedArchiver, embedded_archive_ctx
 from farebox.logs import configure_logging
 from farebox.observe import alerts_ctx, expiring_keys
-from farebox.pod import build_runtime, serve_pod, start_pod
+from farebox.pod import ArchiveRerater, build_runtime, serve_pod, start_pod
 from farebox.reload import follow_ctx
-from farebox.rerating import ArchiveRerater
 from farebox.settings import Settings
 from farebox.usage import attach_usage
 from pricing.tokenizer import encoding_for_model, preload

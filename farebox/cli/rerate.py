@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from farebox.settings import Settings
-    from ledger.events import RatingCorrected
+    pass
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -75,40 +74,20 @@ def _render(rows: list[dict[str, object]], fmt: str) -> str:
     return format_table(rows)
 
 
-async def unarchived(settings: Settings, archive: Path) -> list[RatingCorrected]:
-    """Embedded: the corrections in the SQLite log after the archiver's last offset (none if no log yet)."""
-    from ledger.events import RatingCorrected
-    from streams.sqlite_log import SqliteEventLog
-
-    if settings.mode != "embedded" or not Path(settings.event_log_path).exists():
-        return []
-    try:
-        after = int(json.loads((archive / "_state" / "log.json").read_text())["last_offset"])
-    except (OSError, ValueError, KeyError):
-        after = 0
-    log = SqliteEventLog.open(settings.event_log_path, readonly=True)
-    found: list[RatingCorrected] = []
-    try:
-        while batch := await log.read(after=after, limit=10_000):
-            found += [e for _, e in batch if isinstance(e, RatingCorrected)]
-            after = batch[-1][0]
-    finally:
-        await log.close()
-    return found
-
-
 def rerate_command(args: argparse.Namespace) -> int:
     from farebox.cli.events import append_events
     from farebox.config_reader import read_snapshot
     from farebox.settings import load_settings
     from reconcile.rerate.archive import plan_rerate
     from reconcile.rerate.reprice import report_rows
+    from streams.archive.pending import unarchived_corrections
 
     start, end = _day(args.start, "--from"), _day(args.end, "--to")
     settings = load_settings(args.config)
     snapshot = read_snapshot(settings)
     archive = Path(args.archive) if args.archive else settings.archive_root
-    pending = asyncio.run(unarchived(settings, archive))
+    log_path = settings.event_log_path if settings.mode == "embedded" else None
+    pending = asyncio.run(unarchived_corrections(log_path, archive))
     result = plan_rerate(archive, start, end, snapshot.price_book, snapshot.fx, args.price_version,
                          now=datetime.now(timezone.utc), pending=pending, reason=args.reason)
     print(_render(report_rows(result), args.format))
