@@ -5,7 +5,7 @@
     farebox archive verify --config PATH [--archive R]   every file and the manifest chain; exit 0 only if intact
     farebox archive compact --config PATH [--archive R] [--before YYYY-MM-DD]
                                                          closed days -> daily files, then retention
-    farebox replay --config PATH --from D --to D [--source archive|kafka] [--archive R] [--archive-first]
+    (farebox replay: farebox/cli/replay.py)
 
 Exit codes: 0 done / intact / equal; 1 the archive is not intact or replay
 found differences; 2 bad input (settings, an empty, corrupt, truncated or
@@ -96,19 +96,7 @@ def _compact(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay(args: argparse.Namespace) -> int:
-    from farebox.replay import replay
-
-    settings = _settings(args)
-    if settings.mode == "embedded" and args.source == "kafka":
-        print("error: --source kafka needs mode: distributed (embedded replay compares the archive with the "
-              "SQLite log)", file=sys.stderr)
-        return 2
-    return replay(settings, args.start, args.end, source=args.source, archive=args.archive,
-                  archive_first=args.archive_first)
-
-
-def _guarded(func):  # type: ignore[no-untyped-def]
+def guarded(func):  # type: ignore[no-untyped-def]
     """An unreadable archive is bad input: a clear message naming the file, exit 2."""
 
     def run(args: argparse.Namespace) -> int:
@@ -127,10 +115,10 @@ def _guarded(func):  # type: ignore[no-untyped-def]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``archiver``, ``archive …`` and ``replay`` to the CLI's subcommands."""
+    """Add ``archiver`` and ``archive …`` to the CLI's subcommands."""
     s = sub.add_parser("archiver", help="distributed: archive the requests topic to Parquet until SIGTERM")
     s.add_argument("--config", required=True)
-    s.set_defaults(func=_guarded(_archiver))
+    s.set_defaults(func=guarded(_archiver))
 
     archive = sub.add_parser("archive", help="the Parquet archive").add_subparsers(dest="archive_command",
                                                                                     required=True)
@@ -145,14 +133,4 @@ def register(sub: argparse._SubParsersAction) -> None:
         if name == "compact":
             s.add_argument("--before", help="compact event dates before this one, YYYY-MM-DD (default: today, "
                                             "UTC), and skip retention")
-        s.set_defaults(func=_guarded(func))
-
-    s = sub.add_parser("replay", help="rebuild scope balances from the archive and compare with the live ledger")
-    s.add_argument("--config", required=True)
-    s.add_argument("--from", dest="start", required=True, help="first event date, YYYY-MM-DD (UTC)")
-    s.add_argument("--to", dest="end", required=True, help="last event date, YYYY-MM-DD (UTC)")
-    s.add_argument("--source", choices=("archive", "kafka"), default="archive", help="kafka: distributed only")
-    s.add_argument("--archive", help="the archive root (default: archive.path or <state_dir>/archive)")
-    s.add_argument("--archive-first", action="store_true",
-                   help="embedded: archive the log's pending events before comparing")
-    s.set_defaults(func=_guarded(_replay))
+        s.set_defaults(func=guarded(func))
