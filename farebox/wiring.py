@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 
 from aiohttp import web
 
-from farebox.archiving import EmbeddedArchiver, embedded_archive_ctx
+from farebox.archiver import embedded_archiver
 from farebox.logs import configure_logging
 from farebox.observe import alerts_ctx, expiring_keys
 from farebox.pod import ArchiveRerater, build_runtime, serve_pod, start_pod
@@ -34,6 +34,7 @@ from proxy.metering.recorder import Recorder
 from proxy.observe.metrics import Metrics
 from proxy.runtime import PodState
 from proxy.snapshot import Secrets
+from streams.archive.service import embedded_archive_ctx
 from streams.checkpoints import CheckpointStore
 from streams.runner import EmbeddedLedgerRunner
 from streams.sqlite_log import SqliteEventLog
@@ -94,7 +95,7 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
 
     # cleanup_ctx unwinds in reverse: the log is registered first so it closes last.
     app.cleanup_ctx.insert(0, event_log_ctx)
-    archiver = EmbeddedArchiver(settings, lambda: events.last_offset, recorder.metrics.registry)
+    archiver = embedded_archiver(settings, lambda: events.last_offset, recorder.metrics.registry)
     app.cleanup_ctx.insert(0, embedded_archive_ctx(archiver))  # unwinds after the log closed
 
     async def fresh_archive() -> None:

@@ -38,7 +38,7 @@ from zoneinfo import ZoneInfo
 from aiohttp import web
 from prometheus_client.multiprocess import mark_process_dead
 
-from farebox.archiving import EmbeddedArchiver, embedded_archive_ctx
+from farebox.archiver import embedded_archiver
 from farebox.budget_limits import Limits, lease_policy
 from farebox.observe import alerts_ctx, expiring_keys
 from farebox.settings import Settings
@@ -46,6 +46,7 @@ from ledger.local_processor import LocalProcessor
 from ledger.periods import period_of
 from proxy.idempotency import MemoryIdempotency
 from proxy.idempotency.owner import handlers as idempotency_handlers
+from streams.archive.service import EmbeddedArchiver, embedded_archive_ctx
 from streams.checkpoints import CheckpointStore
 from streams.local.hub import LocalHub
 from streams.runner import EmbeddedLedgerRunner
@@ -189,7 +190,7 @@ async def run_owner(settings: Settings, count: int) -> None:
     await runner.start()
     processor = LocalProcessor(tz, limits.limit_for, limits.soft_pct_for, limits.currency,
                                lease_policy(settings), settings.distributed.request_retention_s)
-    archiver = EmbeddedArchiver(settings, lambda: events.last_offset)
+    archiver = embedded_archiver(settings, lambda: events.last_offset)
     calls = idempotency_handlers(MemoryIdempotency())  # one store: a retry may reach another process
     calls["owner.stats"] = functools.partial(owner_stats, limits, processor, archiver)
     hub = LocalHub(socket_path(settings), events, processor, on_durable=runner.acknowledged,

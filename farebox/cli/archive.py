@@ -32,7 +32,7 @@ def _root(args: argparse.Namespace, settings) -> Path:  # type: ignore[no-untype
 
 
 def _archiver(args: argparse.Namespace) -> int:
-    from farebox.archiving import run_kafka_archiver
+    from farebox.archiver import run_kafka_archiver
 
     settings = _settings(args)
     if settings.mode != "distributed":
@@ -45,7 +45,7 @@ def _archiver(args: argparse.Namespace) -> int:
 
 
 def _flush(args: argparse.Namespace) -> int:
-    from farebox.archiving import archive_log_once
+    from streams.archive.service import archive_log_once
 
     settings = _settings(args)
     if settings.mode != "embedded" or not settings.event_log_path.exists():
@@ -80,8 +80,9 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _compact(args: argparse.Namespace) -> int:
-    from farebox.archiving import housekeep
+    from farebox.archiver import derive_of
     from streams.archive.compact import compact
+    from streams.archive.service import housekeep
 
     settings = _settings(args)
     root = _root(args, settings)
@@ -89,7 +90,7 @@ def _compact(args: argparse.Namespace) -> int:
     if args.before:
         done = compact(root, before=date.fromisoformat(args.before), now=now)
     else:
-        done = housekeep(root, settings.archive, now, settings.snapshot.budgets.timezone)
+        done = housekeep(root, settings.archive, now, derive_of(settings))
     days = ", ".join(str(d) for d in done.compacted_days) or "none"
     print(f"compacted day(s): {days} ({len(done.written)} daily file(s) written, {done.replaced} replaced); "
           f"expired {done.expired} file(s); finished {done.leftovers_deleted} interrupted delete(s)")

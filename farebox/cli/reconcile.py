@@ -191,7 +191,7 @@ async def _archive_embedded(settings: Settings, archive: Path) -> None:
         raise ReconcileInputError(f"no event log at {settings.event_log_path}: has the gateway run with this config?")
     log = SqliteEventLog.open(settings.event_log_path, readonly=True)
     try:
-        with file_lock(archive / "_state" / "log.lock"):  # the log archiver's lock (farebox/archiving.py)
+        with file_lock(archive / "_state" / "log.lock"):  # the log archiver's lock (streams/archive/service.py)
             await archive_from_log(log, archive)
     finally:
         await log.close()

@@ -112,7 +112,7 @@ def replay_embedded(settings: Settings, start: str, end: str, *, archive: str | 
         print(f"error: no event log at {settings.event_log_path}", file=sys.stderr)
         return 2
     if archive_first:
-        from farebox.archiving import archive_log_once
+        from streams.archive.service import archive_log_once
 
         print(f"archived {archive_log_once(settings.event_log_path, root, settings.archive.flush_events)} "
               f"pending event(s) first")

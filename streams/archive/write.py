@@ -214,7 +214,7 @@ async def archive_from_log(log: SqliteEventLog, root: str | Path, *, state_path:
 
     The stored JSON is copied as it is (the log holds only what ``ledger.codec`` encoded). One log
     archiver per root at a time: callers hold ``file_lock(root / "_state" / "log.lock")`` or are the only
-    writer (``farebox.archiving`` does the former). With a ``pool`` (``streams.archive.pool.DecodePool``)
+    writer (``streams.archive.service`` does the former). With a ``pool`` (``streams.archive.pool.DecodePool``)
     the next batch is read and decoded while one is written; journal, files, manifest entry and state
     file stay one batch at a time, in the flush order."""
     return await _archive_log(log, ArchiveWriter(root, "log", pool), state_path, batch_size, between_write_and_commit)

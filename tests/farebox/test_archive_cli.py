@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from farebox.archiving import EmbeddedArchiver, Housekeeper, archive_log_once
+from farebox.archiver import RequestTable, embedded_archiver
 from farebox.cli import main
 from farebox.settings import load_settings
 from ledger.events import RequestAdmitted, RequestSettled
@@ -22,6 +22,7 @@ from reconcile.request_table import usable_table
 from streams.archive.manifest import verify
 from streams.archive.read import archive_files, read_archive
 from streams.archive.schema import SCHEMA_METADATA_KEY
+from streams.archive.service import Housekeeper, archive_log_once
 from streams.sqlite_log import SqliteEventLog
 from tests.farebox.test_settings import write
 
@@ -158,7 +159,7 @@ def test_embedded_archiver_passes_and_lag(config) -> None:
     settings = load_settings(config)
     append(settings.event_log_path, requests(10))
     head = [18]
-    archiver = EmbeddedArchiver(settings, lambda: head[0])
+    archiver = embedded_archiver(settings, lambda: head[0])
     assert archiver.lag_events() == 18 and archiver.due()  # flush_events: 7
     assert archiver.flush_sync() == 18
     assert archiver.lag_events() == 0 and archiver.lag_seconds() == 0 and not archiver.due()
@@ -175,7 +176,7 @@ def test_a_backlog_is_decoded_by_the_childs_pool_and_archives_the_same_rows(tmp_
     settings = load_settings(config)
     events = requests(1500)
     append(settings.event_log_path, events)
-    archiver = EmbeddedArchiver(settings, lambda: len(events))
+    archiver = embedded_archiver(settings, lambda: len(events))
     try:
         assert archiver.lag_events() > settings.archive.flush_events
         assert archiver.flush_sync() == len(events)
@@ -198,7 +199,7 @@ def test_catch_up_archives_the_lag_at_once_and_then_nothing(config) -> None:
     settings = load_settings(config)
     append(settings.event_log_path, requests(4))
     head = [7]
-    archiver = EmbeddedArchiver(settings, lambda: head[0])
+    archiver = embedded_archiver(settings, lambda: head[0])
 
     async def twice() -> tuple[int, int]:
         return await archiver.catch_up(), await archiver.catch_up()
@@ -232,7 +233,7 @@ def test_housekeeper_merges_an_hour_after_its_grace_and_a_day_from_compact_hour(
     settings = load_settings(config)  # compact_hour_utc: 1
     append(settings.event_log_path, requests(40))  # all in 2026-11-20 09:xx, 7 events a file
     main(["archive", "flush", "--config", str(config)])
-    root, keeper = settings.archive_root, Housekeeper(settings.archive_root, settings.archive, "Asia/Kolkata")
+    root, keeper = settings.archive_root, Housekeeper(settings.archive_root, settings.archive, RequestTable("Asia/Kolkata"))
     names = lambda: sorted(p.name[:5] for p in archive_files(root, DAY, DAY))  # noqa: E731
     assert len(names()) > 5
 

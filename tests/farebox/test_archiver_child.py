@@ -11,7 +11,7 @@ from infra.cluster import _zombie
 # a stand-in gateway: starts the archiver's child as EmbeddedArchiver does, prints its pid, dies by SIGKILL
 GATEWAY = """
 import os, signal
-from farebox.archiving import archive_child
+from streams.archive.service import archive_child
 child = archive_child()
 print(child.submit(os.getpid).result(), flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
@@ -32,7 +32,7 @@ def test_the_archiver_child_exits_when_its_gateway_is_killed() -> None:
 # group, survives them (it handles them), then asks its archiver child for one more pass
 GROUP_SIGNALLED = """
 import os, signal, time
-from farebox.archiving import archive_child
+from streams.archive.service import archive_child
 signal.signal(signal.SIGINT, lambda *a: None)
 signal.signal(signal.SIGTERM, lambda *a: None)
 child = archive_child()

@@ -25,7 +25,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from farebox.archive_settings import ArchiveSettings
 from ledger.codec import encode
 from ledger.events import Event, HoldExpired, RequestAdmitted, RequestAttempted, RequestSettled
 from ledger.usage import TokenUsage
@@ -33,6 +32,7 @@ from reconcile.request_table import usable_table
 from reconcile.request_table_write import write_request_table
 from reconcile.showback import showback
 from reconcile.warehouse import Warehouse
+from streams.archive.config import ArchiveSettings
 from streams.archive.pool import DecodePool
 from streams.archive.write import ArchiveWriter, Record, archive_from_log
 from streams.sqlite_log import SqliteEventLog

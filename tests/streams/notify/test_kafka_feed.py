@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from aiokafka import AIOKafkaProducer
 
-from farebox.archiving import run_kafka_archiver
+from farebox.archiver import run_kafka_archiver
 from farebox.settings import load_settings
 from infra.kafka.topics import create_topics, farebox_topics
 from ledger.codec import encode

@@ -1,7 +1,7 @@
-"""The archive always runs: in-process beside ``farebox serve`` (embedded), or ``farebox archiver`` (distributed).
+"""The archive always runs: in passes beside the embedded gateway, or as ``farebox archiver``'s housekeeping.
 
 Embedded: ``EmbeddedArchiver`` copies the SQLite event log into the Parquet
-archive every ``archive.flush_interval_s`` or as soon as ``flush_events`` are
+archive every ``flush_interval_s`` or as soon as ``flush_events`` are
 pending, and once more at shutdown after the log closed (so every accepted
 event is archived). Each pass runs in a spawned child process (one, kept for
 the archiver's life, niced so the gateway's requests win a contended CPU)
@@ -9,20 +9,20 @@ with its own read-only connection to the log file, under the root's
 log-archiver lock: its CPU (decoding, Parquet encoding) neither holds the
 gateway's GIL nor stalls its event loop, which only awaits the child's answer
 from a worker thread. A pass with a backlog (more than ``flush_events``
-pending: after a stop, or a burst) is decoded by ``archive.decode_processes``
-processes the child starts then and keeps. After a pass it merges each closed hour's batch files into one (``Housekeeper``) and,
-from ``compact_hour_utc`` on, once a day compacts the days before today and
-applies retention. Its lag is on ``/metrics``:
+pending: after a stop, or a burst) is decoded by ``decode_processes``
+processes the child starts then and keeps. After a pass it merges each closed
+hour's batch files into one (``Housekeeper``) and, from ``compact_hour_utc``
+on, once a day compacts the days before today and applies retention, then
+hands the archive to ``derive`` (the finance side's per-request table: the
+composition root passes ``reconcile.request_table_write.refresh_request_table``;
+this package never imports ``reconcile``). Its lag is on ``/metrics``:
 ``farebox_archive_lag_events`` (log offset minus archived offset) and
 ``farebox_archive_lag_seconds`` (0 when caught up, else the time since the
 archive last held everything the log held: an upper bound on the age of the
 oldest unarchived event).
 
-Distributed: ``run_kafka_archiver`` runs ``KafkaArchiver`` on the requests
-topic as its own consumer group until SIGTERM/SIGINT, then flushes its batch
-and commits; a task beside it runs the same ``Housekeeper`` (in a thread;
-the manifest lock keeps it and the writer apart). With ``alerts.webhook_url``
-set, the archiver is also the cluster's notifier (``farebox.observe``).
+Distributed: ``farebox archiver`` (``farebox.archiver``) runs ``KafkaArchiver`` on the requests topic
+and the same ``Housekeeper`` beside it.
 """
 
 from __future__ import annotations
@@ -37,16 +37,15 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, AsyncIterator, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Callable, Optional
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from farebox.archive_settings import ArchiveSettings
+from streams.archive.config import ArchiveSettings
 from streams.archive.manifest import archived_offset, file_lock
 from streams.orphans import leave_with
 
 if TYPE_CHECKING:
-    from farebox.settings import Settings
     from streams.archive.batch import Decoder
     from streams.archive.compact import Housekeeping
     from streams.archive.pool import DecodePool
@@ -61,13 +60,13 @@ log = logging.getLogger("farebox.archive")
 HOUR_GRACE = timedelta(minutes=10)  # an hour's files are merged this long after it ends (late batches)
 
 
-def housekeep(root: Path, cfg: ArchiveSettings, now: datetime, tz: str | None = None) -> Housekeeping:
-    """Retention first (nothing is compacted only to be dropped), then compaction of the closed days, then (given
-    the budget zone ``tz``) the per-request table over the files that remain, when they changed or it is missing
-    (``reconcile.request_table``)."""
-    from reconcile.request_table import usable_table
-    from reconcile.request_table_write import write_request_table
-    from reconcile.warehouse import WarehouseError
+# The finance side's step after housekeeping (root, now, whether files changed): picklable, it goes to the child.
+Derive = Callable[[Path, datetime, bool], None]
+
+
+def housekeep(root: Path, cfg: ArchiveSettings, now: datetime, derive: Optional[Derive] = None) -> Housekeeping:
+    """Retention first (nothing is compacted only to be dropped), then compaction of the closed days, then
+    ``derive`` over the files that remain (told whether any changed)."""
     from streams.archive.compact import Housekeeping, compact, expire
 
     done = Housekeeping()
@@ -78,11 +77,8 @@ def housekeep(root: Path, cfg: ArchiveSettings, now: datetime, tz: str | None = 
         merged = compact(root, before=now.date(), now=now)
         done.compacted_days, done.written, done.replaced = merged.compacted_days, merged.written, merged.replaced
         done.leftovers_deleted += merged.leftovers_deleted
-    if tz is not None and (done.compacted_days or done.expired or usable_table(root, tz) is None):
-        try:
-            write_request_table(root, tz, before=now.date(), now=now)
-        except WarehouseError as exc:  # the raw events stay readable; verify and the warehouse name the file
-            log.error("archive: per-request table not written: %s", exc)
+    if derive is not None:
+        derive(root, now, bool(done.compacted_days or done.expired))
     return done
 
 
@@ -90,8 +86,8 @@ class Housekeeper:
     """When to compact and expire: each closed hour's files once the hour is ``HOUR_GRACE`` old, and the
     daily ``housekeep`` once a UTC day from ``compact_hour_utc`` on. ``run`` blocks: call it in a thread."""
 
-    def __init__(self, root: Path, cfg: ArchiveSettings, tz: str | None = None) -> None:
-        self.root, self.cfg, self.tz = root, cfg, tz
+    def __init__(self, root: Path, cfg: ArchiveSettings, derive: Derive | None = None) -> None:
+        self.root, self.cfg, self.derive = root, cfg, derive
         self.daily_on: date | None = None
         self.hours_before: datetime | None = None
 
@@ -122,7 +118,7 @@ class Housekeeper:
                              hours.replaced)
             if self._daily_due(now):
                 self.daily_on = now.date()
-                done = housekeep(self.root, self.cfg, now, self.tz)
+                done = housekeep(self.root, self.cfg, now, self.derive)
                 if done.compacted_days or done.expired:
                     log.info("archive: compacted %d day(s) (%d files replaced), expired %d file(s)",
                              len(done.compacted_days), done.replaced, done.expired)
@@ -203,17 +199,18 @@ def archive_child() -> ProcessPoolExecutor:
 class EmbeddedArchiver:
     """Archives the embedded log in passes off the event loop; ``last_offset`` reads the live log's head."""
 
-    def __init__(self, settings: Settings, last_offset: Callable[[], int],
-                 registry: CollectorRegistry | None = None, poll_s: float = 0.25) -> None:
-        self.cfg = settings.archive
-        self.root = settings.archive_root
-        self.log_path = settings.event_log_path
+    def __init__(self, cfg: ArchiveSettings, root: Path, log_path: Path, last_offset: Callable[[], int],
+                 derive: Derive | None = None, registry: CollectorRegistry | None = None,
+                 poll_s: float = 0.25) -> None:
+        self.cfg = cfg
+        self.root = root
+        self.log_path = log_path
         self.last_offset = last_offset
         self.poll_s = min(poll_s, self.cfg.flush_interval_s)
         self.archived = archived_offset(self.root)
         self.caught_up_at = time.monotonic()
         self.last_pass = float("-inf")  # the first due check runs a pass
-        self.housekeeper = Housekeeper(self.root, self.cfg, settings.snapshot.budgets.timezone)
+        self.housekeeper = Housekeeper(self.root, self.cfg, derive)
         self._pass_lock: asyncio.Lock | None = None  # one pass at a time: the loop's and a reader's catch_up
         self._child: ProcessPoolExecutor | None = None  # started at the first pass; ``close`` stops it
         if registry is not None:
@@ -305,54 +302,3 @@ def embedded_archive_ctx(archiver: EmbeddedArchiver):
             await asyncio.to_thread(archiver.close)
 
     return ctx
-
-
-# --- distributed -----------------------------------------------------------------------------
-
-
-async def run_kafka_archiver(settings: Settings, stop: asyncio.Event | None = None) -> int:
-    """``farebox archiver``: archive the requests topic until SIGTERM/SIGINT (or ``stop``); events archived."""
-    from farebox.observe import config_db_keys, running_alerts
-    from streams.archive.kafka_source import KafkaArchiver
-    from streams.notify.kafka_feed import follow_topics
-
-    cfg, d = settings.archive, settings.distributed
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    decoders = cfg.decoders()
-    pool = None
-    if decoders:
-        from streams.archive.pool import DecodePool
-
-        pool = DecodePool(decoders)
-        await asyncio.to_thread(pool.start)
-    archiver = KafkaArchiver(d.bootstrap, d.requests_topic, settings.archive_root, group_id=cfg.group_id,
-                             batch_size=cfg.flush_events, flush_interval_s=cfg.flush_interval_s, pool=pool)
-
-    async def housekeeping() -> None:
-        keeper = Housekeeper(settings.archive_root, cfg, settings.snapshot.budgets.timezone)
-        while not stop.is_set():
-            if keeper.due(now := datetime.now(timezone.utc)):
-                await asyncio.to_thread(keeper.run, now)
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=60)
-            except asyncio.TimeoutError:
-                pass
-
-    print(f"farebox archiver: {d.requests_topic} -> {settings.archive_root} (group {cfg.group_id}, "
-          f"{decoders or 'no'} decode process(es))", flush=True)
-    keeper = asyncio.create_task(housekeeping())
-    alerts = settings.observability.alerts  # one archiver per cluster: the one process that raises alerts
-    try:
-        async with running_alerts(alerts, lambda feed: follow_topics(d.bootstrap, (d.requests_topic, d.scope_topic),
-                                                                     feed), config_db_keys(settings)):
-            return await archiver.run(stop)
-    finally:
-        stop.set()
-        await keeper
-        if pool is not None:
-            await asyncio.to_thread(pool.close)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
