@@ -24,8 +24,8 @@ import orjson
 import redis.asyncio as aioredis
 from aiohttp import web
 
+from farebox.config_topic import attach_config_topic, config_topic_ctx
 from farebox.pod import ArchiveRerater, build_runtime, serve_pod, start_pod
-from farebox.reload import attach_config_topic, config_topic_ctx, follow_ctx
 from farebox.settings import Settings
 from farebox.usage import attach_usage
 from ledger.codec import from_dict
@@ -37,6 +37,7 @@ from proxy.admission.wallet import WalletPolicy, Wallets
 from proxy.cache.redis_cache import RedisCache
 from proxy.cache.vector_redis import RedisVectors
 from proxy.cancellation import stop_if_cancelled
+from proxy.control.follow import follow_ctx
 from proxy.control.service import ControlService
 from proxy.idempotency.redis_store import RedisIdempotency
 from proxy.limits.redis_buckets import RedisBuckets
@@ -79,7 +80,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
                                    emergency_micro=d.emergency_micro),
                       kafka_up=lambda: events.mode in ("direct", "connecting"),
                       observe_rtt=recorder.metrics.lease_round_trip_seconds.observe)
-    # -- config topic (farebox/reload.py): the control service tells it about every change --
+    # -- config topic (farebox/config_topic.py): the control service tells it about every change --
     publisher = attach_config_topic(follower, settings)
     control = None if db is None else ControlService(
         db, price_change_factor=settings.price_change_factor, publisher=publisher, adopt=follower.adopt,

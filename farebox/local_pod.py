@@ -30,12 +30,12 @@ from pathlib import Path
 from aiohttp import web
 
 from farebox.pod import ArchiveRerater, build_runtime, serve_pod, start_pod
-from farebox.reload import follow_ctx
 from farebox.settings import Settings
 from farebox.usage import attach_usage
 from proxy.admission.lease_budgets import LeaseBudgets
 from proxy.admission.scope_states import ScopeStates
 from proxy.admission.wallet import WalletPolicy, Wallets
+from proxy.control.follow import follow_ctx
 from proxy.control.service import ControlService
 from proxy.idempotency.owner import OwnerIdempotency
 from proxy.limits import MemoryBuckets

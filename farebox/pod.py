@@ -25,9 +25,9 @@ from typing import Any
 
 from aiohttp import web
 
+from farebox.config_topic import follower_of
 from farebox.control import open_config_db
 from farebox.observe import build_tracing, tracing_ctx
-from farebox.reload import SnapshotFollower
 from farebox.settings import Settings, load_secrets
 from ledger.events import Event
 from pricing.book import FxTable, PriceBook
@@ -39,6 +39,7 @@ from proxy.control import admin, ui
 from proxy.control.db.store import ConfigDB
 from proxy.control.document import load_last_good
 from proxy.control.errors import ControlUnavailable
+from proxy.control.follow import SnapshotFollower
 from proxy.control.problems import ConfigError
 from proxy.idempotency import IdempotencyStore, MemoryIdempotency
 from proxy.limits import Buckets
@@ -143,7 +144,7 @@ async def start_pod(settings: Settings, secrets: Secrets | None = None) -> PodSt
         db = None
         log.warning("config database %s unreachable at start-up", settings.safe_db_url)
     holder: list[Snapshot] = []
-    follower = SnapshotFollower(settings, db, holder.append, secrets or Secrets())
+    follower = follower_of(settings, db, holder.append, secrets or Secrets())
     snapshot = await asyncio.to_thread(first_snapshot, settings, follower)
     if secrets is None:
         secrets = load_secrets(settings, snapshot=snapshot)

@@ -22,12 +22,12 @@ from farebox.archiver import embedded_archiver
 from farebox.logs import configure_logging
 from farebox.observe import alerts_ctx, expiring_keys
 from farebox.pod import ArchiveRerater, build_runtime, serve_pod, start_pod
-from farebox.reload import follow_ctx
 from farebox.settings import Settings
 from farebox.usage import attach_usage
 from pricing.tokenizer import encoding_for_model, preload
 from proxy.admission.budgets import LedgerBudgets
 from proxy.admission.sweeper import sweep_forever
+from proxy.control.follow import follow_ctx
 from proxy.control.service import ControlService
 from proxy.limits import MemoryBuckets
 from proxy.metering.recorder import Recorder

@@ -16,7 +16,7 @@ sent (an older one still unsent is superseded), so one publisher never writes
 versions out of order. Two committing processes can (a pod retrying v5 while
 the CLI wrote v6): the config database stays the source of truth, and pods
 that find a newer version there than on the topic publish it again
-(``farebox.reload``), which repairs the topic.
+(``proxy.control.follow``), which repairs the topic.
 
 ``KafkaSnapshotFeed`` reads partition 0 of the topic from the beginning with
 no consumer group and keeps the newest (version, content hash, document) in

@@ -24,7 +24,7 @@ def _control(path: str):  # type: ignore[no-untyped-def]
     settings = load_settings(path)
     adopt = None
     if settings.mode == "distributed":  # pods follow fb.config: publish each commit there before exiting
-        from farebox.reload import publish_now
+        from farebox.config_topic import publish_now
 
         async def adopt(version: int, document: dict) -> None:
             if not await publish_now(settings, version, document):

@@ -12,7 +12,7 @@ nothing more. Distributed: ``streams.config_topic.KafkaSnapshotPublisher``
 produces the document to ``fb.config`` keyed by ``snapshot`` (compaction
 keeps the latest) in the background: ``publish`` must return at once and
 never fail, because the commit has already happened and the database stays
-the fallback (``farebox.reload`` publishes again what the topic missed).
+the fallback (``proxy.control.follow`` publishes again what the topic missed).
 """
 
 from __future__ import annotations

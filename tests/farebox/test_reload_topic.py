@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from farebox.config_topic import attach_config_topic, follower_of, publish_now
 from farebox.control import open_config_db
-from farebox.reload import SnapshotFollower, attach_config_topic, publish_now
 from farebox.settings import Settings, load_settings
 from infra.kafka.topics import create_topics, farebox_topics
 from infra.process import free_port
 from proxy.control.document import content_hash
+from proxy.control.follow import SnapshotFollower
 from proxy.control.service import ControlService
 from proxy.snapshot import Secrets, Snapshot
 from streams.config_topic import KafkaSnapshotFeed, KafkaSnapshotPublisher
@@ -52,7 +53,7 @@ async def settings_for(tmp_path: Path, bootstrap: str) -> Settings:
 
 def follower_for(settings: Settings, db) -> tuple[SnapshotFollower, list[Snapshot]]:  # type: ignore[no-untyped-def]
     live: list[Snapshot] = []
-    follower = SnapshotFollower(settings, db, live.append, Secrets())
+    follower = follower_of(settings, db, live.append, Secrets())
     attach_config_topic(follower, settings)
     return follower, live
 
@@ -109,7 +110,7 @@ async def test_with_kafka_unreachable_the_database_still_brings_changes(tmp_path
     db = await asyncio.to_thread(open_config_db, settings)
     live: list[Snapshot] = []
     nowhere = f"127.0.0.1:{free_port()}"
-    follower = SnapshotFollower(settings, db, live.append, Secrets(), db_poll_s=0.01)
+    follower = follower_of(settings, db, live.append, Secrets(), db_poll_s=0.01)
     follower.feed = KafkaSnapshotFeed(nowhere, "fb.config", lambda d: "", retry_s=0.1)
     follower.publisher = KafkaSnapshotPublisher(nowhere, "fb.config", lambda d: "", retry_s=0.1, send_timeout_s=0.5)
     follower.feed.start()

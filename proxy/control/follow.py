@@ -13,7 +13,8 @@ When the database is unreachable the pod keeps serving what it has (and
 starts from ``state_dir/snapshot.json`` if it must); polling continues and
 the pod catches up as soon as the database is back.
 
-Distributed mode adds a ``feed`` (``streams.config_topic.KafkaSnapshotFeed``,
+Distributed mode adds a ``feed`` (``streams.config_topic.KafkaSnapshotFeed``, attached by
+``farebox.config_topic``,
 the compacted config topic held in memory) and a ``publisher``. Every poll
 reads the feed (a memory read) and adopts a newer snapshot from it (source
 ``topic``); the database is then read only every ``db_poll_s`` as the
@@ -33,34 +34,37 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable
 
-from farebox.settings import Settings, resolve_secrets
 from ledger.events import ConfigPublished
 from proxy.control.db.store import ConfigDB
-from proxy.control.document import compile_document, content_hash, save_last_good
+from proxy.control.document import compile_document, save_last_good
 from proxy.control.errors import ControlUnavailable
 from proxy.control.problems import ConfigError
 from proxy.control.publish import SnapshotFeed, SnapshotPublisher
 from proxy.snapshot import Secrets, Snapshot
 
-if TYPE_CHECKING:
-    from streams.config_topic import KafkaSnapshotPublisher
-
-# streams.config_topic (aiokafka) is imported by the distributed-mode functions below only: embedded pods never
-# load the Kafka client.
-
 log = logging.getLogger("farebox.reload")
+
+Resolve = Callable[[Sequence[str]], tuple[dict[str, str], list[str]]]  # secret names -> (found, missing)
 
 AUTHORITATIVE = ("database", "topic")  # sources a pod does not re-adopt the same version from
 
 
 class SnapshotFollower:
-    def __init__(self, settings: Settings, db: ConfigDB | None, swap: Callable[[Snapshot], None],
-                 secrets: Secrets, emit: Callable[[Any], object] | None = None, *,
+    """Keeps one pod's snapshot current (module docstring). ``state_dir`` holds the last good snapshot;
+    ``resolve`` finds provider secrets a new snapshot names (from the environment or the secrets file: the
+    composition root's, as ``(found, missing)``)."""
+
+    def __init__(self, state_dir: Path, poll_interval_s: float, resolve: Resolve, db: ConfigDB | None,
+                 swap: Callable[[Snapshot], None], secrets: Secrets, emit: Callable[[Any], object] | None = None, *,
                  feed: SnapshotFeed | None = None, publisher: SnapshotPublisher | None = None,
                  db_poll_s: float | None = None) -> None:
-        self.settings = settings
+        self.state_dir = state_dir
+        self.poll_interval_s = poll_interval_s
+        self.resolve = resolve
         self.feed = feed
         self.publisher = publisher  # told when the database is ahead of the feed
         self.db_poll_s = db_poll_s  # None: the database every poll (no feed)
@@ -90,14 +94,14 @@ class SnapshotFollower:
         snap = compile_document(doc, version)
         self.install(version, snap, source)
         if source == "database":
-            save_last_good(self.settings.state_dir, version, doc)
+            save_last_good(self.state_dir, version, doc)
         return snap
 
     def install(self, version: int, snap: Snapshot, source: str) -> None:
         """Swap ``snap`` in (one reference change) and record it; on the event loop."""
         refs = {d.secret_ref for d in snap.deployments.values() if d.secret_ref} - self.secrets.names()
         if refs:
-            found, missing = resolve_secrets(self.settings, sorted(refs))
+            found, missing = self.resolve(sorted(refs))
             self.secrets.merge(found)
             for name in missing:  # the name only, never a value
                 log.error("snapshot %d: provider key %s is not set in the environment or the secrets file", version, name)
@@ -113,7 +117,7 @@ class SnapshotFollower:
                 return
             snap = await asyncio.to_thread(compile_document, doc, version)
             self.install(version, snap, source)
-            await asyncio.to_thread(save_last_good, self.settings.state_dir, version, doc)
+            await asyncio.to_thread(save_last_good, self.state_dir, version, doc)
 
     async def poll_once(self) -> None:
         await self.poll_feed()
@@ -185,54 +189,11 @@ class SnapshotFollower:
     async def follow(self) -> None:
         """Runs until cancelled."""
         while True:
-            await asyncio.sleep(self.settings.poll_interval_s)
+            await asyncio.sleep(self.poll_interval_s)
             try:
                 await self.poll_once()
             except Exception:  # a bug must not stop the pod from following
                 log.exception("snapshot poll failed")
-
-
-def attach_config_topic(follower: SnapshotFollower, settings: Settings) -> KafkaSnapshotPublisher:
-    """Distributed mode: the follower reads the config topic first and the database every
-    ``config_db_poll_s``; returns the publisher the control service tells about commits."""
-    from streams.config_topic import KafkaSnapshotFeed, KafkaSnapshotPublisher
-
-    d = settings.distributed
-    follower.feed = KafkaSnapshotFeed(d.bootstrap, d.config_topic, content_hash,
-                                      client_id=f"farebox-{settings.pod_id}-config-feed")
-    publisher = KafkaSnapshotPublisher(d.bootstrap, d.config_topic, content_hash,
-                                       client_id=f"farebox-{settings.pod_id}-config")
-    follower.publisher, follower.db_poll_s = publisher, d.config_db_poll_s
-    return publisher
-
-
-async def publish_now(settings: Settings, version: int, document: dict[str, Any], timeout_s: float = 5.0) -> bool:
-    """For a one-shot committer (``farebox config apply`` in distributed mode): publish ``version`` and wait
-    up to ``timeout_s``. False if Kafka did not take it: the commit stands and pods find it in the database."""
-    if settings.mode != "distributed":
-        return False
-    from streams.config_topic import KafkaSnapshotPublisher
-
-    d = settings.distributed
-    publisher = KafkaSnapshotPublisher(d.bootstrap, d.config_topic, content_hash, client_id="farebox-cli-config",
-                                       send_timeout_s=timeout_s)
-    publisher.publish(version, document)
-    await publisher.close(timeout_s)
-    return publisher.sent_version >= version
-
-
-async def config_topic_ctx(app: Any, follower: SnapshotFollower) -> AsyncIterator[None]:
-    """The feed reads for the app's lifetime; at shutdown the publisher flushes (a few seconds at most)."""
-    from streams.config_topic import KafkaSnapshotFeed, KafkaSnapshotPublisher
-
-    feed, publisher = follower.feed, follower.publisher
-    if isinstance(feed, KafkaSnapshotFeed):
-        feed.start()
-    yield
-    if isinstance(publisher, KafkaSnapshotPublisher):
-        await publisher.close()
-    if isinstance(feed, KafkaSnapshotFeed):
-        await feed.close()
 
 
 async def follow_ctx(app: Any, follower: SnapshotFollower, emit: Callable[[Any], object],
