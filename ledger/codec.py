@@ -37,7 +37,7 @@ import orjson
 
 from ledger.errors import CodecError, InvalidEvent, UnknownEventType
 from ledger.events import EVENT_TYPES, Event
-from ledger.usage import TOKEN_TYPES, TokenUsage
+from ledger.usage import TOKEN_TYPES, USAGE_SOURCES, TokenUsage
 
 _ENVELOPE = ("type", "schema", "id", "time", "request_id", "key")
 
@@ -71,8 +71,8 @@ def _usage_from_wire(value: Any) -> TokenUsage:
         raise CodecError(f"usage must be an object of exactly {TOKEN_TYPES} and 'source', got {value!r}")
     for kind in TOKEN_TYPES:
         _expect_int(value[kind], f"usage.{kind}")
-    if value["source"] not in ("provider", "estimated"):
-        raise CodecError(f"usage.source must be provider or estimated, got {value['source']!r}")
+    if value["source"] not in USAGE_SOURCES:
+        raise CodecError(f"usage.source must be one of {USAGE_SOURCES}, got {value['source']!r}")
     return TokenUsage.from_dict(value)
 
 
@@ -167,6 +167,7 @@ _UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = 
     ("request.refused", 1): lambda d: {**d, "schema": 2, "cost_centre": None, "tags": {}},
     ("lease.returned", 1): lambda d: {**d, "schema": 2, "funded_micro": 0},
     ("lease.requested", 1): lambda d: {**d, "schema": 2, "least_micro": 0},
+    ("request.attempted", 1): lambda d: {**d, "schema": 2, "usage_received": None},
     ("request.settled", 1): lambda d: {**d, "schema": 2, "cache_saved_micro": 0},
     ("request.settled", 2): lambda d: {**d, "schema": 3, "cache_kind": "exact" if d.get("cache_hit") is True else None,
                                        "cache_similarity": None},
@@ -208,7 +209,7 @@ def from_dict(data: Any) -> Event:
     if not isinstance(data, dict):
         raise CodecError(f"an event must be a JSON object, got {type(data).__name__}")
     kind, version = data.get("type"), data.get("schema")
-    while (kind, version) in _UPCASTERS:
+    while type(version) is int and (kind, version) in _UPCASTERS:  # never a bool: True == 1 as a dict key
         data = _UPCASTERS[(kind, version)](data)  # type: ignore[index]
         version = data["schema"]
     readable = isinstance(kind, str) and isinstance(version, int) and not isinstance(version, bool)

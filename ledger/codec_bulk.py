@@ -34,14 +34,14 @@ from typing import Any
 from ledger.codec import _UPCASTERS
 from ledger.events import ATTEMPT_OUTCOMES, Event, HoldExpired, RequestAdmitted, RequestAttempted, RequestSettled
 from ledger.request_events import CACHE_KINDS
-from ledger.usage import TOKEN_TYPES, TokenUsage
+from ledger.usage import TOKEN_TYPES, USAGE_SOURCES, TokenUsage
 
-MIRRORED = "7def191f8ee7585afbc654d96fbaf87ed5c5fffad9b242041e3d38c47e9a87a4"
+MIRRORED = "63562aa26c4cd6c2e9e79c633daa83749af5f48b4fb732ab251b035656d871fc"
 
 Columns = Mapping[str, Sequence[Any]]
 _USAGE_KEYS = frozenset({*TOKEN_TYPES, "source"})
 _USAGE_FIELDS = itemgetter(*TOKEN_TYPES, "source")
-_SOURCES = frozenset({"provider", "estimated"})
+_SOURCES = frozenset(USAGE_SOURCES)
 _BEFORE_Z = itemgetter(slice(0, 26))
 
 
@@ -64,8 +64,8 @@ def _times(values: Sequence[Any]) -> bool:
 
 
 def _counts(values: Sequence[Any]) -> bool:
-    """Token counts and micro-units: ints (never a bool), none negative."""
-    return set(map(type, values)) <= {int} and (not values or min(values) >= 0)
+    """Token counts and micro-units: ints (never a bool), none negative, all within 64 bits."""
+    return set(map(type, values)) <= {int} and (not values or (min(values) >= 0 and max(values) < 2**63))
 
 
 def _usages(values: Sequence[Any]) -> bool:

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import ClassVar
 
 from ledger.errors import InvalidEvent
-from ledger.usage import TOKEN_TYPES, TokenUsage
+from ledger.usage import TOKEN_TYPES, USAGE_SOURCES, TokenUsage
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,16 +64,20 @@ def check_usage(event: Event, name: str) -> None:
         raise InvalidEvent(f"{event.type}.{name} must be a TokenUsage, got {type(value).__name__}")
     for kind in TOKEN_TYPES:
         non_negative(event, f"{name}.{kind}", getattr(value, kind))
-    if value.source not in ("provider", "estimated"):
-        raise InvalidEvent(f"{event.type}.{name}.source must be provider or estimated, got {value.source!r}")
+    if value.source not in USAGE_SOURCES:
+        raise InvalidEvent(f"{event.type}.{name}.source must be one of {USAGE_SOURCES}, got {value.source!r}")
+
+
+INT64_END = 2**63  # every count and amount must fit a signed 64-bit integer (the log's JSON, the archive)
 
 
 def non_negative(event: Event, name: str, value: object) -> None:
-    """An int >= 0 (not a bool): money in micro-units, token counts, versions."""
-    if type(value) is int and value >= 0:  # the common case, exactly as below (a bool's type is not int)
+    """An int in [0, 2**63) (not a bool): money in micro-units, token counts, versions. An event that
+    could not be encoded or archived is refused here, at construction, before anything appends or folds it."""
+    if type(value) is int and 0 <= value < INT64_END:  # the common case, exactly as below (a bool is no int)
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidEvent(f"{event.type}.{name} must be a non-negative int, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value >= INT64_END:
+        raise InvalidEvent(f"{event.type}.{name} must be a non-negative int below 2**63, got {value!r}")
 
 
 def non_empty(event: Event, name: str, value: object) -> None:

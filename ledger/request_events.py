@@ -104,6 +104,7 @@ class RequestAttempted(RequestEvent):
     """One try at one deployment, with provider-reported usage priced at ``price_version``."""
 
     type: ClassVar[str] = "request.attempted"
+    schema: ClassVar[int] = 2  # 2: ``usage_received`` (codec upcasts)
 
     attempt: int
     deployment: str
@@ -120,6 +121,9 @@ class RequestAttempted(RequestEvent):
     currency: str
     price_version: int
     error_code: str | None
+    # What the provider reported when it failed the usage boundary (``usage.source`` is then
+    # ``provider_invalid`` and the counts are farebox's estimate); None otherwise.
+    usage_received: str | None = None
 
     def __post_init__(self) -> None:
         RequestEvent.__post_init__(self)

@@ -4,6 +4,13 @@ The categories are disjoint so each can be priced on its own:
 ``input`` is uncached input only, ``cached_input`` is input read from a
 provider prompt cache, ``cache_write`` is input written to one, ``output`` is
 visible output and ``reasoning`` is hidden reasoning output.
+
+``source`` says where the counts come from: ``provider`` (what the provider
+reported, checked), ``estimated`` (the provider reported nothing; farebox's
+estimate) or ``provider_invalid`` (the provider reported something that failed
+the usage boundary, ``proxy.upstream.usage_check``: the counts are farebox's
+estimate and ``received`` keeps a short text of what was sent, for the
+attempt event and reconciliation). ``received`` is never part of ``to_dict``.
 """
 
 from __future__ import annotations
@@ -11,7 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-UsageSource = Literal["provider", "estimated"]
+UsageSource = Literal["provider", "estimated", "provider_invalid"]
+
+USAGE_SOURCES = ("provider", "estimated", "provider_invalid")
 
 TOKEN_TYPES = ("input", "cached_input", "cache_write", "output", "reasoning")
 
@@ -24,6 +33,7 @@ class TokenUsage:
     output: int = 0
     reasoning: int = 0
     source: UsageSource = "provider"
+    received: str | None = None  # with provider_invalid: what the provider sent (short, for the event)
 
     @property
     def prompt_tokens(self) -> int:

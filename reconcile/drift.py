@@ -52,7 +52,8 @@ class OurUsage:
     """Our aggregate for one (account, day, model, token type), from the archive's attempted events.
 
     ``estimated_tokens`` is the part of ``tokens`` whose usage source was
-    ``estimated``; ``expired_requests`` counts requests of this (account, day,
+    ``estimated`` or ``provider_invalid`` (``invalid_tokens``: the latter part, where
+    the provider reported usage that failed the boundary); ``expired_requests`` counts requests of this (account, day,
     model) whose hold expired, repeated on each of its token-type rows;
     ``cost_micro`` is what we charged for these tokens in ``currency``;
     ``price_versions`` the versions that priced them; ``priced`` is False when
@@ -70,15 +71,19 @@ class OurUsage:
     currency: str = "USD"
     price_versions: frozenset[int] = field(default_factory=frozenset)
     priced: bool = True
+    invalid_tokens: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "price_versions", frozenset(self.price_versions))
-        for name in ("tokens", "estimated_tokens", "expired_requests", "cost_micro"):
+        for name in ("tokens", "estimated_tokens", "expired_requests", "cost_micro", "invalid_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise DriftInputError(f"{self._key()}: {name} must be a non-negative integer, got {value!r}")
         if self.estimated_tokens > self.tokens:
             raise DriftInputError(f"{self._key()}: estimated_tokens {self.estimated_tokens} > tokens {self.tokens}")
+        if self.invalid_tokens > self.estimated_tokens:
+            raise DriftInputError(f"{self._key()}: invalid_tokens {self.invalid_tokens} > estimated_tokens "
+                                  f"{self.estimated_tokens}")
 
     def _key(self) -> str:
         return f"{self.account}/{self.day}/{self.model}/{self.token_type}"
@@ -88,7 +93,8 @@ class OurUsage:
 class Cause:
     """A likely cause of a flagged row: ``code`` for machines, ``detail`` with our figures for people."""
 
-    code: Literal["estimated_usage", "unpriced_token_type", "expired_holds", "price_version_mismatch"]
+    code: Literal["estimated_usage", "provider_invalid_usage", "unpriced_token_type", "expired_holds",
+                  "price_version_mismatch"]
     detail: str
 
 
@@ -230,7 +236,8 @@ def _merge(a: OurUsage, b: OurUsage, model: str, token_type: str) -> OurUsage:
     return OurUsage(a.account, a.day, model, token_type, a.tokens + b.tokens,
                     a.estimated_tokens + b.estimated_tokens,
                     max(a.expired_requests, b.expired_requests) if same_group else a.expired_requests + b.expired_requests,
-                    a.cost_micro + b.cost_micro, a.currency, a.price_versions | b.price_versions, a.priced and b.priced)
+                    a.cost_micro + b.cost_micro, a.currency, a.price_versions | b.price_versions, a.priced and b.priced,
+                    a.invalid_tokens + b.invalid_tokens)
 
 
 def _covers(key: tuple[str, date, str | None, str | None], r: OurUsage) -> bool:
@@ -280,6 +287,11 @@ def _usage_causes(key: tuple[str, date, str | None, str | None], matched: list[O
         share = Decimal(estimated) / Decimal(tokens) * _HUNDRED
         causes.append(Cause("estimated_usage", f"{_pct(share)}% of our {tokens} tokens ({estimated}) were "
                                                "estimated, not provider-reported"))
+    invalid = sum(r.invalid_tokens for r in matched)
+    if invalid:
+        causes.append(Cause("provider_invalid_usage", f"{invalid} of them replace usage the provider reported "
+                                                      "invalidly (negative, non-integer or beyond the request's "
+                                                      "bound; each attempt's usage_received says what it sent)"))
     token_type = key[3]
     unpriced = [r.token_type for r in matched if not r.priced]
     if token_type is not None and token_type not in PRICED_TYPES:

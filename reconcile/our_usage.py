@@ -39,6 +39,7 @@ PriceOf = Callable[[int, str, str], tuple[Price, Decimal]]
 class _Acc:
     tokens: int = 0
     estimated: int = 0
+    invalid: int = 0
     expired: int = 0
     exact: Decimal = Decimal(0)
     currency: str = ""
@@ -63,13 +64,14 @@ def our_usage_rows(records: Iterable[Mapping[str, Any]], price_of: PriceOf) -> l
             a.exact += Decimal(tokens) * price.per_million(key[3]) * fx / _PER
         a.tokens += tokens
         a.estimated += int(rec["estimated_tokens"])
+        a.invalid += int(rec.get("invalid_tokens") or 0)
         a.expired = max(a.expired, int(rec["expired_requests"]))  # per (account, day, model), repeated
         if tokens:  # a type a deployment never used says nothing about its price or version
             a.versions.add(int(rec["price_version"]))
             if key[3] in _OWN_PRICE_OPTIONAL and getattr(price, key[3]) is None:
                 a.priced = False
     return [OurUsage(account, day, model, token_type, a.tokens, a.estimated, a.expired, round_up_micro(a.exact),
-                     a.currency, frozenset(a.versions), a.priced)
+                     a.currency, frozenset(a.versions), a.priced, a.invalid)
             for (account, day, model, token_type), a in sorted(acc.items())]
 
 

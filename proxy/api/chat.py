@@ -36,9 +36,9 @@ from proxy.routing.router import chat_needs, sticky_key
 from proxy.runtime import RUNTIME, Runtime
 from proxy.snapshot import Alias, Deployment, KeyRecord, Snapshot
 from proxy.upstream import streaming
-from proxy.upstream.base import UNREPORTED
 from proxy.upstream.dialects import get_dialect
-from proxy.upstream.relay import Timeouts, forwarded_headers
+from proxy.upstream.relay import Timeouts, forwarded_headers, parsed
+from proxy.upstream.usage_check import estimated_as, needs_estimate, within
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -88,16 +88,20 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
         try:
             async with cached.serving(rt, cache, meter) as hit:
                 if hit is not None:
-                    return await cached.answer_chat(request, rt, meter, hit, stream=call.stream,
-                                                    include_usage=call.include_usage, headers=admitted.headers)
-                if call.stream:
+                    response = await cached.answer_chat(request, rt, meter, hit, stream=call.stream,
+                                                        include_usage=call.include_usage, headers=admitted.headers)
+                elif call.stream:  # the relay writes the stream's end after the settlement is durable
                     return await watch.run(_stream(request, rt, call, cands, chain, meter, admitted.headers, watch,
                                                    privacy, cache))
-                return await watch.run(_complete(request, rt, call, cands, chain, meter, admitted.headers, privacy,
-                                                 cache))
+                else:
+                    response = await watch.run(_complete(request, rt, call, cands, chain, meter, admitted.headers,
+                                                         privacy, cache))
         except GatewayError as exc:
             exc.headers["x-fb-attempts"] = str(meter.tab.attempts)
+            await meter.durable()
             raise
+    await meter.durable()  # a non-stream answer's bytes go out once its settlement is durable
+    return response
 
 
 def _downgrade(rt: Runtime, snap: Snapshot, key: KeyRecord, alias: Alias, run_id: str | None) -> Alias | None:
@@ -158,12 +162,13 @@ async def _complete(
             privacy.body_for(dep, call.body), dep, upstream.secret_for(dep), max_output_tokens=max_out,
             extra_headers=forwarded_headers(dep, request.headers),
         )
-        result = dialect.parse_chat(await upstream.complete(dialect, req, timeouts))
+        result = parsed(dialect.parse_chat, await upstream.complete(dialect, req, timeouts))
         if privacy.redacts(dep):
             assert privacy.redaction is not None
             restore_chat_response(result.body, privacy.redaction)
-        if result.usage is UNREPORTED:
-            result.usage = _estimated(result.body, est_in)
+        result.usage = within(result.usage, dep.context_window + max_out)
+        if needs_estimate(result.usage):
+            result.usage = _estimated(result.body, est_in, result.usage)
         return result
 
     dep, result = await settled_answer(meter, cands, chain, tries(rt, meter), attempt)
@@ -182,12 +187,16 @@ async def _complete(
     )
 
 
-def _estimated(body: dict, est_input: int) -> TokenUsage:
-    """The provider sent no usage: bill our estimate, marked as such."""
+def _estimated(body: dict, est_input: int, reported: TokenUsage) -> TokenUsage:
+    """The provider sent no usage, or usage that failed the boundary: bill our estimate, marked as such."""
     chars = 0
     for choice in body.get("choices") or ():
-        msg = choice.get("message") or {}
-        chars += len(msg.get("content") or "")
+        msg = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(msg, dict):
+            continue
+        content = msg.get("content")
+        chars += len(content) if isinstance(content, str) else 0
         for call in msg.get("tool_calls") or ():
-            chars += len((call.get("function") or {}).get("arguments") or "")
-    return TokenUsage(input=est_input, output=estimate_tokens(chars), source="estimated")
+            arguments = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
+            chars += len(arguments) if isinstance(arguments, str) else 0
+    return estimated_as(reported, input_tokens=est_input, output_tokens=estimate_tokens(chars))

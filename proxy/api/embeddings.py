@@ -28,7 +28,8 @@ from proxy.routing.router import Needs
 from proxy.runtime import RUNTIME, Runtime
 from proxy.snapshot import Deployment
 from proxy.upstream.dialects import get_dialect
-from proxy.upstream.relay import Timeouts, forwarded_headers
+from proxy.upstream.relay import Timeouts, forwarded_headers, parsed
+from proxy.upstream.usage_check import estimated_as, needs_estimate, within
 
 
 async def create_embeddings(request: web.Request) -> web.StreamResponse:
@@ -67,7 +68,11 @@ async def _serve(request: web.Request, rt: Runtime, call: EmbeddingsCall) -> web
         req = dialect.embeddings_request(
             call.body, dep, upstream.secret_for(dep), extra_headers=forwarded_headers(dep, request.headers)
         )
-        return dialect.parse_embeddings(await upstream.complete(dialect, req, timeouts))
+        result = parsed(dialect.parse_embeddings, await upstream.complete(dialect, req, timeouts))
+        result.usage = within(result.usage, dep.context_window)
+        if needs_estimate(result.usage):
+            result.usage = estimated_as(result.usage, input_tokens=est_in, output_tokens=0)
+        return result
 
     async def answer() -> web.Response:
         dep, result = await settled_answer(meter, chain.deployments, chain, tries(rt, meter), attempt)
@@ -82,8 +87,12 @@ async def _serve(request: web.Request, rt: Runtime, call: EmbeddingsCall) -> web
         try:
             async with cached.serving(rt, cache, meter) as hit:
                 if hit is not None:
-                    return cached.answer_embeddings(rt, meter, hit, admitted.headers)
-                return await watch.run(answer())
+                    response = cached.answer_embeddings(rt, meter, hit, admitted.headers)
+                else:
+                    response = await watch.run(answer())
         except GatewayError as exc:
             exc.headers["x-fb-attempts"] = str(meter.tab.attempts)
+            await meter.durable()
             raise
+    await meter.durable()  # the answer's bytes go out once its settlement is durable
+    return response

@@ -34,7 +34,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ledger.usage import TokenUsage
 from proxy.admission.admit import AdmitPorts, admit, tries
 from proxy.admission.plan import embeddings_input_estimate
 from proxy.cache.entry import Entry
@@ -49,9 +48,9 @@ from proxy.routing.chain import chain_for, key_deployments, key_regions
 from proxy.routing.router import Needs
 from proxy.snapshot import Alias, Deployment, SemanticCache, Snapshot
 from proxy.snapshot.privacy import PrivacyPolicy
-from proxy.upstream.base import UNREPORTED
 from proxy.upstream.dialects import get_dialect
-from proxy.upstream.relay import Timeouts, UpstreamClient
+from proxy.upstream.relay import Timeouts, UpstreamClient, parsed
+from proxy.upstream.usage_check import estimated_as, needs_estimate, within
 
 log = logging.getLogger("farebox.proxy")
 
@@ -163,9 +162,10 @@ async def embed(rt: SemanticPorts, caller: Tab, privacy: Classification, alias_n
     async def attempt(dep: Deployment):  # type: ignore[no-untyped-def]
         dialect = get_dialect(dep.dialect)
         req = dialect.embeddings_request({"input": [text]}, dep, upstream.secret_for(dep))
-        result = dialect.parse_embeddings(await upstream.complete(dialect, req, timeouts))
-        if result.usage is UNREPORTED:
-            result.usage = TokenUsage(input=est_in, source="estimated")
+        result = parsed(dialect.parse_embeddings, await upstream.complete(dialect, req, timeouts))
+        result.usage = within(result.usage, dep.context_window)
+        if needs_estimate(result.usage):
+            result.usage = estimated_as(result.usage, input_tokens=est_in, output_tokens=0)
         return result
 
     try:

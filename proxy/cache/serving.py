@@ -305,6 +305,7 @@ async def answer_chat(request: web.Request, rt: ServingPorts, meter: Meter, entr
         chunks.append({"choices": [], "usage": entry.usage.to_openai(), "x_farebox": x_farebox})
     head["object"] = "chat.completion.chunk"
     data = b"".join(b"data: " + orjson.dumps({**head, **c}) + b"\n\n" for c in chunks) + DONE
+    await meter.durable()  # the replayed stream goes out once the hit's settlement is durable
     try:
         await resp.prepare(request)
         await resp.write(data)

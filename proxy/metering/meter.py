@@ -11,7 +11,9 @@ on, hand each step to the request's trace (``proxy.observe.tracing``).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -28,6 +30,8 @@ from proxy.metering.recorder import Recorder
 from proxy.metering.settlement import Plan, Tab, admitted_event, attempt_record, count, scopes_of, settlement, x_farebox
 from proxy.observe.metrics import Metrics
 from proxy.snapshot import Alias, Deployment, KeyRecord, Snapshot
+
+log = logging.getLogger("farebox.proxy")
 
 
 class Settles(Protocol):
@@ -87,9 +91,15 @@ def open_meter(ports: MeterPorts, snap: Snapshot, request_id: str, key: KeyRecor
     return Meter(ports, tab, estimates=estimates, max_wait_s=max_wait_s, trace=trace)
 
 
+# How long the last byte of an answer waits for its settlement to be durable. The log's group commit takes
+# milliseconds; past this the log is in trouble (it counts and logs failed appends) and the answer goes out:
+# an unsettled hold is charged in full at its TTL, never lost.
+DURABLE_WAIT_S = 5.0
+
+
 class Meter:
     __slots__ = ("rt", "tab", "started", "draws", "dep_draws", "estimates", "max_wait_s", "upstream_s", "ttft_s",
-                 "trace", "final")
+                 "trace", "final", "settled_fut")
 
     def __init__(self, rt: MeterPorts, tab: Tab, *, estimates: dict[str, Estimate] | None = None,
                  max_wait_s: float | None = None, trace: Any = None) -> None:
@@ -105,6 +115,7 @@ class Meter:
         self.ttft_s: float | None = None  # the last streamed attempt's first token
         self.trace = trace  # the request's ``proxy.observe.tracing.RequestTrace`` when tracing is on
         self.final: tuple[int, Deployment | None] | None = None  # (status, deployment) once settled
+        self.settled_fut: asyncio.Future[int] | None = None  # the settlement's append, durable when done
 
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self.rt.clock(), timezone.utc)
@@ -148,6 +159,10 @@ class Meter:
         count(tab, record)
         metrics = rt.metrics
         metrics.attempts.labels(dep.id, record.outcome).inc()
+        if usage.source == "provider_invalid":  # the provider's usage failed the boundary: billed our estimate
+            metrics.usage_invalid.labels(dep.id).inc()
+            log.warning("deployment %s reported usage that fails the boundary (request %s, billed an estimate): %s",
+                        dep.id, tab.request_id, usage.received)
         self.upstream_s += ended - started
         if ttft_s is not None or error is None:
             timing = metrics.timing(tab.alias.name, dep.id)
@@ -181,10 +196,26 @@ class Meter:
         if done.overrun:  # recorded, never hidden: in the event and here
             rt.metrics.overruns.inc()
             rt.metrics.overrun_micro.inc(done.overrun)
-        rt.recorder.emit(done.event)
+        self.settled_fut = rt.recorder.appended(done.event)
         self.final = (final_status, dep)  # for the access line (``proxy.observe.access_log``)
         if self.trace is not None:
             self.trace.settled(tab, final_status, dep)
+
+    async def durable(self) -> None:
+        """Return once the settlement is durable in the log (at most ``DURABLE_WAIT_S``): an answer's last
+        byte goes out only after this, so a client never holds a complete answer the log has not settled.
+        A failed append was already logged and counted by the recorder; the answer is not held back for it."""
+        fut = self.settled_fut
+        if fut is None or fut.done():
+            return
+        try:
+            async with asyncio.timeout(DURABLE_WAIT_S):
+                await asyncio.shield(fut)
+        except TimeoutError:
+            log.warning("settlement of request %s not durable after %.0f s; answering anyway (the hold stays until "
+                        "it is)", self.tab.request_id, DURABLE_WAIT_S)
+        except Exception:  # noqa: BLE001 - the recorder's callback logged and counted it
+            pass
 
     def _count(self, final_status: int, dep: Deployment | None, latency_s: float) -> None:
         """The settled request's families: status, tokens and cost by team and alias, fallbacks, added latency."""

@@ -44,16 +44,20 @@ class Recorder:
 
     def emit(self, event: Event) -> bool:
         """Append, then fold; True when the log accepted the event."""
+        return self.appended(event) is not None
+
+    def appended(self, event: Event) -> asyncio.Future[int] | None:
+        """As ``emit``; the log's future for the event (its offset once durable), None when refused."""
         try:
             fut = self.log.append(event)
         except Exception as exc:  # a closed or failed log: count it loudly, keep serving what is in flight
             self._failed()
             log.error("event append refused (%s): %s %s", type(exc).__name__, event.type, event.id)
-            return False
+            return None
         if self.fold is not None:
             self.fold(event)
         fut.add_done_callback(functools.partial(self._appended, event, time.perf_counter()))
-        return True
+        return fut
 
     async def record(self, event: Event) -> int:
         """As ``emit``, then wait until the log holds the event durably (its offset); raises when it cannot."""

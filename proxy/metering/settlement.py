@@ -146,6 +146,7 @@ def attempt_record(tab: Tab, dep: Deployment, usage: TokenUsage, error: BaseExce
         provider=dep.provider, account=dep.account, model=dep.model, region=dep.region, outcome=outcome,
         status=status, ttft_ms=None if ttft_s is None else int(ttft_s * 1000), latency_ms=latency_ms, usage=usage,
         cost_micro=cost, currency=tab.snapshot.currency, price_version=tab.plan.price_version, error_code=code,
+        usage_received=usage.received if usage.source == "provider_invalid" else None,
     )
     return AttemptRecord(event, cost, outcome, code)
 
@@ -197,14 +198,18 @@ def x_farebox(tab: Tab, dep: Deployment) -> dict:
 
 
 def add_usage(a: TokenUsage, b: TokenUsage) -> TokenUsage:
-    """Sum of two attempts' usage; estimated if any counted part was estimated."""
-    b_counts = b.prompt_tokens + b.completion_tokens > 0
-    estimated = a.source == "estimated" or (b.source == "estimated" and b_counts)
+    """Sum of two attempts' usage: ``provider_invalid`` if any part was (its counts are an estimate), else
+    estimated if any counted part was estimated, else provider."""
+    if a.source == "provider_invalid" or b.source == "provider_invalid":
+        source = "provider_invalid"
+    else:
+        b_counts = b.prompt_tokens + b.completion_tokens > 0
+        source = "estimated" if a.source == "estimated" or (b.source == "estimated" and b_counts) else "provider"
     return TokenUsage(
         input=a.input + b.input,
         cached_input=a.cached_input + b.cached_input,
         cache_write=a.cache_write + b.cache_write,
         output=a.output + b.output,
         reasoning=a.reasoning + b.reasoning,
-        source="estimated" if estimated else "provider",
+        source=source,  # type: ignore[arg-type]
     )

@@ -47,6 +47,10 @@ class Metrics:
         self.attempts = Counter(
             "farebox_attempts", "Upstream attempts by deployment and outcome.", ["deployment", "outcome"], registry=r
         )
+        self.usage_invalid = Counter(
+            "farebox_usage_invalid", "Attempts whose provider-reported usage failed the usage boundary "
+            "(negative, non-integer or out-of-bound counts): billed farebox's estimate.", ["deployment"], registry=r
+        )
         self.refusals = Counter(
             "farebox_refusals", "Requests refused at admission, by error code.", ["code"], registry=r
         )

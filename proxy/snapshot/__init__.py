@@ -16,6 +16,7 @@ from typing import Mapping
 
 from pricing.book import FxTable, PriceBook
 from proxy.snapshot.privacy import PrivacyPolicy
+from proxy.snapshot.secrets import SecretHosts
 
 CAPABILITIES = frozenset({"tools", "json_schema", "json_object", "vision", "streaming", "embeddings"})
 DATA_CLASSES = ("public", "internal", "confidential", "restricted")
@@ -230,15 +231,27 @@ def hash_key(presented: str) -> str:
 
 
 class Secrets:
-    """Provider keys by name, in memory only. ``repr`` never shows values."""
+    """Provider keys by name, in memory only. ``repr`` never shows values.
 
-    __slots__ = ("_values",)
+    With ``hosts`` (the declarations, ``proxy.snapshot.secrets``) a key is handed out only for a URL whose
+    host it was declared for (``for_url``); without, for any URL (tests and tools that build their own)."""
 
-    def __init__(self, values: Mapping[str, str] | None = None) -> None:
+    __slots__ = ("_values", "hosts")
+
+    def __init__(self, values: Mapping[str, str] | None = None, hosts: SecretHosts | None = None) -> None:
         self._values = dict(values or {})
+        self.hosts = hosts
 
     def get(self, name: str | None) -> str | None:
         return self._values.get(name) if name else None
+
+    def for_url(self, name: str | None, url: str) -> str | None:
+        """The key ``name`` for a request to ``url``; raises ``SecretNotDeclared`` for a host it is not for."""
+        if not name:
+            return None
+        if self.hosts is not None:
+            self.hosts.check(name, url)
+        return self._values.get(name)
 
     def merge(self, values: Mapping[str, str]) -> None:
         """Add keys named by deployments published after start-up (the same object stays shared)."""

@@ -21,6 +21,7 @@ from proxy.errors import UpstreamError, UpstreamUnavailable
 from proxy.upstream.anthropic_request import JSON_TOOL
 from proxy.upstream.base import UNREPORTED, ChatResult, SSEEvent, StreamState
 from proxy.upstream.classify import classify, short_reason
+from proxy.upstream.usage_check import InvalidUsage, count, invalid
 
 PROVIDER = "anthropic"
 
@@ -62,19 +63,26 @@ def finish_reason(stop_reason: str | None, *, json_mode: bool) -> str | None:
 
 
 def usage_from(raw: Mapping, base: TokenUsage | None = None) -> TokenUsage:
-    """Anthropic usage (disjoint already) as ours; fields absent from ``raw`` keep ``base``."""
+    """Anthropic usage (disjoint already) as ours; fields absent (or null) in ``raw`` keep ``base``.
+
+    Checked at the boundary (``proxy.upstream.usage_check``): any count that is not a non-negative
+    integer makes the whole usage invalid, and an invalid ``base`` stays invalid."""
     base = base or TokenUsage()
+    if base.source == "provider_invalid":
+        return base
 
     def pick(key: str, current: int) -> int:
-        value = raw.get(key)
-        return int(value) if isinstance(value, (int, float)) else current
+        return current if raw.get(key) is None else count(raw, key)
 
-    return TokenUsage(
-        input=pick("input_tokens", base.input),
-        cached_input=pick("cache_read_input_tokens", base.cached_input),
-        cache_write=pick("cache_creation_input_tokens", base.cache_write),
-        output=pick("output_tokens", base.output),
-    )
+    try:
+        return TokenUsage(
+            input=pick("input_tokens", base.input),
+            cached_input=pick("cache_read_input_tokens", base.cached_input),
+            cache_write=pick("cache_creation_input_tokens", base.cache_write),
+            output=pick("output_tokens", base.output),
+        )
+    except InvalidUsage:
+        return invalid(raw)
 
 
 def error_from(payload: Mapping, status: int | None, headers: Mapping[str, str]) -> UpstreamError:
@@ -97,11 +105,18 @@ def error_from(payload: Mapping, status: int | None, headers: Mapping[str, str])
 
 
 def parse_message(data: dict) -> ChatResult:
-    """A non-streaming Messages response as an OpenAI completion body."""
+    """A non-streaming Messages response as an OpenAI completion body; an error object in it raises."""
+    if data.get("type") == "error" or (data.get("error") is not None and "content" not in data):
+        raise error_from(data, None, {})
+    if not isinstance(data.get("content"), list):
+        raise UpstreamUnavailable(f"Upstream ({PROVIDER}) sent a message without content.", upstream_status=200)
     texts: list[str] = []
     calls: list[dict] = []
     json_mode = False
-    for block in data.get("content") or ():
+    for block in data["content"]:
+        if not isinstance(block, dict):
+            raise UpstreamUnavailable(f"Upstream ({PROVIDER}) sent a content block that is not an object.",
+                                      upstream_status=200)
         kind = block.get("type")
         if kind == "text":
             texts.append(block.get("text") or "")
@@ -116,7 +131,8 @@ def parse_message(data: dict) -> ChatResult:
     if calls:
         message["tool_calls"] = calls
     finish = finish_reason(data.get("stop_reason"), json_mode=json_mode and not calls)
-    usage = usage_from(data["usage"]) if isinstance(data.get("usage"), dict) else UNREPORTED
+    raw = data.get("usage")
+    usage = usage_from(raw) if isinstance(raw, dict) else UNREPORTED if raw is None else invalid(raw)
     body: dict = {"choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}]}
     body["usage"] = usage.to_openai()
     return ChatResult(body=body, usage=usage, finish_reason=finish)
@@ -157,6 +173,8 @@ class AnthropicStreamTranslator:
         usage = (data.get("message") or {}).get("usage")
         if isinstance(usage, dict):
             self.usage = usage_from(usage)
+        elif usage is not None:
+            self.usage = invalid(usage)
         return [_chunk({"role": "assistant", "content": ""})]
 
     def _block_start(self, data: dict) -> list[dict]:
@@ -197,6 +215,8 @@ class AnthropicStreamTranslator:
         usage = data.get("usage")
         if isinstance(usage, dict):
             self.usage = usage_from(usage, self.usage)  # output_tokens is cumulative
+        elif usage is not None:
+            self.usage = invalid(usage)
         stop = (data.get("delta") or {}).get("stop_reason")
         if stop is None:
             return []

@@ -20,6 +20,7 @@ from typing import Mapping, Protocol
 from ledger.usage import TokenUsage
 from proxy.errors import UpstreamError
 from proxy.snapshot import Deployment
+from proxy.upstream.usage_check import UNREPORTED as _UNREPORTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +42,9 @@ class SSEEvent:
 
 # A non-streaming answer whose provider reported no usage (some OpenAI-compatible
 # servers omit it): zero counts marked "estimated", so the caller of
-# ``parse_chat`` can tell it apart from a real zero and estimate instead.
-UNREPORTED = TokenUsage(source="estimated")
+# ``parse_chat`` can tell it apart from a real zero and estimate instead
+# (``usage_check.needs_estimate`` also says yes to usage that failed the boundary).
+UNREPORTED = _UNREPORTED
 
 
 @dataclass
@@ -92,7 +94,10 @@ class Dialect(Protocol):
         """Build the provider request. Streams always ask the provider for usage."""
         ...
 
-    def parse_chat(self, data: dict) -> ChatResult: ...
+    def parse_chat(self, data: dict) -> ChatResult:
+        """A 2xx answer's body; raises ``UpstreamError`` for an error object in it (a 200 that is no answer).
+        Usage is read through ``proxy.upstream.usage_check`` (invalid counts come back marked, never raised)."""
+        ...
 
     def stream_translator(self) -> StreamTranslator: ...
 

@@ -16,9 +16,10 @@ import orjson
 from ledger.usage import TokenUsage
 from proxy.errors import UpstreamError, UpstreamUnavailable
 from proxy.snapshot import Deployment
-from proxy.upstream.base import UNREPORTED, ChatResult, SSEEvent, StreamState, UpstreamRequest
+from proxy.upstream.base import ChatResult, SSEEvent, StreamState, UpstreamRequest
 from proxy.upstream.capabilities import reject_unknown, require_capabilities
 from proxy.upstream.classify import classify, load_json, short_reason
+from proxy.upstream.usage_check import openai_embedding_usage, openai_usage
 
 PROVIDER = "openai"
 
@@ -54,8 +55,13 @@ def _headers(secret: str | None, extra: Mapping[str, str] | None, *, stream: boo
     return headers
 
 
-def _usage(raw: object) -> TokenUsage:
-    return TokenUsage.from_openai(raw) if isinstance(raw, dict) else UNREPORTED
+def _answer_error(data: dict) -> UpstreamError | None:
+    """An error object in a 2xx body (a quirk providers really have): an upstream error, never an answer."""
+    if "error" in data and data["error"] is not None and not data.get("choices") and not data.get("data"):
+        return error_from(data, None, {})
+    if data.get("object") == "error":
+        return error_from(data, None, {})
+    return None
 
 
 def error_from(payload: dict, status: int | None, headers: Mapping[str, str]) -> UpstreamError:
@@ -121,8 +127,8 @@ class OpenAIStreamTranslator:
             raise UpstreamUnavailable(f"Upstream ({PROVIDER}) sent an unexpected stream event.", upstream_status=200)
         if "error" in obj or obj.get("object") == "error":
             raise error_from(obj, None, {})
-        if obj.get("usage"):
-            self.usage = TokenUsage.from_openai(obj["usage"])
+        if obj.get("usage") is not None:
+            self.usage = openai_usage(obj["usage"])
         choices = obj.get("choices")
         if not choices:
             return []  # the usage-only chunk (or a keep-alive-ish empty chunk)
@@ -178,11 +184,16 @@ class OpenAIChatDialect:
         )
 
     def parse_chat(self, data: dict) -> ChatResult:
+        error = _answer_error(data)
+        if error is not None:
+            raise error
         body = {k: v for k, v in data.items() if k not in _STAMPED}
         usage = data.get("usage")
-        choices = body.get("choices") or []
+        choices = body.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise UpstreamUnavailable(f"Upstream ({PROVIDER}) sent an answer without choices.", upstream_status=200)
         finish = choices[0].get("finish_reason") if choices and isinstance(choices[0], dict) else None
-        return ChatResult(body=body, usage=_usage(usage), finish_reason=finish)
+        return ChatResult(body=body, usage=openai_usage(usage), finish_reason=finish)
 
     def stream_translator(self) -> OpenAIStreamTranslator:
         return OpenAIStreamTranslator()
@@ -206,8 +217,10 @@ class OpenAIChatDialect:
         )
 
     def parse_embeddings(self, data: dict) -> ChatResult:
+        error = _answer_error(data)
+        if error is not None:
+            raise error
+        if not isinstance(data.get("data"), list):
+            raise UpstreamUnavailable(f"Upstream ({PROVIDER}) sent embeddings without data.", upstream_status=200)
         body = {k: v for k, v in data.items() if k != "model"}
-        usage = data.get("usage")
-        if not isinstance(usage, dict):
-            return ChatResult(body=body, usage=UNREPORTED)
-        return ChatResult(body=body, usage=TokenUsage(input=int(usage.get("prompt_tokens") or 0)))
+        return ChatResult(body=body, usage=openai_embedding_usage(data.get("usage")))

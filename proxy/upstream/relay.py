@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Mapping
+from typing import AsyncIterator, Callable, Mapping, TypeVar
 
 import aiohttp
 import orjson
@@ -20,9 +20,11 @@ import orjson
 from proxy.errors import GatewayError, UpstreamError, UpstreamUnavailable
 from proxy.observe.trace_context import TRACE_HEADERS
 from proxy.snapshot import Alias, Deployment, Secrets
-from proxy.upstream.base import Dialect, StreamTranslator, UpstreamRequest
+from proxy.snapshot.secrets import SecretNotDeclared
+from proxy.upstream.base import Dialect, SSEEvent, StreamTranslator, UpstreamRequest
 from proxy.upstream.sse import SSEParser
 
+R = TypeVar("R")
 HEARTBEAT = None  # what ``UpstreamStream.chunks`` yields after ``heartbeat_s`` of upstream silence
 
 
@@ -64,7 +66,13 @@ class UpstreamClient:
         self.session = session
 
     def secret_for(self, dep: Deployment) -> str | None:
-        return self.secrets.get(dep.secret_ref)
+        """The deployment's provider key, only for the host it was declared for; else the attempt fails (never
+        sent without it, never sent elsewhere)."""
+        try:
+            return self.secrets.for_url(dep.secret_ref, dep.base_url)
+        except SecretNotDeclared as exc:
+            raise UpstreamError(f"Deployment {dep.id} cannot be called: {exc}.",
+                                code="provider_secret_not_declared") from None
 
     async def _send(self, dialect: Dialect, req: UpstreamRequest, t: Timeouts) -> aiohttp.ClientResponse:
         timeout = aiohttp.ClientTimeout(total=None, connect=t.connect_s, sock_connect=t.connect_s)
@@ -102,7 +110,9 @@ class UpstreamClient:
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            raise UpstreamUnavailable("The provider sent a response that is not JSON.") from None
+            raise UpstreamUnavailable("The provider sent a response that is not JSON.", upstream_status=200) from None
+        if not isinstance(data, dict):
+            raise UpstreamUnavailable("The provider sent a response that is not a JSON object.", upstream_status=200)
         return data
 
     async def open_stream(self, dialect: Dialect, req: UpstreamRequest, t: Timeouts) -> "UpstreamStream":
@@ -127,6 +137,28 @@ class UpstreamClient:
         return stream
 
 
+def translated(translator: StreamTranslator, event: SSEEvent) -> list[dict]:
+    """``translator.feed(event)``; a translator tripping on a malformed event is an upstream error, never ours."""
+    try:
+        return translator.feed(event)
+    except GatewayError:
+        raise
+    except Exception as exc:  # a provider's event of the wrong shape (a list where an object belongs, ...)
+        raise UpstreamUnavailable(f"The provider sent a stream event farebox cannot read ({type(exc).__name__}).",
+                                  upstream_status=200) from None
+
+
+def parsed(parse: Callable[[dict], R], data: dict) -> R:
+    """``parse(data)`` for a provider's 2xx body: an answer of the wrong shape is an upstream error, never ours."""
+    try:
+        return parse(data)
+    except GatewayError:
+        raise
+    except Exception as exc:
+        raise UpstreamUnavailable(f"The provider sent an answer farebox cannot read ({type(exc).__name__}).",
+                                  upstream_status=200) from None
+
+
 @dataclass
 class UpstreamStream:
     translator: StreamTranslator
@@ -149,7 +181,7 @@ class UpstreamStream:
             events = self.parser.feed(data)
         out: list[dict] = []
         for ev in events:
-            out.extend(self.translator.feed(ev))
+            out.extend(translated(self.translator, ev))
         if not out and self.ended:
             return None
         return out
@@ -207,4 +239,5 @@ class UpstreamStream:
                 self.response.close()
 
 
-__all__ = ["HEARTBEAT", "Timeouts", "UpstreamClient", "UpstreamStream", "UpstreamError", "forwarded_headers"]
+__all__ = ["HEARTBEAT", "Timeouts", "UpstreamClient", "UpstreamStream", "UpstreamError", "forwarded_headers", "parsed",
+           "translated"]

@@ -8,10 +8,14 @@ Order of events (the caller sees bytes only after step 2):
 2. send headers and the first chunks, then everything each upstream read
    brings, in one write per read (no buffering beyond what arrived together);
    an SSE comment after ``heartbeat_s`` of upstream silence;
-3. at the end, the usage chunk (only if the caller asked) and ``[DONE]``.
+3. the request is settled and the settlement is durable in the log; only then
+   the usage chunk (only if the caller asked) and ``[DONE]``: a caller that saw
+   ``[DONE]`` holds an answer the log has settled, whatever happens next.
 
-After step 2 the deployment never changes: an upstream failure ends the
-stream with exactly one OpenAI-shaped error event. A caller that goes away
+After step 2 the deployment never changes and this relay is the response's
+only writer: any failure (upstream, a malformed event, a bug) ends the stream
+with exactly one OpenAI-shaped error event and a clean end of body, never a
+second status line. A caller that goes away
 is noticed by ``ClientWatch`` even while we wait on the provider, and the
 upstream is closed at once; the pod's drain deadline ends a stream the same
 way, with an error event. Whatever happens, usage is settled, estimated from
@@ -26,6 +30,7 @@ provider (aiohttp's client buffer is bounded too).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any, Awaitable, Callable, Iterable, Mapping, Protocol
 
@@ -42,6 +47,7 @@ from proxy.upstream.base import Dialect
 from proxy.upstream.dialects import get_dialect
 from proxy.upstream.relay import HEARTBEAT, Timeouts, UpstreamClient, UpstreamStream, forwarded_headers
 from proxy.upstream.sse import DONE
+from proxy.upstream.usage_check import estimated_as, needs_estimate, within
 
 
 class Tap(Protocol):
@@ -76,9 +82,15 @@ class StreamMeter(Protocol):
 
     def x_farebox(self, dep: Deployment) -> dict: ...
 
+    def settle(self, final_status: int, dep: Deployment | None) -> None: ...
+
+    async def durable(self) -> None: ...
+
 
 Finish = Callable[[Deployment, str], None]  # reports the attempt's outcome to routing (health, breakers)
 
+
+log = logging.getLogger("farebox.proxy")
 
 _CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionResetError, ConnectionError)
 STREAM_BUFFER_BYTES = 64 * 1024
@@ -102,18 +114,23 @@ class Stamp:
         return b"".join(b"data: " + orjson.dumps({**head, **c}) + b"\n\n" for c in chunks)
 
 
-def _usage(stream: UpstreamStream, est_input: int) -> TokenUsage:
-    """Provider usage when complete; otherwise an estimate from what was relayed."""
+def _usage(stream: UpstreamStream, est_input: int, limit: int) -> TokenUsage:
+    """Provider usage when complete and within the boundary (``usage_check``); otherwise an estimate from what
+    was relayed (marked ``provider_invalid`` with what was received when the provider's usage failed the check)."""
     reported = stream.translator.usage
-    if reported is not None and stream.translator.done:
-        return reported
+    if reported is not None:
+        reported = within(reported, limit)
+    if reported is not None and not needs_estimate(reported):
+        if stream.translator.done:
+            return reported
+        if reported.prompt_tokens:
+            return TokenUsage(
+                input=reported.input, cached_input=reported.cached_input, cache_write=reported.cache_write,
+                output=max(reported.output, estimate_tokens(len(stream.translator.text_so_far()))),
+                source="estimated",
+            )
     out = estimate_tokens(len(stream.translator.text_so_far()))
-    if reported is not None and reported.prompt_tokens:
-        return TokenUsage(
-            input=reported.input, cached_input=reported.cached_input, cache_write=reported.cache_write,
-            output=max(reported.output, out), source="estimated",
-        )
-    return TokenUsage(input=est_input, output=out, source="estimated")
+    return estimated_as(reported, input_tokens=est_input, output_tokens=out)
 
 
 def opener(upstream: UpstreamClient, timeouts: Timeouts, body_for: Callable[[Deployment], dict],
@@ -158,6 +175,7 @@ async def _pipe(
     """
     assert meter.tab.plan is not None
     est_in = meter.tab.plan.est_input_tokens
+    limit = dep.context_window + meter.tab.plan.max_output_tokens  # no count of one request exceeds it
     ttft = time.monotonic() - started
     resp = web.StreamResponse(
         status=200,
@@ -174,10 +192,37 @@ async def _pipe(
     request["stream_response"] = resp
     stamp = Stamp(meter.tab.request_id, created, alias, tap)
 
-    def end(outcome: str, **attempt: Any) -> None:
-        meter.attempted(dep, started=started, usage=_usage(stream, est_in), ttft_s=ttft, **attempt)
-        finish(dep, outcome)
+    recorded = False  # the attempt's outcome is reported once, whatever fails after
 
+    def end(outcome: str, **attempt: Any) -> TokenUsage:
+        nonlocal recorded
+        usage = _usage(stream, est_in, limit)
+        if not recorded:
+            recorded = True
+            meter.attempted(dep, started=started, usage=usage, ttft_s=ttft, **attempt)
+            finish(dep, outcome)
+        return usage
+
+    try:
+        return await _relayed(request, resp, meter, dep, stream, stamp, include_usage, watch, restorer, end)
+    except Exception as exc:  # a bug or a provider chunk we cannot encode: still one writer, one end
+        log.exception("stream relay failed (request %s, deployment %s)", meter.tab.request_id, dep.id)
+        err = GatewayError(f"The stream failed inside the gateway; quote request id {meter.tab.request_id}.")
+        if not recorded:
+            try:
+                end(FAILED, error=exc, status=502)
+            except Exception:  # noqa: BLE001 - logged above; the settlement still closes the request
+                recorded = True
+        if resp.prepared:
+            await _settled_last_write(meter, dep, 502, resp, _error_event(err), watch, eof=True)
+        return 502
+
+
+async def _relayed(
+    request: web.Request, resp: web.StreamResponse, meter: StreamMeter, dep: Deployment, stream: UpstreamStream,
+    stamp: Stamp, include_usage: bool, watch: Watched, restorer: Restorer | None, end: Callable[..., TokenUsage],
+) -> int:
+    """The relay proper: headers, every read, then the settled tail; each way out writes the stream's end once."""
     try:
         await resp.prepare(request)
         if request.transport is not None:
@@ -194,7 +239,7 @@ async def _pipe(
         # Mid-stream: never a second answer. One error event, then the end.
         end(FAILED, error=exc)
         held = stamp.encode(restorer.flush(broken=True)) if restorer is not None else b""
-        await _last_write(resp, held + b"data: " + orjson.dumps(exc.to_body()) + b"\n\n", watch)
+        await _settled_last_write(meter, dep, exc.status, resp, held + _error_event(exc), watch, eof=True)
         return exc.status
     except _CLIENT_GONE:
         stream.close()
@@ -208,16 +253,30 @@ async def _pipe(
             return 499
         err = GatewayError("The gateway pod shut down before the answer finished.", status=503, code="server_shutting_down")
         end(NEUTRAL, error=Drained("drain deadline"), status=503)
-        await _last_write(resp, b"data: " + orjson.dumps(err.to_body()) + b"\n\n", watch)
+        await _settled_last_write(meter, dep, 503, resp, _error_event(err), watch, eof=True)
         return 503
-    usage = _usage(stream, est_in)
-    meter.attempted(dep, started=started, usage=usage, ttft_s=ttft)
-    finish(dep, OK)
+    usage = end(OK)
     tail = stamp.encode(restorer.flush()) if restorer is not None else b""
     if include_usage:
         tail += stamp.encode([{"choices": [], "usage": usage.to_openai(), "x_farebox": meter.x_farebox(dep)}])
-    await _last_write(resp, tail + DONE, watch, eof=True)
+    await _settled_last_write(meter, dep, 200, resp, tail + DONE, watch, eof=True)
     return 200
+
+
+def _error_event(exc: GatewayError) -> bytes:
+    return b"data: " + orjson.dumps(exc.to_body()) + b"\n\n"
+
+
+async def _settled_last_write(meter: StreamMeter, dep: Deployment, status: int, resp: web.StreamResponse, data: bytes,
+                              watch: Watched, eof: bool) -> None:
+    """Settle, wait until the settlement is durable, then write the stream's last bytes."""
+    meter.settle(status, dep)
+    try:
+        await meter.durable()
+    except asyncio.CancelledError:
+        watch.absorb()  # the caller left while we waited: the settlement stands, nothing more to write
+        return
+    await _last_write(resp, data, watch, eof=eof)
 
 
 async def _last_write(resp: web.StreamResponse, data: bytes, watch: Watched, eof: bool = False) -> None:

@@ -25,7 +25,8 @@ FROM (
 );
 
 -- One row: (account, day, model, deployment, price version, currency, token type) -> tokens, the part of them
--- estimated rather than provider-reported, and the expired requests of (account, day, model) that recorded an
+-- estimated rather than provider-reported (invalid_tokens: the part estimated because what the provider reported
+-- failed the usage boundary, usage_source 'provider_invalid'), and the expired requests of (account, day, model) that recorded an
 -- attempt there (repeated on each row of that group).
 CREATE OR REPLACE TEMP VIEW our_usage AS
 WITH expired_here AS (
@@ -35,7 +36,9 @@ WITH expired_here AS (
 )
 SELECT t.account, t.day, t.model, t.deployment, t.price_version, t.currency, t.token_type,
        SUM(t.tokens)::BIGINT AS tokens,
-       SUM(CASE WHEN t.usage_source = 'estimated' THEN t.tokens ELSE 0 END)::BIGINT AS estimated_tokens,
+       SUM(CASE WHEN t.usage_source IN ('estimated', 'provider_invalid') THEN t.tokens ELSE 0 END)::BIGINT
+           AS estimated_tokens,
+       SUM(CASE WHEN t.usage_source = 'provider_invalid' THEN t.tokens ELSE 0 END)::BIGINT AS invalid_tokens,
        COALESCE(ANY_VALUE(e.expired_requests), 0)::BIGINT AS expired_requests
 FROM our_attempt_tokens t
 LEFT JOIN expired_here e ON e.account = t.account AND e.day = t.day AND e.model = t.model

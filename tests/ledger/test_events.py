@@ -80,7 +80,7 @@ def test_usage_must_be_token_usage():
 def test_wire_shape():
     wire = orjson.loads(encode(attempted()))
     assert wire["type"] == "request.attempted"
-    assert wire["schema"] == 1
+    assert wire["schema"] == 2
     assert wire["id"] == "req-1/attempt/1"
     assert wire["key"] == "payments"
     assert wire["request_id"] == "req-1"
