@@ -12,7 +12,8 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
-from farebox.settings import Settings, resolve_secrets
+from farebox.secrets import resolve_provider_secrets
+from farebox.settings import Settings
 from proxy.control.db.store import ConfigDB
 from proxy.control.document import content_hash
 from proxy.control.follow import SnapshotFollower
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 def follower_of(settings: Settings, db: ConfigDB | None, swap: Callable[[Snapshot], None], secrets: Secrets,
                 **kw: Any) -> SnapshotFollower:
     """The pod's snapshot follower, configured from ``settings``."""
-    return SnapshotFollower(settings.state_dir, settings.poll_interval_s, functools.partial(resolve_secrets, settings),
+    return SnapshotFollower(settings.state_dir, settings.poll_interval_s, functools.partial(resolve_provider_secrets, settings),
                             db, swap, secrets, **kw)
 
 

@@ -84,7 +84,8 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     publisher = attach_config_topic(follower, settings)
     control = None if db is None else ControlService(
         db, price_change_factor=settings.price_change_factor, publisher=publisher, adopt=follower.adopt,
-        status=follower.status)
+        status=follower.status, secret_hosts=settings.secret_hosts,
+        approve_budgets_above_micro=settings.approve_budgets_above_micro)
     pod = PodState(snapshot)
     redis = aioredis.Redis.from_url(d.redis_url)
     budgets = LeaseBudgets(wallets, settings.hold_ttl_s, read_scope=RedisProjections(redis).read_scope)

@@ -81,7 +81,9 @@ async def local_gateway_app(settings: Settings, socket: Path, processes: int,
                       observe_rtt=recorder.metrics.lease_round_trip_seconds.observe)
     events.on_grant = wallets.on_grant
     control = None if db is None else ControlService(
-        db, price_change_factor=settings.price_change_factor, adopt=follower.adopt, status=follower.status)
+        db, price_change_factor=settings.price_change_factor, adopt=follower.adopt, status=follower.status,
+        secret_hosts=settings.secret_hosts,
+        approve_budgets_above_micro=settings.approve_budgets_above_micro)
     pod = PodState(snapshot)
     budgets = LeaseBudgets(wallets, settings.hold_ttl_s, read_scope=events.read_scope)
     runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets,

@@ -28,7 +28,8 @@ from aiohttp import web
 from farebox.config_topic import follower_of
 from farebox.control import open_config_db
 from farebox.observe import build_tracing, tracing_ctx
-from farebox.settings import Settings, load_secrets
+from farebox.secrets import load_secrets
+from farebox.settings import Settings
 from ledger.events import Event
 from pricing.book import FxTable, PriceBook
 from proxy.admission.budget_port import BudgetPort
@@ -58,6 +59,7 @@ def options_of(settings: Settings) -> ProxyOptions:
     return ProxyOptions(
         pod_id=settings.pod_id, max_body_bytes=settings.max_body_bytes, hold_ttl_s=settings.hold_ttl_s,
         max_in_flight=settings.max_in_flight, drain_timeout_s=settings.drain_timeout_s,
+        auth_failures_per_minute=settings.auth_failures_per_minute, metrics_token=settings.metrics_token,
         idempotency_ttl_s=settings.idempotency_ttl_s,
         idempotency_max_answer_bytes=settings.idempotency_max_answer_bytes,
         budget_wait_s=settings.budget_wait_s, budget_wait_max_s=settings.budget_wait_max_s,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import yaml
 from sqlalchemy.engine import make_url
@@ -27,9 +27,11 @@ from pricing.errors import PricingError
 from proxy.admission.wallet import WalletPolicy
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.problems import ConfigError, Problems, Reader
-from proxy.snapshot import Secrets, Snapshot
+from proxy.snapshot import Snapshot
+from proxy.snapshot.secrets import SecretHosts
 
-SETTINGS_SECTIONS = ("server", "event_log", "state_dir", "secrets_file", "control_db", "mode", "distributed",
+SETTINGS_SECTIONS = ("server", "event_log", "state_dir", "secrets_file", "provider_secrets", "control_db", "mode",
+                     "distributed",
                      "archive", "reconcile", *OBSERVABILITY_SECTIONS)
 EXPORT_SOURCES = ("simulator", "openai", "anthropic")  # who serves an account's usage export
 
@@ -96,6 +98,8 @@ class Settings:
     hold_ttl_s: int
     sweep_interval_s: float
     max_in_flight: int  # model requests in flight; above it a fast 503 (0: no cap)
+    auth_failures_per_minute: int  # failed authentications per source address before 429s (0: no throttling)
+    metrics_token: str | None = field(repr=False)  # the bearer token GET /metrics asks for (None: open)
     drain_timeout_s: float  # SIGTERM: how long open streams may finish
     event_log_path: Path
     state_dir: Path
@@ -109,11 +113,14 @@ class Settings:
     budget_wait_max_s: float = 30.0  # the ceiling a caller's x-fb-max-wait-ms may ask for
     poll_interval_s: float = 0.2
     price_change_factor: Decimal = Decimal(2)
+    approve_budgets_above_micro: int | None = None  # over the admin API a raise past this takes two people
     mode: str = "embedded"  # embedded | distributed
     distributed: DistributedSettings = field(default_factory=DistributedSettings)
     archive: ArchiveSettings = field(default_factory=ArchiveSettings)
     cache: CacheSettings = field(default_factory=CacheSettings)  # the exact response cache
     body_log: BodyLogSettings = field(default_factory=BodyLogSettings)  # opt-in encrypted bodies per team
+    # the provider secrets deployments may name, and the hosts each may be sent to (``proxy.snapshot.secrets``)
+    secret_hosts: SecretHosts = field(default_factory=lambda: SecretHosts({}))
 
     @property
     def archive_root(self) -> Path:
@@ -168,6 +175,11 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     drain_timeout = server.number("drain_timeout_s", 25.0, 0)
     idem_ttl = server.int("idempotency_ttl_s", 86_400, 1)
     idem_max = server.int("idempotency_max_answer_bytes", 1024 * 1024, 0)
+    auth_failures = server.int("auth_failures_per_minute", 30, 0)  # per source address; 0: no throttling
+    metrics_token_env = server.str("metrics_token_env", None)  # GET /metrics needs this bearer token when set
+    metrics_token = env.get(metrics_token_env) if metrics_token_env else None
+    if metrics_token_env and not metrics_token:
+        problems.add("server.metrics_token_env", f"{metrics_token_env} is not set in the environment")
     budget_wait = server.number("budget_wait_s", 20.0, 0)
     budget_wait_max = server.number("budget_wait_max_s", 30.0, 0)
     if budget_wait > budget_wait_max:
@@ -182,6 +194,10 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     db_url = env.get("FAREBOX_CONTROL_DB") or cdb.str("url", None) or f"sqlite:///{(state_dir / 'control.sqlite').resolve()}"
     poll_s = cdb.number("poll_interval_s", 0.2, 0.01)
     factor = cdb.decimal("price_change_factor", Decimal(2))
+    approve_above = cdb.decimal("approve_budgets_above", None)  # budget currency; a raise past it takes two people
+    if approve_above is not None and (approve_above < 0 or approve_above * 1_000_000 % 1):
+        problems.add("control_db.approve_budgets_above", "must be an amount >= 0 with at most 6 decimals")
+        approve_above = None
     if factor is not None and factor <= 1:
         problems.add("control_db.price_change_factor", "must be > 1")
     cdb.reject_unknown()
@@ -230,12 +246,15 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     reconcile = _reconcile_settings(root.child("reconcile"), problems)
     observability = parse_observability(root, env, problems)
     cache, body_log_section = cache_settings(root.child("cache")), root.child("body_log")
-    root.skip(*CONTROL_SECTIONS)
+    declared = tree.get("provider_secrets") if isinstance(tree, dict) else None
+    root.skip(*CONTROL_SECTIONS, "provider_secrets")
     root.reject_unknown()
     control_tree = {k: tree[k] for k in CONTROL_SECTIONS if k in tree}
     snapshot = compile_snapshot(control_tree, problems=problems)
+    secret_hosts = SecretHosts({})
     if snapshot is not None:
         _check_pricing_now(snapshot, problems)
+        secret_hosts = declared_secrets(declared, snapshot, problems)
     secrets_file = base / secrets_name if secrets_name else None
     if secrets_file is not None and not secrets_file.exists():
         problems.add("secrets_file", f"{secrets_file} does not exist")
@@ -251,6 +270,8 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         hold_ttl_s=hold_ttl,
         sweep_interval_s=sweep_interval,
         max_in_flight=max_in_flight,
+        auth_failures_per_minute=auth_failures,
+        metrics_token=metrics_token,
         drain_timeout_s=drain_timeout,
         idempotency_ttl_s=idem_ttl,
         idempotency_max_answer_bytes=idem_max,
@@ -264,6 +285,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         control_db_url=db_url,
         poll_interval_s=poll_s,
         price_change_factor=factor or Decimal(2),
+        approve_budgets_above_micro=None if approve_above is None else int(approve_above * 1_000_000),
         mode=mode,
         distributed=dist,
         archive=archive,
@@ -271,7 +293,33 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         observability=observability,
         cache=cache,
         body_log=body_log,
+        secret_hosts=secret_hosts,
     )
+
+
+def declared_secrets(declared: Any, snapshot: Snapshot, problems: Problems) -> SecretHosts:
+    """``provider_secrets`` (name -> host patterns), or when absent what the file's deployments use; every
+    deployment of the file must name a declared secret for its own host."""
+    if declared is None:
+        return SecretHosts.derived((d.secret_ref, d.base_url) for d in snapshot.deployments.values() if d.secret_ref)
+    hosts: dict[str, tuple[str, ...]] = {}
+    if not isinstance(declared, dict):
+        problems.add("provider_secrets", "must map each secret's variable name to the hosts it may be sent to")
+        return SecretHosts({})
+    for name, patterns in declared.items():
+        if isinstance(patterns, str):
+            patterns = [patterns]
+        if not isinstance(name, str) or not name or not isinstance(patterns, list) or not patterns or not all(
+                isinstance(p, str) and p.strip() for p in patterns):
+            problems.add(f"provider_secrets.{name}", "must be a non-empty list of hosts (host, host:port or *.domain)")
+            continue
+        hosts[name] = tuple(p.strip() for p in patterns)
+    secret_hosts = SecretHosts(hosts)
+    for dep in snapshot.deployments.values():
+        reason = secret_hosts.problem(dep.secret_ref, dep.base_url)
+        if reason is not None:
+            problems.add(f"deployments.{dep.id}.api_key_env", reason)
+    return secret_hosts
 
 
 def _reconcile_settings(r: Reader, problems: Problems) -> ReconcileSettings:
@@ -292,56 +340,6 @@ def _reconcile_settings(r: Reader, problems: Problems) -> ReconcileSettings:
     return ReconcileSettings(threshold or Decimal(1), accounts)
 
 
-def resolve_secrets(settings: Settings, names: Iterable[str], env: Mapping[str, str] | None = None
-                    ) -> tuple[dict[str, str], list[str]]:
-    """(values found, names missing) for provider-key names, from the environment or the secrets file."""
-    env = os.environ if env is None else env
-    from_file = _read_env_file(settings.secrets_file) if settings.secrets_file else {}
-    found, missing = {}, []
-    for name in names:
-        value = env.get(name) or from_file.get(name)
-        if value:
-            found[name] = value
-        else:
-            missing.append(name)
-    return found, missing
-
-
-def load_secrets(settings: Settings, env: Mapping[str, str] | None = None, snapshot: Snapshot | None = None) -> Secrets:
-    """Provider keys named by deployments, from the environment or the secrets file.
-
-    The environment wins. A missing secret is a start-up error naming the
-    variable, never its value.
-    """
-    env = os.environ if env is None else env
-    from_file = _read_env_file(settings.secrets_file) if settings.secrets_file else {}
-    values: dict[str, str] = {}
-    missing = []
-    for dep in (snapshot or settings.snapshot).deployments.values():
-        ref = dep.secret_ref
-        if ref is None:
-            continue
-        value = env.get(ref) or from_file.get(ref)
-        if not value:
-            missing.append(f"deployments.{dep.id}.api_key_env: {ref} is not set in the environment or the secrets file")
-        else:
-            values[ref] = value
-    if missing:
-        raise ConfigError(missing, str(settings.config_path))
-    return Secrets(values)
-
-
-def _read_env_file(path: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        name, _, value = line.partition("=")
-        out[name.strip()] = value.strip().strip('"').strip("'")
-    return out
-
-
 def _check_pricing_now(snapshot: Snapshot, problems: Problems) -> None:
     """Every deployment must be priceable today, or its requests would be refused."""
     now = datetime.now(timezone.utc)
@@ -356,5 +354,3 @@ def _check_pricing_now(snapshot: Snapshot, problems: Problems) -> None:
             snapshot.fx.rate(price.currency, snapshot.currency, now)
         except PricingError as exc:
             problems.add(f"deployments.{dep_id}", f"cannot be priced now: {exc}")
-
-

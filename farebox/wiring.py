@@ -68,7 +68,8 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
         db = ConfigDB(settings.control_db_url)
         follower.db = db
     control = ControlService(db, price_change_factor=settings.price_change_factor, adopt=follower.adopt,
-                             status=follower.status)
+                             status=follower.status, secret_hosts=settings.secret_hosts,
+                             approve_budgets_above_micro=settings.approve_budgets_above_micro)
     pod = PodState(snapshot)
     runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets,
                             limits=MemoryBuckets(), control=control, rerater=ArchiveRerater(settings))  # one process: exact in-process buckets

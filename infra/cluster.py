@@ -43,6 +43,7 @@ from infra.cluster_config import (
     Ports,
     cluster_config,
     duplicate_ports,
+    owner_only_secrets,
     postgres_url,
     summary,
 )
@@ -249,6 +250,7 @@ def _start(cluster: Cluster, env: dict[str, str], say: Callable[[str], None]) ->
 
     config = state / "farebox.yaml"
     example = yaml.safe_load((EXAMPLES / "farebox.yaml").read_text())
+    owner_only_secrets(state)
     config.write_text(yaml.safe_dump(cluster_config(example, ports, state), sort_keys=False))
     key = _mint_key(config, env)
     say(f"config database migrated and seeded: {postgres_url(ports.postgres)}")

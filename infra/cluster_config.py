@@ -69,6 +69,14 @@ def postgres_url(port: int, database: str = "farebox") -> str:
     return f"postgresql+psycopg://postgres@127.0.0.1:{port}/{database}"
 
 
+def owner_only_secrets(folder: Path) -> Path:
+    """A copy of the simulator's provider keys only its owner can read (farebox warns about any other mode)."""
+    path = folder / "secrets.env"
+    path.write_text((EXAMPLES / "secrets.env").read_text())
+    path.chmod(0o600)
+    return path
+
+
 def cluster_config(example: dict[str, Any], ports: Ports, state: Path) -> dict[str, Any]:
     """``examples/farebox.yaml`` (parsed) made into the cluster's distributed config; paths absolute."""
     tree = deepcopy(example)
@@ -76,7 +84,7 @@ def cluster_config(example: dict[str, Any], ports: Ports, state: Path) -> dict[s
     tree["server"].pop("pod_id", None)  # each pod gets FAREBOX_POD_ID
     tree["event_log"]["path"] = str(state / "events.sqlite")
     tree["state_dir"] = str(state)
-    tree["secrets_file"] = str(EXAMPLES / "secrets.env")
+    tree["secrets_file"] = str(state / "secrets.env")  # ``owner_only_secrets`` writes it
     tree["control_db"] = {**(tree.get("control_db") or {}), "url": postgres_url(ports.postgres)}
     for dep in tree["deployments"]:
         dep["base_url"] = re.sub(r"//(127\.0\.0\.1|localhost):\d+", f"//127.0.0.1:{ports.simulator}",

@@ -7,6 +7,7 @@ BIN=.venv/bin
 CONFIG=examples/farebox.yaml
 mkdir -p var
 
+chmod 600 examples/secrets.env  # provider keys: readable by their owner only (farebox warns otherwise)
 $BIN/farebox config check "$CONFIG"
 $BIN/farebox simulator --config examples/simulator.yaml --port 9090 > var/simulator.log 2>&1 &
 SIM=$!

@@ -49,6 +49,8 @@ class ProxyOptions:
     cache_ttl_s: int = 3600  # how long a response-cache entry is served
     cache_max_temperature: float = 1.0  # above this temperature a request is never cached
     cache_max_entry_bytes: int = 1024 * 1024  # larger answers are not stored
+    auth_failures_per_minute: int = 30  # failed authentications per source before 429s (0: no throttling)
+    metrics_token: str | None = field(default=None, repr=False)  # GET /metrics asks for it as a bearer token
 
 
 class Watch(Protocol):

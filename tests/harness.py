@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 import yaml
 
+from infra.cluster_config import owner_only_secrets
 from infra.process import free_port
 
 if TYPE_CHECKING:
@@ -123,9 +124,11 @@ def test_config(folder: Path, sim_port: int, gw_port: int, mutate: Callable[[dic
     tree = yaml.safe_load((EXAMPLES / "farebox.yaml").read_text())
     tree["server"]["port"] = gw_port
     tree["server"]["pod_id"] = f"test-pod-{gw_port}"
+    # The shared stacks send wrong keys on purpose, all from 127.0.0.1: failed-auth throttling is tested on its own.
+    tree["server"]["auth_failures_per_minute"] = 0
     tree["event_log"]["path"] = str(folder / "events.sqlite")
     tree["state_dir"] = str(folder)
-    tree["secrets_file"] = str(EXAMPLES / "secrets.env")
+    tree["secrets_file"] = str(owner_only_secrets(folder))
     for dep in tree["deployments"]:
         dep["base_url"] = dep["base_url"].replace("9090", str(sim_port))
     tree["aliases"] += [

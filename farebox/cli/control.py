@@ -35,12 +35,14 @@ def _control(path: str):  # type: ignore[no-untyped-def]
 
 
 def _actor() -> str:
+    """Who the audit log names for a CLI change: the config host's user, marked as the break-glass path (the
+    CLI needs no second person; the admin API's two-person changes are ``proxy.control.approvals``)."""
     import getpass
 
     try:
-        return f"cli:{getpass.getuser()}"
+        return f"cli:{getpass.getuser()} (break-glass)"
     except Exception:  # noqa: BLE001 - no user name in some containers
-        return "cli"
+        return "cli (break-glass)"
 
 
 def _run(coro):  # type: ignore[no-untyped-def]

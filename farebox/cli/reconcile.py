@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def export_plans(settings: Settings, snapshot: Any, only: str | None,
                  env: dict[str, str] | None = None) -> list[ExportPlan]:
     """One plan per provider account of the deployments (or ``only``); bad input raises ``ReconcileInputError``."""
-    from farebox.settings import resolve_secrets
+    from farebox.secrets import resolve_secrets
     from reconcile.daily import ExportPlan, ReconcileInputError
 
     deployments: dict[str, Any] = {}

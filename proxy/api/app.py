@@ -13,33 +13,37 @@ tokens, never virtual keys.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import itertools
 import logging
 import re
 import secrets as _secrets
 import time
-from typing import AsyncIterator, Awaitable, Callable, Protocol, Sequence
+from contextlib import contextmanager
+from typing import AsyncIterator, Awaitable, Callable, Iterator, Protocol, Sequence
 
 import aiohttp
 import orjson
 from aiohttp import web
 
 from proxy.admission.auth import authenticate, authenticate_admin
+from proxy.admission.auth_throttle import AuthThrottle
 from proxy.api import chat, embeddings, models, protocol_errors, watch
-from proxy.errors import GatewayError, NotFound, PayloadTooLarge, client_headers
+from proxy.errors import AuthenticationFailed, GatewayError, NotFound, PayloadTooLarge, client_headers
 from proxy.observe.access_log import ACCESS, INFO, log_access
 from proxy.observe.metrics import CONTENT_TYPE_LATEST
 from proxy.runtime import RUNTIME, Runtime
 
 log = logging.getLogger("farebox.proxy")
 
-OPEN_ROUTES = frozenset({"/health", "/metrics"})  # /metrics: aggregates by alias, deployment, team; never keys
+OPEN_ROUTES = frozenset({"/health", "/metrics"})  # /metrics: by alias, deployment, team; its own token when set
 MODEL_PREFIX = "/v1/"  # what the in-flight cap and the drain count
 ADMIN_PREFIX = "/admin/"  # admin tokens, never virtual keys
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_PREFIXES = web.AppKey("open_prefixes", tuple)  # mounted routes that need no virtual key
+AUTH_THROTTLE = web.AppKey("auth_throttle", AuthThrottle)  # failed authentications per source address
 
 
 class Mount(Protocol):
@@ -112,13 +116,16 @@ async def _gateway(request: web.Request, handler: Handler) -> web.StreamResponse
     echo = client_id or rid
     try:
         if request.path.startswith(ADMIN_PREFIX):
-            request["admin"] = authenticate_admin(request.app[RUNTIME].snapshot, request.headers.get("Authorization"))
+            with _throttled(request):
+                request["admin"] = authenticate_admin(request.app[RUNTIME].snapshot,
+                                                      request.headers.get("Authorization"))
         elif request.path not in OPEN_ROUTES and not _open(request):
             rt = request.app[RUNTIME]
-            request["key"] = authenticate(rt.snapshot, request.headers.get("Authorization"), rt.clock())
+            with _throttled(request):
+                request["key"] = authenticate(rt.snapshot, request.headers.get("Authorization"), rt.clock())
         resp = await handler(request)
     except GatewayError as exc:
-        return error_response(exc, echo, rid)
+        return await _ended(request, exc) or error_response(exc, echo, rid)
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[RUNTIME].options.max_body_bytes
         return error_response(PayloadTooLarge(f"The request body is larger than the limit of {limit} bytes."), echo, rid)
@@ -128,10 +135,37 @@ async def _gateway(request: web.Request, handler: Handler) -> web.StreamResponse
         return error_response(GatewayError(f"Method {request.method} is not allowed on {request.path}.", status=405, code="method_not_allowed"), echo, rid)
     except Exception:  # a bug: log it with the request id, answer in the OpenAI shape
         log.exception("unhandled error in %s %s (request %s)", request.method, request.path, rid)
-        return error_response(GatewayError(f"Internal error; quote request id {rid}."), echo, rid)
+        err = GatewayError(f"Internal error; quote request id {rid}.")
+        return await _ended(request, err) or error_response(err, echo, rid)
     if not resp.prepared:
         resp.headers["x-request-id"] = echo
         resp.headers["x-fb-request-id"] = rid
+    return resp
+
+
+@contextmanager
+def _throttled(request: web.Request) -> Iterator[None]:
+    """An authentication, refused up front for a source with no failures left; a failure spends one."""
+    throttle, source, now = request.app[AUTH_THROTTLE], request.remote or "", time.monotonic()
+    throttle.check(source, now)
+    try:
+        yield
+    except AuthenticationFailed:
+        throttle.failed(source, now)
+        raise
+
+
+async def _ended(request: web.Request, exc: GatewayError) -> web.StreamResponse | None:
+    """A stream already started has one writer: its end is an error event and a clean end of body, never a
+    second status line written into the chunked body. None when no stream was started."""
+    resp = request.get("stream_response")
+    if resp is None or not resp.prepared:
+        return None
+    try:
+        await resp.write(b"data: " + orjson.dumps(exc.to_body()) + b"\n\n")
+        await resp.write_eof()
+    except (ConnectionError, RuntimeError, aiohttp.ClientConnectionResetError):  # gone, or already ended
+        pass
     return resp
 
 
@@ -200,6 +234,14 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text; with ``server.metrics_token_env`` set, only for that bearer token (team names, spend and
+    budget limits are in it)."""
+    token = request.app[RUNTIME].options.metrics_token
+    if token is not None:
+        with _throttled(request):
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                raise AuthenticationFailed("GET /metrics needs the metrics bearer token.", code="invalid_metrics_token")
     body = request.app[RUNTIME].metrics.render()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -223,6 +265,7 @@ def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSes
     protocol_errors.install(app)  # what the HTTP parser refuses leaves in the OpenAI shape too
     app[RUNTIME] = runtime
     app[OPEN_PREFIXES] = tuple(open_prefixes)
+    app[AUTH_THROTTLE] = AuthThrottle(runtime.options.auth_failures_per_minute)
     app[DRAINED] = asyncio.Event()
     app.on_shutdown.append(drain)
     app.on_cleanup.append(watch.stop_watching)

@@ -34,7 +34,9 @@ from proxy.control.keys import MintedKey, mint_admin_token, mint_key
 from proxy.control.policies import KEY_ENVS, budget_limit_from, spend_scope_problem
 from proxy.control.price_changes import add_version, price_table
 from proxy.control.problems import Problems, Reader
+from proxy.control.secret_guard import secret_guard
 from proxy.snapshot import ADMIN_ROLES, DATA_CLASSES, MAX_COST_CENTRE
+from proxy.snapshot.secrets import SecretHosts
 
 KEY_FIELDS = ("team", "app", "aliases", "env", "data_class_ceiling", "default_data_class", "rpm", "input_tpm",
               "output_tpm", "expires_at", "regions", "deployments")
@@ -342,13 +344,15 @@ def put_alias(name: str, body: Mapping[str, Any]) -> Mutation:
 
 
 def put_deployment(dep_id: str, body: Mapping[str, Any], now: datetime, actor: str,
-                   factor: Decimal | None = None) -> Mutation:
-    """A deployment's routing facts; a ``price_per_1m`` in the body becomes a new price version from now."""
+                   factor: Decimal | None = None, secret_hosts: SecretHosts | None = None) -> Mutation:
+    """A deployment over the admin API (``secret_guard`` holds); ``price_per_1m`` is a new price version from now."""
     spec = {k: v for k, v in body.items() if k not in ("id", "price_per_1m")}
     price = body.get("price_per_1m")
 
     def mutate(s: Session) -> tuple[Any, Any]:
         row = s.get(DeploymentRow, dep_id)
+        if secret_hosts is not None:
+            secret_guard(dep_id, row.spec if row else None, spec, secret_hosts)
         before = {"id": dep_id, **row.spec} if row else None
         if row is None:
             s.add(DeploymentRow(id=dep_id, spec=spec))

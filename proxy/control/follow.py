@@ -104,7 +104,8 @@ class SnapshotFollower:
             found, missing = self.resolve(sorted(refs))
             self.secrets.merge(found)
             for name in missing:  # the name only, never a value
-                log.error("snapshot %d: provider key %s is not set in the environment or the secrets file", version, name)
+                log.error("snapshot %d: provider key %s is not declared, or not set in the environment or the secrets "
+                          "file", version, name)
         self.swap(snap)
         self.version, self.content_hash, self.source, self.adopted_at = version, snap.content_hash, source, time.time()
         if self.emit is not None:

@@ -5,11 +5,16 @@ thread (the database is never touched on the event loop), tells the
 publisher, and — on a gateway pod — adopts the new snapshot locally before
 returning, so a change is live on the pod that made it when the caller hears
 back; other pods pick it up at their next poll.
+
+The changes that take two people over the admin API (``proxy.control.approvals``) are proposed here,
+validated by a dry run, and run on approval as the proposer, with the approver audited beside them
+(``APPROVER``, read by ``run``). The CLI calls the same methods directly: the break-glass path.
 """
 
 from __future__ import annotations
 
 import asyncio
+from contextvars import ContextVar
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Awaitable, Callable, Mapping
@@ -18,12 +23,18 @@ import sqlalchemy as sa
 
 from proxy.control import changes, price_changes
 from proxy.control.apply import apply_tree
+from proxy.control.approvals import PENDING_TTL_S, ROLES, needs_approval
+from proxy.control.db import pending
 from proxy.control.db.models import AdminTokenRow, KeyRow, PriceRow, PriceVersionRow
 from proxy.control.db.store import ConfigDB, Mutation, Published, build_document, price_record
 from proxy.control.errors import ConfigRejected
 from proxy.control.publish import DatabasePublisher, SnapshotPublisher
+from proxy.errors import GatewayError, PermissionDenied
+from proxy.snapshot import Snapshot
+from proxy.snapshot.secrets import SecretHosts
 
 Adopt = Callable[[int, dict[str, Any]], Awaitable[None]]
+APPROVER: ContextVar[str | None] = ContextVar("approver", default=None)  # set while an approved change runs
 
 
 class ControlService:
@@ -31,8 +42,11 @@ class ControlService:
 
     def __init__(self, db: ConfigDB, *, price_change_factor: Decimal = Decimal(2),
                  publisher: SnapshotPublisher | None = None, adopt: Adopt | None = None,
-                 status: Callable[[], dict[str, Any]] | None = None) -> None:
+                 status: Callable[[], dict[str, Any]] | None = None,
+                 secret_hosts: SecretHosts | None = None, approve_budgets_above_micro: int | None = None) -> None:
         self.db = db
+        self.budget_threshold_micro = approve_budgets_above_micro  # a raise past it takes two people (None: never)
+        self.secret_hosts = secret_hosts  # the pod's declared provider secrets: the admin API cannot move a key
         self.factor = price_change_factor
         self.publisher = publisher or DatabasePublisher()
         self.adopt = adopt
@@ -46,7 +60,7 @@ class ControlService:
         return self.db.now()
 
     async def run(self, actor: str, action: str, obj: str, mutation: Mutation) -> Published:
-        published = await asyncio.to_thread(self.db.change, actor, action, obj, mutation)
+        published = await asyncio.to_thread(self.db.change, actor, action, obj, mutation, approved_by=APPROVER.get())
         if published.changed:
             self.publisher.publish(published.version, published.document)
             if self.adopt is not None:
@@ -116,7 +130,8 @@ class ControlService:
     async def put_deployment(self, actor: str, dep_id: str, body: Mapping[str, Any], allow_large_change: bool = False
                              ) -> dict[str, Any]:
         factor = None if allow_large_change else self.factor
-        mutation = changes.put_deployment(dep_id, body, self.now(), actor, factor)
+        mutation = changes.put_deployment(dep_id, body, self.now(), actor, factor,
+                                          self.secret_hosts or SecretHosts({}))
         return (await self.run(actor, "deployments.put", f"deployment:{dep_id}", mutation)).after
 
     async def add_prices(self, actor: str, body: Mapping[str, Any], number: int | None = None) -> dict[str, Any]:
@@ -165,6 +180,69 @@ class ControlService:
         mutation = apply_tree(tree, self.now(), actor, None if allow_large_change else self.factor, diff)
         done = await self.run(actor, "config.apply", "config", mutation)
         return diff, done
+
+    # -- two-person changes -----------------------------------------------------------------------
+
+    def needs_approval(self, action: str, params: Mapping[str, Any], snapshot: Snapshot) -> str | None:
+        return needs_approval(snapshot, action, params, self.budget_threshold_micro)
+
+    async def propose(self, actor: str, action: str, obj: str, params: Mapping[str, Any], reason: str
+                      ) -> dict[str, Any]:
+        """Store a change for a second person, once a dry run says it would apply now."""
+        await asyncio.to_thread(self.db.change, actor, action, obj, self._mutation(actor, action, params),
+                                dry_run=True)
+        return await asyncio.to_thread(pending.propose, self.db, actor, action, obj, params, reason, PENDING_TTL_S)
+
+    async def approve(self, actor: str, role: str, change_id: int) -> dict[str, Any]:
+        """Run a pending change proposed by someone else, as its proposer, with ``actor`` audited as approver;
+        the result (a minted token's plaintext, once) comes back in ``result``."""
+        action = (await asyncio.to_thread(pending.found, self.db, change_id))["action"]
+        if role not in ROLES.get(action, ()):
+            raise PermissionDenied(f"A {role} token cannot approve {action}.", code="insufficient_role")
+        change = await asyncio.to_thread(pending.claim, self.db, actor, change_id)
+        token = APPROVER.set(actor)
+        try:
+            result = await self._execute(change["proposed_by"], change["action"], change["params"])
+        except GatewayError as exc:  # the state moved since the proposal: recorded as failed, told as it is
+            await asyncio.to_thread(pending.settle, self.db, change_id, False, exc.to_body()["error"])
+            raise
+        finally:
+            APPROVER.reset(token)
+        kept = {k: v for k, v in result.items() if k != "token"}  # the plaintext is never stored
+        return {**await asyncio.to_thread(pending.settle, self.db, change_id, True, kept), "result": result}
+
+    async def reject(self, actor: str, change_id: int) -> dict[str, Any]:
+        return await asyncio.to_thread(pending.reject, self.db, actor, change_id)
+
+    async def list_changes(self, status: str | None, limit: int = 100) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(pending.listed, self.db, status, limit)
+
+    def _mutation(self, actor: str, action: str, p: Mapping[str, Any]) -> Mutation:
+        if action == "admin_tokens.create":
+            return changes.create_admin_token(str(p["name"]), str(p["role"]), self.now())[0]
+        if action == "budgets.set":
+            return changes.set_budget(str(p["scope"]), changes.budget_spec(p["body"], str(p["scope"])))
+        if action == "deployments.put":
+            factor = None if p.get("allow_large_change") else self.factor
+            return changes.put_deployment(str(p["id"]), p["body"], self.now(), actor, factor,
+                                          self.secret_hosts or SecretHosts({}))
+        if action == "aliases.put":
+            return changes.put_alias(str(p["name"]), p["body"])
+        raise ConfigRejected([f"{action}: not a change that waits for approval"])
+
+    async def _execute(self, proposer: str, action: str, p: Mapping[str, Any]) -> dict[str, Any]:
+        if action == "admin_tokens.create":
+            view, plaintext = await self.create_admin_token(proposer, str(p["name"]), str(p["role"]))
+            return {**view, "token": plaintext}
+        if action == "budgets.set":
+            return await self.set_budget(proposer, str(p["scope"]), p["body"])
+        if action == "deployments.put":
+            return await self.put_deployment(proposer, str(p["id"]), p["body"], bool(p.get("allow_large_change")))
+        if action == "aliases.put":
+            return await self.put_alias(proposer, str(p["name"]), p["body"])
+        raise ConfigRejected([f"{action}: not a change that waits for approval"])
+
+    # -- reads --------------------------------------------------------------------------------------
 
     async def audit(self, limit: int = 100, object_prefix: str | None = None) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self.db.audit, limit, object_prefix)

@@ -63,11 +63,15 @@ def _traffic(stack: Stack, key: str, n: int, aliases: tuple[str, ...]) -> None:
                 pass
 
 
-def _create_token(stack: Stack, admin: str, name: str, role: str) -> str:
+def _create_token(stack: Stack, admin: str, second: str, name: str, role: str) -> str:
+    """Minted over the admin API: one admin proposes, a second approves and receives the token."""
     resp = httpx.post(stack.gateway_url + "/admin/v1/admin-tokens", json={"name": name, "role": role},
                       headers={"Authorization": f"Bearer {admin}"})
-    assert resp.status_code == 201, resp.text
-    return resp.json()["token"]
+    assert resp.status_code == 202, resp.text
+    approved = httpx.post(stack.gateway_url + f"/admin/v1/changes/{resp.json()['id']}:approve",
+                          headers={"Authorization": f"Bearer {second}"})
+    assert approved.status_code == 200, approved.text
+    return approved.json()["result"]["token"]
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +80,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         soon = (datetime.now(timezone.utc) + timedelta(days=3)).isoformat()
         kyc = mint(stack.config, "kyc-ops", "kyc-summariser", "chat-default,chat-openai", "--expires-at", soon)
         admin = admin_token(stack.config, "ops", "admin", live_at=stack.gateway_url)
-        auditor = _create_token(stack, admin, "auditor-1", "auditor")
-        revoked = _create_token(stack, admin, "leaver", "finance")
+        second = admin_token(stack.config, "ops-2", "admin", live_at=stack.gateway_url)
+        auditor = _create_token(stack, admin, second, "auditor-1", "auditor")
+        revoked = _create_token(stack, admin, second, "leaver", "finance")
         assert httpx.post(stack.gateway_url + "/admin/v1/admin-tokens/leaver:revoke",
                           headers={"Authorization": f"Bearer {admin}"}).status_code == 200
         for scope, limit in (("team:platform", "5.00"), ("team:kyc-ops", "0.25")):  # a burn-down to see; events

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from farebox.settings import load_secrets, load_settings
+from farebox.secrets import load_secrets
+from farebox.settings import load_settings
 from proxy.control.problems import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from proxy.control.admin import bodies, budgets, config, keys, rerate, usage
+from proxy.control.admin import approvals, bodies, budgets, config, keys, rerate, usage
 
 
 def add_routes(app: web.Application) -> None:
@@ -19,3 +19,4 @@ def add_routes(app: web.Application) -> None:
     usage.add_routes(app)
     bodies.add_routes(app)
     rerate.add_routes(app)
+    approvals.add_routes(app)

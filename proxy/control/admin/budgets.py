@@ -17,6 +17,7 @@ from aiohttp import web
 from pricing.money import to_decimal
 from proxy.body import parse_json_object
 from proxy.control.admin.access import allowed, control
+from proxy.control.admin.approvals import gated
 from proxy.control.errors import ConfigRejected
 from proxy.control.policies import budget_limit_from, check_scope, spend_scope_problem
 from proxy.control.problems import Problems, Reader
@@ -95,5 +96,7 @@ async def put_budget(request: web.Request) -> web.Response:
     if problems.items:
         await control(request).rejected(token.name, "budgets.set", f"budget:{scope}", problems.items)
         raise ConfigRejected(problems.items, "budget")
+    if proposed := await gated(request, token, "budgets.set", f"budget:{scope}", {"scope": scope, "body": body}):
+        return proposed  # a raise past the threshold waits for a second person
     await control(request).set_budget(token.name, scope, body)
     return web.json_response(await budget_view(rt, scope))

@@ -1,13 +1,16 @@
 """Admin API, the rest of the control plane: aliases, deployments, prices, teams, apps,
 business units, admin tokens, the audit log and the live snapshot.
 
-    GET /admin/v1/aliases | PUT /admin/v1/aliases/{name}              admin (reads: auditor)
-    GET /admin/v1/deployments | PUT /admin/v1/deployments/{id}        admin
+    GET /admin/v1/aliases | PUT /admin/v1/aliases/{name}              admin (reads: auditor); a provider new to
+                                                                      the alias waits for a second admin
+    GET /admin/v1/deployments | PUT /admin/v1/deployments/{id}        admin; a new deployment waits for a second
+                                                                      admin; api_key_env and base_url never change here
     GET /admin/v1/prices | POST /admin/v1/prices | PUT /admin/v1/prices/v{n}   admin; a new version, never an edit
     GET /admin/v1/teams | PUT /admin/v1/teams/{name}                  admin ({business_unit, cost_centre, body_log})
     GET /admin/v1/apps | PUT /admin/v1/apps/{team}/{name}             admin ({cost_centre}: overrides the team's)
     GET /admin/v1/business-units | PUT /admin/v1/business-units/{name}   admin
-    GET/POST /admin/v1/admin-tokens, POST /admin/v1/admin-tokens/{name}:revoke   admin
+    GET/POST /admin/v1/admin-tokens, POST /admin/v1/admin-tokens/{name}:revoke   admin; POST proposes (202), a
+                                                                      second admin approves (``/admin/v1/changes``)
     GET /admin/v1/audit                                               auditor
     GET /admin/v1/snapshot                                            any role
 """
@@ -21,6 +24,7 @@ from aiohttp import web
 
 from proxy.body import parse_json_object
 from proxy.control.admin.access import allowed, control
+from proxy.control.admin.approvals import gated
 from proxy.control.alias_cache import semantic_view
 from proxy.errors import InvalidRequest
 from proxy.runtime import RUNTIME
@@ -54,7 +58,10 @@ async def list_aliases(request: web.Request) -> web.Response:
 async def put_alias(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     token = await allowed(request, "aliases.put", f"alias:{name}", "admin")
-    return web.json_response(await control(request).put_alias(token.name, name, await _body(request)))
+    body = await _body(request)
+    if proposed := await gated(request, token, "aliases.put", f"alias:{name}", {"name": name, "body": body}):
+        return proposed  # routing to a provider new to the alias waits for a second admin
+    return web.json_response(await control(request).put_alias(token.name, name, body))
 
 
 async def list_deployments(request: web.Request) -> web.Response:
@@ -68,6 +75,9 @@ async def put_deployment(request: web.Request) -> web.Response:
     token = await allowed(request, "deployments.put", f"deployment:{dep_id}", "admin")
     body = await _body(request)
     allow = body.pop("allow_large_change", False) is True
+    params = {"id": dep_id, "body": body, "allow_large_change": allow}
+    if proposed := await gated(request, token, "deployments.put", f"deployment:{dep_id}", params):
+        return proposed  # a new deployment waits for a second admin
     return web.json_response(await control(request).put_deployment(token.name, dep_id, body, allow))
 
 
@@ -138,8 +148,9 @@ async def create_admin_token(request: web.Request) -> web.Response:
     name, role = body.get("name"), body.get("role")
     if not isinstance(name, str) or not name or not isinstance(role, str):
         raise InvalidRequest("Give a name and a role (admin, finance or auditor).", param="name")
-    view, plaintext = await control(request).create_admin_token(token.name, name, role)
-    return web.json_response({**view, "token": plaintext, "note": "shown once; only its hash is stored"}, status=201)
+    proposed = await gated(request, token, "admin_tokens.create", f"admin_token:{name}", {"name": name, "role": role})
+    assert proposed is not None  # every token takes two admins: the approver receives it (``/changes/{id}:approve``)
+    return proposed
 
 
 async def revoke_admin_token(request: web.Request) -> web.Response:

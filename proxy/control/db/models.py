@@ -173,7 +173,26 @@ class AuditRow(Base):
     actor: Mapped[str] = mapped_column(sa.String(200))
     action: Mapped[str] = mapped_column(sa.String(100))
     object: Mapped[str] = mapped_column(sa.String(300))
-    outcome: Mapped[str] = mapped_column(sa.String(20))  # ok | rejected | denied
+    outcome: Mapped[str] = mapped_column(sa.String(20))  # ok | rejected | denied | pending
     before: Mapped[dict | None]
     after: Mapped[dict | None]
     snapshot_version: Mapped[int | None]
+    approved_by: Mapped[str | None] = mapped_column(sa.String(200), default=None)  # a two-person change's second
+
+
+class PendingChangeRow(Base):
+    """An admin change waiting for a second person (``proxy.control.approvals``); never holds a secret."""
+
+    __tablename__ = "pending_changes"
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    action: Mapped[str] = mapped_column(sa.String(100))
+    object: Mapped[str] = mapped_column(sa.String(300))
+    params: Mapped[dict]
+    reason: Mapped[str] = mapped_column(sa.String(300))
+    proposed_by: Mapped[str] = mapped_column(sa.String(200))
+    proposed_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    status: Mapped[str] = mapped_column(sa.String(20))  # pending | approving | approved | failed | rejected | expired
+    decided_by: Mapped[str | None] = mapped_column(sa.String(200))
+    decided_at: Mapped[datetime | None]
+    outcome: Mapped[dict | None]

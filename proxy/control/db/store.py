@@ -132,8 +132,12 @@ class ConfigDB:
     # -- writes -------------------------------------------------------------------------------
 
     def change(self, actor: str, action: str, obj: str, mutate: Mutation,
-               extra_checks: Callable[[Session, Any], None] | None = None) -> Published:
-        """Apply, validate, audit and publish one change atomically; ConfigRejected lists every problem."""
+               extra_checks: Callable[[Session, Any], None] | None = None, *, approved_by: str | None = None,
+               dry_run: bool = False) -> Published:
+        """Apply, validate, audit and publish one change atomically; ConfigRejected lists every problem.
+
+        ``approved_by``: the second person of a two-person change, audited beside ``actor``. ``dry_run``:
+        validate only (a proposal), then roll back; nothing is published or audited but a rejection."""
         try:
             with self._guard(), Session(self.engine) as s, s.begin():
                 head = s.scalars(sa.select(ConfigHead).where(ConfigHead.id == 1).with_for_update()).first()
@@ -150,6 +154,8 @@ class ConfigDB:
                     extra_checks(s, problems)
                 if problems.items:
                     raise ConfigRejected(problems.items)
+                if dry_run:
+                    raise _Checked(Published(0, doc, before, after, False))
                 digest = content_hash(doc)
                 version = head.version if head else 0
                 changed = head is None or head.content_hash != digest
@@ -164,8 +170,10 @@ class ConfigDB:
                 if changed or before is not None or after is not None:  # (None, None): a no-op not worth a row
                     s.add(AuditRow(at=self.now(), actor=actor, action=action, object=obj, outcome="ok",
                                    before=_jsonable(before), after=_jsonable(after),
-                                   snapshot_version=version if changed else None))
+                                   snapshot_version=version if changed else None, approved_by=approved_by))
             return Published(version, doc, before, after, changed)
+        except _Checked as checked:  # the dry run's transaction was rolled back
+            return checked.published
         except ConfigRejected as exc:
             self.record(actor, action, obj, "rejected", after={"problems": exc.problems})
             raise
@@ -188,7 +196,16 @@ class ConfigDB:
 
 def audit_view(r: AuditRow) -> dict[str, Any]:
     return {"id": r.id, "at": _iso(r.at), "actor": r.actor, "action": r.action, "object": r.object,
-            "outcome": r.outcome, "before": r.before, "after": r.after, "snapshot_version": r.snapshot_version}
+            "outcome": r.outcome, "before": r.before, "after": r.after, "snapshot_version": r.snapshot_version,
+            "approved_by": r.approved_by}
+
+
+class _Checked(Exception):
+    """Raised inside a dry run's transaction to roll it back, carrying what the change would publish."""
+
+    def __init__(self, published: Published) -> None:
+        super().__init__("dry run")
+        self.published = published
 
 
 def _iso(at: datetime | None) -> str | None:

@@ -174,12 +174,33 @@ def test_sqlite_team_body_log_migration(tmp_path: Path) -> None:
         migrate.upgrade(engine, "0005")
         with engine.begin() as conn:
             conn.execute(sa.text("INSERT INTO teams (name) VALUES ('payments')"))
-        migrate.upgrade(engine)
-        assert migrate.current(engine) == migrate.head() == "0006"
+        migrate.upgrade(engine, "0006")
+        assert migrate.current(engine) == "0006"
         with engine.connect() as conn:
             assert tuple(conn.execute(sa.text("SELECT name, body_log FROM teams")).one()) == ("payments", False)
         migrate.downgrade(engine, "0005")
         assert "body_log" not in {c["name"] for c in sa.inspect(engine).get_columns("teams")}
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_pending_changes_migration(tmp_path: Path) -> None:
+    """0007 adds ``pending_changes`` (two-person admin changes) and ``audit_log.approved_by``, and drops both back;
+    audit rows written before keep a null approver."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'control.sqlite'}")
+    try:
+        migrate.upgrade(engine, "0006")
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO audit_log (at, actor, action, object, outcome) "
+                                 "VALUES ('2026-12-01 00:00:00', 'ops', 'keys.create', 'key:k', 'ok')"))
+        migrate.upgrade(engine)
+        assert migrate.current(engine) == migrate.head() == "0007"
+        assert "pending_changes" in sa.inspect(engine).get_table_names()
+        with engine.connect() as conn:
+            assert tuple(conn.execute(sa.text("SELECT actor, approved_by FROM audit_log")).one()) == ("ops", None)
+        migrate.downgrade(engine, "0006")
+        assert "pending_changes" not in sa.inspect(engine).get_table_names()
+        assert "approved_by" not in {c["name"] for c in sa.inspect(engine).get_columns("audit_log")}
     finally:
         engine.dispose()
 
