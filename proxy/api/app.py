@@ -29,6 +29,10 @@ from aiohttp import web
 from proxy.admission.auth import authenticate, authenticate_admin
 from proxy.admission.auth_throttle import AuthThrottle
 from proxy.api import chat, embeddings, models, protocol_errors, watch
+from proxy.api.messages import handler as messages_handler
+from proxy.api.messages.response import error_body as messages_error_body
+from proxy.api.messages.response import error_status as messages_error_status
+from proxy.api.responses import handler as responses_handler
 from proxy.errors import AuthenticationFailed, GatewayError, NotFound, PayloadTooLarge, client_headers
 from proxy.observe.access_log import ACCESS, INFO, log_access
 from proxy.observe.metrics import CONTENT_TYPE_LATEST
@@ -38,6 +42,7 @@ log = logging.getLogger("farebox.proxy")
 
 OPEN_ROUTES = frozenset({"/health", "/metrics"})  # /metrics: by alias, deployment, team; its own token when set
 MODEL_PREFIX = "/v1/"  # what the in-flight cap and the drain count
+MESSAGES_PREFIX = "/v1/messages"  # the Anthropic Messages surface: Anthropic-shaped errors
 ADMIN_PREFIX = "/admin/"  # admin tokens, never virtual keys
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
@@ -60,15 +65,32 @@ class Tracer(Protocol):
     async def echo(self, request: web.Request, response: web.StreamResponse) -> None: ...
 
 
-def error_response(exc: GatewayError, echo_id: str | None = None, request_id: str | None = None) -> web.Response:
+def error_response(exc: GatewayError, echo_id: str | None = None, request_id: str | None = None,
+                   anthropic: bool = False) -> web.Response:
+    """The error in the shape of the surface it came through: OpenAI's, or Anthropic's on the Messages API."""
     headers = client_headers(exc)
     if echo_id:
         headers["x-request-id"] = echo_id
     if request_id:
         headers["x-fb-request-id"] = request_id
-    return web.Response(
-        status=exc.status, body=orjson.dumps(exc.to_body()), content_type="application/json", headers=headers
-    )
+        if anthropic:
+            headers["request-id"] = request_id
+    status, body = (messages_error_status(exc), messages_error_body(exc)) if anthropic else (exc.status, exc.to_body())
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json", headers=headers)
+
+
+def anthropic_surface(request: web.Request) -> bool:
+    """The Anthropic Messages API (its paths, or a model list asked for with ``anthropic-version``)."""
+    path = request.path
+    return path.startswith(MESSAGES_PREFIX) or (path.startswith("/v1/models") and "anthropic-version" in request.headers)
+
+
+def _credential(request: web.Request) -> str | None:
+    """The bearer token, or an Anthropic client's ``x-api-key`` (a farebox virtual key either way)."""
+    auth = request.headers.get("Authorization")
+    if auth is None and (api_key := request.headers.get("x-api-key")):
+        return f"Bearer {api_key}"
+    return auth
 
 
 _ID_PREFIX = _secrets.token_hex(6)  # per process; the counter makes ids unique within it
@@ -114,6 +136,7 @@ async def _gateway(request: web.Request, handler: Handler) -> web.StreamResponse
     request["request_id"] = rid
     request["client_request_id"] = client_id
     echo = client_id or rid
+    anthropic = anthropic_surface(request)
     try:
         if request.path.startswith(ADMIN_PREFIX):
             with _throttled(request):
@@ -122,21 +145,24 @@ async def _gateway(request: web.Request, handler: Handler) -> web.StreamResponse
         elif request.path not in OPEN_ROUTES and not _open(request):
             rt = request.app[RUNTIME]
             with _throttled(request):
-                request["key"] = authenticate(rt.snapshot, request.headers.get("Authorization"), rt.clock())
+                request["key"] = authenticate(rt.snapshot, _credential(request), rt.clock())
         resp = await handler(request)
     except GatewayError as exc:
-        return await _ended(request, exc) or error_response(exc, echo, rid)
+        return await _ended(request, exc, anthropic) or error_response(exc, echo, rid, anthropic)
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[RUNTIME].options.max_body_bytes
-        return error_response(PayloadTooLarge(f"The request body is larger than the limit of {limit} bytes."), echo, rid)
+        return error_response(PayloadTooLarge(f"The request body is larger than the limit of {limit} bytes."), echo, rid,
+                              anthropic)
     except web.HTTPNotFound:
-        return error_response(NotFound(f"Unknown route {request.method} {request.path}.", code="unknown_url"), echo, rid)
+        return error_response(NotFound(f"Unknown route {request.method} {request.path}.", code="unknown_url"), echo, rid,
+                              anthropic)
     except web.HTTPMethodNotAllowed:
-        return error_response(GatewayError(f"Method {request.method} is not allowed on {request.path}.", status=405, code="method_not_allowed"), echo, rid)
-    except Exception:  # a bug: log it with the request id, answer in the OpenAI shape
+        return error_response(GatewayError(f"Method {request.method} is not allowed on {request.path}.", status=405,
+                                           code="method_not_allowed"), echo, rid, anthropic)
+    except Exception:  # a bug: log it with the request id, answer in the surface's error shape
         log.exception("unhandled error in %s %s (request %s)", request.method, request.path, rid)
         err = GatewayError(f"Internal error; quote request id {rid}.")
-        return await _ended(request, err) or error_response(err, echo, rid)
+        return await _ended(request, err, anthropic) or error_response(err, echo, rid, anthropic)
     if not resp.prepared:
         resp.headers["x-request-id"] = echo
         resp.headers["x-fb-request-id"] = rid
@@ -155,14 +181,16 @@ def _throttled(request: web.Request) -> Iterator[None]:
         raise
 
 
-async def _ended(request: web.Request, exc: GatewayError) -> web.StreamResponse | None:
+async def _ended(request: web.Request, exc: GatewayError, anthropic: bool = False) -> web.StreamResponse | None:
     """A stream already started has one writer: its end is an error event and a clean end of body, never a
     second status line written into the chunked body. None when no stream was started."""
     resp = request.get("stream_response")
     if resp is None or not resp.prepared:
         return None
+    event = (b"event: error\ndata: " + orjson.dumps(messages_error_body(exc)) if anthropic
+             else b"data: " + orjson.dumps(exc.to_body()))
     try:
-        await resp.write(b"data: " + orjson.dumps(exc.to_body()) + b"\n\n")
+        await resp.write(event + b"\n\n")
         await resp.write_eof()
     except (ConnectionError, RuntimeError, aiohttp.ClientConnectionResetError):  # gone, or already ended
         pass
@@ -182,10 +210,12 @@ async def protection_middleware(request: web.Request, handler: Handler) -> web.S
     cap = rt.options.max_in_flight
     if rt.pod.draining:
         return error_response(GatewayError("This gateway pod is shutting down; retry on another.", status=503,
-                                           code="server_shutting_down", headers={"Retry-After": "1", "Connection": "close"}))
+                                           code="server_shutting_down", headers={"Retry-After": "1", "Connection": "close"}),
+                              anthropic=anthropic_surface(request))
     if cap and rt.pod.in_flight >= cap:
         return error_response(GatewayError(f"This gateway pod is at its limit of {cap} requests in flight; retry shortly.",
-                                           status=503, code="server_overloaded", headers={"Retry-After": "1"}))
+                                           status=503, code="server_overloaded", headers={"Retry-After": "1"}),
+                              anthropic=anthropic_surface(request))
     rt.pod.in_flight += 1
     try:
         return await handler(request)
@@ -276,6 +306,13 @@ def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSes
     runtime.metrics.state.routing = runtime.routing  # breakers and retry budgets, read at scrape time
     app.router.add_post("/v1/chat/completions", chat.chat_completions)
     app.router.add_post("/v1/embeddings", embeddings.create_embeddings)
+    app.router.add_post("/v1/messages", messages_handler.create_message)
+    app.router.add_post("/v1/messages/count_tokens", messages_handler.count_tokens)
+    app.router.add_post("/v1/responses", responses_handler.create_response)
+    app.router.add_post("/v1/responses/input_tokens", responses_handler.input_tokens)
+    for method in ("GET", "DELETE"):
+        app.router.add_route(method, "/v1/responses/{id}", responses_handler.stored_response)
+    app.router.add_get("/v1/responses/{id}/input_items", responses_handler.stored_response)
     app.router.add_get("/v1/models", models.list_models)
     app.router.add_get("/v1/models/{model}", models.get_model)
     for mount in mounts:

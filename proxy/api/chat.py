@@ -19,6 +19,7 @@ from proxy.admission.admit import admit, tries
 from proxy.admission.auth import allowed_alias
 from proxy.admission.plan import chat_input_estimates, output_cap
 from proxy.api.steps import meter_for, plan, route_headers
+from proxy.api.surface import CHAT, Surface
 from proxy.api.validate import ChatCall, validate_chat
 from proxy.api.watch import ClientWatch
 from proxy.body import parse_json_object
@@ -42,21 +43,28 @@ from proxy.upstream.usage_check import estimated_as, needs_estimate, within
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    rt = request.app[RUNTIME]
     call = validate_chat(parse_json_object(await request.read()))
-    idem = await idempotent.begin(rt, request, call.body, call.stream)  # first: a replay is neither routed nor billed
+    return await serve(request, call, call.body, CHAT)
+
+
+async def serve(request: web.Request, call: ChatCall, sent: dict, surface: Surface) -> web.StreamResponse:
+    """One chat request on any client surface: ``sent`` is the body as the client sent it (for
+    ``Idempotency-Key``), ``call`` the chat request it asks for, ``surface`` how the answer is written."""
+    rt = request.app[RUNTIME]
+    idem = await idempotent.begin(rt, request, sent, call.stream)  # first: a replay is neither routed nor billed
     if idem.replay is not None:
         return idem.replay
     response: web.StreamResponse | None = None
     try:
-        response = await _serve(request, rt, call, idem.retry_of)
+        response = await _serve(request, rt, call, idem.retry_of, surface)
         return response
     finally:
         if idem.slot is not None:  # without a pending claim finish() is a no-op: no task for it
             await asyncio.shield(idempotent.finish(rt, idem, response if isinstance(response, web.Response) else None))
 
 
-async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: str | None) -> web.StreamResponse:
+async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: str | None,
+                 surface: Surface) -> web.StreamResponse:
     snap = rt.pod.snapshot  # one snapshot for the whole request, even if a swap happens meanwhile
     key = request["key"]
     alias = allowed_alias(snap, key, call.alias, "chat")
@@ -88,14 +96,16 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
         try:
             async with cached.serving(rt, cache, meter) as hit:
                 if hit is not None:
+                    encoder = surface.encoder(meter.tab.request_id, int(rt.clock()), alias.name, None)
                     response = await cached.answer_chat(request, rt, meter, hit, stream=call.stream,
-                                                        include_usage=call.include_usage, headers=admitted.headers)
+                                                        include_usage=call.include_usage, headers=admitted.headers,
+                                                        render=surface.render, encoder=encoder)
                 elif call.stream:  # the relay writes the stream's end after the settlement is durable
                     return await watch.run(_stream(request, rt, call, cands, chain, meter, admitted.headers, watch,
-                                                   privacy, cache))
+                                                   privacy, cache, surface))
                 else:
                     response = await watch.run(_complete(request, rt, call, cands, chain, meter, admitted.headers,
-                                                         privacy, cache))
+                                                         privacy, cache, surface))
         except GatewayError as exc:
             exc.headers["x-fb-attempts"] = str(meter.tab.attempts)
             await meter.durable()
@@ -132,7 +142,7 @@ def honouring(cands: list[Deployment], body: dict) -> list[Deployment]:
 
 async def _stream(
     request: web.Request, rt: Runtime, call: ChatCall, cands: list[Deployment], chain: Chain, meter: Meter,
-    headers: dict[str, str], watch: ClientWatch, privacy: Classified, cache: cached.CacheStep,
+    headers: dict[str, str], watch: ClientWatch, privacy: Classified, cache: cached.CacheStep, surface: Surface,
 ) -> web.StreamResponse:
     """Routing opens the stream (failover before the first byte); the relay sends it and settles the request."""
     assert meter.tab.plan is not None
@@ -140,17 +150,18 @@ async def _stream(
                                request.headers, meter.tab.plan.max_output_tokens)
     dep, stream, started = await first_stream(meter, cands, chain, tries(rt, meter), attempt,
                                               lambda: 503 if watch.fired == DRAIN else 499)
-    state = rt.routing
+    state, created = rt.routing, int(rt.clock())
     return await streaming.relay(
-        request, meter, dep, stream, started, alias=chain.alias.name, created=int(rt.clock()),
+        request, meter, dep, stream, started, alias=chain.alias.name, created=created,
         include_usage=call.include_usage, headers=headers, watch=watch,
         finish=lambda d, outcome: state.finish(d, outcome, state.clock()),
-        restorer=privacy.restorer_for(dep), tap=cache.capture)
+        restorer=privacy.restorer_for(dep), tap=cache.capture,
+        encoder=surface.encoder(meter.tab.request_id, created, chain.alias.name, cache.capture))
 
 
 async def _complete(
     request: web.Request, rt: Runtime, call: ChatCall, cands: list[Deployment], chain: Chain, meter: Meter,
-    headers: dict[str, str], privacy: Classified, cache: cached.CacheStep,
+    headers: dict[str, str], privacy: Classified, cache: cached.CacheStep, surface: Surface,
 ) -> web.Response:
     assert meter.tab.plan is not None
     upstream, timeouts = rt.upstream, Timeouts.of(chain.alias)
@@ -182,8 +193,9 @@ async def _complete(
         "usage": result.usage.to_openai(),
         "x_farebox": meter.x_farebox(dep),
     }
+    rendered = surface.render(body, result.usage, meter.tab.request_id, chain.alias.name)
     return web.Response(
-        body=orjson.dumps(body), content_type="application/json", headers={**headers, **route_headers(meter, dep)}
+        body=orjson.dumps(rendered), content_type="application/json", headers={**headers, **route_headers(meter, dep)}
     )
 
 

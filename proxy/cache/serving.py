@@ -38,7 +38,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import aiohttp
 import orjson
@@ -286,25 +286,41 @@ def _hit_headers(meter: Meter, entry: Entry, headers: Mapping[str, str]) -> dict
     return out
 
 
+class HitEncoder(Protocol):
+    """The client surface's stream encoder (``proxy.upstream.streaming.Encoder``)."""
+
+    def encode(self, chunks: Any) -> bytes: ...
+
+    def tail(self, usage: Any, x_farebox: dict, include_usage: bool) -> bytes: ...
+
+
 async def answer_chat(request: web.Request, rt: ServingPorts, meter: Meter, entry: Entry, *, stream: bool,
-                      include_usage: bool, headers: Mapping[str, str]) -> web.StreamResponse:
-    """A chat hit, as a completion or replayed as an SSE stream."""
+                      include_usage: bool, headers: Mapping[str, str],
+                      render: Callable[[dict, Any, str, str], dict] | None = None,
+                      encoder: HitEncoder | None = None) -> web.StreamResponse:
+    """A chat hit, as a completion or replayed as an SSE stream; ``render``/``encoder``: the client surface's
+    writers (default: Chat Completions)."""
     tab = meter.tab
     x_farebox = _settle_hit(rt, meter, entry)
     head = {"id": f"chatcmpl-{tab.request_id}", "created": int(rt.clock()), "model": tab.alias.name}
     if not stream:
         body = {**head, "object": "chat.completion", **entry.body, "usage": entry.usage.to_openai(),
                 "x_farebox": x_farebox}
+        if render is not None:
+            body = render(body, entry.usage, tab.request_id, tab.alias.name)
         return web.Response(body=orjson.dumps(body), content_type="application/json",
                             headers=_hit_headers(meter, entry, headers))
     resp = web.StreamResponse(status=200, headers={
         **_hit_headers(meter, entry, headers), "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
         "x-request-id": request["client_request_id"] or tab.request_id, "x-fb-request-id": tab.request_id})
     chunks = replay_chunks(entry)
-    if include_usage:
-        chunks.append({"choices": [], "usage": entry.usage.to_openai(), "x_farebox": x_farebox})
-    head["object"] = "chat.completion.chunk"
-    data = b"".join(b"data: " + orjson.dumps({**head, **c}) + b"\n\n" for c in chunks) + DONE
+    if encoder is not None:
+        data = encoder.encode(chunks) + encoder.tail(entry.usage, x_farebox, include_usage)
+    else:
+        if include_usage:
+            chunks.append({"choices": [], "usage": entry.usage.to_openai(), "x_farebox": x_farebox})
+        head["object"] = "chat.completion.chunk"
+        data = b"".join(b"data: " + orjson.dumps({**head, **c}) + b"\n\n" for c in chunks) + DONE
     await meter.durable()  # the replayed stream goes out once the hit's settlement is durable
     try:
         await resp.prepare(request)

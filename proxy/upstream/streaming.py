@@ -97,10 +97,29 @@ STREAM_BUFFER_BYTES = 64 * 1024
 HEARTBEAT_BYTES = b": keep-alive\n\n"
 
 
+class Encoder(Protocol):
+    """How a client surface writes the stream: chat chunks in, that surface's SSE bytes out (``Stamp`` for
+    Chat Completions; ``proxy.api.messages.response.MessagesEncoder`` for the Anthropic Messages surface)."""
+
+    heartbeat: bytes  # written after ``heartbeat_s`` of upstream silence
+
+    def encode(self, chunks: Iterable[dict]) -> bytes: ...
+
+    def tail(self, usage: TokenUsage, x_farebox: dict, include_usage: bool) -> bytes:
+        """The settled end of a complete stream."""
+        ...
+
+    def error(self, exc: GatewayError) -> bytes:
+        """The one error event that ends a stream that failed."""
+        ...
+
+
 class Stamp:
-    """Adds the gateway's id, created time and alias to each translated chunk (and shows them to ``tap``)."""
+    """The Chat Completions encoder: adds the gateway's id, created time and alias to each translated chunk
+    (and shows them to ``tap``); ends with the usage chunk (when asked) and ``[DONE]``."""
 
     __slots__ = ("head", "tap")
+    heartbeat = HEARTBEAT_BYTES
 
     def __init__(self, request_id: str, created: int, alias: str, tap: Tap | None = None) -> None:
         self.head = {"id": f"chatcmpl-{request_id}", "object": "chat.completion.chunk", "created": created, "model": alias}
@@ -112,6 +131,13 @@ class Stamp:
             chunks = list(chunks)
             self.tap.add(chunks)
         return b"".join(b"data: " + orjson.dumps({**head, **c}) + b"\n\n" for c in chunks)
+
+    def tail(self, usage: TokenUsage, x_farebox: dict, include_usage: bool) -> bytes:
+        usage_chunk = [{"choices": [], "usage": usage.to_openai(), "x_farebox": x_farebox}] if include_usage else []
+        return self.encode(usage_chunk) + DONE
+
+    def error(self, exc: GatewayError) -> bytes:
+        return b"data: " + orjson.dumps(exc.to_body()) + b"\n\n"
 
 
 def _usage(stream: UpstreamStream, est_input: int, limit: int) -> TokenUsage:
@@ -149,13 +175,14 @@ def opener(upstream: UpstreamClient, timeouts: Timeouts, body_for: Callable[[Dep
 async def relay(
     request: web.Request, meter: StreamMeter, dep: Deployment, stream: UpstreamStream, started: float, *,
     alias: str, created: int, include_usage: bool, headers: dict[str, str], watch: Watched, finish: Finish,
-    restorer: Restorer | None = None, tap: Tap | None = None,
+    restorer: Restorer | None = None, tap: Tap | None = None, encoder: Encoder | None = None,
 ) -> web.StreamResponse:
-    """Relay a stream routing opened; the request is settled before this returns or raises."""
+    """Relay a stream routing opened; the request is settled before this returns or raises. ``encoder``: the
+    client surface's (default: Chat Completions chunks, ``Stamp``)."""
     status = 500
     try:
         status = await _pipe(request, meter, dep, stream, started, alias, created, include_usage, headers, watch,
-                             finish, restorer, tap)
+                             finish, restorer, tap, encoder)
     finally:
         stream.close()
         meter.settle(status, dep)
@@ -165,7 +192,7 @@ async def relay(
 async def _pipe(
     request: web.Request, meter: StreamMeter, dep: Deployment, stream: UpstreamStream, started: float, alias: str,
     created: int, include_usage: bool, headers: dict[str, str], watch: Watched, finish: Finish,
-    restorer: Restorer | None, tap: Tap | None,
+    restorer: Restorer | None, tap: Tap | None, encoder: Encoder | None,
 ) -> int:
     """Relay the opened stream; returns the status to settle with. Reports the attempt's outcome once.
 
@@ -190,7 +217,7 @@ async def _pipe(
         },
     )
     request["stream_response"] = resp
-    stamp = Stamp(meter.tab.request_id, created, alias, tap)
+    stamp: Encoder = encoder or Stamp(meter.tab.request_id, created, alias, tap)
 
     recorded = False  # the attempt's outcome is reported once, whatever fails after
 
@@ -214,13 +241,13 @@ async def _pipe(
             except Exception:  # noqa: BLE001 - logged above; the settlement still closes the request
                 recorded = True
         if resp.prepared:
-            await _settled_last_write(meter, dep, 502, resp, _error_event(err), watch, eof=True)
+            await _settled_last_write(meter, dep, 502, resp, stamp.error(err), watch, eof=True)
         return 502
 
 
 async def _relayed(
     request: web.Request, resp: web.StreamResponse, meter: StreamMeter, dep: Deployment, stream: UpstreamStream,
-    stamp: Stamp, include_usage: bool, watch: Watched, restorer: Restorer | None, end: Callable[..., TokenUsage],
+    stamp: Encoder, include_usage: bool, watch: Watched, restorer: Restorer | None, end: Callable[..., TokenUsage],
 ) -> int:
     """The relay proper: headers, every read, then the settled tail; each way out writes the stream's end once."""
     try:
@@ -230,16 +257,16 @@ async def _relayed(
         if restorer is None:
             await resp.write(stamp.encode(stream.first))
             async for chunks in stream.chunks():
-                await resp.write(HEARTBEAT_BYTES if chunks is HEARTBEAT else stamp.encode(chunks))
+                await resp.write(stamp.heartbeat if chunks is HEARTBEAT else stamp.encode(chunks))
         else:
             await resp.write(stamp.encode(restorer.rewrite(stream.first)))
             async for chunks in stream.chunks():
-                await resp.write(HEARTBEAT_BYTES if chunks is HEARTBEAT else stamp.encode(restorer.rewrite(chunks)))
+                await resp.write(stamp.heartbeat if chunks is HEARTBEAT else stamp.encode(restorer.rewrite(chunks)))
     except UpstreamError as exc:
         # Mid-stream: never a second answer. One error event, then the end.
         end(FAILED, error=exc)
         held = stamp.encode(restorer.flush(broken=True)) if restorer is not None else b""
-        await _settled_last_write(meter, dep, exc.status, resp, held + _error_event(exc), watch, eof=True)
+        await _settled_last_write(meter, dep, exc.status, resp, held + stamp.error(exc), watch, eof=True)
         return exc.status
     except _CLIENT_GONE:
         stream.close()
@@ -253,18 +280,14 @@ async def _relayed(
             return 499
         err = GatewayError("The gateway pod shut down before the answer finished.", status=503, code="server_shutting_down")
         end(NEUTRAL, error=Drained("drain deadline"), status=503)
-        await _settled_last_write(meter, dep, 503, resp, _error_event(err), watch, eof=True)
+        await _settled_last_write(meter, dep, 503, resp, stamp.error(err), watch, eof=True)
         return 503
     usage = end(OK)
     tail = stamp.encode(restorer.flush()) if restorer is not None else b""
-    if include_usage:
-        tail += stamp.encode([{"choices": [], "usage": usage.to_openai(), "x_farebox": meter.x_farebox(dep)}])
-    await _settled_last_write(meter, dep, 200, resp, tail + DONE, watch, eof=True)
+    # the usage the settlement records: x_farebox's cost is final once the attempt is counted
+    tail += stamp.tail(usage, meter.x_farebox(dep), include_usage)
+    await _settled_last_write(meter, dep, 200, resp, tail, watch, eof=True)
     return 200
-
-
-def _error_event(exc: GatewayError) -> bytes:
-    return b"data: " + orjson.dumps(exc.to_body()) + b"\n\n"
 
 
 async def _settled_last_write(meter: StreamMeter, dep: Deployment, status: int, resp: web.StreamResponse, data: bytes,

@@ -43,7 +43,8 @@ log = logging.getLogger("farebox.workers")
 
 Durable = Callable[[int, Event], None]
 Reply = Callable[..., None]  # FrameProtocol.send
-ACK_COALESCE_S = 0.002  # an acknowledgement waits at most this long to share a write with others
+ACK_COALESCE_S = 0.002  # an acknowledgement waits at most this long to share a write with others...
+AWAITED = frozenset({"request.settled"})  # ...except these: an answer's last byte waits for them
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
@@ -116,8 +117,8 @@ class LocalHub:
                 reply({"t": "ack", "n": n, "err": str(future.exception() or "cancelled")})
             return
         offset = future.result()
-        if reply is not None:
-            reply({"t": "ack", "n": n, "o": offset}, False)  # nothing on the request path waits for an ack
+        if reply is not None:  # a settlement's answer waits for its ack (Meter.durable): that one goes this turn
+            reply({"t": "ack", "n": n, "o": offset}, event.type in AWAITED)
         if self.on_durable is not None:
             self.on_durable(offset, event)
         if offset == self.processor.offset + 1 and not self._catching.locked():

@@ -1,0 +1,54 @@
+"""POST /v1/messages and POST /v1/messages/count_tokens: the Anthropic Messages API on farebox's front door.
+
+A Messages request is validated in Anthropic's terms, carried as the equivalent chat request through the one
+pipeline every surface shares (``proxy.api.chat.serve``: idempotency, privacy, both caches, admission,
+routing and failover, metering, events), and answered as a Message or as Messages stream events
+(``response.py``), whichever dialect the deployment speaks. Errors on this surface are Anthropic-shaped
+(``proxy.api.app`` asks ``error_body``). Clients authenticate with ``x-api-key`` (or a bearer token) holding a
+farebox virtual key; ``anthropic-version`` and ``anthropic-beta`` are accepted.
+
+``count_tokens`` answers ``{"input_tokens": n}`` from farebox's own estimate for the alias's deployments (the
+most any of them would count: what admission holds against), without admitting or billing anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from proxy.admission.auth import allowed_alias
+from proxy.admission.plan import chat_input_estimates
+from proxy.api.chat import serve
+from proxy.api.messages.request import validate_messages
+from proxy.api.messages.response import MessagesEncoder, message_of
+from proxy.api.surface import Surface
+from proxy.api.validate import ChatCall
+from proxy.body import parse_json_object
+from proxy.runtime import RUNTIME
+
+
+def _render(completion: dict[str, Any], usage: Any, request_id: str, alias: str) -> dict[str, Any]:
+    return message_of(completion, usage, f"msg_{request_id}", alias)
+
+
+MESSAGES = Surface("messages", _render, lambda request_id, created, alias, tap: MessagesEncoder(
+    f"msg_{request_id}", alias, tap))
+
+
+async def create_message(request: web.Request) -> web.StreamResponse:
+    call = validate_messages(parse_json_object(await request.read()))
+    chat = ChatCall(call.alias, call.chat, call.stream, include_usage=True, requested_max_output=call.max_tokens)
+    return await serve(request, chat, call.body, MESSAGES)
+
+
+async def count_tokens(request: web.Request) -> web.Response:
+    rt = request.app[RUNTIME]
+    call = validate_messages(parse_json_object(await request.read()), counting=True)
+    snap = rt.pod.snapshot
+    key = request["key"]
+    alias = allowed_alias(snap, key, call.alias, "chat")
+    deployments = [snap.deployments[d] for d in alias.deployments if d in snap.deployments]
+    estimates = chat_input_estimates(rt.estimator, call.chat, key.key_id, deployments)
+    tokens = max((e.tokens for e in estimates.values()), default=0)
+    return web.json_response({"input_tokens": tokens})

@@ -1,0 +1,241 @@
+"""The OpenAI Responses surface's request: validated in the Responses API's terms, carried as a chat request.
+
+``validate_response`` checks a ``POST /v1/responses`` body (``model``; ``input`` as a string or a list of
+items; ``instructions``; function ``tools`` and ``tool_choice``; ``text.format``; ``reasoning.effort``;
+``max_output_tokens``; ``metadata``; ``store``; ``stream``), naming the parameter at fault. ``to_chat`` turns it
+into the equivalent OpenAI chat body, which is what the gateway admits, classifies, routes and meters:
+
+  instructions                         -> a system message, first
+  a string input                       -> one user message
+  message items (user, assistant,      -> messages; input_text / output_text as text, input_image as an image
+  system, developer)                      part
+  function_call items                  -> an assistant message's ``tool_calls`` (consecutive calls together)
+  function_call_output items           -> ``tool`` messages
+  reasoning items                      -> dropped (a chat request cannot carry them back)
+  tools (function) / tool_choice       -> chat functions / auto, none, required or a named function
+  text.format (json_schema, json_object) -> response_format
+  reasoning.effort                     -> reasoning_effort
+  max_output_tokens                    -> max_completion_tokens
+
+What farebox cannot carry yet is a 400 naming it: built-in tools (web search, file search, computer use, …),
+``previous_response_id`` and ``item_reference`` items (stored responses), ``background``. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.errors import InvalidRequest
+
+ROLES = frozenset({"user", "assistant", "system", "developer"})
+EFFORTS = frozenset({"minimal", "low", "medium", "high", "none", "xhigh"})
+_CHOICES = {"auto": "auto", "none": "none", "required": "required"}
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesCall:
+    alias: str
+    body: dict[str, Any]  # the caller's Responses body, as sent
+    chat: dict[str, Any]  # the same request as an OpenAI chat body
+    stream: bool
+    max_output_tokens: int | None
+
+
+def _bad(param: str, message: str) -> InvalidRequest:
+    return InvalidRequest(message, param=param, code="invalid_value")
+
+
+def _unsupported(param: str, what: str) -> InvalidRequest:
+    return InvalidRequest(f"{what} is not available through farebox yet.", param=param, code="unsupported_parameter")
+
+
+def validate_response(body: dict[str, Any]) -> ResponsesCall:
+    model = body.get("model")
+    if model is None:
+        raise InvalidRequest("Missing required parameter: 'model'.", param="model", code="missing_required_parameter")
+    if not isinstance(model, str) or not model:
+        raise _bad("model", "'model' must be a non-empty string (a farebox alias such as 'chat-default').")
+    if body.get("previous_response_id") is not None:
+        raise _unsupported("previous_response_id", "Continuing a stored response ('previous_response_id')")
+    if body.get("background") is True:
+        raise _unsupported("background", "Background responses")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise _bad("stream", "'stream' must be a boolean.")
+    cap = body.get("max_output_tokens")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 16):
+        raise _bad("max_output_tokens", "'max_output_tokens' must be an integer >= 16.")
+    store = body.get("store", True)
+    if store is not None and not isinstance(store, bool):
+        raise _bad("store", "'store' must be a boolean.")
+    metadata = body.get("metadata")
+    if metadata is not None and (not isinstance(metadata, dict) or len(metadata) > 16 or not all(
+            isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512 for k, v in metadata.items())):
+        raise _bad("metadata", "'metadata' must be an object of at most 16 string pairs (keys <= 64, values <= 512).")
+    for name, hi in (("temperature", 2.0), ("top_p", 1.0)):
+        value = body.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= hi):
+            raise _bad(name, f"'{name}' must be a number between 0 and {hi:g}.")
+    return ResponsesCall(model, body, to_chat(body), stream, cap)
+
+
+def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = []
+    instructions = body.get("instructions")
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise _bad("instructions", "'instructions' must be a string.")
+        if instructions:
+            messages.append({"role": "system", "content": instructions})
+    messages += _input(body.get("input"))
+    out: dict[str, Any] = {"model": body["model"], "messages": messages}
+    for name in ("temperature", "top_p", "parallel_tool_calls"):
+        if body.get(name) is not None:
+            out[name] = body[name]
+    user = body.get("safety_identifier") or body.get("user")
+    if isinstance(user, str):
+        out["user"] = user
+    if body.get("max_output_tokens") is not None:
+        out["max_completion_tokens"] = body["max_output_tokens"]
+    _tools(body, out)
+    _text(body.get("text"), out)
+    reasoning = body.get("reasoning")
+    if reasoning is not None:
+        effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
+        if not isinstance(reasoning, dict) or (effort is not None and effort not in EFFORTS):
+            raise _bad("reasoning.effort", f"'reasoning.effort' must be one of {sorted(EFFORTS)}.")
+        if effort is not None:
+            out["reasoning_effort"] = effort
+    if body.get("stream") is True:
+        out["stream"] = True
+        out["stream_options"] = {"include_usage": True}
+    return out
+
+
+def _input(raw: object) -> list[dict[str, Any]]:
+    if raw is None:
+        raise InvalidRequest("Missing required parameter: 'input'.", param="input", code="missing_required_parameter")
+    if isinstance(raw, str):
+        return [{"role": "user", "content": raw}]
+    if not isinstance(raw, list) or not raw:
+        raise _bad("input", "'input' must be a string or a non-empty array of input items.")
+    out: list[dict[str, Any]] = []
+    for i, item in enumerate(raw):
+        p = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise _bad(p, f"'{p}' must be an input item object.")
+        kind = item.get("type", "message")
+        if kind == "message":
+            out.append(_message(item, p))
+        elif kind == "function_call":
+            for name in ("call_id", "name", "arguments"):
+                if not isinstance(item.get(name), str):
+                    raise _bad(f"{p}.{name}", f"'{p}.{name}' must be a string.")
+            call = {"id": item["call_id"], "type": "function",
+                    "function": {"name": item["name"], "arguments": item["arguments"]}}
+            prev = out[-1] if out else None  # one assistant turn: its text, then its calls
+            if prev is not None and prev["role"] == "assistant" and ("tool_calls" in prev or prev.get("_text")):
+                prev.setdefault("tool_calls", []).append(call)
+            else:
+                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            if not isinstance(item.get("call_id"), str) or not isinstance(output, (str, list)):
+                raise _bad(p, f"'{p}' needs a 'call_id' and an 'output'.")
+            text = output if isinstance(output, str) else "".join(
+                str(part.get("text") or "") for part in output if isinstance(part, dict))
+            out.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
+        elif kind == "reasoning":
+            continue  # reasoning a chat request cannot carry back; the model reasons again
+        elif kind == "item_reference":
+            raise _unsupported(f"{p}.type", "An 'item_reference' to a stored item")
+        else:
+            raise _bad(f"{p}.type", f"'{p}.type' {kind!r} is not an input item farebox can carry.")
+    for msg in out:
+        msg.pop("_text", None)
+    return out
+
+
+def _message(item: dict[str, Any], p: str) -> dict[str, Any]:
+    role = item.get("role")
+    if role not in ROLES:
+        raise _bad(f"{p}.role", f"'{p}.role' must be one of {sorted(ROLES)}.")
+    content = item.get("content")
+    if isinstance(content, str):
+        return {"role": role, "content": content, "_text": role == "assistant"}
+    if not isinstance(content, list):
+        raise _bad(f"{p}.content", f"'{p}.content' must be a string or an array of content parts.")
+    parts: list[dict[str, Any]] = []
+    for j, part in enumerate(content):
+        q = f"{p}.content[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text"):
+            if not isinstance(part.get("text"), str):
+                raise _bad(f"{q}.text", f"'{q}.text' must be a string.")
+            parts.append({"type": "text", "text": part["text"]})
+        elif kind == "input_image":
+            url = part.get("image_url")
+            if not isinstance(url, str):
+                raise _unsupported(f"{q}.file_id", "An image by file id")
+            image: dict[str, Any] = {"url": url}
+            if part.get("detail") in ("low", "high", "auto"):
+                image["detail"] = part["detail"]
+            parts.append({"type": "image_url", "image_url": image})
+        elif kind == "refusal":
+            parts.append({"type": "text", "text": str(part.get("refusal") or "")})
+        else:
+            raise _bad(f"{q}.type", f"'{q}.type' {kind!r} is not a content part farebox can carry.")
+    if role != "user":  # system, developer and assistant turns are text in chat
+        return {"role": role, "content": "".join(part.get("text") or "" for part in parts), "_text": role == "assistant"}
+    return {"role": role, "content": parts}
+
+
+def _tools(body: dict[str, Any], out: dict[str, Any]) -> None:
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise _bad("tools", "'tools' must be an array.")
+        functions = []
+        for i, tool in enumerate(tools):
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            if kind != "function":
+                raise _unsupported(f"tools[{i}].type", f"The built-in tool {kind!r}")
+            if not isinstance(tool.get("name"), str) or not tool["name"]:
+                raise _bad(f"tools[{i}].name", f"'tools[{i}].name' must be a non-empty string.")
+            fn: dict[str, Any] = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object"}}
+            for name in ("description", "strict"):
+                if tool.get(name) is not None:
+                    fn[name] = tool[name]
+            functions.append({"type": "function", "function": fn})
+        if functions:
+            out["tools"] = functions
+    choice = body.get("tool_choice")
+    if choice is None:
+        return
+    if isinstance(choice, str) and choice in _CHOICES:
+        out["tool_choice"] = _CHOICES[choice]
+    elif isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
+        out["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+    else:
+        raise _bad("tool_choice", "'tool_choice' must be 'auto', 'none', 'required' or {type: function, name}.")
+
+
+def _text(text: object, out: dict[str, Any]) -> None:
+    if text is None:
+        return
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if not isinstance(text, dict) or (fmt is not None and not isinstance(fmt, dict)):
+        raise _bad("text.format", "'text.format' must be an object.")
+    kind = (fmt or {}).get("type", "text")
+    if kind == "json_schema":
+        if not isinstance(fmt.get("name"), str) or not isinstance(fmt.get("schema"), dict):
+            raise _bad("text.format", "'text.format' of type json_schema needs a 'name' and a 'schema'.")
+        spec = {k: fmt[k] for k in ("name", "schema", "strict", "description") if fmt.get(k) is not None}
+        out["response_format"] = {"type": "json_schema", "json_schema": spec}
+    elif kind == "json_object":
+        out["response_format"] = {"type": "json_object"}
+    elif kind != "text":
+        raise _bad("text.format.type", "'text.format.type' must be text, json_schema or json_object.")
