@@ -164,6 +164,7 @@ _UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = 
         **d, "schema": 4, "privacy_kinds": {}, "privacy_action": "allow", "privacy_policy_version": 0,
         "privacy_policy_hash": "", "prompt_hash": "", "privacy_scan_skipped": False,
     },
+    ("request.admitted", 4): lambda d: {**d, "schema": 5, "api": "chat"},  # before surfaces: chat (or embeddings)
     ("request.refused", 1): lambda d: {**d, "schema": 2, "cost_centre": None, "tags": {}},
     ("lease.returned", 1): lambda d: {**d, "schema": 2, "funded_micro": 0},
     ("lease.requested", 1): lambda d: {**d, "schema": 2, "least_micro": 0},

@@ -36,7 +36,7 @@ from ledger.events import ATTEMPT_OUTCOMES, Event, HoldExpired, RequestAdmitted,
 from ledger.request_events import CACHE_KINDS
 from ledger.usage import TOKEN_TYPES, USAGE_SOURCES, TokenUsage
 
-MIRRORED = "63562aa26c4cd6c2e9e79c633daa83749af5f48b4fb732ab251b035656d871fc"
+MIRRORED = "f4370fda3df5248bab0ea9a0ba33acf959178af668285109385188fa2d12ee5a"
 
 Columns = Mapping[str, Sequence[Any]]
 _USAGE_KEYS = frozenset({*TOKEN_TYPES, "source"})

@@ -43,7 +43,8 @@ class RequestAdmitted(RequestEvent):
     """Admission passed: the request holds money on every scope it touches."""
 
     type: ClassVar[str] = "request.admitted"
-    schema: ClassVar[int] = 4  # 2: ``leases``; 3: ``cost_centre``, ``tags``, ``retry_of``; 4: privacy (codec upcasts)
+    schema: ClassVar[int] = 5  # 2: ``leases``; 3: ``cost_centre``, ``tags``, ``retry_of``; 4: privacy; 5: ``api``
+    # (the codec upcasts)
 
     key_id: str
     business_unit: str
@@ -70,6 +71,7 @@ class RequestAdmitted(RequestEvent):
     privacy_policy_hash: str = ""  # SHA-256 of the policy's canonical JSON
     prompt_hash: str = ""  # SHA-256 of the canonical JSON of the messages as the caller sent them
     privacy_scan_skipped: bool = False  # too large to scan; sent because its class fails open
+    api: str = "chat"  # the client surface it came through: chat | responses | messages | embeddings
 
     def __post_init__(self) -> None:
         RequestEvent.__post_init__(self)

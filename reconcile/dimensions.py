@@ -7,5 +7,5 @@ DuckDB.
 from __future__ import annotations
 
 DIMENSIONS = ("team", "business_unit", "app", "key_id", "cost_centre", "alias", "deployment", "provider", "model",
-              "region", "data_class")
+              "region", "data_class", "api")
 USAGE_DIMENSIONS = (*DIMENSIONS, "month", "day")

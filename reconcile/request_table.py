@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 SUMMARY_DIR = "summary"
-TABLE_FORMAT = 2
+TABLE_FORMAT = 3
 """Bump when the columns of ``request_base`` or ``corrections`` change: a table of another format is not used."""
 META_FORMAT = b"farebox.request_table"
 META_TZ = b"farebox.budget_tz"

@@ -86,6 +86,7 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
     cands = honouring(chain.deployments, call.body)
     cache = cached.for_chat(rt, request, alias, privacy, call.body, cands, max_out, call.stream)
     meter = meter_for(rt, snap, request, key, alias, run_id=run_id, data_class=privacy.data_class, stream=call.stream,
+                      api=surface.name,
                       retry_of=retry_of, privacy=privacy.audit(snap.privacy, cands[0], call.body.get("messages")),
                       estimates=estimates)
     admitted = await admit(rt, meter, cands, est_in, max_out)

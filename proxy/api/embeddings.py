@@ -56,7 +56,7 @@ async def _serve(request: web.Request, rt: Runtime, call: EmbeddingsCall) -> web
                   outside_class=privacy.outside_class, outside_refused=privacy.outside_class is None)
     chain = await routed(privacy, plan(rt, snap, alias, needs, None, allows_fallback(request.headers)))
     cache = cached.for_embeddings(rt, request, alias, privacy, call.body, chain.deployments)
-    meter = meter_for(rt, snap, request, key, alias, run_id=request.headers.get("x-fb-run-id"),
+    meter = meter_for(rt, snap, request, key, alias, run_id=request.headers.get("x-fb-run-id"), api="embeddings",
                       data_class=privacy.data_class, stream=False,
                       privacy=privacy.audit(snap.privacy, chain.deployments[0], call.body.get("input")))
     admitted = await admit(rt, meter, chain.deployments, est_in, 0)

@@ -155,7 +155,7 @@ async def embed(rt: SemanticPorts, caller: Tab, privacy: Classification, alias_n
                   outside_class=privacy.outside_class, outside_refused=privacy.outside_class is None)
     tab = Tab(snap, f"{caller.request_id}.semantic", key, alias, None, privacy.data_class, False,
               scopes_of(key, None), cost_centre=caller.cost_centre,
-              tags={**caller.tags, TAG: "semantic", TAG_FOR: caller.request_id})
+              tags={**caller.tags, TAG: "semantic", TAG_FOR: caller.request_id}, api="embeddings")
     meter = Meter(rt, tab, max_wait_s=0.0)  # never queue behind in-flight holds: a short budget is a miss
     upstream, timeouts = rt.upstream, Timeouts.of(alias)
 

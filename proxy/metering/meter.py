@@ -84,10 +84,12 @@ class Funded(Protocol):
 def open_meter(ports: MeterPorts, snap: Snapshot, request_id: str, key: KeyRecord, alias: Alias, *,
                run_id: str | None, data_class: str, stream: bool, tags: Mapping[str, str], max_wait_s: float,
                trace: Any = None, retry_of: str | None = None, privacy: Any = None,
-               estimates: dict[str, Estimate] | None = None) -> "Meter":
-    """One request's tab (who, which alias, which scopes, cost centre and tags) and the meter that records it."""
+               estimates: dict[str, Estimate] | None = None, api: str = "chat") -> "Meter":
+    """One request's tab (who, which alias, which scopes, cost centre and tags, which client surface) and the
+    meter that records it."""
     tab = Tab(snap, request_id, key, alias, run_id, data_class, stream, scopes_of(key, run_id),
-              cost_centre=snap.cost_centre_of(key.team, key.app), tags=tags, retry_of=retry_of, privacy=privacy)
+              cost_centre=snap.cost_centre_of(key.team, key.app), tags=tags, retry_of=retry_of, privacy=privacy,
+              api=api)
     return Meter(ports, tab, estimates=estimates, max_wait_s=max_wait_s, trace=trace)
 
 

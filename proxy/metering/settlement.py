@@ -100,6 +100,7 @@ class Tab:
     cache_saved_micro: int = 0  # what that answer would have cost upstream
     cache_kind: str | None = None  # which cache answered the hit: "exact" | "semantic"
     cache_similarity: str | None = None  # a semantic hit's similarity, a decimal string
+    api: str = "chat"  # the client surface: chat | responses | messages | embeddings
 
 
 def admitted_event(tab: Tab, plan: Plan, leases: dict[str, str], pod: str, hold_ttl_s: int,
@@ -111,7 +112,7 @@ def admitted_event(tab: Tab, plan: Plan, leases: dict[str, str], pod: str, hold_
         data_class=tab.data_class, est_input_tokens=plan.est_input_tokens, max_output_tokens=plan.max_output_tokens,
         holds=dict.fromkeys(tab.scopes, plan.hold_micro), currency=tab.snapshot.currency,
         price_version=plan.price_version, pod=pod, hold_ttl_s=hold_ttl_s, stream=tab.stream, leases=leases,
-        cost_centre=tab.cost_centre, tags=tab.tags, retry_of=tab.retry_of,
+        cost_centre=tab.cost_centre, tags=tab.tags, retry_of=tab.retry_of, api=tab.api,
         **(tab.privacy.to_event_fields() if tab.privacy is not None else {}),
     )
 

@@ -75,7 +75,9 @@ SELECT type, request_id, pos, event_time, team, business_unit, app, key_id, run_
        input_tokens, cached_input_tokens, cache_write_tokens, output_tokens, reasoning_tokens, usage_source,
        cost_micro, scope_costs, overrun_micro, cache_hit,
        CASE WHEN cache_hit THEN coalesce(json_extract(event, '$.cache_saved_micro')::BIGINT, 0) END
-           AS cache_saved_micro
+           AS cache_saved_micro,
+       -- the client surface of an admission (chat, responses, messages, embeddings; 'chat' before schema 5)
+       CASE WHEN type = 'request.admitted' THEN coalesce(json_extract_string(event, '$.api'), 'chat') END AS api
 FROM archive_rows
 WHERE type IN ('request.admitted', 'request.attempted', 'request.settled', 'hold.expired');
 CREATE OR REPLACE VIEW request_events AS SELECT * FROM request_events_all;
@@ -99,7 +101,7 @@ WITH r AS NOT MATERIALIZED (SELECT * FROM request_events), adm AS MATERIALIZED (
     SELECT request_id, min(pos) AS admitted_pos,
            arg_min({'at': event_time, 'team': team, 'business_unit': business_unit, 'app': app,
                     'key_id': key_id, 'run_id': run_id, 'cost_centre': cost_centre, 'tags': tags, 'alias': alias,
-                    'data_class': data_class, 'pod': pod, 'stream': stream, 'price_version': price_version,
+                    'data_class': data_class, 'api': api, 'pod': pod, 'stream': stream, 'price_version': price_version,
                     'est_input_tokens': est_input_tokens, 'max_output_tokens': max_output_tokens, 'holds': holds,
                     'currency': currency}, pos) AS a
     FROM r WHERE type = 'request.admitted' GROUP BY request_id
@@ -132,7 +134,7 @@ WITH r AS NOT MATERIALIZED (SELECT * FROM request_events), adm AS MATERIALIZED (
 )
 SELECT adm.request_id, strftime(timezone(getvariable('budget_tz'), a.at), '%Y-%m') AS month,
        CAST(timezone(getvariable('budget_tz'), a.at) AS DATE) AS day, a.at AS admitted_at, a.team, a.business_unit,
-       a.app, a.key_id, a.run_id, a.cost_centre, a.tags, a.alias, a.data_class, a.pod, a.stream, a.price_version,
+       a.app, a.key_id, a.run_id, a.cost_centre, a.tags, a.alias, a.data_class, a.api, a.pod, a.stream, a.price_version,
        a.est_input_tokens, a.max_output_tokens, a.holds,
        CASE c.type WHEN 'request.settled' THEN 'settled' WHEN 'hold.expired' THEN 'expired' ELSE 'open' END AS state,
        c.at AS closed_at, CASE WHEN c.type = 'request.settled' THEN c.status END AS final_status,

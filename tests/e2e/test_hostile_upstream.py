@@ -137,3 +137,30 @@ def test_invalid_usage_is_counted_per_deployment(hostile_stack: Stack, http: htt
     metrics = httpx.get(hostile_stack.gateway_url + "/metrics").text
     line = next(m for m in metrics.splitlines() if m.startswith('farebox_usage_invalid_total{deployment="hostile-openai"}'))
     assert float(line.split()[-1]) >= 1
+
+
+@pytest.mark.parametrize("case", ("neg", "error200", "cut"))
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_the_other_surfaces_end_a_broken_stream_in_their_own_shape(
+    hostile_stack: Stack, http: httpx.Client, dialect: str, case: str,
+) -> None:
+    """Messages and Responses streams: one writer too, each ending in its own error event (or, when the failure
+    came before the first byte, a whole error answer in the surface's shape); billed as on chat."""
+    messages = http.post("/v1/messages", json={"model": f"hostile-{dialect}", "max_tokens": 64, "stream": True,
+                                               "messages": [{"role": "user", "content": case}]})
+    responses = http.post("/v1/responses", json={"model": f"hostile-{dialect}", "max_output_tokens": 64,
+                                                 "stream": True, "input": case})
+    for resp, last_ok, last_failed in ((messages, "message_stop", "error"),
+                                       (responses, "response.completed", "response.failed")):
+        mine = [e for e in read_events(hostile_stack.events_path) if e.request_id == resp.headers["x-fb-request-id"]]
+        settled = [e for e in mine if e.type == "request.settled"]
+        assert len(settled) == 1
+        if resp.status_code != 200:  # failed before the first byte: one whole error, in the surface's shape
+            assert case != "neg" and resp.status_code >= 500, resp.text
+            error = resp.json()
+            assert error["type"] == "error" if last_failed == "error" else set(error["error"]) >= {"code", "message"}
+            continue
+        assert "HTTP/1." not in resp.text
+        kinds = [line[7:] for line in resp.text.splitlines() if line.startswith("event: ")]
+        assert kinds[-1] == (last_ok if case == "neg" else last_failed), kinds[-3:]
+        assert settled[0].cost_micro > 0  # content reached the client

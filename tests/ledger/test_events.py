@@ -240,7 +240,7 @@ def test_schema_2_admissions_are_upcast_to_no_cost_centre_no_tags_not_a_retry():
         del old[name]
     event = decode(orjson.dumps(old))
     assert event == admitted()
-    assert (event.schema, event.cost_centre, dict(event.tags), event.retry_of) == (4, None, {}, None)
+    assert (event.schema, event.cost_centre, dict(event.tags), event.retry_of) == (5, None, {}, None)
 
 
 def test_schema_3_admissions_are_upcast_to_no_privacy_step():
@@ -251,7 +251,7 @@ def test_schema_3_admissions_are_upcast_to_no_privacy_step():
         del old[name]
     event = decode(orjson.dumps(old))
     assert event == admitted()
-    assert (event.schema, dict(event.privacy_kinds), event.privacy_action, event.prompt_hash) == (4, {}, "allow", "")
+    assert (event.schema, dict(event.privacy_kinds), event.privacy_action, event.prompt_hash) == (5, {}, "allow", "")
 
 
 def settled(**overrides) -> RequestSettled:
@@ -290,7 +290,7 @@ def test_admission_carries_privacy_kinds_and_hashes_never_values():
                      privacy_policy_hash="ab" * 32, prompt_hash="cd" * 32)
     wire = to_dict(event)
     assert (wire["schema"], wire["privacy_kinds"], wire["privacy_action"], wire["privacy_policy_version"]) == (
-        4, {"email": 2, "pan": 1}, "redact", 3)
+        5, {"email": 2, "pan": 1}, "redact", 3)
     assert decode(orjson.dumps(wire)) == event
 
 
@@ -298,7 +298,7 @@ def test_admission_carries_cost_centre_tags_and_retry_of_on_the_wire():
     event = admitted(cost_centre="CC-4410", tags={"project": "atlas", "env": "prod"}, retry_of="r-0")
     wire = to_dict(event)
     assert (wire["schema"], wire["cost_centre"], wire["tags"], wire["retry_of"]) == (
-        4, "CC-4410", {"project": "atlas", "env": "prod"}, "r-0")
+        5, "CC-4410", {"project": "atlas", "env": "prod"}, "r-0")
     assert decode(encode(event)) == event
     with pytest.raises(CodecError, match="must be a string"):
         decode(orjson.dumps({**wire, "tags": {"project": 7}}))
@@ -367,3 +367,12 @@ def test_correction_envelope_is_checked_on_decode():
     wire["id"] = "req-1/rerate/3"
     with pytest.raises(CodecError, match="envelope"):
         decode(orjson.dumps(wire))
+
+
+def test_admission_records_its_client_surface_and_older_ones_read_as_chat():
+    event = admitted(api="messages")
+    wire = orjson.loads(encode(event))
+    assert (wire["schema"], wire["api"]) == (5, "messages") and decode(orjson.dumps(wire)) == event
+    old = {k: v for k, v in wire.items() if k != "api"}
+    old["schema"] = 4
+    assert decode(orjson.dumps(old)).api == "chat"
