@@ -309,7 +309,7 @@ def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSes
     app.router.add_post("/v1/messages", messages_handler.create_message)
     app.router.add_post("/v1/messages/count_tokens", messages_handler.count_tokens)
     app.router.add_post("/v1/responses", responses_handler.create_response)
-    app.router.add_post("/v1/responses/input_tokens", responses_handler.input_tokens)
+    app.router.add_post("/v1/responses/input_tokens", responses_handler.count_input_tokens)
     for method in ("GET", "DELETE"):
         app.router.add_route(method, "/v1/responses/{id}", responses_handler.stored_response)
     app.router.add_get("/v1/responses/{id}/input_items", responses_handler.stored_response)

@@ -17,11 +17,10 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.admission.auth import allowed_alias
-from proxy.admission.plan import chat_input_estimates
 from proxy.api.chat import serve
 from proxy.api.messages.request import validate_messages
 from proxy.api.messages.response import MessagesEncoder, message_of
+from proxy.api.steps import input_tokens
 from proxy.api.surface import Surface
 from proxy.api.validate import ChatCall
 from proxy.body import parse_json_object
@@ -43,12 +42,5 @@ async def create_message(request: web.Request) -> web.StreamResponse:
 
 
 async def count_tokens(request: web.Request) -> web.Response:
-    rt = request.app[RUNTIME]
     call = validate_messages(parse_json_object(await request.read()), counting=True)
-    snap = rt.pod.snapshot
-    key = request["key"]
-    alias = allowed_alias(snap, key, call.alias, "chat")
-    deployments = [snap.deployments[d] for d in alias.deployments if d in snap.deployments]
-    estimates = chat_input_estimates(rt.estimator, call.chat, key.key_id, deployments)
-    tokens = max((e.tokens for e in estimates.values()), default=0)
-    return web.json_response({"input_tokens": tokens})
+    return web.json_response({"input_tokens": input_tokens(request.app[RUNTIME], request, call.alias, call.chat)})

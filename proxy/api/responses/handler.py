@@ -16,11 +16,10 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.admission.auth import allowed_alias
-from proxy.admission.plan import chat_input_estimates
 from proxy.api.chat import serve
 from proxy.api.responses.request import validate_response
 from proxy.api.responses.response import ResponsesEncoder, response_of
+from proxy.api.steps import input_tokens
 from proxy.api.surface import Surface
 from proxy.api.validate import ChatCall
 from proxy.body import parse_json_object
@@ -44,17 +43,10 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     return await serve(request, chat, call.body, surface_for(call.body, created_at))
 
 
-async def input_tokens(request: web.Request) -> web.Response:
-    rt = request.app[RUNTIME]
-    body = parse_json_object(await request.read())
-    call = validate_response({**body, "stream": False})
-    snap = rt.pod.snapshot
-    key = request["key"]
-    alias = allowed_alias(snap, key, call.alias, "chat")
-    deployments = [snap.deployments[d] for d in alias.deployments if d in snap.deployments]
-    estimates = chat_input_estimates(rt.estimator, call.chat, key.key_id, deployments)
+async def count_input_tokens(request: web.Request) -> web.Response:
+    call = validate_response({**parse_json_object(await request.read()), "stream": False})
     return web.json_response({"object": "response.input_tokens",
-                              "input_tokens": max((e.tokens for e in estimates.values()), default=0)})
+                              "input_tokens": input_tokens(request.app[RUNTIME], request, call.alias, call.chat)})
 
 
 async def stored_response(request: web.Request) -> web.Response:
