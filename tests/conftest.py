@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import pytest
 
-# plus the chaos file, whose failover is timed against a 0.5 s first-token timeout: never beside a cluster
+# plus the chaos file, whose failover is timed against a 0.5 s first-token timeout, and the kill -9 file that
+# loads a gateway with 8 clients: never beside a cluster
 CLUSTER_FILES = ("tests/distributed/", "tests/bench/test_distributed_smoke.py", "tests/infra/test_cluster_cmd.py",
-                 "tests/e2e/test_chaos.py")
+                 "tests/e2e/test_chaos.py", "tests/e2e/test_settle_before_end.py")
 SLOW_FIRST = (*CLUSTER_FILES, "tests/infra/", "tests/e2e/", "tests/bench/", "tests/reconcile/", "tests/streams/")
 
 
