@@ -85,10 +85,7 @@ def test_three_pods_one_worker_money_exact_and_replay_equals_live(tmp_path, redi
             return rows if quiet else False
 
         try:
-            # 120 s: the other test processes run end-to-end files beside this cluster on 2 cores, and the worker
-            # folds the pods' last lease returns behind them (60 s was missed once under that load, every lease
-            # already returned in Kafka)
-            rows = wait_until(settled_and_quiet, 120, what="all holds settled and all leases returned")
+            rows = wait_until(settled_and_quiet, 60, what="all holds settled and all leases returned")
         except AssertionError as exc:  # say what the projection still shows, what reached Kafka, who said what
             raise AssertionError(f"{exc}\nlast rows: {seen}\n{_lease_story(cluster)}") from None
 
