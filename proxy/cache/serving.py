@@ -54,7 +54,6 @@ from proxy.cache.port import CachePort
 from proxy.metering.meter import Meter
 from proxy.metering.settlement import cost_of
 from proxy.snapshot import Alias, Deployment
-from proxy.upstream.sse import DONE
 
 log = logging.getLogger("farebox.proxy")
 
@@ -296,31 +295,22 @@ class HitEncoder(Protocol):
 
 async def answer_chat(request: web.Request, rt: ServingPorts, meter: Meter, entry: Entry, *, stream: bool,
                       include_usage: bool, headers: Mapping[str, str],
-                      render: Callable[[dict, Any, str, str], dict] | None = None,
-                      encoder: HitEncoder | None = None) -> web.StreamResponse:
-    """A chat hit, as a completion or replayed as an SSE stream; ``render``/``encoder``: the client surface's
-    writers (default: Chat Completions)."""
+                      render: Callable[[dict, Any, str, str], dict], encoder: HitEncoder) -> web.StreamResponse:
+    """A chat hit, as a completion or replayed as an SSE stream, written by the client surface's ``render`` and
+    ``encoder`` (``proxy.api.surface``)."""
     tab = meter.tab
     x_farebox = _settle_hit(rt, meter, entry)
     head = {"id": f"chatcmpl-{tab.request_id}", "created": int(rt.clock()), "model": tab.alias.name}
     if not stream:
         body = {**head, "object": "chat.completion", **entry.body, "usage": entry.usage.to_openai(),
                 "x_farebox": x_farebox}
-        if render is not None:
-            body = render(body, entry.usage, tab.request_id, tab.alias.name)
+        body = render(body, entry.usage, tab.request_id, tab.alias.name)
         return web.Response(body=orjson.dumps(body), content_type="application/json",
                             headers=_hit_headers(meter, entry, headers))
     resp = web.StreamResponse(status=200, headers={
         **_hit_headers(meter, entry, headers), "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
         "x-request-id": request["client_request_id"] or tab.request_id, "x-fb-request-id": tab.request_id})
-    chunks = replay_chunks(entry)
-    if encoder is not None:
-        data = encoder.encode(chunks) + encoder.tail(entry.usage, x_farebox, include_usage)
-    else:
-        if include_usage:
-            chunks.append({"choices": [], "usage": entry.usage.to_openai(), "x_farebox": x_farebox})
-        head["object"] = "chat.completion.chunk"
-        data = b"".join(b"data: " + orjson.dumps({**head, **c}) + b"\n\n" for c in chunks) + DONE
+    data = encoder.encode(replay_chunks(entry)) + encoder.tail(entry.usage, x_farebox, include_usage)
     await meter.durable()  # the replayed stream goes out once the hit's settlement is durable
     try:
         await resp.prepare(request)

@@ -19,9 +19,9 @@ import orjson
 from ledger.usage import TokenUsage
 from proxy.errors import UpstreamError, UpstreamUnavailable
 from proxy.upstream.anthropic_request import JSON_TOOL
-from proxy.upstream.base import UNREPORTED, ChatResult, SSEEvent, StreamState
+from proxy.upstream.base import ChatResult, SSEEvent, StreamState
 from proxy.upstream.classify import classify, short_reason
-from proxy.upstream.usage_check import InvalidUsage, count, invalid
+from proxy.upstream.usage_check import UNREPORTED, InvalidUsage, count, invalid
 
 PROVIDER = "anthropic"
 

@@ -20,7 +20,6 @@ from typing import Mapping, Protocol
 from ledger.usage import TokenUsage
 from proxy.errors import UpstreamError
 from proxy.snapshot import Deployment
-from proxy.upstream.usage_check import UNREPORTED as _UNREPORTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,13 +37,6 @@ class UpstreamRequest:
 class SSEEvent:
     event: str | None  # the ``event:`` field, None when absent
     data: str  # ``data:`` lines joined with "\n"
-
-
-# A non-streaming answer whose provider reported no usage (some OpenAI-compatible
-# servers omit it): zero counts marked "estimated", so the caller of
-# ``parse_chat`` can tell it apart from a real zero and estimate instead
-# (``usage_check.needs_estimate`` also says yes to usage that failed the boundary).
-UNREPORTED = _UNREPORTED
 
 
 @dataclass

@@ -31,7 +31,7 @@ from proxy.errors import InvalidRequest
 ROLES = ("user", "assistant")
 BLOCKS = frozenset({"text", "image", "tool_use", "tool_result", "thinking", "redacted_thinking"})
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
-_FINISH = {"auto": "auto", "any": "required", "none": "none"}
+_TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}  # Messages tool_choice.type -> chat
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,10 +222,10 @@ def _tools(body: dict[str, Any], out: dict[str, Any]) -> None:
     if choice is None:
         return
     kind = choice.get("type") if isinstance(choice, dict) else None
-    if kind in _FINISH:
+    if kind in _TOOL_CHOICES:
         if kind != "none" and not out.get("tools"):
             raise _bad("tool_choice", "tool_choice: requires tools")
-        out["tool_choice"] = _FINISH[kind]
+        out["tool_choice"] = _TOOL_CHOICES[kind]
     elif kind == "tool" and isinstance(choice.get("name"), str):
         out["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
     else:

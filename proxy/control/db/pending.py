@@ -1,4 +1,4 @@
-"""Pending changes in the config database: proposed by one admin, approved (or rejected) by another.
+"""Pending changes in the config database (names, roles, limits and specs: never a secret's value): proposed by one admin, approved (or rejected) by another.
 
 Each operation is one transaction and writes its audit row in it. ``claim`` moves a pending row to
 ``approving`` under a row lock before the change runs, so two approvers racing run it once; ``settle`` then
@@ -26,14 +26,10 @@ class SamePerson(PermissionDenied):
 
 
 def view(r: PendingChangeRow) -> dict[str, Any]:
-    return {"object": "change", "id": r.id, "action": r.action, "target": r.object, "params": _public(r.params),
+    return {"object": "change", "id": r.id, "action": r.action, "target": r.object, "params": dict(r.params),
             "reason": r.reason, "status": r.status, "proposed_by": r.proposed_by, "proposed_at": _iso(r.proposed_at),
             "expires_at": _iso(r.expires_at), "decided_by": r.decided_by, "decided_at": _iso(r.decided_at),
             "outcome": r.outcome}
-
-
-def _public(params: Mapping[str, Any]) -> dict[str, Any]:
-    return dict(params)  # proposals hold names, roles, limits and specs: never a secret's value
 
 
 def propose(db: ConfigDB, actor: str, action: str, obj: str, params: Mapping[str, Any], reason: str,

@@ -21,8 +21,9 @@ from proxy.errors import (
     UpstreamRejected,
     UpstreamUnavailable,
 )
-from proxy.upstream.base import UNREPORTED, UpstreamRequest
+from proxy.upstream.base import UpstreamRequest
 from proxy.upstream.dialects import DIALECTS, get_dialect
+from proxy.upstream.usage_check import UNREPORTED
 
 TEXT = "Hello! How can I help you today? Ünïcödé ✓ 🌍 世界"
 CALLS = [
