@@ -73,7 +73,11 @@ moves the read offset past the hole again), and after the last record past the
 hole nothing may arrive to trigger another. A dropped event counts as a hole too,
 also in a partition not handled yet (Faust resumes delivery while it recovers
 the tables, so a newly assigned partition's first events can arrive while the
-agent is paused; the first event accepted after that must not be a later one). ``keep`` forgets the positions of
+agent is paused; the first event accepted after that must not be a later one). A partition with no position yet
+starts at its committed offset (``floor``: the consumer's committed offset, known once Faust's seek after a
+rebalance has run): a first event past it is past a hole, as if the events from the committed offset had been
+dropped; without it an event Faust skipped before the first one accepted would never be handled, and its
+partition's commits would stay behind it for good. ``keep`` forgets the positions of
 partitions no longer assigned (another worker may move them on). A hole that
 no seek fills within ``hole_patience_s`` (records deleted by retention while
 the worker was behind, or a bug) is a failure (``on_failure``), whether or not
@@ -101,6 +105,7 @@ class Batcher:
                  stale: Callable[[Any], bool] | None = None,
                  position: Callable[[Any], tuple[Hashable, int]] | None = None,
                  rewind: Callable[[Hashable, int], Awaitable[None]] | None = None,
+                 floor: Callable[[Hashable], int | None] | None = None,
                  hole_patience_s: float = 30.0, rewind_every_s: float = 1.0) -> None:
         self.stream = stream.noack()
         self.handle = handle
@@ -127,6 +132,7 @@ class Batcher:
         self.rewind_every_s = rewind_every_s
         self.rewound_at: dict[Hashable, float] = {}  # partition -> when its current hole was last rewound
         self.rewinds = 0
+        self.floor = floor  # partition -> its committed offset (None: not known yet)
         self.running.set()
 
     async def run(self) -> None:
@@ -145,6 +151,10 @@ class Batcher:
                     continue
                 if self.position is not None:
                     last = self.last.get(partition)
+                    if last is None and self.floor is not None:
+                        committed = self.floor(partition)
+                        if committed is not None and offset > committed:
+                            last = self.last[partition] = committed - 1  # what the commit covers is done
                     if last is not None and offset > last + 1:
                         self.holes += 1  # past a hole: delivered again, in order, after Faust's seek
                         since = self.hole_since.setdefault(partition, loop.time())

@@ -18,6 +18,8 @@ here. What each one relies on:
     ``stop_flow``, mode's ``WaitResults``);
 * ``aiokafka_producer``: the aiokafka producer under Faust's (``_ensure_producer``);
 * ``cluster_metadata``: a consumer's cluster metadata (``_client``);
+* ``committed_offset``: a partition's committed offset as Faust's consumer last learnt it (its seek to the
+  committed offsets after a rebalance, or its own commits: ``_committed_offset``);
 * ``close_consumer_parts`` / ``drop_producer_sender``: what aiokafka's ``stop``
   skips or has no public call for (``_fetcher``, ``_client``, ``_closed``, ``_sender``);
 * ``partition_report``: what Faust and aiokafka know about one partition, to
@@ -118,6 +120,12 @@ async def drop_producer_sender(producer: Any) -> None:
     if task is not None and not task.done():
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+def committed_offset(consumer: Any, tp: Any) -> int | None:
+    """The offset the group has committed for ``tp`` (the next to handle), or None while not known."""
+    offset = consumer._committed_offset.get(tp)
+    return offset if isinstance(offset, int) and offset >= 0 else None
 
 
 def partition_report(app: Any, tp: Any) -> str:

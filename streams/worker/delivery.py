@@ -28,7 +28,7 @@ from ledger.events import Event
 from streams import dead_letters
 from streams.batching import Batcher, Completion
 from streams.kafka.clients import ID_HEADER
-from streams.kafka.internals import aiokafka_producer
+from streams.kafka.internals import aiokafka_producer, committed_offset
 from streams.table_writes import TableWrites
 from streams.worker.state import Worker, WorkerState
 
@@ -63,7 +63,8 @@ def batcher(w: Worker, state: WorkerState, name: str, stream: Any, handle: Calla
     b = state.batchers[name] = Batcher(
         stream, handle, flush, max_events=w.cfg.batch_max, within_s=within_s, on_failure=stop_worker,
         stale=lambda event: event.message.generation_id != w.app.consumer_generation_id,
-        position=lambda event: (event.message.tp, event.message.offset), rewind=rewind)
+        position=lambda event: (event.message.tp, event.message.offset), rewind=rewind,
+        floor=lambda tp: committed_offset(w.app.consumer, tp))
     return b
 
 

@@ -293,6 +293,37 @@ async def test_a_partition_whose_first_events_were_dropped_starts_at_them():
     await task
 
 
+async def test_a_new_partitions_first_event_past_its_committed_offset_is_past_a_hole():
+    """A newly assigned partition whose committed offset is 20: Faust skipped 20 and 21 (read before the
+    rebalance, dropped as already read after it) and delivers 22 first. 22 must wait for a rewind to 20, else
+    20 and 21 are never handled and the partition's commits stay behind them for good. A partition with no
+    committed offset yet (None) accepts its first event as before; one at or below its commit is handled."""
+    rewinds: list[tuple[str, int]] = []
+
+    class Consumer(GatedStream):
+        async def events(self):  # type: ignore[no-untyped-def]
+            for item in [("p3", 22), ("p3", 23), ("p4", 5), ("p5", 7)]:
+                yield item
+            await asyncio.sleep(0)
+            partition, offset = rewinds[-1]
+            for n in range(offset, 24):
+                yield (partition, n)
+            await asyncio.Event().wait()
+
+    async def rewind(partition: str, offset: int) -> None:
+        rewinds.append((partition, offset))
+
+    batcher, handled = positioned(Consumer(0))
+    batcher.rewind, batcher.rewind_every_s = rewind, 60.0
+    batcher.floor = {"p3": 20, "p4": None, "p5": 9}.get
+    task = asyncio.create_task(batcher.run())
+    await asyncio.sleep(0.05)
+    assert rewinds == [("p3", 20)]
+    assert handled == [("p4", 5), ("p5", 7)] + [("p3", n) for n in range(20, 24)]
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_a_hole_is_rewound_to_its_first_missing_offset():
     """Faust's own seek does not come (a record fetched before the rebalance moved its read offset past the hole,
     so it would drop the redelivery as read): the batcher asks the consumer to deliver from the first missing
