@@ -16,6 +16,11 @@ what one lookup scans, in both modes.
     body_log: {url: sqlite:///var/bodies.sqlite, retention_days: 30, sweep_interval_s: 3600,
                key_env: FAREBOX_BODY_LOG_KEY}
 
+``stored_responses:`` (the Responses API's ``store``; distributed pods keep them in Redis at
+``distributed.redis_url``, embedded and ``--workers`` pods in their own database, SQLite by default)::
+
+    stored_responses: {url: sqlite:///var/responses.sqlite, ttl_s: 2592000, max_record_bytes: 8388608}
+
 The body log's master key is read here, once, from the environment variable
 ``key_env`` names (urlsafe base64 of at least 32 random bytes, e.g. what
 ``Fernet.generate_key()`` prints). Without it there is no body log; a team
@@ -59,6 +64,22 @@ class BodyLogSettings:
     def __repr__(self) -> str:  # the key never reaches a log line or an error
         return (f"BodyLogSettings(url={self.url!r}, retention_days={self.retention_days}, "
                 f"key_env={self.key_env!r}, key={'set' if self.master_key else 'unset'})")
+
+
+@dataclass(frozen=True)
+class StoredResponsesSettings:
+    url: str = ""  # embedded and --workers: its own database; default sqlite under state_dir
+    ttl_s: int = 30 * 86_400  # how long a stored response can be read and continued
+    max_record_bytes: int = 8 * 1024 * 1024  # a larger response and its context is answered, not kept
+
+
+def stored_responses_settings(r: Reader, state_dir: Path) -> StoredResponsesSettings:
+    d = StoredResponsesSettings()
+    out = StoredResponsesSettings(
+        url=r.str("url", None) or f"sqlite:///{(state_dir / 'responses.sqlite').resolve()}",
+        ttl_s=r.int("ttl_s", d.ttl_s, 60), max_record_bytes=r.int("max_record_bytes", d.max_record_bytes, 1024))
+    r.reject_unknown()
+    return out
 
 
 def cache_settings(r: Reader) -> CacheSettings:

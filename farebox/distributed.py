@@ -46,6 +46,7 @@ from proxy.observe.metrics import Metrics
 from proxy.routing.breaker_sync import sync_ctx as breaker_sync_ctx
 from proxy.runtime import PodState
 from proxy.snapshot import Secrets, Snapshot
+from proxy.stored_responses.redis_store import RedisResponses
 from streams.kafka.internals import GATEWAY_LIBRARIES, UntestedVersions, check_versions, installed_version
 from streams.kafka.log import KafkaEventLog
 from streams.projections import RedisProjections
@@ -91,6 +92,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     budgets = LeaseBudgets(wallets, settings.hold_ttl_s, read_scope=RedisProjections(redis).read_scope)
     runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets, limits=limits, control=control,
                             idempotency=idempotency, cache=cache, vectors=vectors,
+                            responses=RedisResponses.from_url(d.redis_url),
                             rerater=ArchiveRerater(settings))
     state = recorder.metrics.state  # read at scrape time
     state.spool_bytes = lambda: events.spooled_bytes

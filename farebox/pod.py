@@ -48,6 +48,8 @@ from proxy.metering.recorder import Recorder
 from proxy.ports import Append, ControlStore, Rerater, RerateRefused
 from proxy.runtime import PodState, ProxyOptions, Runtime
 from proxy.snapshot import Secrets, Snapshot
+from proxy.stored_responses import ResponseStore
+from proxy.stored_responses.sql import SqlResponses
 from proxy.upstream.relay import UpstreamClient
 from reconcile.rerate.service import Rerating
 from streams.archive.pending import unarchived_corrections
@@ -65,14 +67,18 @@ def options_of(settings: Settings) -> ProxyOptions:
         budget_wait_s=settings.budget_wait_s, budget_wait_max_s=settings.budget_wait_max_s,
         cache_ttl_s=settings.cache.ttl_s, cache_max_temperature=settings.cache.max_temperature,
         cache_max_entry_bytes=settings.cache.max_entry_bytes,
+        stored_responses_ttl_s=settings.stored_responses.ttl_s,
+        stored_responses_max_bytes=settings.stored_responses.max_record_bytes,
     )
 
 
 def build_runtime(settings: Settings, secrets: Secrets, pod: PodState, *, recorder: Recorder, budgets: BudgetPort,
                   limits: Buckets, control: ControlStore | None,
                   idempotency: IdempotencyStore | None = None, cache: CachePort | None = None,
-                  vectors: VectorStore | None = None, rerater: Rerater | None = None) -> Runtime:
-    """The pod's runtime, once, with one adapter per port (idempotency and caches: in-process unless given)."""
+                  vectors: VectorStore | None = None, rerater: Rerater | None = None,
+                  responses: ResponseStore | None = None) -> Runtime:
+    """The pod's runtime, once, with one adapter per port (idempotency and caches: in-process unless given;
+    stored responses: the SQL store at ``stored_responses.url`` unless given)."""
     c = settings.cache
     return Runtime(pod=pod, secrets=secrets, options=options_of(settings), recorder=recorder, budgets=budgets,
                    limits=limits, upstream=UpstreamClient(secrets), control=control, rng=random.Random(),
@@ -80,6 +86,7 @@ def build_runtime(settings: Settings, secrets: Secrets, pod: PodState, *, record
                    cache=cache or MemoryCache(max_entries=c.max_entries, max_bytes=c.max_bytes),
                    vectors=vectors or MemoryVectors(max_entries=c.semantic_max_entries, max_bytes=c.semantic_max_bytes,
                                                     max_per_namespace=c.semantic_max_per_namespace),
+                   responses=responses or SqlResponses(settings.stored_responses.url),
                    body_log=body_log_of(settings), rerater=rerater)
 
 
@@ -103,6 +110,12 @@ async def body_log_ctx(app: web.Application, runtime: Runtime) -> AsyncIterator[
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     await body_log.close()
+
+
+async def stored_responses_ctx(app: web.Application, runtime: Runtime) -> AsyncIterator[None]:
+    """Close the stored-response store once requests have finished."""
+    yield
+    await runtime.responses.close()
 
 
 def first_snapshot(settings: Settings, follower: SnapshotFollower) -> Snapshot:
@@ -161,6 +174,7 @@ def serve_pod(start: PodStart, runtime: Runtime, recorder: Recorder) -> web.Appl
     app = pod_app(runtime, tracing=tracing)
     app.cleanup_ctx.append(tracing_ctx(tracing))
     app.cleanup_ctx.append(functools.partial(body_log_ctx, runtime=runtime))
+    app.cleanup_ctx.append(functools.partial(stored_responses_ctx, runtime=runtime))
     return app
 
 

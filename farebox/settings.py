@@ -21,7 +21,14 @@ import yaml
 from sqlalchemy.engine import make_url
 
 from farebox.archive_settings import ArchiveSettings, archive_settings
-from farebox.data_settings import BodyLogSettings, CacheSettings, body_log_settings, cache_settings
+from farebox.data_settings import (
+    BodyLogSettings,
+    CacheSettings,
+    StoredResponsesSettings,
+    body_log_settings,
+    cache_settings,
+    stored_responses_settings,
+)
 from farebox.settings_observe import OBSERVABILITY_SECTIONS, ObservabilitySettings, parse_observability
 from pricing.errors import PricingError
 from proxy.admission.wallet import WalletPolicy
@@ -119,6 +126,7 @@ class Settings:
     archive: ArchiveSettings = field(default_factory=ArchiveSettings)
     cache: CacheSettings = field(default_factory=CacheSettings)  # the exact response cache
     body_log: BodyLogSettings = field(default_factory=BodyLogSettings)  # opt-in encrypted bodies per team
+    stored_responses: StoredResponsesSettings = field(default_factory=StoredResponsesSettings)  # Responses ``store``
     # the provider secrets deployments may name, and the hosts each may be sent to (``proxy.snapshot.secrets``)
     secret_hosts: SecretHosts = field(default_factory=lambda: SecretHosts({}))
 
@@ -246,6 +254,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     reconcile = _reconcile_settings(root.child("reconcile"), problems)
     observability = parse_observability(root, env, problems)
     cache, body_log_section = cache_settings(root.child("cache")), root.child("body_log")
+    stored = stored_responses_settings(root.child("stored_responses"), state_dir)
     declared = tree.get("provider_secrets") if isinstance(tree, dict) else None
     root.skip(*CONTROL_SECTIONS, "provider_secrets")
     root.reject_unknown()
@@ -293,6 +302,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         observability=observability,
         cache=cache,
         body_log=body_log,
+        stored_responses=stored,
         secret_hosts=secret_hosts,
     )
 

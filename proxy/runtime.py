@@ -32,6 +32,7 @@ from proxy.observe.metrics import Metrics
 from proxy.ports import ControlStore, Rerater
 from proxy.routing.state import RoutingState
 from proxy.snapshot import Secrets, Snapshot
+from proxy.stored_responses import MemoryResponses, ResponseStore
 from proxy.upstream.relay import UpstreamClient
 
 
@@ -49,6 +50,8 @@ class ProxyOptions:
     cache_ttl_s: int = 3600  # how long a response-cache entry is served
     cache_max_temperature: float = 1.0  # above this temperature a request is never cached
     cache_max_entry_bytes: int = 1024 * 1024  # larger answers are not stored
+    stored_responses_ttl_s: int = 30 * 86_400  # how long a stored Responses answer is readable
+    stored_responses_max_bytes: int = 8 * 1024 * 1024  # a larger response with its context is not kept
     auth_failures_per_minute: int = 30  # failed authentications per source before 429s (0: no throttling)
     metrics_token: str | None = field(default=None, repr=False)  # GET /metrics asks for it as a bearer token
 
@@ -90,6 +93,7 @@ class Runtime:
     cache: CachePort = field(default_factory=MemoryCache)  # exact response cache: in-process LRU, or Redis
     flights: Flights = field(default_factory=Flights)  # identical concurrent cache misses share one call
     vectors: VectorStore = field(default_factory=MemoryVectors)  # semantic cache: in-process, or Redis
+    responses: ResponseStore = field(default_factory=MemoryResponses)  # the Responses API's stored responses
     body_log: BodyLog | None = None  # opt-in encrypted body logging (None: no master key configured)
     rerater: Rerater | None = None  # re-rating archived requests (None: a pod without an archive to read)
     estimator: Estimator = field(default_factory=Estimator)  # input tokens; calibrated per key

@@ -11,7 +11,8 @@
 * No module over 400 lines outside ``tests/``.
 * The request path moves forward. ``proxy/``'s stages, in the order a request meets them, are
   api -> idempotency -> privacy -> cache -> admission -> routing -> upstream -> metering -> observe
-  (``bodylog`` sits with ``observe``, at the end): a stage imports only itself, later stages and the
+  (``bodylog`` sits with ``observe``, at the end; ``stored_responses``, the Responses API's store, with
+  ``idempotency``): a stage imports only itself, later stages and the
   shared kernel (``snapshot``, ``errors``, ``body``, ``ports``, ``cancellation``, ``outcomes``, the ``limits``
   port), never an
   earlier stage. The kernel imports no stage. ``runtime`` (the pod's ports, built by ``farebox/``) is read
@@ -110,7 +111,8 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 # The stages of the request path, in order; a stage may import itself and the stages after it.
 STAGES = ("api", "idempotency", "privacy", "cache", "admission", "routing", "upstream", "metering", "observe")
-RANK = {f"proxy.{name}": i for i, name in enumerate(STAGES)} | {"proxy.bodylog": len(STAGES) - 1}
+RANK = {f"proxy.{name}": i for i, name in enumerate(STAGES)} | {"proxy.bodylog": len(STAGES) - 1,
+                                                                 "proxy.stored_responses": 1}
 KERNEL = {"proxy.snapshot", "proxy.errors", "proxy.body", "proxy.ports", "proxy.cancellation", "proxy.limits",
           "proxy.outcomes"}
 

@@ -310,9 +310,9 @@ def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSes
     app.router.add_post("/v1/messages/count_tokens", messages_handler.count_tokens)
     app.router.add_post("/v1/responses", responses_handler.create_response)
     app.router.add_post("/v1/responses/input_tokens", responses_handler.count_input_tokens)
-    for method in ("GET", "DELETE"):
-        app.router.add_route(method, "/v1/responses/{id}", responses_handler.stored_response)
-    app.router.add_get("/v1/responses/{id}/input_items", responses_handler.stored_response)
+    app.router.add_get("/v1/responses/{id}", responses_handler.get_response)
+    app.router.add_delete("/v1/responses/{id}", responses_handler.delete_response)
+    app.router.add_get("/v1/responses/{id}/input_items", responses_handler.list_input_items)
     app.router.add_get("/v1/models", models.list_models)
     app.router.add_get("/v1/models/{model}", models.get_model)
     for mount in mounts:

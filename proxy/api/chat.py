@@ -111,7 +111,8 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
             exc.headers["x-fb-attempts"] = str(meter.tab.attempts)
             await meter.durable()
             raise
-    await meter.durable()  # a non-stream answer's bytes go out once its settlement is durable
+    # a non-stream answer's bytes go out once its settlement is durable (and what its surface keeps is written)
+    await (meter.durable() if surface.settled is None else asyncio.gather(meter.durable(), surface.settled()))
     return response
 
 

@@ -3,14 +3,15 @@
 Every surface goes through the same admission, routing, metering and events (``proxy.api.chat.serve``); it
 differs only in how it reads the request (its handler) and how it writes the answer: ``render`` turns the
 gateway's chat completion into the surface's JSON body, ``encoder`` makes the stream relay's encoder
-(``proxy.upstream.streaming.Encoder``). ``CHAT`` is Chat Completions itself; the Anthropic Messages surface is
+(``proxy.upstream.streaming.Encoder``), and ``settled`` writes what the surface keeps of a non-stream answer
+(the Responses API's stored responses) before its bytes go out. ``CHAT`` is Chat Completions itself; the Anthropic Messages surface is
 ``proxy.api.messages.handler.MESSAGES``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from ledger.usage import TokenUsage
 from proxy.upstream.streaming import Encoder, Stamp, Tap
@@ -21,9 +22,10 @@ MakeEncoder = Callable[[str, int, str, "Tap | None"], Encoder]  # (request id, c
 
 @dataclass(frozen=True, slots=True)
 class Surface:
-    name: str  # chat | messages
+    name: str  # chat | responses | messages
     render: Render
     encoder: MakeEncoder
+    settled: Callable[[], Awaitable[None]] | None = None  # None: it keeps nothing
 
 
 CHAT = Surface("chat", lambda completion, usage, request_id, alias: completion, Stamp)

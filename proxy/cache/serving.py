@@ -292,6 +292,8 @@ class HitEncoder(Protocol):
 
     def tail(self, usage: Any, x_farebox: dict, include_usage: bool) -> bytes: ...
 
+    async def settled(self) -> None: ...
+
 
 async def answer_chat(request: web.Request, rt: ServingPorts, meter: Meter, entry: Entry, *, stream: bool,
                       include_usage: bool, headers: Mapping[str, str],
@@ -311,7 +313,7 @@ async def answer_chat(request: web.Request, rt: ServingPorts, meter: Meter, entr
         **_hit_headers(meter, entry, headers), "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
         "x-request-id": request["client_request_id"] or tab.request_id, "x-fb-request-id": tab.request_id})
     data = encoder.encode(replay_chunks(entry)) + encoder.tail(entry.usage, x_farebox, include_usage)
-    await meter.durable()  # the replayed stream goes out once the hit's settlement is durable
+    await asyncio.gather(meter.durable(), encoder.settled())  # out once the hit's settlement is durable
     try:
         await resp.prepare(request)
         await resp.write(data)

@@ -51,6 +51,10 @@ class Metrics:
             "farebox_usage_invalid", "Attempts whose provider-reported usage failed the usage boundary "
             "(negative, non-integer or out-of-bound counts): billed farebox's estimate.", ["deployment"], registry=r
         )
+        self.responses_not_stored = Counter(
+            "farebox_responses_not_stored", "Responses API answers with store on that were answered but not kept, "
+            "by reason (too_large, store_failed).", ["reason"], registry=r
+        )
         self.refusals = Counter(
             "farebox_refusals", "Requests refused at admission, by error code.", ["code"], registry=r
         )

@@ -113,6 +113,11 @@ class Encoder(Protocol):
         """The one error event that ends a stream that failed."""
         ...
 
+    async def settled(self) -> None:
+        """What the surface keeps of the answer once ``tail`` has built it (the Responses API's stored response),
+        written before the stream's last bytes, alongside the settlement's durability."""
+        ...
+
 
 class Stamp:
     """The Chat Completions encoder: adds the gateway's id, created time and alias to each translated chunk
@@ -138,6 +143,9 @@ class Stamp:
 
     def error(self, exc: GatewayError) -> bytes:
         return b"data: " + orjson.dumps(exc.to_body()) + b"\n\n"
+
+    async def settled(self) -> None:
+        return None
 
 
 def _usage(stream: UpstreamStream, est_input: int, limit: int) -> TokenUsage:
@@ -286,16 +294,17 @@ async def _relayed(
     tail = stamp.encode(restorer.flush()) if restorer is not None else b""
     # the usage the settlement records: x_farebox's cost is final once the attempt is counted
     tail += stamp.tail(usage, meter.x_farebox(dep), include_usage)
-    await _settled_last_write(meter, dep, 200, resp, tail, watch, eof=True)
+    await _settled_last_write(meter, dep, 200, resp, tail, watch, eof=True, kept=stamp.settled())
     return 200
 
 
 async def _settled_last_write(meter: StreamMeter, dep: Deployment, status: int, resp: web.StreamResponse, data: bytes,
-                              watch: Watched, eof: bool) -> None:
-    """Settle, wait until the settlement is durable, then write the stream's last bytes."""
+                              watch: Watched, eof: bool, kept: Awaitable[None] | None = None) -> None:
+    """Settle, wait until the settlement is durable (and what the surface keeps is written), then write the
+    stream's last bytes."""
     meter.settle(status, dep)
     try:
-        await meter.durable()
+        await (meter.durable() if kept is None else asyncio.gather(meter.durable(), kept))
     except asyncio.CancelledError:
         watch.absorb()  # the caller left while we waited: the settlement stands, nothing more to write
         return

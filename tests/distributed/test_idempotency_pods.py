@@ -3,7 +3,8 @@
 Real processes: Kafka (Maven jars), Redis, the Faust worker, two gateway pods.
 A retry that lands on another pod replays the first pod's stored answer and is
 not billed again: the requests topic holds one admission and one settlement.
-A repeat while the first is in flight on the other pod gets 409.
+A repeat while the first is in flight on the other pod gets 409. A stored response (Responses API) kept by
+one pod is read and continued on the other.
 """
 
 from __future__ import annotations
@@ -67,3 +68,17 @@ def test_a_retry_on_another_pod_replays_and_is_billed_once(tmp_path, redis_serve
         assert kinds.count("request.admitted") == 1 and kinds.count("request.settled") == 1
         events = [decode(v) for *_, v in asyncio.run(read_records(broker.bootstrap, cluster.requests_topic))]
         assert sum(e.type == "request.admitted" for e in events) == 2  # dist-1 once, dist-2 once
+
+        # a stored response (Responses API) kept by one pod is read and continued on the other, through Redis;
+        # another team's key finds nothing
+        auth = {"Authorization": f"Bearer {key}"}
+        kept = httpx.post(cluster.pod_urls[0] + "/v1/responses", headers=auth, timeout=30,
+                          json={"model": "chat-openai", "input": "Remember this.", "max_output_tokens": 16}).json()
+        read = httpx.get(f"{cluster.pod_urls[1]}/v1/responses/{kept['id']}", headers=auth, timeout=30)
+        assert read.status_code == 200 and read.json()["output"] == kept["output"]
+        follow = httpx.post(cluster.pod_urls[1] + "/v1/responses", headers=auth, timeout=30, json={
+            "model": "chat-openai", "input": "And?", "max_output_tokens": 16, "previous_response_id": kept["id"]})
+        assert follow.status_code == 200 and follow.json()["usage"]["input_tokens"] > kept["usage"]["input_tokens"]
+        other = {"Authorization": f"Bearer {cluster.keys['beta']}"}
+        assert httpx.get(f"{cluster.pod_urls[1]}/v1/responses/{kept['id']}", headers=other,
+                         timeout=30).status_code == 404

@@ -105,8 +105,9 @@ def test_input_tokens_and_what_is_not_carried_yet(stack: Stack, client: openai.O
     with pytest.raises(openai.BadRequestError) as builtin:
         client.responses.create(model="chat-openai", input="x", tools=[{"type": "web_search"}])
     assert builtin.value.body["param"] == "tools[0].type" and "web_search" in builtin.value.body["message"]
-    with pytest.raises(openai.BadRequestError) as chained:
+    with pytest.raises(openai.NotFoundError) as chained:
         client.responses.create(model="chat-openai", input="x", previous_response_id="resp_123")
     assert chained.value.body["param"] == "previous_response_id"
+    assert chained.value.body["code"] == "previous_response_not_found"
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve("resp_123")

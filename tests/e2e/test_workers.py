@@ -255,6 +255,23 @@ def test_sdk_works_unchanged_and_both_processes_serve(tmp_path) -> None:
         # each process's request ids carry its own prefix, and each prefix one pod
         pod_of_prefix = {(process_of(rid), e.pod) for rid, e in admitted.items()}
         assert len(pod_of_prefix) == 2 and len({p for p, _ in pod_of_prefix}) == 2, pod_of_prefix
+
+        async def stored() -> set[str]:  # a stored response, read and continued over other connections
+            async def one(i: int) -> str:
+                async with openai.AsyncOpenAI(base_url=stack.gateway_url + "/v1", api_key=stack.key,
+                                              max_retries=0, timeout=60) as first:
+                    kept = await first.responses.create(model=ALIAS, input=f"Note {i}.", max_output_tokens=16)
+                async with openai.AsyncOpenAI(base_url=stack.gateway_url + "/v1", api_key=stack.key,
+                                              max_retries=0, timeout=60) as later:
+                    assert (await later.responses.retrieve(kept.id)).output_text == kept.output_text
+                    follow = await later.responses.create(model=ALIAS, input="More.", max_output_tokens=16,
+                                                          previous_response_id=kept.id)
+                    assert follow.usage.input_tokens > kept.usage.input_tokens
+                return process_of(kept.id.removeprefix("resp_")) + process_of(follow.id.removeprefix("resp_"))
+            return set(await asyncio.gather(*(one(i) for i in range(12))))
+
+        served = asyncio.run(stored())
+        assert any(pair[:12] != pair[12:] for pair in served), served  # kept by one process, continued by the other
         assert stop(stack.gateway) == 0, tail(stack)
         assert not (stack.folder / "workers.json").exists()
 

@@ -155,3 +155,6 @@ class MessagesEncoder:
 
     def error(self, exc: GatewayError) -> bytes:
         return _event("error", {"error": error_body(exc)["error"]})
+
+    async def settled(self) -> None:
+        return None

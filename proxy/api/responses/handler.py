@@ -1,13 +1,16 @@
-"""POST /v1/responses and POST /v1/responses/input_tokens: the OpenAI Responses API on farebox's front door.
+"""The OpenAI Responses API on farebox's front door: ``POST /v1/responses``, ``POST /v1/responses/input_tokens``,
+``GET``/``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items``.
 
 A Responses request is validated in its own terms, carried as the equivalent chat request through the one
 pipeline every surface shares (``proxy.api.chat.serve``), and answered as a ``response`` object or as the
 Responses stream's typed events (``response.py``), whichever dialect the deployment speaks. Errors are
-OpenAI-shaped, as on every OpenAI surface. Stored responses (``previous_response_id``, ``GET``/``DELETE
-/v1/responses/{id}``) are not kept yet: such a request is a 400 naming the parameter, and a ``GET`` a 404.
+OpenAI-shaped, as on every OpenAI surface. ``previous_response_id`` continues a stored response of the
+caller's team, and ``store`` (the default) keeps the new one (``stored.py``; the ``ResponseStore`` port:
+SQLite for embedded and ``--workers`` pods, Redis for distributed ones, with a TTL). A stored response is
+another team's or absent alike: 404.
 
 ``input_tokens`` answers ``{"object": "response.input_tokens", "input_tokens": n}`` from farebox's own
-estimate for the alias's deployments, without admitting or billing anything.
+estimate for the alias's deployments (with the continued conversation), without admitting or billing.
 """
 
 from __future__ import annotations
@@ -17,38 +20,84 @@ from typing import Any
 from aiohttp import web
 
 from proxy.api.chat import serve
+from proxy.api.responses import stored
 from proxy.api.responses.request import validate_response
 from proxy.api.responses.response import ResponsesEncoder, response_of
 from proxy.api.steps import input_tokens
 from proxy.api.surface import Surface
 from proxy.api.validate import ChatCall
 from proxy.body import parse_json_object
-from proxy.errors import NotFound
-from proxy.runtime import RUNTIME
+from proxy.runtime import RUNTIME, Runtime
+from proxy.stored_responses import StoredResponse, readable
 
 
-def surface_for(body: dict[str, Any], created_at: int) -> Surface:
-    """This request's surface: its answers echo what it asked (instructions, tools, metadata, …)."""
+def surface_for(body: dict[str, Any], created_at: int, keeper: stored.Keeper | None) -> Surface:
+    """This request's surface: its answers echo what it asked (instructions, tools, metadata, …), and with
+    ``keeper`` (``store``) the final response is kept before its last bytes go out."""
     def render(completion: dict[str, Any], usage: Any, request_id: str, alias: str) -> dict[str, Any]:
-        return response_of(completion, usage, body, f"resp_{request_id}", alias, created_at)
+        rendered = response_of(completion, usage, body, f"resp_{request_id}", alias, created_at)
+        if keeper is not None:
+            keeper.final = rendered
+        return rendered
 
     return Surface("responses", render, lambda request_id, created, alias, tap: ResponsesEncoder(
-        body, f"resp_{request_id}", alias, created_at, tap))
+        body, f"resp_{request_id}", alias, created_at, tap, keep=None if keeper is None else keeper.keep),
+        settled=None if keeper is None else keeper.write)
+
+
+async def _earlier(request: web.Request, rt: Runtime, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The conversation ``previous_response_id`` continues (empty without one); 404 if not the caller's."""
+    previous = stored.previous_id(body)
+    if previous is None:
+        return []
+    record = readable(await rt.responses.get(previous, rt.clock()), request["key"].team, rt.clock())
+    if record is None:
+        raise stored.not_found(previous, "previous_response_id")
+    return stored.history(record)
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:
-    call = validate_response(parse_json_object(await request.read()))
+    rt = request.app[RUNTIME]
+    body = parse_json_object(await request.read())
+    earlier = await _earlier(request, rt, body)
+    call = validate_response(body, earlier)
     chat = ChatCall(call.alias, call.chat, call.stream, include_usage=True, requested_max_output=call.max_output_tokens)
-    created_at = int(request.app[RUNTIME].clock())
-    return await serve(request, chat, call.body, surface_for(call.body, created_at))
+    keeper = None
+    if body.get("store", True) is not False:
+        context = earlier + stored.resolved(stored.own_items(body["input"]), earlier)
+        keeper = stored.Keeper(rt.responses, request["key"], context, rt.options.stored_responses_ttl_s,
+                               rt.options.stored_responses_max_bytes,
+                               on_failure=lambda reason: rt.metrics.responses_not_stored.labels(reason).inc())
+    return await serve(request, chat, call.body, surface_for(call.body, int(rt.clock()), keeper))
 
 
 async def count_input_tokens(request: web.Request) -> web.Response:
-    call = validate_response({**parse_json_object(await request.read()), "stream": False})
+    rt = request.app[RUNTIME]
+    body = {**parse_json_object(await request.read()), "stream": False}
+    call = validate_response(body, await _earlier(request, rt, body))
     return web.json_response({"object": "response.input_tokens",
-                              "input_tokens": input_tokens(request.app[RUNTIME], request, call.alias, call.chat)})
+                              "input_tokens": input_tokens(rt, request, call.alias, call.chat)})
 
 
-async def stored_response(request: web.Request) -> web.Response:
-    raise NotFound(f"No stored response with id '{request.match_info['id']}': farebox does not keep responses yet "
-                   "(send the whole conversation as input).", param="response_id", code="response_not_found")
+async def _stored(request: web.Request) -> tuple[Runtime, StoredResponse]:
+    rt, response_id = request.app[RUNTIME], request.match_info["id"]
+    record = readable(await rt.responses.get(response_id, rt.clock()), request["key"].team, rt.clock())
+    if record is None:
+        raise stored.not_found(response_id)
+    return rt, record
+
+
+async def get_response(request: web.Request) -> web.Response:
+    _, record = await _stored(request)
+    return web.json_response(record.response)
+
+
+async def delete_response(request: web.Request) -> web.Response:
+    rt, record = await _stored(request)
+    await rt.responses.delete(record.id)
+    return web.json_response({"id": record.id, "object": "response.deleted", "deleted": True})
+
+
+async def list_input_items(request: web.Request) -> web.Response:
+    _, record = await _stored(request)
+    return web.json_response(stored.items_page(record.context, request.query))

@@ -17,14 +17,15 @@ into the equivalent OpenAI chat body, which is what the gateway admits, classifi
   reasoning.effort                     -> reasoning_effort
   max_output_tokens                    -> max_completion_tokens
 
-What farebox cannot carry yet is a 400 naming it: built-in tools (web search, file search, computer use, …),
-``previous_response_id`` and ``item_reference`` items (stored responses), ``background``. Pure.
+``earlier`` is what ``previous_response_id`` continues (``stored.history``): its items come first, and an
+``item_reference`` names one of them. What farebox cannot carry yet is a 400 naming it: built-in tools (web
+search, file search, computer use, …), ``background``. Pure.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from proxy.errors import InvalidRequest
 
@@ -50,14 +51,12 @@ def _unsupported(param: str, what: str) -> InvalidRequest:
     return InvalidRequest(f"{what} is not available through farebox yet.", param=param, code="unsupported_parameter")
 
 
-def validate_response(body: dict[str, Any]) -> ResponsesCall:
+def validate_response(body: dict[str, Any], earlier: Sequence[dict[str, Any]] = ()) -> ResponsesCall:
     model = body.get("model")
     if model is None:
         raise InvalidRequest("Missing required parameter: 'model'.", param="model", code="missing_required_parameter")
     if not isinstance(model, str) or not model:
         raise _bad("model", "'model' must be a non-empty string (a farebox alias such as 'chat-default').")
-    if body.get("previous_response_id") is not None:
-        raise _unsupported("previous_response_id", "Continuing a stored response ('previous_response_id')")
     if body.get("background") is True:
         raise _unsupported("background", "Background responses")
     stream = body.get("stream", False)
@@ -79,10 +78,10 @@ def validate_response(body: dict[str, Any]) -> ResponsesCall:
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= hi):
             raise _bad(name, f"'{name}' must be a number between 0 and {hi:g}.")
-    return ResponsesCall(model, body, to_chat(body), stream, cap)
+    return ResponsesCall(model, body, to_chat(body, earlier), stream, cap)
 
 
-def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+def to_chat(body: dict[str, Any], earlier: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
     instructions = body.get("instructions")
     if instructions is not None:
@@ -90,7 +89,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
             raise _bad("instructions", "'instructions' must be a string.")
         if instructions:
             messages.append({"role": "system", "content": instructions})
-    messages += _input(body.get("input"))
+    messages += _input(body.get("input"), earlier)
     out: dict[str, Any] = {"model": body["model"], "messages": messages}
     for name in ("temperature", "top_p", "parallel_tool_calls"):
         if body.get(name) is not None:
@@ -115,16 +114,21 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _input(raw: object) -> list[dict[str, Any]]:
+def _input(raw: object, earlier: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     if raw is None:
         raise InvalidRequest("Missing required parameter: 'input'.", param="input", code="missing_required_parameter")
     if isinstance(raw, str):
-        return [{"role": "user", "content": raw}]
+        raw = [{"role": "user", "content": raw}]
     if not isinstance(raw, list) or not raw:
         raise _bad("input", "'input' must be a string or a non-empty array of input items.")
+    known = {item["id"]: item for item in earlier if isinstance(item.get("id"), str)}
     out: list[dict[str, Any]] = []
-    for i, item in enumerate(raw):
-        p = f"input[{i}]"
+    labelled = [("previous_response_id", item) for item in earlier] + [(f"input[{i}]", x) for i, x in enumerate(raw)]
+    for p, item in labelled:
+        if isinstance(item, dict) and item.get("type") == "item_reference":
+            item = known.get(item.get("id"))  # type: ignore[arg-type]
+            if item is None:
+                raise _bad(f"{p}.id", f"'{p}.id' names no item of the conversation 'previous_response_id' continues.")
         if not isinstance(item, dict):
             raise _bad(p, f"'{p}' must be an input item object.")
         kind = item.get("type", "message")
@@ -150,8 +154,6 @@ def _input(raw: object) -> list[dict[str, Any]]:
             out.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
         elif kind == "reasoning":
             continue  # reasoning a chat request cannot carry back; the model reasons again
-        elif kind == "item_reference":
-            raise _unsupported(f"{p}.type", "An 'item_reference' to a stored item")
         else:
             raise _bad(f"{p}.type", f"'{p}.type' {kind!r} is not an input item farebox can carry.")
     for msg in out:

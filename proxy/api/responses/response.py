@@ -13,7 +13,7 @@ carries ``sequence_number``. Pure.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 import orjson
 
@@ -35,7 +35,8 @@ def shell(body: dict[str, Any], response_id: str, alias: str, created_at: int, s
     return {"id": response_id, "object": "response", "created_at": created_at, "status": status, "error": None,
             "incomplete_details": None, "instructions": body.get("instructions"),
             "max_output_tokens": body.get("max_output_tokens"), "model": alias, "output": [],
-            "parallel_tool_calls": body.get("parallel_tool_calls", True), "previous_response_id": None,
+            "parallel_tool_calls": body.get("parallel_tool_calls", True),
+            "previous_response_id": body.get("previous_response_id"),
             "reasoning": {"effort": (body.get("reasoning") or {}).get("effort"), "summary": None},
             "store": body.get("store", True) is not False, "temperature": body.get("temperature"), "text": text,
             "tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools") or [],
@@ -79,8 +80,11 @@ class ResponsesEncoder:
 
     heartbeat = b": keep-alive\n\n"
 
-    def __init__(self, body: dict[str, Any], response_id: str, alias: str, created_at: int, tap: Any = None) -> None:
+    def __init__(self, body: dict[str, Any], response_id: str, alias: str, created_at: int, tap: Any = None,
+                 keep: Callable[[dict[str, Any]], Awaitable[None]] | None = None) -> None:
         self.body, self.response_id, self.alias, self.created_at, self.tap = body, response_id, alias, created_at, tap
+        self.keep = keep  # stores the final response (``settled``); None: ``store: false``
+        self.final: dict[str, Any] | None = None
         self.seq = 0
         self.started = False
         self.items: list[dict[str, Any]] = []  # output items so far (text kept in "text" until done)
@@ -183,9 +187,14 @@ class ResponsesEncoder:
         final.update(output=self.items, usage=usage_of(usage), x_farebox=x_farebox)
         _finished(final, self.finish)
         kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
+        self.final = final
         return head + self._event(kind, {"response": final})
 
     def error(self, exc: GatewayError) -> bytes:
         failed = self._shell("failed")
         failed.update(output=self.items, error={"code": exc.code or "server_error", "message": exc.message})
         return self._start() + self._event("response.failed", {"response": failed})
+
+    async def settled(self) -> None:
+        if self.keep is not None and self.final is not None:
+            await self.keep(self.final)

@@ -43,9 +43,8 @@ def test_items_over_turns_become_the_same_chat_request() -> None:
 @pytest.mark.parametrize(("body", "param"), [
     ({"input": "x"}, "model"),
     ({"model": "m"}, "input"),
-    ({"model": "m", "input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
     ({"model": "m", "input": "x", "tools": [{"type": "file_search"}]}, "tools[0].type"),
-    ({"model": "m", "input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
+    ({"model": "m", "input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].id"),
     ({"model": "m", "input": "x", "max_output_tokens": 5}, "max_output_tokens"),
     ({"model": "m", "input": "x", "metadata": {"k": 1}}, "metadata"),
     ({"model": "m", "input": "x", "text": {"format": {"type": "yaml"}}}, "text.format.type"),

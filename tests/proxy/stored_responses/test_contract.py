@@ -1,0 +1,58 @@
+"""The ``ResponseStore`` contract, run against every adapter (memory, SQLite, PostgreSQL, Redis)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from proxy.stored_responses import ResponseStore, StoredResponse, readable
+
+
+def record(rid: str | None = None, team: str = "search", ttl: int = 3600, text: str = "hi") -> StoredResponse:
+    now = int(time.time())
+    rid = rid or f"resp_{uuid.uuid4().hex}"
+    return StoredResponse(rid, team, "fb-search-1a2b", now, now + ttl,
+                          {"id": rid, "object": "response", "output": [{"type": "message", "content": text}]},
+                          [{"id": "msg_1", "type": "message", "role": "user", "content": "Hello"}])
+
+
+class TestResponseStoreContract:
+    async def test_is_a_store(self, store):
+        assert isinstance(store, ResponseStore)
+
+    async def test_a_record_reads_back_whole(self, store):
+        kept = record(text="é ünïcode ✓")
+        await store.put(kept)
+        assert await store.get(kept.id, time.time()) == kept
+
+    async def test_absent_is_none(self, store):
+        assert await store.get("resp_missing", time.time()) is None
+
+    async def test_put_again_replaces(self, store):
+        first = record()
+        await store.put(first)
+        second = StoredResponse(first.id, first.team, first.key_id, first.created_at, first.expires_at,
+                                {**first.response, "status": "completed"}, first.context)
+        await store.put(second)
+        assert await store.get(first.id, time.time()) == second
+
+    async def test_expired_is_gone_even_before_a_sweep(self, store):
+        kept = record(ttl=2)
+        await store.put(kept)
+        assert await store.get(kept.id, kept.expires_at + 1) is None
+
+    async def test_delete_reports_whether_it_was_there(self, store):
+        kept = record()
+        await store.put(kept)
+        assert await store.delete(kept.id) is True
+        assert await store.get(kept.id, time.time()) is None
+        assert await store.delete(kept.id) is False
+
+
+def test_another_team_never_reads_a_record() -> None:
+    kept = record(team="search")
+    now = time.time()
+    assert readable(kept, "search", now) is kept
+    assert readable(kept, "billing", now) is None
+    assert readable(kept, "search", kept.expires_at) is None
+    assert readable(None, "search", now) is None
