@@ -9,7 +9,11 @@ the latter preceded by one empty ``partial_json``), ``content_block_stop``,
 ``{"type": "error", "error": {"type", "message"}}``, in-stream as
 ``event: error``. ``usage.input_tokens`` excludes cache reads and writes, as
 Anthropic reports it; reasoning tokens are folded into ``output_tokens`` and
-billed as output (Anthropic does not split thinking out).
+billed as output (Anthropic does not split thinking out). With ``thinking``
+enabled the answer starts with a signed ``thinking`` block (``thinking_delta``
+then ``signature_delta`` when streamed); ``cache_control`` breakpoints cache
+their prefix (``infra.simulator.prompt_cache``), reported with the
+``cache_creation`` split by TTL.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from typing import Any
 import orjson
 
 from infra.simulator.billing import BillableUsage
-from infra.simulator.generation import ChatRequest, Plan, RequestError, Tool, stable_id
+from infra.simulator.generation import ChatRequest, Plan, RequestError, Tool, count_tokens, stable_id
+from infra.simulator.prompt_cache import Breakpoint, signature
 
 NAME = "anthropic"
 REPORTS_CACHE_WRITE = True
@@ -82,7 +87,17 @@ def _bad(message: str) -> RequestError:
     return RequestError(400, "invalid_request", message)
 
 
-def _blocks(content: Any, path: str, texts: list[str]) -> tuple[int, bool]:
+def _mark(block: Any, texts: list[str], marks: list[tuple[int, str]], path: str) -> None:
+    """A ``cache_control`` breakpoint on ``block``: the prefix ends after the text appended for it."""
+    control = block.get("cache_control") if isinstance(block, dict) else None
+    if control is None:
+        return
+    if not isinstance(control, dict) or control.get("type") != "ephemeral" or control.get("ttl", "5m") not in ("5m", "1h"):
+        raise _bad(f"{path}.cache_control: Input should be {{'type': 'ephemeral', 'ttl': '5m' | '1h'}}")
+    marks.append((len(texts), control.get("ttl", "5m")))
+
+
+def _blocks(content: Any, path: str, texts: list[str], marks: list[tuple[int, str]]) -> tuple[int, bool]:
     """Append the text in a message's content; return (images, has_tool_result)."""
     if isinstance(content, str):
         texts.append(content)
@@ -102,13 +117,20 @@ def _blocks(content: Any, path: str, texts: list[str]) -> tuple[int, bool]:
             tool_result = True
             inner = block.get("content", "")
             if inner:
-                more, _ = _blocks(inner, f"{path}.{i}.content", texts)
+                more, _ = _blocks(inner, f"{path}.{i}.content", texts, marks)
                 images += more
-        elif btype in ("thinking", "redacted_thinking"):
-            texts.append(str(block.get("thinking", "")))
+        elif btype == "thinking":
+            thought = block.get("thinking")
+            if not isinstance(thought, str) or block.get("signature") != signature(thought):
+                raise _bad(f"{path}.{i}: Invalid `signature` in `thinking` block")
+            texts.append(thought)
+        elif btype == "redacted_thinking":
+            if not isinstance(block.get("data"), str):
+                raise _bad(f"{path}.{i}.data: Field required")
         else:
             raise _bad(f"{path}.{i}: Input tag {btype!r} found using 'type' does not match any of the "
                        "expected tags")
+        _mark(block, texts, marks, f"{path}.{i}")
     return images, tool_result
 
 
@@ -130,6 +152,7 @@ def parse_chat(body: dict, strict: bool) -> ChatRequest:
     if not isinstance(messages, list) or not messages:
         raise _bad("messages: Field required" if messages is None else "messages: at least one message is required")
     texts: list[str] = []
+    marks: list[tuple[int, str]] = []  # cache_control breakpoints: (texts before the prefix's end, ttl)
     framed = len(messages)
     system = body.get("system")
     if system:
@@ -137,26 +160,58 @@ def parse_chat(body: dict, strict: bool) -> ChatRequest:
         if isinstance(system, str):
             texts.append(system)
         elif isinstance(system, list) and all(isinstance(b, dict) and b.get("type") == "text" for b in system):
-            texts.extend(str(b.get("text", "")) for b in system)
+            for j, block in enumerate(system):
+                texts.append(str(block.get("text", "")))
+                _mark(block, texts, marks, f"system.{j}")
         else:
             raise _bad("system: Input should be a valid string or list of text blocks")
     images, last_tool_result = 0, False
     for i, msg in enumerate(messages):
         if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant"):
             raise _bad(f"messages.{i}.role: Input should be 'user' or 'assistant'")
-        more, last_tool_result = _blocks(msg.get("content"), f"messages.{i}.content", texts)
+        more, last_tool_result = _blocks(msg.get("content"), f"messages.{i}.content", texts, marks)
         images += more
     stops = body.get("stop_sequences") or []
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
         raise _bad("stop_sequences: Input should be a valid list of strings")
-    tools = _parse_tools(body.get("tools"), texts)
+    before_tools = len(texts)
+    tools = _parse_tools(body.get("tools"), texts, marks)
     forced = _forced_tool(body.get("tool_choice"), tools)
     return ChatRequest(model=model, stream=body.get("stream") is True, texts=texts, framed=framed, images=images,
                        max_tokens=max_tokens, stop=stops, tools=tools, forced_tool=forced,
-                       last_is_tool_result=last_tool_result and messages[-1].get("role") == "user")
+                       last_is_tool_result=last_tool_result and messages[-1].get("role") == "user",
+                       thinking=_thinking(body.get("thinking"), max_tokens),
+                       cache_prefix=_prefix(texts, marks, before_tools))
 
 
-def _parse_tools(raw: Any, texts: list[str]) -> list[Tool]:
+def _thinking(raw: Any, max_tokens: int) -> bool:
+    """Whether extended thinking is on (``enabled`` with a budget, or ``adaptive``); a bad value is a 400."""
+    if raw is None:
+        return False
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    if kind not in ("enabled", "disabled", "adaptive"):
+        raise _bad("thinking: Input tag found using 'type' does not match any of the expected tags: "
+                   "'enabled', 'disabled', 'adaptive'")
+    if kind == "enabled":
+        budget = raw.get("budget_tokens")
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1024:
+            raise _bad("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024")
+        if budget >= max_tokens:
+            raise _bad("`max_tokens` must be greater than `thinking.budget_tokens`")
+    return kind != "disabled"
+
+
+def _prefix(texts: list[str], marks: list[tuple[int, str]], before_tools: int) -> Breakpoint | None:
+    """The prefix the last breakpoint caches, in Anthropic's order (tools, system, messages)."""
+    if not marks:
+        return None
+    ordered = [(at - before_tools if at > before_tools else at + len(texts) - before_tools, ttl) for at, ttl in marks]
+    end, ttl = max(ordered)
+    text = "\n".join([*texts[before_tools:], *texts[:before_tools]][:end])
+    return Breakpoint(text, count_tokens(text), ttl)
+
+
+def _parse_tools(raw: Any, texts: list[str], marks: list[tuple[int, str]]) -> list[Tool]:
     if raw is None:
         return []
     if not isinstance(raw, list):
@@ -167,12 +222,14 @@ def _parse_tools(raw: Any, texts: list[str]) -> list[Tool]:
             raise _bad(f"tools.{i}.name: Field required")
         if t.get("type") not in (None, "custom"):  # server tools (web search...) have no schema
             texts.append(t["name"])
+            _mark(t, texts, marks, f"tools.{i}")
             continue
         schema = t.get("input_schema")
         if not isinstance(schema, dict):
             raise _bad(f"tools.{i}.custom.input_schema: Field required")
         texts.append(f"{t['name']} {t.get('description', '')} {orjson.dumps(schema, option=orjson.OPT_SORT_KEYS).decode()}")
         tools.append(Tool(t["name"], schema))
+        _mark(t, texts, marks, f"tools.{i}")
     return tools
 
 
@@ -198,7 +255,9 @@ def _forced_tool(choice: Any, tools: list[Tool]) -> str | None:
 def usage(plan: Plan, sent: int | None = None) -> dict:
     out = plan.output_tokens if sent is None else sent
     return {"input_tokens": plan.uncached_input, "cache_creation_input_tokens": plan.cache_write_tokens,
-            "cache_read_input_tokens": plan.cached_tokens, "output_tokens": out + plan.reasoning_tokens}
+            "cache_read_input_tokens": plan.cached_tokens, "output_tokens": out + plan.reasoning_tokens,
+            "cache_creation": {"ephemeral_5m_input_tokens": plan.cache_write_tokens - plan.cache_write_1h,
+                               "ephemeral_1h_input_tokens": plan.cache_write_1h}}
 
 
 def billable(plan: Plan, sent: int) -> BillableUsage:
@@ -220,9 +279,15 @@ def _tool_input(text: str) -> Any:
         return {}
 
 
+def _thinking_block(plan: Plan, full: bool) -> dict:
+    return {"type": "thinking", "thinking": plan.thinking if full else "",
+            "signature": signature(plan.thinking) if full else ""}
+
+
 def completion(plan: Plan, rid: str, created: int, model: str) -> bytes:
+    thought = [_thinking_block(plan, True)] if plan.thinking else []
     return orjson.dumps({
-        "id": rid, "type": "message", "role": "assistant", "model": model, "content": [_block(plan, True)],
+        "id": rid, "type": "message", "role": "assistant", "model": model, "content": [*thought, _block(plan, True)],
         "stop_reason": STOP_REASON[plan.finish], "stop_sequence": plan.stop_sequence, "usage": usage(plan),
     })
 
@@ -238,18 +303,27 @@ class StreamEncoder:
         self.plan, self.rid, self.model = plan, rid, model
         kind = b"input_json_delta" if plan.kind == "tool" else b"text_delta"
         field = b"partial_json" if plan.kind == "tool" else b"text"
-        self._pre = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"'
-                     + kind + b'","' + field + b'":')
+        self.index = 1 if plan.thinking else 0  # the answer's block follows the thinking block
+        self._pre = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+                     + str(self.index).encode() + b',"delta":{"type":"' + kind + b'","' + field + b'":')
         self._post = b"}}\n\n"
 
     def head(self) -> bytes:
         start_usage = {**usage(self.plan, 0), "output_tokens": 1}
         message: dict[str, Any] = {"id": self.rid, "type": "message", "role": "assistant", "model": self.model, "content": [],
                    "stop_reason": None, "stop_sequence": None, "usage": start_usage}
-        out = (_event("message_start", {"type": "message_start", "message": message})
-               + _event("content_block_start", {"type": "content_block_start", "index": 0,
-                                                "content_block": _block(self.plan, False)})
-               + _event("ping", {"type": "ping"}))
+        out = _event("message_start", {"type": "message_start", "message": message})
+        if self.plan.thinking:
+            out += (_event("content_block_start", {"type": "content_block_start", "index": 0,
+                                                   "content_block": _thinking_block(self.plan, False)})
+                    + _event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {
+                        "type": "thinking_delta", "thinking": self.plan.thinking}})
+                    + _event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {
+                        "type": "signature_delta", "signature": signature(self.plan.thinking)}})
+                    + _event("content_block_stop", {"type": "content_block_stop", "index": 0}))
+        out += (_event("content_block_start", {"type": "content_block_start", "index": self.index,
+                                               "content_block": _block(self.plan, False)})
+                + _event("ping", {"type": "ping"}))
         if self.plan.kind == "tool":
             out += self._pre + b'""' + self._post
         return out
@@ -258,7 +332,7 @@ class StreamEncoder:
         return self._pre + orjson.dumps(text) + self._post
 
     def tail(self, sent: int) -> bytes:
-        return (_event("content_block_stop", {"type": "content_block_stop", "index": 0})
+        return (_event("content_block_stop", {"type": "content_block_stop", "index": self.index})
                 + _event("message_delta", {"type": "message_delta",
                                            "delta": {"stop_reason": STOP_REASON[self.plan.finish],
                                                      "stop_sequence": self.plan.stop_sequence},

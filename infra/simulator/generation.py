@@ -36,6 +36,7 @@ from infra.simulator.schema_gen import generate_value
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 JSON_PIECE = re.compile(r'"[^"]{0,12}|[^"]{1,8}')
 IMAGE_TOKENS = 85
+THINKING_TOKENS = 24  # the length of a simulated thinking block
 VOCAB = tuple(
     """the a of to and in is it that for on with as was at by this be from or an
     are not but have all can had one there which when their will each about if
@@ -112,6 +113,8 @@ class ChatRequest:
     json_schema: dict | None = None
     json_object: bool = False
     include_usage: bool = False
+    thinking: bool = False  # Anthropic extended thinking asked for: a signed thinking block comes first
+    cache_prefix: Any = None  # Anthropic ``cache_control``: the prefix to cache (``prompt_cache.Breakpoint``)
     _text: str | None = None
 
     @property
@@ -190,6 +193,8 @@ class Plan:
     stop_sequence: str | None = None
     tool_name: str | None = None
     tool_id_seed: int = 0
+    thinking: str = ""  # an Anthropic thinking block's text (its tokens are in ``reasoning_tokens``)
+    cache_write_1h: int = 0  # of ``cache_write_tokens``, written with Anthropic's 1 h TTL
 
     @property
     def output_tokens(self) -> int:
@@ -295,9 +300,10 @@ def plan_chat(req: ChatRequest, profile: ModelProfile, ov: Overrides, input_toke
         pieces, stop_seq = _apply_stop(pieces, req.stop)
         if stop_seq is not None:
             finish = "stop_sequence"
+    thought = text_pieces(seed ^ 0x7417, THINKING_TOKENS) if req.thinking else []
     return Plan(kind=kind, pieces=pieces, finish=finish, input_tokens=input_tokens,
-                cached_tokens=cached, cache_write_tokens=write, reasoning_tokens=ov.reasoning_tokens,
-                stop_sequence=stop_seq, tool_name=tool, tool_id_seed=seed)
+                cached_tokens=cached, cache_write_tokens=write, reasoning_tokens=ov.reasoning_tokens + len(thought),
+                stop_sequence=stop_seq, tool_name=tool, tool_id_seed=seed, thinking="".join(thought))
 
 
 def stable_id(prefix: str, seed: int, length: int = 24) -> str:

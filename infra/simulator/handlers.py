@@ -119,7 +119,13 @@ async def chat(request: web.Request, wire: ModuleType) -> web.StreamResponse:
             raise wire.fault_error(fault, model, retry_after)
         if fault == "context_length" or input_tokens + (req.max_tokens or 0) > profile.context_window:
             raise wire.context_error(input_tokens, req.max_tokens, profile.context_window)
+        cache = state.prompt_cache.use(account, model, req.cache_prefix, time.time())
+        if cache.read or cache.write:  # cache_control (x-sim-cached-tokens / -cache-write-tokens still win)
+            ov = dataclasses.replace(ov, cached_tokens=ov.cached_tokens or cache.read,
+                                     cache_write_tokens=ov.cache_write_tokens or cache.write)
         plan = plan_chat(req, profile, ov, input_tokens)
+        if cache.write_1h and plan.cache_write_tokens == cache.write:
+            plan.cache_write_1h = cache.write_1h
     except RequestError as err:
         state.stats.outcome(model, _KIND_OUTCOME.get(err.kind, "bad_request"))
         return _error_response(wire, err, rid)

@@ -11,6 +11,7 @@ from infra.simulator.billing import BillingLedger
 from infra.simulator.config import ModelProfile, SimulatorConfig, parse_profile_update
 from infra.simulator.export_drift import AccountDrift, parse_drift_update
 from infra.simulator.faults import FaultDecider
+from infra.simulator.prompt_cache import PromptCache
 from infra.simulator.received import ReceivedLog
 from infra.simulator.stats import Stats
 
@@ -29,6 +30,7 @@ class SimState:
         self.drifts: dict[str, AccountDrift] = {}
         self.stats = Stats()
         self.received = ReceivedLog()
+        self.prompt_cache = PromptCache()  # Anthropic cache_control prefixes
 
     def profile(self, model: str) -> ModelProfile:
         prof = self.overrides.get(model)
@@ -62,13 +64,14 @@ class SimState:
         return self._accounts.get(key)
 
     def reset(self) -> None:
-        """Clear runtime profile changes, export drift, stats, billing and received bodies; restart the fault RNG."""
+        """Clear runtime profile changes, export drift, stats, billing, received bodies and cached prompts; restart the fault RNG."""
         self.overrides.clear()
         self.drifts.clear()
         self.faults.reset()
         self.billing.reset()
         self.stats.reset()
         self.received.reset()
+        self.prompt_cache.clear()
 
 
 STATE = web.AppKey("farebox_simulator_state", SimState)

@@ -9,6 +9,7 @@ candidates in ``proxy/routing/``.
 from __future__ import annotations
 
 import asyncio
+from typing import Callable
 
 import orjson
 from aiohttp import web
@@ -37,7 +38,9 @@ from proxy.routing.router import chat_needs, sticky_key
 from proxy.runtime import RUNTIME, Runtime
 from proxy.snapshot import Alias, Deployment, KeyRecord, Snapshot
 from proxy.upstream import streaming
+from proxy.upstream.base import Dialect
 from proxy.upstream.dialects import get_dialect
+from proxy.upstream.passthrough import RawEvents
 from proxy.upstream.relay import Timeouts, forwarded_headers, parsed
 from proxy.upstream.usage_check import estimated_as, needs_estimate, within
 
@@ -83,7 +86,8 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
                        outside_class=privacy.outside_class, outside_refused=privacy.outside_class is None)
     chain = await routed(privacy, plan(rt, snap, alias, needs, sticky_key(request.headers.get("x-fb-session"), call.body),
                                        allows_fallback(request.headers)))
-    cands = honouring(chain.deployments, call.body)
+    native = _passthrough(surface, privacy)
+    cands = honouring(chain.deployments, call.body, native)
     cache = cached.for_chat(rt, request, alias, privacy, call.body, cands, max_out, call.stream)
     meter = meter_for(rt, snap, request, key, alias, run_id=run_id, data_class=privacy.data_class, stream=call.stream,
                       api=surface.name,
@@ -103,10 +107,10 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
                                                         render=surface.render, encoder=encoder)
                 elif call.stream:  # the relay writes the stream's end after the settlement is durable
                     return await watch.run(_stream(request, rt, call, cands, chain, meter, admitted.headers, watch,
-                                                   privacy, cache, surface))
+                                                   privacy, cache, surface, native))
                 else:
                     response = await watch.run(_complete(request, rt, call, cands, chain, meter, admitted.headers,
-                                                         privacy, cache, surface))
+                                                         privacy, cache, surface, native))
         except GatewayError as exc:
             exc.headers["x-fb-attempts"] = str(meter.tab.attempts)
             await meter.durable()
@@ -125,11 +129,25 @@ def _downgrade(rt: Runtime, snap: Snapshot, key: KeyRecord, alias: Alias, run_id
     return cheaper if cheaper is not None and cheaper.kind == "chat" else None
 
 
-def honouring(cands: list[Deployment], body: dict) -> list[Deployment]:
-    """Candidates whose dialect can honour every parameter; else a 400 naming one."""
+def _passthrough(surface: Surface, privacy: Classified) -> Callable[[Deployment], Dialect | None]:
+    """The attempt's native dialect for a deployment that speaks the surface's API and sees the original body
+    (``proxy.api.surface.Passthrough``); None: the request is translated."""
+    passthrough = surface.passthrough
+    if passthrough is None:
+        return lambda dep: None
+    return lambda dep: passthrough.make() if dep.dialect == passthrough.dialect and not privacy.redacts(dep) else None
+
+
+def honouring(cands: list[Deployment], body: dict,
+              native: Callable[[Deployment], Dialect | None] = lambda dep: None) -> list[Deployment]:
+    """Candidates whose dialect can honour every parameter (a passed-through request: its provider checks it);
+    else a 400 naming one."""
     kept: list[Deployment] = []
     first_error: UnsupportedParameter | None = None
     for dep in cands:
+        if native(dep) is not None:
+            kept.append(dep)
+            continue
         try:
             get_dialect(dep.dialect).validate(body, dep)
         except UnsupportedParameter as exc:
@@ -145,32 +163,37 @@ def honouring(cands: list[Deployment], body: dict) -> list[Deployment]:
 async def _stream(
     request: web.Request, rt: Runtime, call: ChatCall, cands: list[Deployment], chain: Chain, meter: Meter,
     headers: dict[str, str], watch: ClientWatch, privacy: Classified, cache: cached.CacheStep, surface: Surface,
+    native: Callable[[Deployment], Dialect | None],
 ) -> web.StreamResponse:
     """Routing opens the stream (failover before the first byte); the relay sends it and settles the request."""
     assert meter.tab.plan is not None
     attempt = streaming.opener(rt.upstream, Timeouts.of(chain.alias), lambda dep: privacy.body_for(dep, call.body),
-                               request.headers, meter.tab.plan.max_output_tokens)
+                               request.headers, meter.tab.plan.max_output_tokens, dialect_for=native)
     dep, stream, started = await first_stream(meter, cands, chain, tries(rt, meter), attempt,
                                               lambda: 503 if watch.fired == DRAIN else 499)
     state, created = rt.routing, int(rt.clock())
+    if isinstance(stream.translator, RawEvents) and surface.passthrough is not None:
+        encoder = surface.passthrough.encoder(stream.translator, meter.tab.request_id, chain.alias.name, cache.capture)
+    else:
+        encoder = surface.encoder(meter.tab.request_id, created, chain.alias.name, cache.capture)
     return await streaming.relay(
         request, meter, dep, stream, started, alias=chain.alias.name, created=created,
         include_usage=call.include_usage, headers=headers, watch=watch,
         finish=lambda d, outcome: state.finish(d, outcome, state.clock()),
-        restorer=privacy.restorer_for(dep), tap=cache.capture,
-        encoder=surface.encoder(meter.tab.request_id, created, chain.alias.name, cache.capture))
+        restorer=privacy.restorer_for(dep), tap=cache.capture, encoder=encoder)
 
 
 async def _complete(
     request: web.Request, rt: Runtime, call: ChatCall, cands: list[Deployment], chain: Chain, meter: Meter,
     headers: dict[str, str], privacy: Classified, cache: cached.CacheStep, surface: Surface,
+    native: Callable[[Deployment], Dialect | None],
 ) -> web.Response:
     assert meter.tab.plan is not None
     upstream, timeouts = rt.upstream, Timeouts.of(chain.alias)
     est_in, max_out = meter.tab.plan.est_input_tokens, meter.tab.plan.max_output_tokens
 
     async def attempt(dep: Deployment):
-        dialect = get_dialect(dep.dialect)
+        dialect = native(dep) or get_dialect(dep.dialect)
         req = dialect.chat_request(
             privacy.body_for(dep, call.body), dep, upstream.secret_for(dep), max_output_tokens=max_out,
             extra_headers=forwarded_headers(dep, request.headers),
@@ -195,7 +218,11 @@ async def _complete(
         "usage": result.usage.to_openai(),
         "x_farebox": meter.x_farebox(dep),
     }
-    rendered = surface.render(body, result.usage, meter.tab.request_id, chain.alias.name)
+    if result.native is not None and surface.passthrough is not None:  # the provider's own answer, kept
+        rendered = surface.passthrough.render(result.native, result.usage, meter.tab.request_id, chain.alias.name,
+                                              body["x_farebox"])
+    else:
+        rendered = surface.render(body, result.usage, meter.tab.request_id, chain.alias.name)
     return web.Response(
         body=orjson.dumps(rendered), content_type="application/json", headers={**headers, **route_headers(meter, dep)}
     )

@@ -4,8 +4,10 @@ Every surface goes through the same admission, routing, metering and events (``p
 differs only in how it reads the request (its handler) and how it writes the answer: ``render`` turns the
 gateway's chat completion into the surface's JSON body, ``encoder`` makes the stream relay's encoder
 (``proxy.upstream.streaming.Encoder``), and ``settled`` writes what the surface keeps of a non-stream answer
-(the Responses API's stored responses) before its bytes go out. ``CHAT`` is Chat Completions itself; the Anthropic Messages surface is
-``proxy.api.messages.handler.MESSAGES``.
+(the Responses API's stored responses) before its bytes go out. A surface whose API a deployment dialect speaks
+itself has a ``Passthrough``: to such a deployment (one that sees the original body: no redaction) the client's
+request goes as it was written and the provider's answer comes back as it was sent. ``CHAT`` is Chat Completions itself; the Anthropic Messages surface is
+``proxy.api.messages.handler.surface_for``.
 """
 
 from __future__ import annotations
@@ -14,10 +16,20 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from ledger.usage import TokenUsage
+from proxy.upstream.base import Dialect
 from proxy.upstream.streaming import Encoder, Stamp, Tap
 
 Render = Callable[[dict[str, Any], TokenUsage, str, str], dict[str, Any]]  # (completion, usage, request id, alias)
 MakeEncoder = Callable[[str, int, str, "Tap | None"], Encoder]  # (request id, created, alias, cache tap)
+
+
+@dataclass(frozen=True, slots=True)
+class Passthrough:
+    dialect: str  # the deployment dialect that speaks this surface's API
+    make: Callable[[], Dialect]  # the attempt's dialect: the request as the client wrote it
+    render: Callable[[dict[str, Any], TokenUsage, str, str, dict[str, Any]], dict[str, Any]]
+    # (the provider's body, settled usage, request id, alias, x_farebox) -> the answer
+    encoder: Callable[[Any, str, str, "Tap | None"], Encoder]  # (the raw events, request id, alias, cache tap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +38,7 @@ class Surface:
     render: Render
     encoder: MakeEncoder
     settled: Callable[[], Awaitable[None]] | None = None  # None: it keeps nothing
+    passthrough: Passthrough | None = None  # None: every deployment is translated to
 
 
 CHAT = Surface("chat", lambda completion, usage, request_id, alias: completion, Stamp)

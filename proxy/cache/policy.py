@@ -112,6 +112,8 @@ def _bypass(directives: frozenset[str], kind: str, body: Mapping[str, Any], data
         return "tool_calls"
     if body.get("logprobs") or body.get("top_logprobs"):
         return "logprobs"
+    if body.get("thinking") is not None:  # extended thinking: its signed blocks are not kept by the cache
+        return "thinking"
     temperature = body.get("temperature")
     if (DEFAULT_TEMPERATURE if temperature is None else float(temperature)) > max_temperature:
         return "temperature"

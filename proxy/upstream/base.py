@@ -46,6 +46,7 @@ class ChatResult:
     body: dict
     usage: TokenUsage
     finish_reason: str | None = None
+    native: dict | None = None  # the provider's own body, when the client's API is the provider's (passthrough)
 
 
 class StreamTranslator(Protocol):

@@ -168,11 +168,14 @@ def _usage(stream: UpstreamStream, est_input: int, limit: int) -> TokenUsage:
 
 
 def opener(upstream: UpstreamClient, timeouts: Timeouts, body_for: Callable[[Deployment], dict],
-           caller_headers: Mapping[str, str], max_output_tokens: int) -> Callable[[Deployment], Awaitable[UpstreamStream]]:
-    """The attempt routing's loop runs per candidate: the body that deployment may see, its stream opened."""
+           caller_headers: Mapping[str, str], max_output_tokens: int,
+           dialect_for: Callable[[Deployment], Dialect | None] = lambda dep: None,
+           ) -> Callable[[Deployment], Awaitable[UpstreamStream]]:
+    """The attempt routing's loop runs per candidate: the body that deployment may see, its stream opened
+    (``dialect_for``: a passed-through request's own dialect for that deployment; None: its dialect's)."""
 
     async def attempt(dep: Deployment) -> UpstreamStream:
-        dialect: Dialect = get_dialect(dep.dialect)
+        dialect: Dialect = dialect_for(dep) or get_dialect(dep.dialect)
         req = dialect.chat_request(body_for(dep), dep, upstream.secret_for(dep), max_output_tokens=max_output_tokens,
                                    extra_headers=forwarded_headers(dep, caller_headers))
         return await upstream.open_stream(dialect, req, timeouts)

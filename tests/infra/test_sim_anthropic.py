@@ -22,7 +22,8 @@ async def test_non_stream_shape(sim):
     assert block["type"] == "text" and len(block["text"].split(" ")) == 32
     # 5 tokens + "Be brief." 3 tokens + 3 framing x (1 message + system)
     assert body["usage"] == {"input_tokens": 14, "cache_creation_input_tokens": 0,
-                             "cache_read_input_tokens": 0, "output_tokens": 32}
+                             "cache_read_input_tokens": 0, "output_tokens": 32,
+                             "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0}}
 
 
 async def test_stream_event_sequence(sim):
@@ -110,7 +111,8 @@ async def test_cache_usage_and_system_blocks(sim):
     headers = {**AN, "x-sim-cached-tokens": "4", "x-sim-cache-write-tokens": "3", "x-sim-reasoning-tokens": "2"}
     out = await (await sim.post("/v1/messages", json=body, headers=headers)).json()
     assert out["usage"] == {"input_tokens": 14 - 4 - 3, "cache_creation_input_tokens": 3,
-                            "cache_read_input_tokens": 4, "output_tokens": 34}
+                            "cache_read_input_tokens": 4, "output_tokens": 34,
+                            "cache_creation": {"ephemeral_5m_input_tokens": 3, "ephemeral_1h_input_tokens": 0}}
     stream = sse_json(await (await sim.post("/v1/messages", json={**body, "stream": True},
                                             headers=headers)).text())
     assert stream[0][1]["message"]["usage"]["cache_read_input_tokens"] == 4
@@ -122,3 +124,43 @@ async def test_content_blocks_with_images_count(sim):
                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]
     out = await (await sim.post("/v1/messages", json=msg_body(content), headers=AN)).json()
     assert out["usage"]["input_tokens"] == 3 + 85 + 3
+
+
+async def test_extended_thinking_answers_a_signed_block_and_checks_it_when_passed_back(sim):
+    body = msg_body(max_tokens=2048, thinking={"type": "enabled", "budget_tokens": 1024})
+    out = await (await sim.post("/v1/messages", json=body, headers=AN)).json()
+    thinking, text = out["content"]
+    assert thinking["type"] == "thinking" and thinking["thinking"] and thinking["signature"]
+    assert text["type"] == "text" and out["usage"]["output_tokens"] == 32 + 24  # thinking is billed as output
+    events = sse_json(await (await sim.post("/v1/messages", json={**body, "stream": True}, headers=AN)).text())
+    deltas = [data["delta"] for kind, data in events if kind == "content_block_delta" and data["index"] == 0]
+    assert [d["type"] for d in deltas] == ["thinking_delta", "signature_delta"]
+    assert deltas[0]["thinking"] == thinking["thinking"] and deltas[1]["signature"] == thinking["signature"]
+    assert {data["index"] for kind, data in events if kind == "content_block_delta"} == {0, 1}
+    turn = {**body, "messages": [body["messages"][0], {"role": "assistant", "content": out["content"]},
+                                 {"role": "user", "content": "Go on."}]}
+    assert (await sim.post("/v1/messages", json=turn, headers=AN)).status == 200
+    forged = dict(thinking, thinking=thinking["thinking"] + " (edited)")
+    turn["messages"][1] = {"role": "assistant", "content": [forged, text]}
+    refused = await sim.post("/v1/messages", json=turn, headers=AN)
+    assert refused.status == 400 and "signature" in (await refused.json())["error"]["message"]
+    for bad in ({"type": "enabled", "budget_tokens": 100}, {"type": "enabled", "budget_tokens": 4096}, {"type": "x"}):
+        assert (await sim.post("/v1/messages", json={**body, "thinking": bad}, headers=AN)).status == 400
+
+
+async def test_cache_control_writes_a_prefix_then_reads_it(sim):
+    long = "The policy handbook says many things. " * 200  # well over 1,024 tokens
+    system = [{"type": "text", "text": long, "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
+    first = (await (await sim.post("/v1/messages", json=msg_body(system=system), headers=AN)).json())["usage"]
+    assert first["cache_creation_input_tokens"] > 1024 and first["cache_read_input_tokens"] == 0
+    assert first["cache_creation"] == {"ephemeral_5m_input_tokens": 0,
+                                       "ephemeral_1h_input_tokens": first["cache_creation_input_tokens"]}
+    again = (await (await sim.post("/v1/messages", json=msg_body(system=system, messages=[
+        {"role": "user", "content": "Another question."}]), headers=AN)).json())["usage"]
+    assert again["cache_read_input_tokens"] == first["cache_creation_input_tokens"]
+    assert again["cache_creation_input_tokens"] == 0
+    short = [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]
+    small = (await (await sim.post("/v1/messages", json=msg_body(system=short), headers=AN)).json())["usage"]
+    assert small["cache_creation_input_tokens"] == 0 and small["cache_read_input_tokens"] == 0  # under the minimum
+    bad = [{"type": "text", "text": "x", "cache_control": {"type": "ephemeral", "ttl": "2h"}}]
+    assert (await sim.post("/v1/messages", json=msg_body(system=bad), headers=AN)).status == 400

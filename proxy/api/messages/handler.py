@@ -1,11 +1,13 @@
 """POST /v1/messages and POST /v1/messages/count_tokens: the Anthropic Messages API on farebox's front door.
 
-A Messages request is validated in Anthropic's terms, carried as the equivalent chat request through the one
-pipeline every surface shares (``proxy.api.chat.serve``: idempotency, privacy, both caches, admission,
-routing and failover, metering, events), and answered as a Message or as Messages stream events
-(``response.py``), whichever dialect the deployment speaks. Errors on this surface are Anthropic-shaped
-(``proxy.api.app`` asks ``error_body``). Clients authenticate with ``x-api-key`` (or a bearer token) holding a
-farebox virtual key; ``anthropic-version`` and ``anthropic-beta`` are accepted.
+A Messages request is validated in Anthropic's terms and carried as the equivalent chat request through the
+one pipeline every surface shares (``proxy.api.chat.serve``: idempotency, privacy, both caches, admission,
+routing and failover, metering, events). To an Anthropic deployment that sees the original body it goes as
+the client wrote it and its answer comes back as Anthropic sent it (native passthrough: ``native.py``; thinking
+and its signatures, ``cache_control``, ``top_k`` and ``anthropic-beta`` features reach Anthropic); to any other
+deployment it is translated, and answered as a Message or as Messages stream events (``response.py``).
+Errors on this surface are Anthropic-shaped (``proxy.api.app`` asks ``error_body``). Clients authenticate
+with ``x-api-key`` (or a bearer token) holding a farebox virtual key; ``anthropic-version`` is accepted.
 
 ``count_tokens`` answers ``{"input_tokens": n}`` from farebox's own estimate for the alias's deployments (the
 most any of them would count: what admission holds against), without admitting or billing anything.
@@ -18,27 +20,35 @@ from typing import Any
 from aiohttp import web
 
 from proxy.api.chat import serve
+from proxy.api.messages import native
 from proxy.api.messages.request import validate_messages
 from proxy.api.messages.response import MessagesEncoder, message_of
 from proxy.api.steps import input_tokens
-from proxy.api.surface import Surface
+from proxy.api.surface import Passthrough, Surface
 from proxy.api.validate import ChatCall
 from proxy.body import parse_json_object
 from proxy.runtime import RUNTIME
+from proxy.upstream.passthrough import NativeMessages
 
 
 def _render(completion: dict[str, Any], usage: Any, request_id: str, alias: str) -> dict[str, Any]:
     return message_of(completion, usage, f"msg_{request_id}", alias)
 
 
-MESSAGES = Surface("messages", _render, lambda request_id, created, alias, tap: MessagesEncoder(
-    f"msg_{request_id}", alias, tap))
+def surface_for(body: dict[str, Any], beta: str | None) -> Surface:
+    """The Messages surface of one request: translated, or passed through to Anthropic deployments."""
+    return Surface("messages", _render, lambda request_id, created, alias, tap: MessagesEncoder(
+        f"msg_{request_id}", alias, tap), passthrough=Passthrough(
+        "anthropic", lambda: NativeMessages(body, beta),
+        lambda data, usage, request_id, alias, x_farebox: native.render(data, usage, f"msg_{request_id}", alias,
+                                                                        x_farebox),
+        lambda source, request_id, alias, tap: native.NativeEncoder(source, f"msg_{request_id}", alias, tap)))
 
 
 async def create_message(request: web.Request) -> web.StreamResponse:
     call = validate_messages(parse_json_object(await request.read()))
     chat = ChatCall(call.alias, call.chat, call.stream, include_usage=True, requested_max_output=call.max_tokens)
-    return await serve(request, chat, call.body, MESSAGES)
+    return await serve(request, chat, call.body, surface_for(call.body, request.headers.get("anthropic-beta")))
 
 
 async def count_tokens(request: web.Request) -> web.Response:

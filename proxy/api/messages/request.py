@@ -4,7 +4,8 @@
 alternating ``user``/``assistant`` turns of text, image, ``tool_use`` and ``tool_result`` blocks, ``system``,
 ``tools``, ``tool_choice``, ``stop_sequences``, ``stream``), naming the parameter at fault. ``to_chat`` turns it
 into the equivalent OpenAI chat body, which is what the gateway admits, classifies, routes and meters, and what
-every dialect translates from:
+every dialect translates from. To an Anthropic deployment the client's own body goes instead (native
+passthrough, ``proxy.upstream.passthrough``), so what the table below drops reaches Anthropic unchanged:
 
   system (string or text blocks)    -> a system message
   text / image blocks               -> content parts (base64 sources as data URLs)
@@ -12,6 +13,8 @@ every dialect translates from:
   user ``tool_result`` blocks       -> ``tool`` messages, before the turn's other content
   ``thinking`` blocks               -> dropped (a chat request cannot carry them back)
   ``cache_control``                 -> dropped (chat providers cache prompts by themselves)
+  ``thinking`` (enabled), ``top_k`` -> kept as such: only a passed-through request carries them, any other
+                                       target refuses them with a 400 naming the parameter
   tools / tool_choice               -> functions / auto, required, none or a named function
   max_tokens, stop_sequences        -> max_completion_tokens, stop
   metadata.user_id                  -> user
@@ -81,7 +84,13 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"model": body["model"], "messages": [*_system(body.get("system")), *_turns(body)]}
     for name in ("temperature", "top_p", "top_k"):
         if body.get(name) is not None:
-            out[name] = body[name]  # top_k: a 400 naming it until the native passthrough carries it
+            out[name] = body[name]  # top_k: carried by the native passthrough only (a 400 naming it elsewhere)
+    thinking = body.get("thinking")
+    if thinking is not None:
+        if not isinstance(thinking, dict) or not isinstance(thinking.get("type"), str):
+            raise _bad("thinking", "thinking: must be an object with a type ('enabled', 'disabled', ...)")
+        if thinking["type"] != "disabled":
+            out["thinking"] = thinking  # as top_k: only an Anthropic deployment, passed through, carries it
     stops = body.get("stop_sequences")
     if stops is not None:
         if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
