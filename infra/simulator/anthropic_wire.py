@@ -31,7 +31,7 @@ NAME = "anthropic"
 REPORTS_CACHE_WRITE = True
 MESSAGE_PARAMS = frozenset("""model messages max_tokens system metadata stop_sequences stream
     temperature top_k top_p tools tool_choice thinking service_tier container mcp_servers
-    context_management""".split())  # noqa: SIM905
+    context_management output_config""".split())  # noqa: SIM905
 STOP_REASON = {"stop": "end_turn", "length": "max_tokens", "tool": "tool_use", "stop_sequence": "stop_sequence"}
 _ERR_TYPES = {
     "invalid_request": "invalid_request_error", "authentication": "authentication_error",
@@ -167,8 +167,8 @@ def parse_chat(body: dict, strict: bool) -> ChatRequest:
             raise _bad("system: Input should be a valid string or list of text blocks")
     images, last_tool_result = 0, False
     for i, msg in enumerate(messages):
-        if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant"):
-            raise _bad(f"messages.{i}.role: Input should be 'user' or 'assistant'")
+        if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant", "system"):
+            raise _bad(f"messages.{i}.role: Input should be 'user', 'assistant' or 'system'")
         more, last_tool_result = _blocks(msg.get("content"), f"messages.{i}.content", texts, marks)
         images += more
     stops = body.get("stop_sequences") or []

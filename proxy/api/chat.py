@@ -77,7 +77,8 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
     if downgraded is not None:
         alias, downgraded_from = downgraded, alias.name
     privacy = classify_chat(snap.privacy, key, request.headers.get("x-fb-data-class"), call.body)
-    param = "max_completion_tokens" if call.body.get("max_completion_tokens") is not None else "max_tokens"
+    param = call.max_output_param or (
+        "max_completion_tokens" if call.body.get("max_completion_tokens") is not None else "max_tokens")
     max_out = output_cap(alias, call.requested_max_output, param)
     alias_deps = [snap.deployments[d] for d in alias.deployments]
     estimates = chat_input_estimates(rt.estimator, call.body, key.key_id, alias_deps)
@@ -130,12 +131,13 @@ def _downgrade(rt: Runtime, snap: Snapshot, key: KeyRecord, alias: Alias, run_id
 
 
 def _passthrough(surface: Surface, privacy: Classified) -> Callable[[Deployment], Dialect | None]:
-    """The attempt's native dialect for a deployment that speaks the surface's API and sees the original body
-    (``proxy.api.surface.Passthrough``); None: the request is translated."""
+    """The attempt's native dialect for a deployment that speaks the surface's API, with the privacy policy's
+    placeholders when it redacts for that deployment (``proxy.api.surface.Passthrough``); None: translated."""
     passthrough = surface.passthrough
     if passthrough is None:
         return lambda dep: None
-    return lambda dep: passthrough.make() if dep.dialect == passthrough.dialect and not privacy.redacts(dep) else None
+    return lambda dep: passthrough.make(privacy.redaction if privacy.redacts(dep) else None) \
+        if dep.dialect == passthrough.dialect else None
 
 
 def honouring(cands: list[Deployment], body: dict,
@@ -173,7 +175,8 @@ async def _stream(
                                               lambda: 503 if watch.fired == DRAIN else 499)
     state, created = rt.routing, int(rt.clock())
     if isinstance(stream.translator, RawEvents) and surface.passthrough is not None:
-        encoder = surface.passthrough.encoder(stream.translator, meter.tab.request_id, chain.alias.name, cache.capture)
+        encoder = surface.passthrough.encoder(stream.translator, meter.tab.request_id, chain.alias.name, cache.capture,
+                                              privacy.redaction if privacy.redacts(dep) else None)
     else:
         encoder = surface.encoder(meter.tab.request_id, created, chain.alias.name, cache.capture)
     return await streaming.relay(
@@ -199,7 +202,7 @@ async def _complete(
             extra_headers=forwarded_headers(dep, request.headers),
         )
         result = parsed(dialect.parse_chat, await upstream.complete(dialect, req, timeouts))
-        if privacy.redacts(dep):
+        if privacy.redacts(dep):  # (a passed-through answer's own body is restored by its dialect)
             assert privacy.redaction is not None
             restore_chat_response(result.body, privacy.redaction)
         result.usage = within(result.usage, dep.context_window + max_out)

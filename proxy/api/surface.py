@@ -5,8 +5,9 @@ differs only in how it reads the request (its handler) and how it writes the ans
 gateway's chat completion into the surface's JSON body, ``encoder`` makes the stream relay's encoder
 (``proxy.upstream.streaming.Encoder``), and ``settled`` writes what the surface keeps of a non-stream answer
 (the Responses API's stored responses) before its bytes go out. A surface whose API a deployment dialect speaks
-itself has a ``Passthrough``: to such a deployment (one that sees the original body: no redaction) the client's
-request goes as it was written and the provider's answer comes back as it was sent. ``CHAT`` is Chat Completions itself; the Anthropic Messages surface is
+itself has a ``Passthrough``: to such a deployment the client's request goes as it was written and the
+provider's answer comes back as it was sent (with the privacy policy's placeholders in and out, when it
+redacts for that deployment: ``redaction``). ``CHAT`` is Chat Completions itself; the Anthropic Messages surface is
 ``proxy.api.messages.handler.surface_for``.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from ledger.usage import TokenUsage
+from proxy.privacy.redact import Redaction
 from proxy.upstream.base import Dialect
 from proxy.upstream.streaming import Encoder, Stamp, Tap
 
@@ -26,10 +28,11 @@ MakeEncoder = Callable[[str, int, str, "Tap | None"], Encoder]  # (request id, c
 @dataclass(frozen=True, slots=True)
 class Passthrough:
     dialect: str  # the deployment dialect that speaks this surface's API
-    make: Callable[[], Dialect]  # the attempt's dialect: the request as the client wrote it
+    make: Callable[[Redaction | None], Dialect]  # the attempt's dialect: the request as the client wrote it
     render: Callable[[dict[str, Any], TokenUsage, str, str, dict[str, Any]], dict[str, Any]]
     # (the provider's body, settled usage, request id, alias, x_farebox) -> the answer
-    encoder: Callable[[Any, str, str, "Tap | None"], Encoder]  # (the raw events, request id, alias, cache tap)
+    encoder: Callable[[Any, str, str, "Tap | None", Redaction | None], Encoder]
+    # (the raw events, request id, alias, cache tap, the redaction to undo) -> the stream's encoder
 
 
 @dataclass(frozen=True, slots=True)

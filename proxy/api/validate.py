@@ -26,6 +26,7 @@ class ChatCall:
     stream: bool
     include_usage: bool
     requested_max_output: int | None
+    max_output_param: str | None = None  # what the client's API calls the output cap (None: chat's own names)
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,6 +68,14 @@ class Redaction:
         self.max_len = max(self.max_len, len(issued))
         return issued
 
+    def redact(self, text: str) -> str:
+        """``text`` with every value this request redacted replaced by its placeholder: for the same request in
+        another API's shape than the scanned chat body (a natively passed-through request). Longest first."""
+        for (_, value), issued in sorted(self._by_value.items(), key=lambda item: -len(item[0][1])):
+            if value in text:
+                text = text.replace(value, issued)
+        return text
+
     def issued_prefix(self, text: str) -> bool:
         """``text`` is the start of a placeholder this request issued (``<CARD_1`` of ``<CARD_12>``)."""
         return any(placeholder.startswith(text) for placeholder in self._values)

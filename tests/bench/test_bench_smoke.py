@@ -65,6 +65,21 @@ async def test_open_loop_ladder_and_report(stack: Stack) -> None:
     assert bench.rate_line(bench.RateRow(40.0, row["direct"], row["gateway"]))
 
 
+async def test_surfaces_section_measures_each_api_on_both_dialects(stack: Stack) -> None:
+    from tests.bench.gateway.surfaces import SURFACES, compare_surfaces, surface_errors, surface_summary
+
+    lines: list[str] = []
+    report = await compare_surfaces(stack, {1: 8}, True, rounds=2, out=lines.append)
+    assert set(report) == {"openai", "anthropic"} and surface_errors(report) == 0, lines
+    for kinds in report.values():
+        for rows in kinds.values():
+            [row] = rows
+            for surface in SURFACES:
+                assert row[surface]["ok"] == 8, row
+                _numbers(row[surface], "p50_ms", "p99_ms")
+    assert len(surface_summary(report)) == 4 and any("within" in line for line in surface_summary(report))
+
+
 def test_percentile_nearest_rank() -> None:
     values = [float(i) for i in range(1, 101)]
     assert bench.pct(values, 0.50) == 50.0

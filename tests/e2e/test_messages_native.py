@@ -11,16 +11,19 @@ chat translation would lose reaches Anthropic and comes back unchanged.
 
 from __future__ import annotations
 
+import uuid
 from decimal import Decimal
 from typing import Iterator
 
 import anthropic
+import httpx
+import orjson
 import pytest
 
 from ledger.usage import TokenUsage
 from pricing.book import Price
 from pricing.rating import rate
-from tests.harness import Stack, read_events
+from tests.harness import Stack, mint, read_events, wait_key_live
 
 pytestmark = pytest.mark.e2e
 
@@ -123,3 +126,43 @@ def test_top_k_and_thinking_reach_anthropic_and_are_refused_elsewhere(claude: an
             claude.messages.create(model="chat-openai", max_tokens=2048,
                                    messages=[{"role": "user", "content": "Hello"}], extra_body=extra)
         assert refused.value.body["type"] == "error" and next(iter(extra)) in refused.value.body["error"]["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_redacted_request_is_still_passed_through_with_placeholders_in_and_values_back(stack: Stack,
+                                                                                        stream: bool) -> None:
+    """The privacy policy redacts personal data before the Anthropic deployment: the client's own body goes with
+    the same placeholders the scanned chat body got (its thinking kept), and the answer comes back restored."""
+    key = mint(stack.config, "platform", "playground", "chat-anthropic", "--data-class-ceiling", "confidential")
+    wait_key_live(stack.gateway_url, key)
+    marker = uuid.uuid4().hex
+    text = f"[{marker}] Mail asha.k@example.com about PAN ABCPE1234F."
+    kwargs = {"model": "chat-anthropic", "max_tokens": 2048, "thinking": THINKING,
+              "system": [{"type": "text", "text": "Reply to asha.k@example.com politely."}],
+              "messages": [{"role": "user", "content": [{"type": "text", "text": text}]}],
+              "extra_headers": {"x-sim-echo": "3"}}
+    with anthropic.Anthropic(base_url=stack.gateway_url, api_key=key, max_retries=0) as client:
+        if stream:
+            with client.messages.stream(**kwargs) as s:
+                final = s.get_final_message()
+        else:
+            final = client.messages.create(**kwargs)
+    assert final.content[0].type == "thinking" and final.content[0].signature  # passed through, not translated
+    assert final.content[1].text == text  # the echo, restored across delta boundaries
+    sent = [e["body"] for e in httpx.get(f"{stack.sim_url}/_sim/requests", params={"n": 50}).json()["data"]
+            if e["path"] == "/v1/messages" and marker in str(e["body"])]
+    assert len(sent) == 1 and "thinking" in sent[0]
+    wire = orjson.dumps(sent[0]).decode()
+    assert "asha.k@example.com" not in wire and "ABCPE1234F" not in wire
+    assert "<EMAIL_1>" in sent[0]["system"][0]["text"] and "<PAN_1>" in wire
+
+
+def test_a_system_turn_and_the_cap_named_as_the_messages_api_names_it(claude: anthropic.Anthropic) -> None:
+    message = claude.messages.create(model="chat-anthropic", max_tokens=32, messages=[
+        {"role": "user", "content": "Hello"}, {"role": "system", "content": "Answer in one line."},
+        {"role": "user", "content": "Again"}])
+    assert message.content[0].text
+    with pytest.raises(anthropic.BadRequestError) as capped:
+        claude.messages.create(model="chat-anthropic", max_tokens=20_000, messages=[
+            {"role": "user", "content": "Hello"}])
+    assert "'max_tokens'" in capped.value.body["error"]["message"]

@@ -27,6 +27,7 @@ from proxy.api.steps import input_tokens
 from proxy.api.surface import Passthrough, Surface
 from proxy.api.validate import ChatCall
 from proxy.body import parse_json_object
+from proxy.privacy.redact import Redaction
 from proxy.runtime import RUNTIME
 from proxy.upstream.passthrough import NativeMessages
 
@@ -37,17 +38,24 @@ def _render(completion: dict[str, Any], usage: Any, request_id: str, alias: str)
 
 def surface_for(body: dict[str, Any], beta: str | None) -> Surface:
     """The Messages surface of one request: translated, or passed through to Anthropic deployments."""
+    def make(redaction: Redaction | None) -> NativeMessages:
+        if redaction is None:
+            return NativeMessages(body, beta)
+        return NativeMessages(body, beta, redact=redaction.redact, restore=redaction.restore)
+
     return Surface("messages", _render, lambda request_id, created, alias, tap: MessagesEncoder(
         f"msg_{request_id}", alias, tap), passthrough=Passthrough(
-        "anthropic", lambda: NativeMessages(body, beta),
+        "anthropic", make,
         lambda data, usage, request_id, alias, x_farebox: native.render(data, usage, f"msg_{request_id}", alias,
                                                                         x_farebox),
-        lambda source, request_id, alias, tap: native.NativeEncoder(source, f"msg_{request_id}", alias, tap)))
+        lambda source, request_id, alias, tap, redaction: native.NativeEncoder(
+            source, f"msg_{request_id}", alias, tap, redaction)))
 
 
 async def create_message(request: web.Request) -> web.StreamResponse:
     call = validate_messages(parse_json_object(await request.read()))
-    chat = ChatCall(call.alias, call.chat, call.stream, include_usage=True, requested_max_output=call.max_tokens)
+    chat = ChatCall(call.alias, call.chat, call.stream, include_usage=True, requested_max_output=call.max_tokens,
+                    max_output_param="max_tokens")
     return await serve(request, chat, call.body, surface_for(call.body, request.headers.get("anthropic-beta")))
 
 

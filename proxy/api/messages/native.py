@@ -7,7 +7,10 @@ results), ``stop_reason``, ``stop_sequence``, ``container``, … unchanged; only
 and ``service_tier``) are the gateway's, and ``x_farebox`` is added. ``render`` does it for a body,
 ``NativeEncoder`` for a stream: each event is written as it arrived but ``message_start`` (id and model
 rewritten), and the provider's ``message_delta`` and ``message_stop`` are held back and written once the
-request is settled, the delta carrying the settled usage. Pure.
+request is settled, the delta carrying the settled usage. When the provider saw the privacy policy's
+placeholders, text and tool-input deltas are restored as they stream (a ``StreamRestorer`` per block, what it
+holds back released before the block's ``content_block_stop``; thinking deltas are the model's own and kept).
+Pure.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ import orjson
 from ledger.usage import TokenUsage
 from proxy.api.messages.response import error_body, usage_of
 from proxy.errors import GatewayError
+from proxy.privacy.redact import Redaction, StreamRestorer
 from proxy.upstream.passthrough import RawEvents
+
+_RESTORED = {"text_delta": ("text", False), "input_json_delta": ("partial_json", True)}
 
 
 def _usage(provider: object, usage: TokenUsage) -> dict[str, Any]:
@@ -41,9 +47,12 @@ class NativeEncoder:
 
     heartbeat = _event("ping", b'{"type": "ping"}')
 
-    def __init__(self, source: RawEvents, message_id: str, alias: str, tap: Any = None) -> None:
+    def __init__(self, source: RawEvents, message_id: str, alias: str, tap: Any = None,
+                 redaction: Redaction | None = None) -> None:
         self.source, self.message_id, self.alias, self.tap = source, message_id, alias, tap
         self.delta: dict[str, Any] | None = None  # the provider's message_delta, held for the tail
+        self.redaction = redaction
+        self.restorers: dict[Any, tuple[StreamRestorer, str, str]] = {}  # block index -> (restorer, field, type)
 
     def encode(self, chunks: Iterable[dict[str, Any]]) -> bytes:
         if self.tap is not None:  # the response cache keeps the chat-shaped answer, as for any surface
@@ -56,6 +65,9 @@ class NativeEncoder:
                     self.delta = _object(event.data)
                 continue
             data = event.data.encode()
+            if self.redaction is not None and kind in ("content_block_delta", "content_block_stop"):
+                out.append(self._restored(kind, event.data))
+                continue
             if kind == "message_start":
                 start = _object(event.data)
                 message = start.get("message") if isinstance(start.get("message"), dict) else {}
@@ -63,6 +75,33 @@ class NativeEncoder:
                 data = orjson.dumps(start)
             out.append(_event(kind, data))
         return b"".join(out)
+
+    def _restored(self, kind: str, raw: str, broken: bool = False) -> bytes:
+        """A delta with placeholders restored (a tail that may still become one held back), or a block's stop
+        preceded by what its restorer still holds."""
+        data = _object(raw)
+        index = data.get("index")
+        if kind == "content_block_stop":
+            return self._release(index, broken) + _event(kind, raw.encode())
+        delta = data.get("delta") if isinstance(data.get("delta"), dict) else {}
+        field, as_json = _RESTORED.get(delta.get("type"), (None, False))
+        if field is None or not isinstance(delta.get(field), str):
+            return _event(kind, raw.encode())
+        assert self.redaction is not None
+        restorer = self.restorers.setdefault(index, (StreamRestorer(self.redaction, as_json), field, delta["type"]))
+        delta[field] = restorer[0].feed(delta[field])
+        return _event(kind, orjson.dumps(data))
+
+    def _release(self, index: Any, broken: bool) -> bytes:
+        held = self.restorers.pop(index, None)
+        if held is None:
+            return b""
+        restorer, field, kind = held
+        tail = restorer.flush(broken)
+        if not tail:
+            return b""
+        return _event("content_block_delta", orjson.dumps({"type": "content_block_delta", "index": index,
+                                                           "delta": {"type": kind, field: tail}}))
 
     def tail(self, usage: TokenUsage, x_farebox: dict[str, Any], include_usage: bool) -> bytes:
         head = self.encode(())
@@ -72,7 +111,8 @@ class NativeEncoder:
                 + _event("message_stop", b'{"type": "message_stop"}'))
 
     def error(self, exc: GatewayError) -> bytes:
-        return self.encode(()) + _event("error", orjson.dumps({"type": "error", "error": error_body(exc)["error"]}))
+        held = b"".join(self._release(index, True) for index in list(self.restorers))  # a cut placeholder: dropped
+        return self.encode(()) + held + _event("error", orjson.dumps({"type": "error", "error": error_body(exc)["error"]}))
 
     async def settled(self) -> None:
         return None

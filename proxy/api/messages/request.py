@@ -7,7 +7,7 @@ into the equivalent OpenAI chat body, which is what the gateway admits, classifi
 every dialect translates from. To an Anthropic deployment the client's own body goes instead (native
 passthrough, ``proxy.upstream.passthrough``), so what the table below drops reaches Anthropic unchanged:
 
-  system (string or text blocks)    -> a system message
+  system (string or text blocks)    -> a system message (so is a ``system`` turn among the messages)
   text / image blocks               -> content parts (base64 sources as data URLs)
   assistant ``tool_use`` blocks     -> ``tool_calls`` (``input`` as JSON arguments)
   user ``tool_result`` blocks       -> ``tool`` messages, before the turn's other content
@@ -130,8 +130,14 @@ def _turns(body: dict[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i, msg in enumerate(messages):
         p = f"messages.{i}"
+        if isinstance(msg, dict) and msg.get("role") == "system":  # a system turn inside the conversation
+            try:
+                out += _system(msg.get("content"))
+            except InvalidRequest:
+                raise _bad(f"{p}.content", f"{p}.content: a system turn is a string or text blocks") from None
+            continue
         if not isinstance(msg, dict) or msg.get("role") not in ROLES:
-            raise _bad(f"{p}.role", f"{p}.role: must be 'user' or 'assistant'")
+            raise _bad(f"{p}.role", f"{p}.role: must be 'user', 'assistant' or 'system'")
         content = msg.get("content")
         if isinstance(content, str):
             out.append({"role": msg["role"], "content": content})

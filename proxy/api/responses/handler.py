@@ -61,7 +61,8 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     body = parse_json_object(await request.read())
     earlier = await _earlier(request, rt, body)
     call = validate_response(body, earlier)
-    chat = ChatCall(call.alias, call.chat, call.stream, include_usage=True, requested_max_output=call.max_output_tokens)
+    chat = ChatCall(call.alias, call.chat, call.stream, include_usage=True, requested_max_output=call.max_output_tokens,
+                    max_output_param="max_output_tokens")
     keeper = None
     if body.get("store", True) is not False:
         context = earlier + stored.resolved(stored.own_items(body["input"]), earlier)

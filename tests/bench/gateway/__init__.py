@@ -16,6 +16,9 @@ Sections:
      coordinated omission); the ladder stops once the gateway's added p99 is over
      the budget (20 ms) twice in a row or errors appear; then the direct run
      continues alone until it saturates, to show where the client/simulator limit is.
+  3b. unless --no-surfaces: the same alias through Chat Completions, the Responses API and the Messages API
+     against the same direct run in alternating rounds, c <= 10 (``surfaces``): each surface's added
+     latency beside chat's
   4. unless --workers-arm 0: sections 1-3 (openai only) again against a second stack
      served by ``farebox serve --workers N`` (default 2), its gateway CPU summed over
      the owner and every gateway process; then the two arms side by side.

@@ -24,6 +24,7 @@ from tests.bench.gateway.closed_loop import closed_loop, compare_closed, warm
 from tests.bench.gateway.open_loop import ADDED_P99_BUDGET_MS, rate_ladder
 from tests.bench.gateway.report import arm_figures, arms_table, closed_table, rate_header, rate_line, summary_lines
 from tests.bench.gateway.stats import CpuMeter, added, thread_cpu
+from tests.bench.gateway.surfaces import compare_surfaces, surface_errors, surface_summary
 from tests.bench.gateway.targets import PROMPT, new_session, pairs
 from tests.bench.gateway.workers_arm import arm_checks, check_lines, group_meter, processes_of, read_log
 from tests.harness import ROOT, Stack, generous_limits, running_stack
@@ -41,6 +42,7 @@ class Plan:
     seconds_per_rate: float
     anthropic: bool = True
     arrivals: str = "poisson"
+    surfaces: bool = True  # the surfaces section: chat vs Responses vs Messages on the same alias
 
 
 FULL = Plan(levels={1: 600, 10: 2400, 100: 3000},
@@ -95,6 +97,9 @@ async def run_bench(stack: Stack, plan: Plan, out: Callable[[str], None] = print
                 title = (f"\n== closed loop, {'STREAMING: time to first content token' if stream else 'non-streaming: latency'}"
                          f" -- {dialect}: {what}")
                 out(closed_table(title, "TTFT, streams read to the end" if stream else "full response", rows))
+        if plan.surfaces:
+            report["surfaces"] = await compare_surfaces(stack, {c: n for c, n in plan.levels.items() if c <= 10},
+                                                        plan.anthropic, cpu=cpu, out=out)
         direct, gateway = pairs(stack, False)["openai"]
         out(f"\n== open loop, non-streaming, openai, {plan.arrivals} arrivals, {plan.seconds_per_rate:g} s per rate;"
             f" latency from the scheduled send time; budget: added p99 <= {ADDED_P99_BUDGET_MS:g} ms")
@@ -164,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds-per-rate", type=float, help="open-loop seconds per rate (default 5, quick 1)")
     ap.add_argument("--uniform", action="store_true", help="uniform instead of Poisson arrivals")
     ap.add_argument("--no-anthropic", action="store_true", help="skip the chat-anthropic vs /v1/messages tables")
+    ap.add_argument("--no-surfaces", action="store_true",
+                    help="skip the surfaces section (chat vs Responses vs Messages on the same alias)")
     ap.add_argument("--profile", action="store_true",
                     help=f"run the gateway under cProfile for a fixed load, print the top functions, save {OUT_PROF}")
     ap.add_argument("--profile-requests", type=int, default=3000)
@@ -191,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = Plan(levels=levels,
                 rates=[float(r) for r in args.rates.split(",")] if args.rates else list(base.rates),
                 seconds_per_rate=args.seconds_per_rate or base.seconds_per_rate,
-                anthropic=not args.no_anthropic, arrivals="uniform" if args.uniform else "poisson")
+                anthropic=not args.no_anthropic, arrivals="uniform" if args.uniform else "poisson",
+                surfaces=not args.no_surfaces)
 
     try:
         import uvloop
@@ -237,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
             report["gateway_log"] = read_log(stack.folder / "gateway.log")
         workers = None
         if args.workers_arm > 1:
-            workers = run_workers_arm(Path(tmp) / "workers", replace(plan, anthropic=False), args.workers_arm,
+            workers = run_workers_arm(Path(tmp) / "workers", replace(plan, anthropic=False, surfaces=False),
+                                      args.workers_arm,
                                       mutate, loop_factory)
     report = {"machine": facts, "plan": asdict(plan), "prompt_bytes": len(PROMPT), "output_tokens": 32,
               "tracing": args.tracing,
@@ -247,9 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         for line in pyspy.summary_lines(profile):
             print(line)
         print(f"  raw stacks in {OUT_PYSPY} (py-spy raw format: flamegraph.pl or speedscope read it)")
-    for line in summary_lines(report):
+    for line in summary_lines(report) + surface_summary(report.get("surfaces") or {}):
         print(line)
-    errors = closed_errors(report)
+    errors = closed_errors(report) + surface_errors(report.get("surfaces") or {})
     if workers is not None:
         label = f"--workers {args.workers_arm}"
         report["workers_arm"] = workers

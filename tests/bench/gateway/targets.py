@@ -29,7 +29,7 @@ class Target:
     headers: dict[str, str]
     body: bytes
     stream_body: bytes
-    wire: str  # "openai" | "anthropic"
+    wire: str  # "openai" | "anthropic" | "responses"
 
 
 def openai_target(name: str, url: str, model: str, key: str) -> Target:
@@ -43,6 +43,13 @@ def anthropic_target(name: str, url: str, model: str, key: str) -> Target:
     obj = {"model": model, "max_tokens": MAX_TOKENS, "messages": [{"role": "user", "content": PROMPT}]}
     headers = {"x-api-key": key, "anthropic-version": "2023-06-01", "Content-Type": "application/json"}
     return Target(name, url, headers, orjson.dumps(obj), orjson.dumps(obj | {"stream": True}), "anthropic")
+
+
+def responses_target(name: str, url: str, model: str, key: str) -> Target:
+    """A Responses API request (``store`` left at its default: the response is kept, as a client's would be)."""
+    obj = {"model": model, "input": PROMPT, "max_output_tokens": MAX_TOKENS}
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    return Target(name, url, headers, orjson.dumps(obj), orjson.dumps(obj | {"stream": True}), "responses")
 
 
 def pairs(stack: Stack, anthropic: bool = True) -> dict[str, tuple[Target, Target]]:
@@ -76,6 +83,8 @@ class RequestFailed(Exception):
 
 
 def _first_content(line: bytes, wire: str) -> bool:
+    if wire == "responses":
+        return line.startswith(b"data: ") and b'"response.output_text.delta"' in line
     if wire == "openai":
         if not line.startswith(b"data: {") or b'"content"' not in line:
             return False
@@ -87,7 +96,7 @@ def _first_content(line: bytes, wire: str) -> bool:
     return bool(delta.get("text") or delta.get("partial_json"))
 
 
-_END = {"openai": b"data: [DONE]", "anthropic": b'"message_stop"}'}
+_END = {"openai": b"data: [DONE]", "anthropic": b'"message_stop"}', "responses": b'"type":"response.completed"'}
 
 
 async def call(session: aiohttp.ClientSession, target: Target, stream: bool) -> tuple[float, float | None]:
@@ -111,6 +120,7 @@ async def call(session: aiohttp.ClientSession, target: Target, stream: bool) -> 
         rest = await resp.content.read()
         end = time.perf_counter()
         last = rest.rstrip()
-        if not last.endswith(_END[target.wire]):
+        if not (_END[target.wire] in last.rsplit(b"\n", 1)[-1] if target.wire == "responses"
+                else last.endswith(_END[target.wire])):
             raise RequestFailed(f"stream not terminated: ...{last[-120:]!r}")
         return end, first
