@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SEMANTIC_STAMP := $(VENV)/.semantic-bench
 
-.PHONY: install lock services run run-cluster stop-cluster test bench bench-tracing bench-budget bench-distributed bench-availability bench-finance bench-finance-archive bench-sim bench-limits bench-privacy kafka-up kafka-down clean
+.PHONY: install lock services agents run run-cluster stop-cluster test bench bench-tracing bench-budget bench-distributed bench-availability bench-finance bench-finance-archive bench-sim bench-limits bench-privacy kafka-up kafka-down clean
 
 LOCK_VENV := .lock-venv
 
@@ -41,6 +41,14 @@ lock:
 services:
 	infra/install-services.sh
 
+## The coding agents the end-to-end tests point at farebox (tests/agents: npm, exact versions in package-lock.json).
+AGENTS_STAMP := tests/agents/node_modules/.installed
+$(AGENTS_STAMP): tests/agents/package.json tests/agents/package-lock.json
+	cd tests/agents && npm ci --no-audit --no-fund --loglevel=error
+	touch $(AGENTS_STAMP)
+
+agents: $(AGENTS_STAMP)
+
 ## Run the simulator and the gateway on http://127.0.0.1:8080 (foreground; Ctrl-C stops both).
 run: install
 	infra/run-dev.sh
@@ -60,7 +68,7 @@ stop-cluster: install
 ## Bytecode is written even where the environment says not to (PYTHONDONTWRITEBYTECODE): the suite starts
 ## hundreds of Python processes, and each compiled every project module from source again (about 0.3 s of CPU).
 TEST_WORKERS ?= 3
-test: install services
+test: install services agents
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 ## Added latency and TTFT against a direct-to-simulator run, at several concurrencies and rates.

@@ -152,7 +152,12 @@ def sim_config(folder: Path, **defaults) -> Path:
 
 
 def mint(config: Path, team: str, app: str, aliases: str, *extra: str) -> str:
-    """A new key's plaintext: ``farebox keys create ... --json``, the CLI's own parser and code run in this
+    """A new key's plaintext (``minted`` for its id too)."""
+    return minted(config, team, app, aliases, *extra)["key"]
+
+
+def minted(config: Path, team: str, app: str, aliases: str, *extra: str) -> dict:
+    """A new key as ``keys create --json`` prints it (``key``, ``id``, ...): ``farebox keys create ... --json``, the CLI's own parser and code run in this
     process (a subprocess per key spent a second of CPU on imports alone), in a thread of its own because the
     command runs its own event loop and a caller may be inside one."""
     from farebox.cli import main
@@ -168,7 +173,7 @@ def mint(config: Path, team: str, app: str, aliases: str, *extra: str) -> str:
     with ThreadPoolExecutor(max_workers=1) as pool:
         code = pool.submit(run).result()
     assert code == 0, f"farebox {' '.join(argv)} exited {code}: {err.getvalue()}"
-    return json.loads(out.getvalue())["key"]
+    return json.loads(out.getvalue())
 
 
 @dataclass

@@ -11,7 +11,7 @@ injected into that invoice's export), ``stats`` (test counters),
 
 Per-request headers: ``x-sim-output-tokens`` (text answers only; structured
 output and tool arguments are as long as their JSON), ``x-sim-tool-call:
-NAME``, ``x-sim-cached-tokens``, ``x-sim-cache-write-tokens`` (Anthropic
+NAME`` (``x-sim-tool-turns: N``: only while the conversation holds fewer than N tool results), ``x-sim-cached-tokens``, ``x-sim-cache-write-tokens`` (Anthropic
 only), ``x-sim-reasoning-tokens``, ``x-sim-fault: 429|500|503|529|hang|
 disconnect|content_policy|context_length|stream_error|none``,
 ``x-sim-retry-after``, ``x-sim-ttft-ms``, ``x-sim-tokens-per-s``,

@@ -180,6 +180,8 @@ def parse_chat(body: dict, strict: bool) -> ChatRequest:
     return ChatRequest(model=model, stream=body.get("stream") is True, texts=texts, framed=framed, images=images,
                        max_tokens=max_tokens, stop=stops, tools=tools, forced_tool=forced,
                        last_is_tool_result=last_tool_result and messages[-1].get("role") == "user",
+                       tool_results=sum(isinstance(b, dict) and b.get("type") == "tool_result" for m in messages
+                                        if isinstance(m.get("content"), list) for b in m["content"]),
                        thinking=_thinking(body.get("thinking"), max_tokens),
                        cache_prefix=_prefix(texts, marks, before_tools))
 
@@ -201,14 +203,15 @@ def _thinking(raw: Any, max_tokens: int) -> bool:
     return kind != "disabled"
 
 
-def _prefix(texts: list[str], marks: list[tuple[int, str]], before_tools: int) -> Breakpoint | None:
-    """The prefix the last breakpoint caches, in Anthropic's order (tools, system, messages)."""
-    if not marks:
-        return None
-    ordered = [(at - before_tools if at > before_tools else at + len(texts) - before_tools, ttl) for at, ttl in marks]
-    end, ttl = max(ordered)
-    text = "\n".join([*texts[before_tools:], *texts[:before_tools]][:end])
-    return Breakpoint(text, count_tokens(text), ttl)
+def _prefix(texts: list[str], marks: list[tuple[int, str]], before_tools: int) -> list[Breakpoint]:
+    """The prefix each breakpoint caches, in Anthropic's order (tools, system, messages)."""
+    ordered = [*texts[before_tools:], *texts[:before_tools]]
+    out = []
+    for at, ttl in marks:
+        end = at - before_tools if at > before_tools else at + len(texts) - before_tools
+        text = "\n".join(ordered[:end])
+        out.append(Breakpoint(text, count_tokens(text), ttl))
+    return out
 
 
 def _parse_tools(raw: Any, texts: list[str], marks: list[tuple[int, str]]) -> list[Tool]:

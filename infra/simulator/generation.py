@@ -110,11 +110,12 @@ class ChatRequest:
     tools: list[Tool] = field(default_factory=list)
     forced_tool: str | None = None  # tool the tool_choice forces
     last_is_tool_result: bool = False
+    tool_results: int = 0  # tool results in the conversation (x-sim-tool-turns)
     json_schema: dict | None = None
     json_object: bool = False
     include_usage: bool = False
     thinking: bool = False  # Anthropic extended thinking asked for: a signed thinking block comes first
-    cache_prefix: Any = None  # Anthropic ``cache_control``: the prefix to cache (``prompt_cache.Breakpoint``)
+    cache_prefix: Any = None  # Anthropic ``cache_control``: each breakpoint's prefix (``prompt_cache.Breakpoint``)
     _text: str | None = None
 
     @property
@@ -133,6 +134,7 @@ class Overrides:
 
     output_tokens: int | None = None
     tool_call: str | None = None
+    tool_turns: int | None = None  # x-sim-tool-call only while the conversation holds fewer tool results
     cached_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
@@ -166,6 +168,7 @@ class Overrides:
 _HEADER_FIELDS = (
     ("output_tokens", "x-sim-output-tokens", int),
     ("tool_call", "x-sim-tool-call", str),
+    ("tool_turns", "x-sim-tool-turns", int),
     ("cached_tokens", "x-sim-cached-tokens", int),
     ("cache_write_tokens", "x-sim-cache-write-tokens", int),
     ("reasoning_tokens", "x-sim-reasoning-tokens", int),
@@ -256,7 +259,7 @@ def _apply_stop(pieces: list[str], stops: list[str]) -> tuple[list[str], str | N
 
 def choose_tool(req: ChatRequest, ov: Overrides) -> str | None:
     """The tool to call, or None for a text answer."""
-    if ov.tool_call:
+    if ov.tool_call and (ov.tool_turns is None or req.tool_results < ov.tool_turns):
         if not any(t.name == ov.tool_call for t in req.tools):
             raise RequestError(400, "invalid_request",
                                f"x-sim-tool-call names tool {ov.tool_call!r}, which the request does not offer",

@@ -171,6 +171,7 @@ def parse_chat(body: dict, strict: bool) -> ChatRequest:
     return ChatRequest(model=model, stream=stream, texts=texts, framed=len(messages), images=images,
                        max_tokens=max_tokens, stop=stops, tools=tools, forced_tool=forced,
                        last_is_tool_result=last.get("role") == "tool", json_schema=json_schema,
+                       tool_results=sum(isinstance(m, dict) and m.get("role") == "tool" for m in messages),
                        json_object=json_object,
                        include_usage=stream and isinstance(opts, dict) and opts.get("include_usage") is True)
 

@@ -1,10 +1,12 @@
 """Anthropic prompt caching and extended thinking, as the simulator's Messages API does them.
 
-Prompt caching: a ``cache_control`` breakpoint marks the end of a cacheable prefix (in Anthropic's order: tools,
-then system, then messages; the last breakpoint wins). A prefix of at least ``MIN_CACHEABLE`` tokens is written
-on first use (``cache_creation_input_tokens``, split by TTL in ``cache_creation``: ``ephemeral_5m_input_tokens``
-or ``ephemeral_1h_input_tokens``) and read while it lives (``cache_read_input_tokens``); each read refreshes its
-TTL. A shorter prefix is not cached and not an error. Entries are per account and model.
+Prompt caching: each ``cache_control`` breakpoint marks the end of a cacheable prefix (in Anthropic's order:
+tools, then system, then messages). The longest breakpoint prefix already cached is read
+(``cache_read_input_tokens``; the read refreshes its TTL); the rest up to the last breakpoint is written
+(``cache_creation_input_tokens``, split by the last breakpoint's TTL in ``cache_creation``:
+``ephemeral_5m_input_tokens`` or ``ephemeral_1h_input_tokens``), and every breakpoint prefix is kept. So a
+conversation that moves its last breakpoint forward each turn reads what the turn before wrote. A prefix
+under ``MIN_CACHEABLE`` tokens is neither read nor written, and is not an error. Per account and model.
 
 Extended thinking: a thinking block's ``signature`` is the simulator's seal of its text (``signature``); a
 thinking block passed back with another signature, or altered, is refused as Anthropic refuses it.
@@ -45,16 +47,17 @@ class PromptCache:
     def __init__(self) -> None:
         self.entries: dict[tuple[str, str, str], float] = {}  # (account, model, prefix digest) -> expires at
 
-    def use(self, account: str, model: str, prefix: Breakpoint | None, now: float) -> CacheUse:
-        if prefix is None or prefix.tokens < MIN_CACHEABLE:
+    def use(self, account: str, model: str, prefixes: list[Breakpoint] | None, now: float) -> CacheUse:
+        cacheable = sorted((p for p in prefixes or () if p.tokens >= MIN_CACHEABLE), key=lambda p: p.tokens)
+        if not cacheable:
             return CacheUse()
-        key = (account, model, hashlib.sha256(prefix.text.encode()).hexdigest())
-        ttl = TTL_S[prefix.ttl]
-        hit = self.entries.get(key, 0.0) > now
-        self.entries[key] = now + ttl
-        if hit:
-            return CacheUse(read=prefix.tokens)
-        return CacheUse(write=prefix.tokens, write_1h=prefix.tokens if prefix.ttl == "1h" else 0)
+        keys = [(account, model, hashlib.sha256(p.text.encode()).hexdigest()) for p in cacheable]
+        read = max((p.tokens for p, key in zip(cacheable, keys) if self.entries.get(key, 0.0) > now), default=0)
+        for p, key in zip(cacheable, keys):
+            self.entries[key] = now + TTL_S[p.ttl]
+        last = cacheable[-1]
+        write = last.tokens - read
+        return CacheUse(read=read, write=write, write_1h=write if last.ttl == "1h" else 0)
 
     def clear(self) -> None:
         self.entries.clear()

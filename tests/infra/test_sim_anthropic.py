@@ -164,3 +164,21 @@ async def test_cache_control_writes_a_prefix_then_reads_it(sim):
     assert small["cache_creation_input_tokens"] == 0 and small["cache_read_input_tokens"] == 0  # under the minimum
     bad = [{"type": "text", "text": "x", "cache_control": {"type": "ephemeral", "ttl": "2h"}}]
     assert (await sim.post("/v1/messages", json=msg_body(system=bad), headers=AN)).status == 400
+
+
+async def test_a_moving_breakpoint_reads_what_the_turn_before_wrote(sim):
+    long = "The policy handbook says many things. " * 200
+    system = [{"type": "text", "text": long, "cache_control": {"type": "ephemeral"}}]
+    turn1 = [{"role": "user", "content": [{"type": "text", "text": "First question. " * 100,
+                                          "cache_control": {"type": "ephemeral"}}]}]
+    first = (await (await sim.post("/v1/messages", json=msg_body(system=system, messages=turn1),
+                                   headers=AN)).json())["usage"]
+    turn2 = [{"role": "user", "content": [{"type": "text", "text": "First question. " * 100}]},
+             {"role": "assistant", "content": "An answer."},
+             {"role": "user", "content": [{"type": "text", "text": "Second.", "cache_control": {"type": "ephemeral"}}]}]
+    second = (await (await sim.post("/v1/messages", json=msg_body(system=system, messages=turn2),
+                                    headers=AN)).json())["usage"]
+    assert first["cache_read_input_tokens"] == 0 and first["cache_creation_input_tokens"] > 1024
+    # turn 2 reads the system breakpoint's prefix (turn 1's message breakpoint is not one of its own)
+    assert 1024 < second["cache_read_input_tokens"] < first["cache_creation_input_tokens"]
+    assert second["cache_creation_input_tokens"] > 0
