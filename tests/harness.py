@@ -120,7 +120,8 @@ def spawn(args: list[str], log: Path, env: dict[str, str] | None = None) -> subp
 
 
 def test_config(folder: Path, sim_port: int, gw_port: int, mutate: Callable[[dict], None] | None = None) -> Path:
-    """examples/farebox.yaml pointed at this stack, plus one alias per dialect."""
+    """examples/farebox.yaml pointed at this stack, plus one alias per dialect (chat-openai: a deployment serving
+    chat and the Responses API; chat-compat: one serving chat only; chat-anthropic: the Messages API)."""
     tree = yaml.safe_load((EXAMPLES / "farebox.yaml").read_text())
     tree["server"]["port"] = gw_port
     tree["server"]["pod_id"] = f"test-pod-{gw_port}"
@@ -131,9 +132,13 @@ def test_config(folder: Path, sim_port: int, gw_port: int, mutate: Callable[[dic
     tree["secrets_file"] = str(owner_only_secrets(folder))
     for dep in tree["deployments"]:
         dep["base_url"] = dep["base_url"].replace("9090", str(sim_port))
+    compat = next(dict(d) for d in tree["deployments"] if d["id"] == "sim-openai-mumbai")
+    compat.update(id="sim-compat-mumbai", capabilities=[c for c in compat["capabilities"] if c != "responses"])
+    tree["deployments"].append(compat)  # an OpenAI-compatible fleet that serves chat only (vLLM-like)
     tree["aliases"] += [
         {"name": "chat-openai", "kind": "chat", "deployments": ["sim-openai-mumbai"]},
         {"name": "chat-anthropic", "kind": "chat", "deployments": ["sim-anthropic-mumbai"]},
+        {"name": "chat-compat", "kind": "chat", "deployments": ["sim-compat-mumbai"]},
     ]
     if mutate is not None:
         mutate(tree)
@@ -206,7 +211,7 @@ class Stack:
 
 
 @contextmanager
-def running_stack(folder: Path, *, aliases: str = "chat-default,chat-openai,chat-anthropic,embed-default",
+def running_stack(folder: Path, *, aliases: str = "chat-default,chat-openai,chat-anthropic,chat-compat,embed-default",
                   sim_defaults: dict | None = None, gateway_wrap: tuple[str, ...] = (),
                   mutate: Callable[[dict], None] | None = None,
                   serve_args: tuple[str, ...] = ()) -> Iterator[Stack]:

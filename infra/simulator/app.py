@@ -1,7 +1,7 @@
 """The simulator application: routes, control endpoints, and a blocking ``run``.
 
 Model endpoints: ``POST /v1/chat/completions``, ``POST /v1/embeddings``
-(OpenAI) and ``POST /v1/messages`` (Anthropic). Provider invoice:
+(OpenAI), ``POST /v1/responses`` (OpenAI Responses) and ``POST /v1/messages`` (Anthropic). Provider invoice:
 ``GET /v1/usage/export?account=A&date=YYYY-MM-DD[&format=csv]`` (both filters
 optional). Test control: ``GET /_sim/health``, ``GET /_sim/stats``,
 ``GET|POST /_sim/models/{model}`` (read / overlay a profile),
@@ -24,7 +24,12 @@ from aiohttp import web
 
 from infra.simulator.config import ConfigError, SimulatorConfig
 from infra.simulator.export_drift import apply_drift
-from infra.simulator.handlers import handle_anthropic_messages, handle_embeddings, handle_openai_chat
+from infra.simulator.handlers import (
+    handle_anthropic_messages,
+    handle_embeddings,
+    handle_openai_chat,
+    handle_openai_responses,
+)
 from infra.simulator.received import parse_n
 from infra.simulator.state import STATE, SimState
 
@@ -138,6 +143,7 @@ def create_app(config: SimulatorConfig) -> web.Application:
     app.router.add_post("/v1/chat/completions", handle_openai_chat)
     app.router.add_post("/v1/embeddings", handle_embeddings)
     app.router.add_post("/v1/messages", handle_anthropic_messages)
+    app.router.add_post("/v1/responses", handle_openai_responses)
     app.router.add_get("/v1/usage/export", usage_export)
     app.router.add_get("/_sim/health", health)
     app.router.add_get("/_sim/stats", stats)

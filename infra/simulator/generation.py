@@ -116,6 +116,7 @@ class ChatRequest:
     include_usage: bool = False
     thinking: bool = False  # Anthropic extended thinking asked for: a signed thinking block comes first
     cache_prefix: Any = None  # Anthropic ``cache_control``: each breakpoint's prefix (``prompt_cache.Breakpoint``)
+    echo: dict = field(default_factory=dict)  # request fields the answer object repeats (the Responses API's)
     _text: str | None = None
 
     @property
@@ -198,6 +199,7 @@ class Plan:
     tool_id_seed: int = 0
     thinking: str = ""  # an Anthropic thinking block's text (its tokens are in ``reasoning_tokens``)
     cache_write_1h: int = 0  # of ``cache_write_tokens``, written with Anthropic's 1 h TTL
+    echo: dict = field(default_factory=dict)  # request fields the answer object repeats (the Responses API's)
 
     @property
     def output_tokens(self) -> int:
@@ -306,7 +308,7 @@ def plan_chat(req: ChatRequest, profile: ModelProfile, ov: Overrides, input_toke
     thought = text_pieces(seed ^ 0x7417, THINKING_TOKENS) if req.thinking else []
     return Plan(kind=kind, pieces=pieces, finish=finish, input_tokens=input_tokens,
                 cached_tokens=cached, cache_write_tokens=write, reasoning_tokens=ov.reasoning_tokens + len(thought),
-                stop_sequence=stop_seq, tool_name=tool, tool_id_seed=seed, thinking="".join(thought))
+                stop_sequence=stop_seq, tool_name=tool, tool_id_seed=seed, thinking="".join(thought), echo=req.echo)
 
 
 def stable_id(prefix: str, seed: int, length: int = 24) -> str:

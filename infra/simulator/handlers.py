@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from infra.simulator import anthropic_wire, embeddings, openai_wire
+from infra.simulator import anthropic_wire, embeddings, openai_wire, responses_wire
 from infra.simulator.faults import OUTCOME, PRE_GENERATION
 from infra.simulator.generation import Overrides, Plan, RequestError, plan_chat
 from infra.simulator.state import STATE, SimState
@@ -84,7 +84,8 @@ def _authenticate(state: SimState, wire: ModuleType, request: web.Request) -> st
 
 
 def _new_id(wire: ModuleType) -> str:
-    return ("msg_sim" if wire is anthropic_wire else "chatcmpl-sim") + uuid.uuid4().hex[:22]
+    prefix = {anthropic_wire: "msg_sim", responses_wire: "resp_sim"}.get(wire, "chatcmpl-sim")
+    return prefix + uuid.uuid4().hex[:22]
 
 
 @dataclasses.dataclass(slots=True)
@@ -246,6 +247,10 @@ async def handle_openai_chat(request: web.Request) -> web.StreamResponse:
 
 async def handle_anthropic_messages(request: web.Request) -> web.StreamResponse:
     return await chat(request, anthropic_wire)
+
+
+async def handle_openai_responses(request: web.Request) -> web.StreamResponse:
+    return await chat(request, responses_wire)
 
 
 async def handle_embeddings(request: web.Request) -> web.StreamResponse:

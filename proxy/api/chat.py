@@ -40,7 +40,6 @@ from proxy.snapshot import Alias, Deployment, KeyRecord, Snapshot
 from proxy.upstream import streaming
 from proxy.upstream.base import Dialect
 from proxy.upstream.dialects import get_dialect
-from proxy.upstream.passthrough import RawEvents
 from proxy.upstream.relay import Timeouts, forwarded_headers, parsed
 from proxy.upstream.usage_check import estimated_as, needs_estimate, within
 
@@ -88,7 +87,7 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
     chain = await routed(privacy, plan(rt, snap, alias, needs, sticky_key(request.headers.get("x-fb-session"), call.body),
                                        allows_fallback(request.headers)))
     native = _passthrough(surface, privacy)
-    cands = honouring(chain.deployments, call.body, native)
+    cands = honouring(chain.deployments, call.body, native, call.native_only)
     cache = cached.for_chat(rt, request, alias, privacy, call.body, cands, max_out, call.stream)
     meter = meter_for(rt, snap, request, key, alias, run_id=run_id, data_class=privacy.data_class, stream=call.stream,
                       api=surface.name,
@@ -137,13 +136,14 @@ def _passthrough(surface: Surface, privacy: Classified) -> Callable[[Deployment]
     if passthrough is None:
         return lambda dep: None
     return lambda dep: passthrough.make(privacy.redaction if privacy.redacts(dep) else None) \
-        if dep.dialect == passthrough.dialect else None
+        if passthrough.serves(dep, privacy.redacts(dep)) else None
 
 
 def honouring(cands: list[Deployment], body: dict,
-              native: Callable[[Deployment], Dialect | None] = lambda dep: None) -> list[Deployment]:
-    """Candidates whose dialect can honour every parameter (a passed-through request: its provider checks it);
-    else a 400 naming one."""
+              native: Callable[[Deployment], Dialect | None] = lambda dep: None,
+              native_only: tuple[tuple[str, str], ...] = ()) -> list[Deployment]:
+    """Candidates whose dialect can honour every parameter (a passed-through request: its provider checks it;
+    ``native_only``: what only a passed-through request carries); else a 400 naming one."""
     kept: list[Deployment] = []
     first_error: UnsupportedParameter | None = None
     for dep in cands:
@@ -151,6 +151,8 @@ def honouring(cands: list[Deployment], body: dict,
             kept.append(dep)
             continue
         try:
+            for param, what in native_only:
+                raise UnsupportedParameter(param, dep.id, f"{what} needs a deployment that serves this API itself")
             get_dialect(dep.dialect).validate(body, dep)
         except UnsupportedParameter as exc:
             first_error = first_error or exc
@@ -174,7 +176,7 @@ async def _stream(
     dep, stream, started = await first_stream(meter, cands, chain, tries(rt, meter), attempt,
                                               lambda: 503 if watch.fired == DRAIN else 499)
     state, created = rt.routing, int(rt.clock())
-    if isinstance(stream.translator, RawEvents) and surface.passthrough is not None:
+    if surface.passthrough is not None and native(dep) is not None:
         encoder = surface.passthrough.encoder(stream.translator, meter.tab.request_id, chain.alias.name, cache.capture,
                                               privacy.redaction if privacy.redacts(dep) else None)
     else:

@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable
 
 from ledger.usage import TokenUsage
 from proxy.privacy.redact import Redaction
+from proxy.snapshot import Deployment
 from proxy.upstream.base import Dialect
 from proxy.upstream.streaming import Encoder, Stamp, Tap
 
@@ -33,6 +34,12 @@ class Passthrough:
     # (the provider's body, settled usage, request id, alias, x_farebox) -> the answer
     encoder: Callable[[Any, str, str, "Tap | None", Redaction | None], Encoder]
     # (the raw events, request id, alias, cache tap, the redaction to undo) -> the stream's encoder
+    needs: str | None = None  # a capability the deployment must have too ("responses": it serves that API)
+    redacts: bool = True  # False: a request the privacy policy redacts for the deployment is translated instead
+
+    def serves(self, dep: Deployment, redacted: bool) -> bool:
+        return (dep.dialect == self.dialect and (self.needs is None or self.needs in dep.capabilities)
+                and (self.redacts or not redacted))
 
 
 @dataclass(frozen=True, slots=True)

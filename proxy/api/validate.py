@@ -27,6 +27,7 @@ class ChatCall:
     include_usage: bool
     requested_max_output: int | None
     max_output_param: str | None = None  # what the client's API calls the output cap (None: chat's own names)
+    native_only: tuple[tuple[str, str], ...] = ()  # (param, what) only a passed-through request carries
 
 
 @dataclass(frozen=True, slots=True)

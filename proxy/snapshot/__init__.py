@@ -18,7 +18,9 @@ from pricing.book import FxTable, PriceBook
 from proxy.snapshot.privacy import PrivacyPolicy
 from proxy.snapshot.secrets import SecretHosts
 
-CAPABILITIES = frozenset({"tools", "json_schema", "json_object", "vision", "streaming", "embeddings"})
+# "responses": an OpenAI-dialect deployment that serves POST /v1/responses itself (the Responses surface passes
+# through to it instead of translating to chat).
+CAPABILITIES = frozenset({"tools", "json_schema", "json_object", "vision", "streaming", "embeddings", "responses"})
 DATA_CLASSES = ("public", "internal", "confidential", "restricted")
 DIALECTS = frozenset({"openai", "anthropic"})
 MAX_COST_CENTRE = 64  # characters of a team's or app's cost centre

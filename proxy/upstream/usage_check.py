@@ -95,6 +95,26 @@ def openai_usage(raw: object) -> TokenUsage:
     return TokenUsage(input=prompt - cached, cached_input=cached, output=completion - reasoning, reasoning=reasoning)
 
 
+def responses_usage(raw: object) -> TokenUsage:
+    """An OpenAI Responses ``usage`` object (``input_tokens`` with cached, ``output_tokens`` with reasoning)."""
+    if raw is None:
+        return UNREPORTED
+    if not isinstance(raw, Mapping):
+        return invalid(raw)
+    try:
+        given = count(raw, "input_tokens")
+        output = count(raw, "output_tokens")
+        cached = count(details(raw, "input_tokens_details"), "cached_tokens")
+        reasoning = count(details(raw, "output_tokens_details"), "reasoning_tokens")
+        if cached > given or reasoning > output:
+            raise InvalidUsage("a detail exceeds its total")
+        if "total_tokens" in raw and count(raw, "total_tokens") < given + output:
+            raise InvalidUsage("total_tokens below input + output")
+    except InvalidUsage:
+        return invalid(raw)
+    return TokenUsage(input=given - cached, cached_input=cached, output=output - reasoning, reasoning=reasoning)
+
+
 def openai_embedding_usage(raw: object) -> TokenUsage:
     """An OpenAI embeddings ``usage`` object (``prompt_tokens`` only)."""
     if raw is None:

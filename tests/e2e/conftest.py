@@ -10,6 +10,9 @@ import pytest
 from tests.harness import Stack, mint, running_stack, wait_key_live
 
 DIALECT_ALIASES = ["chat-openai", "chat-anthropic"]
+# The Responses surface's three ways to a deployment: passed through (chat-openai serves the Responses API),
+# translated to OpenAI chat (chat-compat serves chat only), translated to Anthropic Messages (chat-anthropic).
+RESPONSES_ALIASES = ["chat-openai", "chat-compat", "chat-anthropic"]
 
 
 @pytest.fixture(scope="session")

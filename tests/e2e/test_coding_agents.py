@@ -10,6 +10,12 @@ among the messages, its ``anthropic-beta`` features. Its system prompt carries a
 policy redacts before the deployment: the passthrough carries the placeholders. The usage the agent reports
 (summed over its turns) is the usage farebox metered, type by type, and each request's cost is its usage at the
 deployment's prices, to the micro-rupee.
+
+Codex (the OpenAI Responses API): a session in which the model calls the agent's ``get_goal`` function twice,
+then answers, configured as its documentation says for a custom provider (``model_providers`` in its
+``config.toml``: farebox's base URL, the key's environment variable, ``wire_api = "responses"``). Its requests
+(built-in ``web_search`` and ``namespace`` tool groups, ``store: false``, encrypted reasoning asked for) pass
+through to the deployment that serves the Responses API; the usage it reports for the turn is farebox's, summed.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ pytestmark = pytest.mark.e2e
 AGENTS = ROOT / "tests" / "agents" / "node_modules" / ".bin"
 ANTHROPIC_PRICE = Price(input=Decimal("3.00"), cached_input=Decimal("0.30"), cache_write=Decimal("3.75"),
                         output=Decimal("15.00"))  # examples/farebox.yaml, sim-anthropic-mumbai
+OPENAI_PRICE = Price(input=Decimal("2.00"), cached_input=Decimal("0.20"), output=Decimal("10.00"))  # sim-openai-mumbai
 FX = Decimal("88.00")
 
 
@@ -114,3 +121,46 @@ def test_claude_code_runs_a_tool_session_through_farebox(stack: Stack, short_dir
             seen["output_tokens"]) == (total.input, total.cached_input, total.cache_write,
                                        total.output + total.reasoning)
     assert total.cache_write > 0 and total.cached_input > 0  # the breakpoints were written, then read
+
+
+CODEX_CONFIG = """model = "chat-openai"
+model_provider = "farebox"
+
+[model_providers.farebox]
+name = "farebox"
+base_url = "{base_url}/v1"
+env_key = "FAREBOX_KEY"
+wire_api = "responses"
+http_headers = {{ "x-sim-tool-call" = "get_goal", "x-sim-tool-turns" = "2" }}
+"""
+
+
+def test_codex_runs_a_tool_session_through_farebox(stack: Stack, short_dir: Path) -> None:
+    made = minted(stack.config, "platform", "playground", "chat-openai")
+    wait_key_live(stack.gateway_url, made["key"])
+    env = {**_home(short_dir), "FAREBOX_KEY": made["key"]}
+    (Path(env["HOME"]) / ".codex").mkdir()
+    (Path(env["HOME"]) / ".codex" / "config.toml").write_text(CODEX_CONFIG.format(base_url=stack.gateway_url))
+    project = short_dir / "p"
+    project.mkdir()
+    done = subprocess.run([_agent("codex"), "exec", "--skip-git-repo-check", "--json", "Check the goal, then say hello."],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-2000:])
+    turn = next(e for e in lines if e["type"] == "turn.completed")
+    assert any(e["type"] == "item.completed" and e["item"]["type"] == "agent_message" for e in lines), lines
+
+    requests = _requests_of(stack, made["id"])
+    assert len(requests) == 3, requests  # two function calls answered by the agent, then the answer
+    total = TokenUsage()
+    for events in requests.values():
+        admitted = next(e for e in events if isinstance(e, RequestAdmitted))
+        settled = next(e for e in events if isinstance(e, RequestSettled))
+        assert admitted.api == "responses" and settled.final_status == 200 and settled.deployment == "sim-openai-mumbai"
+        assert settled.usage.source == "provider" and settled.cost_micro == rate(settled.usage, OPENAI_PRICE, FX)
+        u = settled.usage
+        total = TokenUsage(input=total.input + u.input, cached_input=total.cached_input + u.cached_input,
+                           output=total.output + u.output, reasoning=total.reasoning + u.reasoning)
+    seen = turn["usage"]
+    assert (seen["input_tokens"], seen["cached_input_tokens"], seen["output_tokens"], seen["reasoning_output_tokens"]) \
+        == (total.input + total.cached_input, total.cached_input, total.output + total.reasoning, total.reasoning)

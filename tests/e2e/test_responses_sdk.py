@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.conftest import DIALECT_ALIASES
+from tests.e2e.conftest import RESPONSES_ALIASES
 from tests.harness import Stack, read_events
 
 pytestmark = pytest.mark.e2e
@@ -24,7 +24,7 @@ def _events_of(stack: Stack, request_id: str) -> list:
     return [e for e in read_events(stack.events_path) if e.request_id == request_id]
 
 
-@pytest.mark.parametrize("alias", DIALECT_ALIASES)
+@pytest.mark.parametrize("alias", RESPONSES_ALIASES)
 def test_create_returns_a_response_and_meters_it(stack: Stack, client: openai.OpenAI, alias: str) -> None:
     raw = client.responses.with_raw_response.create(model=alias, instructions="Be brief.", input="Say hello.",
                                                     max_output_tokens=64, metadata={"ticket": "T-1"})
@@ -36,7 +36,7 @@ def test_create_returns_a_response_and_meters_it(stack: Stack, client: openai.Op
     assert kinds == ["request.admitted", "request.attempted", "request.settled"]
 
 
-@pytest.mark.parametrize("alias", DIALECT_ALIASES)
+@pytest.mark.parametrize("alias", RESPONSES_ALIASES)
 def test_a_stream_is_metered_from_response_completed(stack: Stack, client: openai.OpenAI, alias: str) -> None:
     deltas, completed = [], None
     with client.responses.with_streaming_response.create(model=alias, input="Tell me a story.", stream=True,
@@ -60,7 +60,7 @@ def test_a_stream_is_metered_from_response_completed(stack: Stack, client: opena
     assert attempted.usage.output + attempted.usage.reasoning == usage["output_tokens"]
 
 
-@pytest.mark.parametrize("alias", DIALECT_ALIASES)
+@pytest.mark.parametrize("alias", RESPONSES_ALIASES)
 def test_the_sdks_stream_helper_reads_our_events(client: openai.OpenAI, alias: str) -> None:
     with client.responses.stream(model=alias, input="Hello", max_output_tokens=32) as stream:
         text = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
@@ -68,7 +68,7 @@ def test_the_sdks_stream_helper_reads_our_events(client: openai.OpenAI, alias: s
     assert text and final.output_text == text and final.usage.output_tokens > 0
 
 
-@pytest.mark.parametrize("alias", DIALECT_ALIASES)
+@pytest.mark.parametrize("alias", RESPONSES_ALIASES)
 def test_function_tools_over_three_turns(client: openai.OpenAI, alias: str) -> None:
     history: list = [{"role": "user", "content": "What is the weather in Pune and in Goa?"}]
     first = client.responses.create(model=alias, input=history, tools=[WEATHER], tool_choice="required",
@@ -86,7 +86,7 @@ def test_function_tools_over_three_turns(client: openai.OpenAI, alias: str) -> N
     assert third.output_text and not [item for item in third.output if item.type == "function_call"]
 
 
-@pytest.mark.parametrize("alias", DIALECT_ALIASES)
+@pytest.mark.parametrize("alias", RESPONSES_ALIASES)
 def test_structured_output(client: openai.OpenAI, alias: str) -> None:
     schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
               "additionalProperties": False}
@@ -103,7 +103,7 @@ def test_input_tokens_and_what_is_not_carried_yet(stack: Stack, client: openai.O
                       json={"model": "chat-openai", "input": "Hi there. " * 200}).json()
     assert short["object"] == "response.input_tokens" and 0 < short["input_tokens"] < long["input_tokens"]
     with pytest.raises(openai.BadRequestError) as builtin:
-        client.responses.create(model="chat-openai", input="x", tools=[{"type": "web_search"}])
+        client.responses.create(model="chat-compat", input="x", tools=[{"type": "web_search"}])
     assert builtin.value.body["param"] == "tools[0].type" and "web_search" in builtin.value.body["message"]
     with pytest.raises(openai.NotFoundError) as chained:
         client.responses.create(model="chat-openai", input="x", previous_response_id="resp_123")

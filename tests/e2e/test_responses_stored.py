@@ -9,7 +9,7 @@ import json
 import openai
 import pytest
 
-from tests.e2e.conftest import DIALECT_ALIASES
+from tests.e2e.conftest import RESPONSES_ALIASES
 from tests.harness import Stack, mint, read_events, wait_key_live
 
 pytestmark = pytest.mark.e2e
@@ -18,7 +18,7 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "The weathe
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 
 
-@pytest.mark.parametrize("alias", DIALECT_ALIASES)
+@pytest.mark.parametrize("alias", RESPONSES_ALIASES)
 def test_previous_response_id_carries_a_tool_conversation_over_three_turns(stack: Stack, client: openai.OpenAI,
                                                                            alias: str) -> None:
     first = client.responses.create(model=alias, input="What is the weather in Pune?", tools=[WEATHER],
@@ -61,7 +61,7 @@ def test_retrieve_delete_and_store_false(client: openai.OpenAI) -> None:
         client.responses.retrieve(unkept.id)
 
 
-@pytest.mark.parametrize("alias", DIALECT_ALIASES)
+@pytest.mark.parametrize("alias", RESPONSES_ALIASES)
 def test_a_streamed_response_is_kept_before_it_completes(client: openai.OpenAI, alias: str) -> None:
     with client.responses.stream(model=alias, input="Tell me a story.", max_output_tokens=48) as stream:
         final = stream.get_final_response()

@@ -3,7 +3,10 @@
 
 A Responses request is validated in its own terms, carried as the equivalent chat request through the one
 pipeline every surface shares (``proxy.api.chat.serve``), and answered as a ``response`` object or as the
-Responses stream's typed events (``response.py``), whichever dialect the deployment speaks. Errors are
+Responses stream's typed events (``response.py``), whichever dialect the deployment speaks. To a deployment
+that serves the Responses API itself (``openai`` dialect with the ``responses`` capability, when the privacy
+policy does not redact for it) the request goes as the client wrote it and the provider's answer comes back
+(``native.py``): built-in tools and reasoning items reach it, and only such deployments can take them. Errors are
 OpenAI-shaped, as on every OpenAI surface. ``previous_response_id`` continues a stored response of the
 caller's team, and ``store`` (the default) keeps the new one (``stored.py``; the ``ResponseStore`` port:
 SQLite for embedded and ``--workers`` pods, Redis for distributed ones, with a TTL). A stored response is
@@ -20,29 +23,44 @@ from typing import Any
 from aiohttp import web
 
 from proxy.api.chat import serve
-from proxy.api.responses import stored
+from proxy.api.responses import native, stored
 from proxy.api.responses.request import validate_response
 from proxy.api.responses.response import ResponsesEncoder, response_of
 from proxy.api.steps import input_tokens
-from proxy.api.surface import Surface
+from proxy.api.surface import Passthrough, Surface
 from proxy.api.validate import ChatCall
 from proxy.body import parse_json_object
 from proxy.runtime import RUNTIME, Runtime
 from proxy.stored_responses import StoredResponse, readable
+from proxy.upstream.responses_native import NativeResponses
 
 
-def surface_for(body: dict[str, Any], created_at: int, keeper: stored.Keeper | None) -> Surface:
+def surface_for(body: dict[str, Any], created_at: int, keeper: stored.Keeper | None,
+                earlier: list[dict[str, Any]] | None = None) -> Surface:
     """This request's surface: its answers echo what it asked (instructions, tools, metadata, …), and with
-    ``keeper`` (``store``) the final response is kept before its last bytes go out."""
-    def render(completion: dict[str, Any], usage: Any, request_id: str, alias: str) -> dict[str, Any]:
-        rendered = response_of(completion, usage, body, f"resp_{request_id}", alias, created_at)
+    ``keeper`` (``store``) the final response is kept before its last bytes go out. ``earlier``: the
+    conversation ``previous_response_id`` continues (a passed-through request sends it whole)."""
+    def kept(rendered: dict[str, Any]) -> dict[str, Any]:
         if keeper is not None:
             keeper.final = rendered
         return rendered
 
+    def render(completion: dict[str, Any], usage: Any, request_id: str, alias: str) -> dict[str, Any]:
+        return kept(response_of(completion, usage, body, f"resp_{request_id}", alias, created_at))
+
+    upstream_body = {**{k: v for k, v in body.items() if k != "previous_response_id"},
+                     "input": native.native_input(body, earlier or [])}
+    keep = None if keeper is None else keeper.keep
+    passthrough = Passthrough(
+        "openai", lambda redaction: NativeResponses(upstream_body),
+        lambda data, usage, request_id, alias, x_farebox: kept(native.render(
+            data, usage, body, f"resp_{request_id}", alias, x_farebox)),
+        lambda source, request_id, alias, tap, redaction: native.NativeEncoder(
+            source, body, f"resp_{request_id}", alias, tap, keep=keep),
+        needs="responses", redacts=False)
     return Surface("responses", render, lambda request_id, created, alias, tap: ResponsesEncoder(
-        body, f"resp_{request_id}", alias, created_at, tap, keep=None if keeper is None else keeper.keep),
-        settled=None if keeper is None else keeper.write)
+        body, f"resp_{request_id}", alias, created_at, tap, keep=keep),
+        settled=None if keeper is None else keeper.write, passthrough=passthrough)
 
 
 async def _earlier(request: web.Request, rt: Runtime, body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -62,14 +80,14 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     earlier = await _earlier(request, rt, body)
     call = validate_response(body, earlier)
     chat = ChatCall(call.alias, call.chat, call.stream, include_usage=True, requested_max_output=call.max_output_tokens,
-                    max_output_param="max_output_tokens")
+                    max_output_param="max_output_tokens", native_only=call.native_only)
     keeper = None
     if body.get("store", True) is not False:
         context = earlier + stored.resolved(stored.own_items(body["input"]), earlier)
         keeper = stored.Keeper(rt.responses, request["key"], context, rt.options.stored_responses_ttl_s,
                                rt.options.stored_responses_max_bytes,
                                on_failure=lambda reason: rt.metrics.responses_not_stored.labels(reason).inc())
-    return await serve(request, chat, call.body, surface_for(call.body, int(rt.clock()), keeper))
+    return await serve(request, chat, call.body, surface_for(call.body, int(rt.clock()), keeper, earlier))
 
 
 async def count_input_tokens(request: web.Request) -> web.Response:

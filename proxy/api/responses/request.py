@@ -29,6 +29,9 @@ from typing import Any, Sequence
 
 from proxy.errors import InvalidRequest
 
+NATIVE_ITEMS = frozenset({"custom_tool_call", "custom_tool_call_output", "web_search_call", "file_search_call",
+                          "computer_call", "computer_call_output", "local_shell_call", "local_shell_call_output",
+                          "mcp_call", "mcp_list_tools", "image_generation_call", "code_interpreter_call"})
 ROLES = frozenset({"user", "assistant", "system", "developer"})
 EFFORTS = frozenset({"minimal", "low", "medium", "high", "none", "xhigh"})
 _CHOICES = {"auto": "auto", "none": "none", "required": "required"}
@@ -41,6 +44,7 @@ class ResponsesCall:
     chat: dict[str, Any]  # the same request as an OpenAI chat body
     stream: bool
     max_output_tokens: int | None
+    native_only: tuple[tuple[str, str], ...] = ()  # (param, what): only a deployment serving Responses carries it
 
 
 def _bad(param: str, message: str) -> InvalidRequest:
@@ -78,10 +82,15 @@ def validate_response(body: dict[str, Any], earlier: Sequence[dict[str, Any]] = 
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= hi):
             raise _bad(name, f"'{name}' must be a number between 0 and {hi:g}.")
-    return ResponsesCall(model, body, to_chat(body, earlier), stream, cap)
+    native_only: list[tuple[str, str]] = []
+    chat = to_chat(body, earlier, native_only)
+    return ResponsesCall(model, body, chat, stream, cap, tuple(native_only))
 
 
-def to_chat(body: dict[str, Any], earlier: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+def to_chat(body: dict[str, Any], earlier: Sequence[dict[str, Any]] = (),
+            native_only: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+    """The chat body; what a chat request cannot carry but a deployment serving the Responses API can (built-in
+    and custom tools, their calls in the input) is left out and listed in ``native_only`` (None: a 400)."""
     messages: list[dict[str, Any]] = []
     instructions = body.get("instructions")
     if instructions is not None:
@@ -89,7 +98,7 @@ def to_chat(body: dict[str, Any], earlier: Sequence[dict[str, Any]] = ()) -> dic
             raise _bad("instructions", "'instructions' must be a string.")
         if instructions:
             messages.append({"role": "system", "content": instructions})
-    messages += _input(body.get("input"), earlier)
+    messages += _input(body.get("input"), earlier, native_only)
     out: dict[str, Any] = {"model": body["model"], "messages": messages}
     for name in ("temperature", "top_p", "parallel_tool_calls"):
         if body.get(name) is not None:
@@ -99,7 +108,7 @@ def to_chat(body: dict[str, Any], earlier: Sequence[dict[str, Any]] = ()) -> dic
         out["user"] = user
     if body.get("max_output_tokens") is not None:
         out["max_completion_tokens"] = body["max_output_tokens"]
-    _tools(body, out)
+    _tools(body, out, native_only)
     _text(body.get("text"), out)
     reasoning = body.get("reasoning")
     if reasoning is not None:
@@ -114,7 +123,8 @@ def to_chat(body: dict[str, Any], earlier: Sequence[dict[str, Any]] = ()) -> dic
     return out
 
 
-def _input(raw: object, earlier: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def _input(raw: object, earlier: Sequence[dict[str, Any]],
+           native_only: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
     if raw is None:
         raise InvalidRequest("Missing required parameter: 'input'.", param="input", code="missing_required_parameter")
     if isinstance(raw, str):
@@ -152,6 +162,8 @@ def _input(raw: object, earlier: Sequence[dict[str, Any]]) -> list[dict[str, Any
             text = output if isinstance(output, str) else "".join(
                 str(part.get("text") or "") for part in output if isinstance(part, dict))
             out.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
+        elif kind in NATIVE_ITEMS and native_only is not None:
+            native_only.append((f"{p}.type", f"An input item of type {kind!r}"))
         elif kind == "reasoning":
             continue  # reasoning a chat request cannot carry back; the model reasons again
         else:
@@ -195,7 +207,19 @@ def _message(item: dict[str, Any], p: str) -> dict[str, Any]:
     return {"role": role, "content": parts}
 
 
-def _tools(body: dict[str, Any], out: dict[str, Any]) -> None:
+def _function(tool: Any, p: str) -> dict[str, Any]:
+    if not isinstance(tool, dict) or tool.get("type") != "function":
+        raise _unsupported(f"{p}.type", f"A {tool.get('type') if isinstance(tool, dict) else tool!r} tool in a namespace")
+    if not isinstance(tool.get("name"), str) or not tool["name"]:
+        raise _bad(f"{p}.name", f"'{p}.name' must be a non-empty string.")
+    fn: dict[str, Any] = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object"}}
+    for name in ("description", "strict"):
+        if tool.get(name) is not None:
+            fn[name] = tool[name]
+    return {"type": "function", "function": fn}
+
+
+def _tools(body: dict[str, Any], out: dict[str, Any], native_only: list[tuple[str, str]] | None = None) -> None:
     tools = body.get("tools")
     if tools is not None:
         if not isinstance(tools, list):
@@ -203,15 +227,15 @@ def _tools(body: dict[str, Any], out: dict[str, Any]) -> None:
         functions = []
         for i, tool in enumerate(tools):
             kind = tool.get("type") if isinstance(tool, dict) else None
+            if kind == "namespace" and isinstance(tool.get("tools"), list):  # a named group of functions
+                functions += [_function(fn, f"tools[{i}].tools[{j}]") for j, fn in enumerate(tool["tools"])]
+                continue
             if kind != "function":
-                raise _unsupported(f"tools[{i}].type", f"The built-in tool {kind!r}")
-            if not isinstance(tool.get("name"), str) or not tool["name"]:
-                raise _bad(f"tools[{i}].name", f"'tools[{i}].name' must be a non-empty string.")
-            fn: dict[str, Any] = {"name": tool["name"], "parameters": tool.get("parameters") or {"type": "object"}}
-            for name in ("description", "strict"):
-                if tool.get(name) is not None:
-                    fn[name] = tool[name]
-            functions.append({"type": "function", "function": fn})
+                if native_only is None or not isinstance(kind, str):
+                    raise _unsupported(f"tools[{i}].type", f"The built-in tool {kind!r}")
+                native_only.append((f"tools[{i}].type", f"The built-in tool {kind!r}"))
+                continue
+            functions.append(_function(tool, f"tools[{i}]"))
         if functions:
             out["tools"] = functions
     choice = body.get("tool_choice")

@@ -43,7 +43,8 @@ def test_items_over_turns_become_the_same_chat_request() -> None:
 @pytest.mark.parametrize(("body", "param"), [
     ({"input": "x"}, "model"),
     ({"model": "m"}, "input"),
-    ({"model": "m", "input": "x", "tools": [{"type": "file_search"}]}, "tools[0].type"),
+    ({"model": "m", "input": "x", "tools": [{"type": "namespace", "name": "n", "tools": [{"type": "web_search"}]}]},
+     "tools[0].tools[0].type"),
     ({"model": "m", "input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].id"),
     ({"model": "m", "input": "x", "max_output_tokens": 5}, "max_output_tokens"),
     ({"model": "m", "input": "x", "metadata": {"k": 1}}, "metadata"),
@@ -106,3 +107,14 @@ def test_chat_chunks_become_typed_events_numbered_in_order() -> None:
     failed = _events(ResponsesEncoder({"model": "m"}, "resp_r4", "m", 1).error(GatewayError("boom", code="x")))
     assert failed[-1]["type"] == "response.failed" and failed[-1]["response"]["error"] == {"code": "x",
                                                                                            "message": "boom"}
+
+
+def test_built_in_tools_and_their_calls_are_left_for_a_deployment_that_serves_the_api() -> None:
+    body = {"model": "m", "input": [{"role": "user", "content": "hi"},
+                                    {"type": "web_search_call", "id": "ws_1", "status": "completed"}],
+            "tools": [{"type": "web_search"}, {"type": "namespace", "name": "agents", "tools": [
+                {"type": "function", "name": "spawn", "parameters": {"type": "object"}}]}]}
+    call = validate_response(body)
+    assert call.native_only == (("input[1].type", "An input item of type 'web_search_call'"),
+                                ("tools[0].type", "The built-in tool 'web_search'"))
+    assert [t["function"]["name"] for t in call.chat["tools"]] == ["spawn"]  # a namespace's functions, flattened
