@@ -166,3 +166,17 @@ def test_a_system_turn_and_the_cap_named_as_the_messages_api_names_it(claude: an
         claude.messages.create(model="chat-anthropic", max_tokens=20_000, messages=[
             {"role": "user", "content": "Hello"}])
     assert "'max_tokens'" in capped.value.body["error"]["message"]
+
+
+def test_a_server_tool_reaches_anthropic_and_is_refused_elsewhere(stack: Stack, claude: anthropic.Anthropic) -> None:
+    search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 1}
+    message = claude.messages.create(model="chat-anthropic", max_tokens=32, tools=[search],
+                                     messages=[{"role": "user", "content": "Search for farebox [server-tool]"}])
+    assert message.content[0].text
+    sent = [e["body"] for e in httpx.get(f"{stack.sim_url}/_sim/requests", params={"n": 50}).json()["data"]
+            if "[server-tool]" in orjson.dumps(e["body"]).decode()]
+    assert sent and sent[-1]["tools"] == [search]
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        claude.messages.create(model="chat-openai", max_tokens=32, tools=[search],
+                               messages=[{"role": "user", "content": "Search"}])
+    assert "web_search_20250305" in refused.value.body["error"]["message"]

@@ -145,7 +145,7 @@ def test_embeddings(client: openai.OpenAI) -> None:
 
 def test_models_filtered_by_key(client: openai.OpenAI, stack, embed_only_key: str) -> None:
     names = sorted(m.id for m in client.models.list())
-    assert names == ["chat-anthropic", "chat-default", "chat-openai", "embed-default"]
+    assert names == ["chat-anthropic", "chat-compat", "chat-default", "chat-openai", "embed-default"]
     with openai.OpenAI(base_url=stack.gateway_url + "/v1", api_key=embed_only_key, max_retries=0) as other:
         assert [m.id for m in other.models.list()] == ["embed-default"]
         assert other.models.retrieve("embed-default").id == "embed-default"

@@ -55,7 +55,7 @@ def surface_for(body: dict[str, Any], beta: str | None) -> Surface:
 async def create_message(request: web.Request) -> web.StreamResponse:
     call = validate_messages(parse_json_object(await request.read()))
     chat = ChatCall(call.alias, call.chat, call.stream, include_usage=True, requested_max_output=call.max_tokens,
-                    max_output_param="max_tokens")
+                    max_output_param="max_tokens", native_only=call.native_only)
     return await serve(request, chat, call.body, surface_for(call.body, request.headers.get("anthropic-beta")))
 
 

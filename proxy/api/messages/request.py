@@ -19,7 +19,8 @@ passthrough, ``proxy.upstream.passthrough``), so what the table below drops reac
   max_tokens, stop_sequences        -> max_completion_tokens, stop
   metadata.user_id                  -> user
 
-What a chat request cannot carry (a server tool, a document block) is a 400 naming it. Pure.
+A server tool (``web_search``, …) only a passed-through request carries: it is left out of the chat body and
+listed in ``native_only`` (a 400 naming it for any other target). A document block is a 400. Pure.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class MessagesCall:
     chat: dict[str, Any]  # the same request as an OpenAI chat body
     stream: bool
     max_tokens: int
+    native_only: tuple[tuple[str, str], ...] = ()  # (param, what): only an Anthropic deployment, passed through
 
 
 def _bad(param: str, message: str) -> InvalidRequest:
@@ -73,13 +75,14 @@ def validate_messages(body: dict[str, Any], *, counting: bool = False) -> Messag
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= hi):
             raise _bad(name, f"{name}: must be a number between 0 and {hi:g}")
-    chat = to_chat(body)
+    native_only: list[tuple[str, str]] = []
+    chat = to_chat(body, native_only)
     if max_tokens is not None:
         chat["max_completion_tokens"] = max_tokens
-    return MessagesCall(model, body, chat, stream and not counting, max_tokens or 1)
+    return MessagesCall(model, body, chat, stream and not counting, max_tokens or 1, tuple(native_only))
 
 
-def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+def to_chat(body: dict[str, Any], native_only: list[tuple[str, str]] | None = None) -> dict[str, Any]:
     """The OpenAI chat body of a Messages body (``max_tokens`` set by the caller of this)."""
     out: dict[str, Any] = {"model": body["model"], "messages": [*_system(body.get("system")), *_turns(body)]}
     for name in ("temperature", "top_p", "top_k"):
@@ -103,7 +106,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
             raise _bad("metadata", "metadata: must be an object")
         if isinstance(metadata.get("user_id"), str):
             out["user"] = metadata["user_id"]
-    _tools(body, out)
+    _tools(body, out, native_only)
     if body.get("stream") is True:
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}
@@ -212,7 +215,7 @@ def _image(source: object, q: str) -> dict[str, Any]:
     raise _bad(f"{q}.source.type", f"{q}.source.type: must be 'base64' or 'url'")
 
 
-def _tools(body: dict[str, Any], out: dict[str, Any]) -> None:
+def _tools(body: dict[str, Any], out: dict[str, Any], native_only: list[tuple[str, str]] | None) -> None:
     tools = body.get("tools")
     if tools is not None:
         if not isinstance(tools, list):
@@ -222,8 +225,11 @@ def _tools(body: dict[str, Any], out: dict[str, Any]) -> None:
             if not isinstance(tool, dict) or not isinstance(tool.get("name"), str) or not tool["name"]:
                 raise _bad(f"tools.{i}.name", f"tools.{i}.name: required")
             if tool.get("type") not in (None, "custom"):
-                raise _bad(f"tools.{i}.type", f"tools.{i}.type: the server tool {tool['type']!r} is not available "
-                                             "through farebox (custom tools only)")
+                if native_only is None:
+                    raise _bad(f"tools.{i}.type", f"tools.{i}.type: the server tool {tool['type']!r} needs an "
+                                                 "Anthropic deployment")
+                native_only.append((f"tools.{i}.type", f"The server tool {tool['type']!r}"))
+                continue
             schema = tool.get("input_schema")
             if not isinstance(schema, dict):
                 raise _missing(f"tools.{i}.input_schema")

@@ -49,7 +49,6 @@ def test_a_conversation_with_tools_becomes_the_same_chat_request() -> None:
     ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.role"),
     ({"messages": [{"role": "system", "content": [{"type": "image"}]}]}, "messages.0.content"),
     ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "messages.0.content.0.type"),
-    ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0.type"),
     ({"tool_choice": {"type": "any"}}, "tool_choice"),
     ({"temperature": 1.5}, "temperature"),
     ({"stream": "yes"}, "stream"),
@@ -114,3 +113,9 @@ def test_errors_in_anthropics_shape_and_statuses() -> None:
                                                               "farebox_code": "key_requests_per_minute"}}
     enc = MessagesEncoder("msg_r3", "chat-default")
     assert _events(enc.error(limited)) == [("error", {"type": "error", "error": error_body(limited)["error"]})]
+
+
+def test_a_server_tool_is_left_for_an_anthropic_deployment() -> None:
+    call = validate_messages({**BASE, "tools": [{"type": "web_search_20250305", "name": "web_search"}]})
+    assert call.native_only == (("tools.0.type", "The server tool 'web_search_20250305'"),)
+    assert "tools" not in call.chat
