@@ -48,8 +48,7 @@ from proxy.metering.recorder import Recorder
 from proxy.ports import Append, ControlStore, Rerater, RerateRefused
 from proxy.runtime import PodState, ProxyOptions, Runtime
 from proxy.snapshot import Secrets, Snapshot
-from proxy.stored_responses import ResponseStore
-from proxy.stored_responses.sql import SqlResponses
+from proxy.stored_responses import ResponseStore, store_at
 from proxy.upstream.relay import UpstreamClient
 from reconcile.rerate.service import Rerating
 from streams.archive.pending import unarchived_corrections
@@ -86,7 +85,7 @@ def build_runtime(settings: Settings, secrets: Secrets, pod: PodState, *, record
                    cache=cache or MemoryCache(max_entries=c.max_entries, max_bytes=c.max_bytes),
                    vectors=vectors or MemoryVectors(max_entries=c.semantic_max_entries, max_bytes=c.semantic_max_bytes,
                                                     max_per_namespace=c.semantic_max_per_namespace),
-                   responses=responses or SqlResponses(settings.stored_responses.url),
+                   responses=responses or store_at(settings.stored_responses.url),
                    body_log=body_log_of(settings), rerater=rerater)
 
 

@@ -2,11 +2,25 @@
 
 ``port``         ``StoredResponse``, ``ResponseStore``, ``readable`` (who may read a record)
 ``memory``       ``MemoryResponses``: in-process, bounded (tests, and a pod without a configured store)
-``sql``          ``SqlResponses``: a SQLite file (embedded and ``--workers``) or PostgreSQL by URL
+``sqlite_store`` ``SqliteResponses``: a SQLite file, batched writes on a thread of its own (embedded, ``--workers``)
+``sql``          ``SqlResponses``: any SQLAlchemy URL (PostgreSQL); the same table
 ``redis_store``  ``RedisResponses``: shared by every pod through Redis (distributed mode)
 """
 
 from proxy.stored_responses.memory import MemoryResponses
 from proxy.stored_responses.port import ResponseStore, StoredResponse, readable
 
-__all__ = ["MemoryResponses", "ResponseStore", "StoredResponse", "readable"]
+
+def store_at(url: str) -> ResponseStore:
+    """The adapter for ``stored_responses.url``: a ``sqlite:///`` file gets ``SqliteResponses``, any other URL
+    (PostgreSQL) ``SqlResponses``."""
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        from proxy.stored_responses.sqlite_store import SqliteResponses
+
+        return SqliteResponses(url.removeprefix("sqlite:///"))
+    from proxy.stored_responses.sql import SqlResponses
+
+    return SqlResponses(url)
+
+
+__all__ = ["MemoryResponses", "ResponseStore", "StoredResponse", "readable", "store_at"]

@@ -1,11 +1,13 @@
 """The client surfaces side by side: the same alias through Chat Completions, the Responses API and the
-Messages API, each against the same direct run, in alternating rounds (D C R M D C R M ...) so drift on a
-shared machine hits all alike. What it answers: does a surface add latency of its own beyond chat's (the
-issue's bar: a surface's added p50 within 10% of chat's, or within a tenth of a millisecond)?
+Messages API, each against a direct run of the upstream call it makes, in alternating rounds (direct and
+gateway of each surface in turn, round after round) so drift on a shared machine hits all alike. What it
+answers: does a surface add latency of its own beyond chat's (the issue's bar: a surface's added p50 within 10%
+of chat's, or within a tenth of a millisecond)?
 
-Per dialect: ``openai`` (alias chat-openai: Responses and Messages translated to the OpenAI chat dialect) and,
-unless --no-anthropic, ``anthropic`` (alias chat-anthropic against the simulator's /v1/messages: the Messages
-surface is passed through natively, Chat Completions and Responses are translated).
+Per dialect: ``openai`` (alias chat-openai: the Responses API passed through to the simulator's /v1/responses,
+so its direct run is that endpoint; Messages translated to chat, against /v1/chat/completions) and, unless
+--no-anthropic, ``anthropic`` (alias chat-anthropic: the Messages API passed through, Chat Completions and
+Responses translated; every direct run is the simulator's /v1/messages).
 """
 
 from __future__ import annotations
@@ -32,20 +34,23 @@ WITHIN = 0.10  # a surface's added p50 within 10% of chat's ...
 OR_MS = 0.1  # ... or within 0.1 ms (below that the difference is noise at these latencies)
 
 
-def surface_targets(stack: Stack, anthropic: bool) -> dict[str, tuple[Target, dict[str, Target]]]:
-    """dialect -> (direct, {surface: gateway target})."""
-    gw = stack.gateway_url
-    out = {"openai": (
-        openai_target("direct", stack.sim_url + "/v1/chat/completions", "sim-gpt-mid-2026-08", SIM_OPENAI_KEY),
-        {"chat": openai_target("chat", gw + "/v1/chat/completions", "chat-openai", stack.key),
-         "responses": responses_target("responses", gw + "/v1/responses", "chat-openai", stack.key),
-         "messages": anthropic_target("messages", gw + "/v1/messages", "chat-openai", stack.key)})}
+def surface_targets(stack: Stack, anthropic: bool) -> dict[str, dict[str, tuple[Target, Target]]]:
+    """dialect -> {surface: (its direct run, the gateway target)}."""
+    gw, sim = stack.gateway_url, stack.sim_url
+    chat_direct = openai_target("direct-chat", sim + "/v1/chat/completions", "sim-gpt-mid-2026-08", SIM_OPENAI_KEY)
+    out = {"openai": {
+        "chat": (chat_direct, openai_target("chat", gw + "/v1/chat/completions", "chat-openai", stack.key)),
+        "responses": (responses_target("direct-responses", sim + "/v1/responses", "sim-gpt-mid-2026-08",
+                                       SIM_OPENAI_KEY),
+                      responses_target("responses", gw + "/v1/responses", "chat-openai", stack.key)),
+        "messages": (chat_direct, anthropic_target("messages", gw + "/v1/messages", "chat-openai", stack.key))}}
     if anthropic:
-        out["anthropic"] = (
-            anthropic_target("direct", stack.sim_url + "/v1/messages", "sim-claude-mid-2026-08", SIM_ANTHROPIC_KEY),
-            {"chat": openai_target("chat", gw + "/v1/chat/completions", "chat-anthropic", stack.key),
-             "responses": responses_target("responses", gw + "/v1/responses", "chat-anthropic", stack.key),
-             "messages": anthropic_target("messages", gw + "/v1/messages", "chat-anthropic", stack.key)})
+        direct = anthropic_target("direct-messages", sim + "/v1/messages", "sim-claude-mid-2026-08",
+                                  SIM_ANTHROPIC_KEY)
+        out["anthropic"] = {
+            "chat": (direct, openai_target("chat", gw + "/v1/chat/completions", "chat-anthropic", stack.key)),
+            "responses": (direct, responses_target("responses", gw + "/v1/responses", "chat-anthropic", stack.key)),
+            "messages": (direct, anthropic_target("messages", gw + "/v1/messages", "chat-anthropic", stack.key))}
     return out
 
 
@@ -53,10 +58,10 @@ async def compare_surfaces(stack: Stack, levels: dict[int, int], anthropic: bool
                            cpu: CpuMeter = NO_CPU, out: Callable[[str], None] = print) -> dict:
     """Per dialect, stream and level: direct and each surface's p50/p99 and added p50/p99, in ms."""
     report: dict = {}
-    for dialect, (direct, gateways) in surface_targets(stack, anthropic).items():
-        sessions = {name: new_session() for name in ("direct", *SURFACES)}
+    for dialect, pairs in surface_targets(stack, anthropic).items():
+        targets = list({t.name: t for pair in pairs.values() for t in pair}.values())  # each direct run once
+        sessions = {t.name: new_session() for t in targets}
         try:
-            targets = [direct, *gateways.values()]
             for target in targets:
                 await warm(sessions[target.name], target, max(levels), requests=3 * max(levels))
             report[dialect] = {}
@@ -69,12 +74,13 @@ async def compare_surfaces(stack: Stack, levels: dict[int, int], anthropic: bool
                             gc.collect()
                             acc[target.name].merge(await closed_loop(
                                 sessions[target.name], target, stream=stream, concurrency=conc,
-                                requests=max(1, n // rounds), cpu=cpu if target.name != "direct" else NO_CPU))
-                    d = acc["direct"].summary()
-                    row = {"concurrency": conc, "direct": d}
+                                requests=max(1, n // rounds),
+                                cpu=NO_CPU if target.name.startswith("direct") else cpu))
+                    row: dict = {"concurrency": conc, "direct": acc[pairs["chat"][0].name].summary()}
                     for surface in SURFACES:
-                        s = acc[surface].summary()
-                        row[surface] = {**s, "added_p50_ms": added(s["p50_ms"], d["p50_ms"]),
+                        d, s = acc[pairs[surface][0].name].summary(), acc[surface].summary()
+                        row[surface] = {**s, "direct_p50_ms": d["p50_ms"], "direct_errors": d["errors"],
+                                        "added_p50_ms": added(s["p50_ms"], d["p50_ms"]),
                                         "added_p99_ms": added(s["p99_ms"], d["p99_ms"])}
                     rows.append(row)
                 report[dialect]["streaming" if stream else "non_streaming"] = rows
@@ -95,23 +101,23 @@ def within(surface: dict, chat: dict) -> bool | None:
 def surfaces_table(dialect: str, stream: bool, rows: list[dict]) -> str:
     what = "TTFT" if stream else "latency"
     lines = [f"\n== surfaces, {'STREAMING' if stream else 'non-streaming'} ({what}) -- {dialect}: "
-             f"the same alias through each API vs the direct sim, alternating rounds",
-             f"{'conc':>5} | {'direct p50':>10} | " + " | ".join(f"{s + ' added p50/p99':>24}" for s in SURFACES)
+             "the same alias through each API vs a direct run of its upstream call, alternating rounds",
+             f"{'conc':>5} | {'chat direct p50':>15} | " + " | ".join(f"{s + ' added p50/p99':>24}" for s in SURFACES)
              + " | " + " ".join(f"{s[:4] + ' us/req':>11}" for s in SURFACES) + " | within 10% of chat"]
     for r in rows:
         cells = [f"{fmt(r[s]['added_p50_ms'], 11)}/{fmt(r[s]['added_p99_ms'], 0).strip():<12}" for s in SURFACES]
         cpu = [fmt(r[s].get("gateway_cpu_us_per_req"), 11, 0) for s in SURFACES]
         verdict = " ".join(f"{s}:{'yes' if within(r[s], r['chat']) else 'NO'}" for s in SURFACES[1:])
-        errors = sum(r[s]["errors"] for s in SURFACES) + r["direct"]["errors"]
-        lines.append(f"{r['concurrency']:>5} | {fmt(r['direct']['p50_ms'], 10)} | " + " | ".join(cells) + " | "
+        errors = sum(r[s]["errors"] + r[s]["direct_errors"] for s in SURFACES)
+        lines.append(f"{r['concurrency']:>5} | {fmt(r['direct']['p50_ms'], 15)} | " + " | ".join(cells) + " | "
                      + " ".join(cpu) + f" | {verdict}" + (f"  <-- {errors} ERRORS" if errors else ""))
     lines.append("  (ms; added = surface minus direct; us/req = gateway CPU per request)")
     return "\n".join(lines)
 
 
 def surface_errors(report: dict) -> int:
-    return sum(r[side]["errors"] for kinds in report.values() for rows in kinds.values() for r in rows
-               for side in ("direct", *SURFACES))
+    return sum(r[s]["errors"] + r[s]["direct_errors"] for kinds in report.values() for rows in kinds.values()
+               for r in rows for s in SURFACES)
 
 
 def surface_summary(report: dict) -> list[str]:

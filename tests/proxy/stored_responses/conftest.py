@@ -1,5 +1,5 @@
 """One ``store`` fixture per ``ResponseStore`` adapter for the contract suite: in-process, a SQLite file, a real
-PostgreSQL and a real redis-server."""
+PostgreSQL and a real redis-server (SQLite twice: through SQLAlchemy, and batched on its own thread)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from infra.redis.server import RedisServer
 from proxy.stored_responses import MemoryResponses, ResponseStore
 from proxy.stored_responses.redis_store import RedisResponses
 from proxy.stored_responses.sql import SqlResponses
+from proxy.stored_responses.sqlite_store import SqliteResponses
 from tests.harness import start_redis
 
 
@@ -29,13 +30,15 @@ def responses_pg() -> Iterator[PostgresServer]:
         yield server
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "sqlite-batched", "postgres", "redis"])
 async def store(request, tmp_path) -> AsyncIterator[ResponseStore]:
     adapter: ResponseStore
     if request.param == "memory":
         adapter = MemoryResponses()
     elif request.param == "sqlite":
         adapter = SqlResponses(f"sqlite:///{tmp_path / 'responses.sqlite'}")
+    elif request.param == "sqlite-batched":
+        adapter = SqliteResponses(tmp_path / "responses.sqlite")
     elif request.param == "postgres":
         adapter = SqlResponses(request.getfixturevalue("responses_pg").url)
     else:

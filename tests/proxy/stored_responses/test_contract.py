@@ -56,3 +56,24 @@ def test_another_team_never_reads_a_record() -> None:
     assert readable(kept, "billing", now) is None
     assert readable(kept, "search", kept.expires_at) is None
     assert readable(None, "search", now) is None
+
+
+async def test_concurrent_puts_all_land(store) -> None:
+    import asyncio
+
+    kept = [record() for _ in range(50)]
+    await asyncio.gather(*(store.put(r) for r in kept))
+    assert [await store.get(r.id, time.time()) for r in kept] == kept
+
+
+async def test_both_sqlite_adapters_read_each_others_file(tmp_path) -> None:
+    from proxy.stored_responses.sql import SqlResponses
+    from proxy.stored_responses.sqlite_store import SqliteResponses
+
+    batched, plain = SqliteResponses(tmp_path / "r.sqlite"), SqlResponses(f"sqlite:///{tmp_path / 'r.sqlite'}")
+    one, two = record(), record()
+    await batched.put(one)
+    await plain.put(two)
+    assert await plain.get(one.id, time.time()) == one and await batched.get(two.id, time.time()) == two
+    await batched.close()
+    await plain.close()
