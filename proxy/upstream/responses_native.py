@@ -8,12 +8,17 @@ deployment's ``model``, the plan's ``max_output_tokens`` and the conversation fa
 (``previous_response_id`` resolved by farebox: the provider gets the whole input); the answer is read into a
 chat-shaped result as well (text, function calls; usage through the usage boundary: ``responses_usage``), for
 the caches, estimates and metering every surface shares, and the provider's own response object or events are
-kept for the client (``ChatResult.native``; ``RawEvents``). Errors are OpenAI's. Pure.
+kept for the client (``ChatResult.native``; ``ResponsesEvents``). Errors are OpenAI's.
+
+When the privacy policy redacts for the deployment, ``redact`` puts the scanned chat body's placeholders into
+every text the provider reads (instructions, message texts, function-call arguments and outputs), never into a
+reasoning item (the model's own, encrypted); ``restore`` puts the values back into the answer's text and
+function-call arguments (streams: ``proxy.api.responses.native`` restores the deltas). Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -26,6 +31,55 @@ from proxy.upstream.openai_chat import OpenAIChatDialect, error_from
 from proxy.upstream.usage_check import UNREPORTED, responses_usage
 
 FINISHED = ("response.completed", "response.incomplete")
+Rewrite = Callable[[str], str]
+
+
+def _parts(content: Any, rewrite: Rewrite) -> Any:
+    if isinstance(content, str):
+        return rewrite(content)
+    if not isinstance(content, list):
+        return content
+    return [{**part, "text": rewrite(part["text"])} if isinstance(part, dict) and isinstance(part.get("text"), str)
+            else part for part in content]
+
+
+def redacted_body(body: Mapping[str, Any], redact: Rewrite) -> dict[str, Any]:
+    """A copy of a Responses body with ``redact`` applied to every text the provider reads but reasoning."""
+    out = dict(body)
+    if isinstance(out.get("instructions"), str):
+        out["instructions"] = redact(out["instructions"])
+    raw = out.get("input")
+    if isinstance(raw, str):
+        out["input"] = redact(raw)
+    elif isinstance(raw, list):
+        items = []
+        for item in raw:
+            kind = item.get("type", "message") if isinstance(item, dict) else None
+            if kind == "message":
+                item = {**item, "content": _parts(item.get("content"), redact)}
+            elif kind == "function_call" and isinstance(item.get("arguments"), str):
+                item = {**item, "arguments": redact(item["arguments"])}
+            elif kind == "function_call_output":
+                item = {**item, "output": _parts(item.get("output"), redact)}
+            items.append(item)
+        out["input"] = items
+    return out
+
+
+def restored_item(item: Any, restore: Callable[..., str]) -> Any:
+    """An output item with ``restore`` applied to its text or arguments (reasoning left as it came)."""
+    if not isinstance(item, dict):
+        return item
+    if item.get("type") == "message":
+        return {**item, "content": _parts(item.get("content"), restore)}
+    if item.get("type") == "function_call" and isinstance(item.get("arguments"), str):
+        return {**item, "arguments": restore(item["arguments"], True)}
+    return item
+
+
+def restored_response(data: dict[str, Any], restore: Callable[..., str]) -> dict[str, Any]:
+    output = data.get("output")
+    return {**data, "output": [restored_item(i, restore) for i in output]} if isinstance(output, list) else data
 
 
 def _chat_body(output: Any, status: str | None, incomplete: Any) -> dict[str, Any]:
@@ -133,8 +187,10 @@ def _chunk(delta: dict) -> dict:
 class NativeResponses(OpenAIChatDialect):
     """One Responses request's attempts on deployments that serve the Responses API (see the docstring)."""
 
-    def __init__(self, body: Mapping[str, Any]) -> None:
-        self.body = body
+    def __init__(self, body: Mapping[str, Any], redact: Rewrite | None = None,
+                 restore: Callable[..., str] | None = None) -> None:
+        self.body = body if redact is None else redacted_body(body, redact)
+        self.restore = restore
 
     def validate(self, body: dict, deployment: Deployment) -> None:
         """Nothing to refuse: the body is the Responses API's own, and the provider checks it."""
@@ -152,7 +208,10 @@ class NativeResponses(OpenAIChatDialect):
                                body=orjson.dumps(out))
 
     def parse_chat(self, data: dict) -> ChatResult:
-        return parse_response(data)
+        result = parse_response(data)
+        if self.restore is not None:
+            result.native = restored_response(data, self.restore)
+        return result
 
     def stream_translator(self) -> ResponsesEvents:  # type: ignore[override]
         return ResponsesEvents()

@@ -7,18 +7,20 @@ driven by the official ``openai`` SDK: what a chat translation would lose reache
   simulator (which refuses any altered), the reasoning tokens metered;
 * a stream passes the provider's typed events through and ends with the settled usage, metered (never zero);
 * ``previous_response_id`` is resolved by farebox (the provider gets the whole conversation), and a stored
-  passed-through response reads back.
+  passed-through response reads back;
+* a request the privacy policy redacts is still passed through, with placeholders in and values back out.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 
 import httpx
 import openai
 import pytest
 
-from tests.harness import Stack, read_events
+from tests.harness import Stack, mint, read_events, wait_key_live
 
 pytestmark = pytest.mark.e2e
 
@@ -91,3 +93,31 @@ def test_previous_response_id_is_resolved_by_farebox_and_the_response_reads_back
     assert sent[1]["input"][-1] == {"role": "user", "content": "What is the code?"}
     kept = client.responses.retrieve(second.id)
     assert kept.previous_response_id == first.id and kept.output_text == second.output_text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_redacted_request_is_still_passed_through_with_values_back(stack: Stack, stream: bool) -> None:
+    """The privacy policy redacts before the deployment: the provider gets the client's body with the scanned chat
+    body's placeholders, and the answer (the simulator echoes the prompt) comes back with the values."""
+    key = mint(stack.config, "platform", "playground", "chat-openai", "--data-class-ceiling", "confidential")
+    wait_key_live(stack.gateway_url, key)
+    marker = uuid.uuid4().hex
+    text = f"[{marker}] Mail asha.k@example.com about PAN ABCPE1234F."
+    with openai.OpenAI(base_url=stack.gateway_url + "/v1", api_key=key, max_retries=0) as client:
+        kwargs = {"model": "chat-openai", "instructions": "Reply to asha.k@example.com.", "max_output_tokens": 400,
+                  "input": [{"role": "user", "content": [{"type": "input_text", "text": text}]}],
+                  "extra_headers": {"x-sim-echo": "3"}}
+        if stream:
+            with client.responses.stream(**kwargs) as s:
+                deltas = "".join(e.delta for e in s if e.type == "response.output_text.delta")
+                final = s.get_final_response()
+            assert deltas == text  # restored across delta boundaries
+        else:
+            final = client.responses.create(**kwargs)
+    assert final.output_text == text
+    sent = [e for e in httpx.get(f"{stack.sim_url}/_sim/requests", params={"n": 50}).json()["data"]
+            if marker in json.dumps(e["body"])]
+    assert len(sent) == 1 and sent[0]["path"] == "/v1/responses"
+    wire = json.dumps(sent[0]["body"])
+    assert "asha.k@example.com" not in wire and "ABCPE1234F" not in wire
+    assert "<EMAIL_1>" in sent[0]["body"]["instructions"] and "<PAN_1>" in wire

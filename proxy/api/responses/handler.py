@@ -4,9 +4,9 @@
 A Responses request is validated in its own terms, carried as the equivalent chat request through the one
 pipeline every surface shares (``proxy.api.chat.serve``), and answered as a ``response`` object or as the
 Responses stream's typed events (``response.py``), whichever dialect the deployment speaks. To a deployment
-that serves the Responses API itself (``openai`` dialect with the ``responses`` capability, when the privacy
-policy does not redact for it) the request goes as the client wrote it and the provider's answer comes back
-(``native.py``): built-in tools and reasoning items reach it, and only such deployments can take them. Errors are
+that serves the Responses API itself (``openai`` dialect with the ``responses`` capability) the request goes as
+the client wrote it (with the privacy policy's placeholders when it redacts) and the provider's answer comes
+back (``native.py``): built-in tools and reasoning items reach it, and only such deployments can take them. Errors are
 OpenAI-shaped, as on every OpenAI surface. ``previous_response_id`` continues a stored response of the
 caller's team, and ``store`` (the default) keeps the new one (``stored.py``; the ``ResponseStore`` port:
 SQLite for embedded and ``--workers`` pods, Redis for distributed ones, with a TTL). A stored response is
@@ -30,6 +30,7 @@ from proxy.api.steps import input_tokens
 from proxy.api.surface import Passthrough, Surface
 from proxy.api.validate import ChatCall
 from proxy.body import parse_json_object
+from proxy.privacy.redact import Redaction
 from proxy.runtime import RUNTIME, Runtime
 from proxy.stored_responses import StoredResponse, readable
 from proxy.upstream.responses_native import NativeResponses
@@ -51,13 +52,18 @@ def surface_for(body: dict[str, Any], created_at: int, keeper: stored.Keeper | N
     upstream_body = {**{k: v for k, v in body.items() if k != "previous_response_id"},
                      "input": native.native_input(body, earlier or [])}
     keep = None if keeper is None else keeper.keep
+    def make(redaction: Redaction | None) -> NativeResponses:
+        if redaction is None:
+            return NativeResponses(upstream_body)
+        return NativeResponses(upstream_body, redact=redaction.redact, restore=redaction.restore)
+
     passthrough = Passthrough(
-        "openai", lambda redaction: NativeResponses(upstream_body),
+        "openai", make,
         lambda data, usage, request_id, alias, x_farebox: kept(native.render(
             data, usage, body, f"resp_{request_id}", alias, x_farebox)),
         lambda source, request_id, alias, tap, redaction: native.NativeEncoder(
-            source, body, f"resp_{request_id}", alias, tap, keep=keep),
-        needs="responses", redacts=False)
+            source, body, f"resp_{request_id}", alias, tap, keep=keep, redaction=redaction),
+        needs="responses")
     return Surface("responses", render, lambda request_id, created, alias, tap: ResponsesEncoder(
         body, f"resp_{request_id}", alias, created_at, tap, keep=keep),
         settled=None if keeper is None else keeper.write, passthrough=passthrough)

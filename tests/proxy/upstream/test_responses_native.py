@@ -83,3 +83,28 @@ def test_an_error_event_raises_mid_stream() -> None:
     with pytest.raises(UpstreamError):
         t.feed(_ev({"type": "response.failed", "sequence_number": 4,
                     "response": {"status": "failed", "error": {"code": "server_error", "message": "x"}}}))
+
+
+def test_placeholders_go_into_every_text_the_provider_reads_but_reasoning() -> None:
+    from proxy.privacy.redact import Redaction
+    from proxy.upstream.responses_native import redacted_body, restored_response
+
+    r = Redaction()
+    r.placeholder("email", "asha@example.com")
+    body = {"instructions": "Write to asha@example.com", "input": [
+        {"role": "user", "content": "I am asha@example.com"},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "cc asha@example.com"}]},
+        {"type": "reasoning", "id": "rs_1", "encrypted_content": "asha@example.com", "summary": []},
+        {"type": "function_call", "call_id": "c", "name": "mail", "arguments": "{\"to\": \"asha@example.com\"}"},
+        {"type": "function_call_output", "call_id": "c", "output": "sent to asha@example.com"}]}
+    out = redacted_body(body, r.redact)
+    wire = orjson.dumps(out).decode()
+    assert wire.count("asha@example.com") == 1 and out["input"][2] == body["input"][2]  # reasoning untouched
+    assert out["instructions"] == "Write to <EMAIL_1>" and out["input"][3]["arguments"] == "{\"to\": \"<EMAIL_1>\"}"
+    assert body["instructions"] == "Write to asha@example.com"  # the client's body is left as it was
+    answer = {"output": [{"type": "reasoning", "id": "rs", "summary": []},
+                         {"type": "message", "content": [{"type": "output_text", "text": "Hi <EMAIL_1>"}]},
+                         {"type": "function_call", "arguments": "{\"to\": \"<EMAIL_1>\"}"}]}
+    back = restored_response(answer, r.restore)
+    assert back["output"][1]["content"][0]["text"] == "Hi asha@example.com"
+    assert back["output"][2]["arguments"] == "{\"to\": \"asha@example.com\"}"
