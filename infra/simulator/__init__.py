@@ -17,6 +17,7 @@ disconnect|content_policy|context_length|stream_error|none``,
 ``x-sim-retry-after``, ``x-sim-ttft-ms``, ``x-sim-tokens-per-s``,
 ``x-sim-disconnect-after`` (tokens before ``disconnect``/``stream_error``),
 ``x-sim-echo: N`` (a text answer repeating the request's last text, in pieces of N characters).
+Requests naming an OpenAI ``prompt_cache_key`` get automatic prefix caching (``prompt_cache``).
 
 Usage::
 

@@ -117,6 +117,7 @@ class ChatRequest:
     thinking: bool = False  # Anthropic extended thinking asked for: a signed thinking block comes first
     cache_prefix: Any = None  # Anthropic ``cache_control``: each breakpoint's prefix (``prompt_cache.Breakpoint``)
     echo: dict = field(default_factory=dict)  # request fields the answer object repeats (the Responses API's)
+    cache_key: str | None = None  # OpenAI ``prompt_cache_key``: automatic prefix caching (``prompt_cache``)
     _text: str | None = None
 
     @property

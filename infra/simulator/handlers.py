@@ -120,6 +120,9 @@ async def chat(request: web.Request, wire: ModuleType) -> web.StreamResponse:
             raise wire.fault_error(fault, model, retry_after)
         if fault == "context_length" or input_tokens + (req.max_tokens or 0) > profile.context_window:
             raise wire.context_error(input_tokens, req.max_tokens, profile.context_window)
+        if req.cache_key and not ov.cached_tokens:  # OpenAI's automatic prefix caching, keyed
+            ov = dataclasses.replace(ov, cached_tokens=state.prompt_cache.automatic(
+                account, model, req.cache_key, req.texts, time.time()))
         cache = state.prompt_cache.use(account, model, req.cache_prefix, time.time())
         if cache.read or cache.write:  # cache_control (x-sim-cached-tokens / -cache-write-tokens still win)
             ov = dataclasses.replace(ov, cached_tokens=ov.cached_tokens or cache.read,

@@ -173,6 +173,7 @@ def parse_chat(body: dict, strict: bool) -> ChatRequest:
                        last_is_tool_result=last.get("role") == "tool", json_schema=json_schema,
                        tool_results=sum(isinstance(m, dict) and m.get("role") == "tool" for m in messages),
                        json_object=json_object,
+                       cache_key=body.get("prompt_cache_key") if isinstance(body.get("prompt_cache_key"), str) else None,
                        include_usage=stream and isinstance(opts, dict) and opts.get("include_usage") is True)
 
 

@@ -8,6 +8,11 @@ tools, then system, then messages). The longest breakpoint prefix already cached
 conversation that moves its last breakpoint forward each turn reads what the turn before wrote. A prefix
 under ``MIN_CACHEABLE`` tokens is neither read nor written, and is not an error. Per account and model.
 
+OpenAI's automatic prompt caching (``PromptCache.automatic``), for requests that name a ``prompt_cache_key``
+(the simulator leaves other requests uncached, so fixed prompts keep fixed usage): the longest prefix of the
+request's messages seen before under the same key, account and model is read, counted in 128-token increments
+from ``MIN_CACHEABLE`` tokens up (``cached_tokens``), and every message prefix is kept ``AUTO_TTL_S``.
+
 Extended thinking: a thinking block's ``signature`` is the simulator's seal of its text (``signature``); a
 thinking block passed back with another signature, or altered, is refused as Anthropic refuses it.
 """
@@ -18,8 +23,12 @@ import base64
 import hashlib
 from dataclasses import dataclass
 
-MIN_CACHEABLE = 1024  # Anthropic's minimum cacheable prompt for most models
+from infra.simulator.generation import count_tokens
+
+MIN_CACHEABLE = 1024  # Anthropic's minimum cacheable prompt for most models (OpenAI's too)
 TTL_S = {"5m": 300, "1h": 3600}
+AUTO_STEP = 128  # OpenAI caches prompt prefixes in increments of 128 tokens
+AUTO_TTL_S = 600
 
 
 def signature(thinking: str) -> str:
@@ -58,6 +67,20 @@ class PromptCache:
         last = cacheable[-1]
         write = last.tokens - read
         return CacheUse(read=read, write=write, write_1h=write if last.ttl == "1h" else 0)
+
+    def automatic(self, account: str, model: str, key: str | None, texts: list[str], now: float) -> int:
+        """Cached prompt tokens of a request naming ``key`` (0 without one)."""
+        if not key or not texts:
+            return 0
+        digest, tokens, read = hashlib.sha256(f"{account}\n{model}\n{key}".encode()), 0, 0
+        for text in texts:
+            digest.update(b"\x00" + text.encode())
+            tokens += count_tokens(text)
+            entry = (account, model, "auto:" + digest.hexdigest())
+            if self.entries.get(entry, 0.0) > now:
+                read = tokens
+            self.entries[entry] = now + AUTO_TTL_S
+        return read // AUTO_STEP * AUTO_STEP if read >= MIN_CACHEABLE else 0
 
     def clear(self) -> None:
         self.entries.clear()

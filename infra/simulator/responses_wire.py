@@ -100,7 +100,8 @@ def parse_chat(body: dict, strict: bool) -> ChatRequest:
                        last_is_tool_result=isinstance(last, dict) and last.get("type") == "function_call_output",
                        json_schema=json_schema, json_object=isinstance(fmt, dict) and fmt.get("type") == "json_object",
                        include_usage=True, tool_results=tool_results,
-                       thinking=reasoning.get("effort") in THINKING_EFFORTS, echo=_echo(body))
+                       thinking=reasoning.get("effort") in THINKING_EFFORTS, echo=_echo(body),
+                       cache_key=body.get("prompt_cache_key") if isinstance(body.get("prompt_cache_key"), str) else None)
 
 
 ECHOED = ("instructions", "max_output_tokens", "metadata", "parallel_tool_calls", "previous_response_id", "reasoning",

@@ -15,7 +15,9 @@ Codex (the OpenAI Responses API): a session in which the model calls the agent's
 then answers, configured as its documentation says for a custom provider (``model_providers`` in its
 ``config.toml``: farebox's base URL, the key's environment variable, ``wire_api = "responses"``). Its requests
 (built-in ``web_search`` and ``namespace`` tool groups, ``store: false``, encrypted reasoning asked for) pass
-through to the deployment that serves the Responses API; the usage it reports for the turn is farebox's, summed.
+through to the deployment that serves the Responses API; its ``prompt_cache_key`` has the simulator cache the
+conversation's prefix, so later requests read cached tokens; the usage it reports for the turn (cached tokens
+included) is farebox's, summed.
 """
 
 from __future__ import annotations
@@ -164,3 +166,4 @@ def test_codex_runs_a_tool_session_through_farebox(stack: Stack, short_dir: Path
     seen = turn["usage"]
     assert (seen["input_tokens"], seen["cached_input_tokens"], seen["output_tokens"], seen["reasoning_output_tokens"]) \
         == (total.input + total.cached_input, total.cached_input, total.output + total.reasoning, total.reasoning)
+    assert total.cached_input > 0  # its prompt_cache_key: turns two and three read what turn one cached

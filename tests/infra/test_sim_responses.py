@@ -69,3 +69,17 @@ async def test_errors_are_openai_shaped(sdk):
     assert missing.value.body["code"] == "previous_response_not_found"
     with pytest.raises(openai.BadRequestError):
         await sdk.responses.create(model="gpt-sim", input="hi", max_output_tokens=4)
+
+
+async def test_a_prompt_cache_key_caches_the_conversation_prefix(sdk):
+    long = "The handbook says many things about refunds. " * 150
+    history: list = [{"role": "developer", "content": long}, {"role": "user", "content": "First question?"}]
+    first = await sdk.responses.create(model="gpt-sim", input=history, prompt_cache_key="session-1")
+    assert first.usage.input_tokens_details.cached_tokens == 0
+    history += [{"role": "assistant", "content": first.output_text}, {"role": "user", "content": "Second?"}]
+    second = await sdk.responses.create(model="gpt-sim", input=history, prompt_cache_key="session-1")
+    cached = second.usage.input_tokens_details.cached_tokens
+    assert cached >= 1024 and cached % 128 == 0 and cached <= second.usage.input_tokens
+    other = await sdk.responses.create(model="gpt-sim", input=history, prompt_cache_key="session-2")
+    unkeyed = await sdk.responses.create(model="gpt-sim", input=history)
+    assert other.usage.input_tokens_details.cached_tokens == 0 == unkeyed.usage.input_tokens_details.cached_tokens
