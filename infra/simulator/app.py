@@ -1,7 +1,8 @@
 """The simulator application: routes, control endpoints, and a blocking ``run``.
 
 Model endpoints: ``POST /v1/chat/completions``, ``POST /v1/embeddings``
-(OpenAI), ``POST /v1/responses`` (OpenAI Responses) and ``POST /v1/messages`` (Anthropic). Provider invoice:
+(OpenAI), ``POST /v1/responses`` (OpenAI Responses) and ``POST /v1/messages`` (Anthropic), and their token
+counters ``POST /v1/responses/input_tokens`` and ``POST /v1/messages/count_tokens``. Provider invoice:
 ``GET /v1/usage/export?account=A&date=YYYY-MM-DD[&format=csv]`` (both filters
 optional). Test control: ``GET /_sim/health``, ``GET /_sim/stats``,
 ``GET|POST /_sim/models/{model}`` (read / overlay a profile),
@@ -28,7 +29,9 @@ from infra.simulator.handlers import (
     handle_anthropic_messages,
     handle_embeddings,
     handle_openai_chat,
+    handle_messages_count_tokens,
     handle_openai_responses,
+    handle_responses_input_tokens,
 )
 from infra.simulator.received import parse_n
 from infra.simulator.state import STATE, SimState
@@ -144,6 +147,8 @@ def create_app(config: SimulatorConfig) -> web.Application:
     app.router.add_post("/v1/embeddings", handle_embeddings)
     app.router.add_post("/v1/messages", handle_anthropic_messages)
     app.router.add_post("/v1/responses", handle_openai_responses)
+    app.router.add_post("/v1/responses/input_tokens", handle_responses_input_tokens)
+    app.router.add_post("/v1/messages/count_tokens", handle_messages_count_tokens)
     app.router.add_get("/v1/usage/export", usage_export)
     app.router.add_get("/_sim/health", health)
     app.router.add_get("/_sim/stats", stats)

@@ -256,6 +256,32 @@ async def handle_openai_responses(request: web.Request) -> web.StreamResponse:
     return await chat(request, responses_wire)
 
 
+async def count_tokens(request: web.Request, wire: ModuleType) -> web.Response:
+    """``POST /v1/responses/input_tokens`` or ``POST /v1/messages/count_tokens``: the request's input tokens, as
+    its answer would count them; nothing generated or billed."""
+    state, rid = request.app[STATE], _new_id(wire)
+    try:
+        body = await _read_body(request)
+        _authenticate(state, wire, request)
+        if not isinstance(body, dict):
+            raise RequestError(400, "invalid_request", "The request body is not valid JSON.")
+        if wire is anthropic_wire:
+            req = wire.parse_chat({"max_tokens": 1, **body}, False)
+            return web.json_response({"input_tokens": req.input_tokens()}, headers={"request-id": rid})
+        req = wire.parse_chat(body, False)
+        return web.json_response({"object": "response.input_tokens", "input_tokens": req.input_tokens()})
+    except RequestError as err:
+        return _error_response(wire, err, rid)
+
+
+async def handle_responses_input_tokens(request: web.Request) -> web.Response:
+    return await count_tokens(request, responses_wire)
+
+
+async def handle_messages_count_tokens(request: web.Request) -> web.Response:
+    return await count_tokens(request, anthropic_wire)
+
+
 async def handle_embeddings(request: web.Request) -> web.StreamResponse:
     """``POST /v1/embeddings``: deterministic unit vectors; honours 429/5xx/hang faults."""
     state = request.app[STATE]

@@ -8,12 +8,15 @@ they take from the HTTP request for the stages after them lives here:
   ``x-fb-max-wait-ms``) and the request's trace; the access line reads it back;
 * ``plan``: the ordered chain of candidates (routing; reads the provider-limit mirrors);
 * ``route_headers``: what an answer says about where it was served;
-* ``input_tokens``: what the token-count endpoints answer (Messages ``count_tokens``, Responses ``input_tokens``).
+* ``input_tokens``: farebox's estimate for the token-count endpoints (Messages ``count_tokens``, Responses
+  ``input_tokens``); ``counted``: what those endpoints answer: the provider's own count when the alias's first
+  deployment speaks the client's API (and may see the request: the privacy policy decides as for the request
+  itself, its placeholders in), else the estimate.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from aiohttp import web
 
@@ -22,10 +25,14 @@ from proxy.admission.budget_port import max_wait_s
 from proxy.admission.plan import chat_input_estimates
 from proxy.api.tags import HEADER, parse_tags
 from proxy.metering.meter import Meter, open_meter
+from proxy.privacy.classify import classify_chat
+from proxy.privacy.redact import Redaction
 from proxy.routing.chain import Chain, chain_for
 from proxy.routing.router import Needs
 from proxy.runtime import Runtime
 from proxy.snapshot import Alias, Deployment, KeyRecord, Snapshot
+from proxy.upstream.relay import forwarded_headers
+from proxy.upstream.token_count import provider_count
 
 
 def meter_for(rt: Runtime, snap: Snapshot, request: web.Request, key: KeyRecord, alias: Alias, *,
@@ -54,6 +61,26 @@ def input_tokens(rt: Runtime, request: web.Request, alias_name: str, chat: dict)
     deployments = [snap.deployments[d] for d in alias.deployments if d in snap.deployments]
     estimates = chat_input_estimates(rt.estimator, chat, key.key_id, deployments)
     return max((e.tokens for e in estimates.values()), default=0)
+
+
+async def counted(rt: Runtime, request: web.Request, alias_name: str, chat: dict, *, dialect: str,
+                  needs: str | None, native_body: Callable[[Redaction | None], dict]) -> tuple[int, str]:
+    """(count, source: "provider" or "estimate") for a token-count endpoint (see the module docstring)."""
+    snap, key = rt.pod.snapshot, request["key"]
+    alias = allowed_alias(snap, key, alias_name, "chat")
+    estimate = input_tokens(rt, request, alias_name, chat)
+    dep = next((snap.deployments[d] for d in alias.deployments if d in snap.deployments
+                and (not key.deployments or d in key.deployments)
+                and (not key.regions or snap.deployments[d].region in key.regions)), None)
+    if dep is None or dep.dialect != dialect or (needs is not None and needs not in dep.capabilities):
+        return estimate, "estimate"
+    privacy = classify_chat(snap.privacy, key, request.headers.get("x-fb-data-class"), chat)
+    sent_class = privacy.data_class if dep.self_hosted else privacy.outside_class
+    if sent_class is None or sent_class not in dep.data_classes:
+        return estimate, "estimate"
+    body = native_body(privacy.redaction if privacy.redacts(dep) else None)
+    count = await provider_count(rt.upstream, dep, body, forwarded_headers(dep, request.headers))
+    return (estimate, "estimate") if count is None else (count, "provider")
 
 
 def route_headers(meter: Meter, dep: Deployment) -> dict[str, str]:

@@ -180,3 +180,12 @@ def test_a_server_tool_reaches_anthropic_and_is_refused_elsewhere(stack: Stack, 
         claude.messages.create(model="chat-openai", max_tokens=32, tools=[search],
                                messages=[{"role": "user", "content": "Search"}])
     assert "web_search_20250305" in refused.value.body["error"]["message"]
+
+
+def test_count_tokens_is_anthropics_own_count_where_the_deployment_is_anthropic(claude: anthropic.Anthropic) -> None:
+    body = {"system": "Be brief.", "messages": [{"role": "user", "content": "How many tokens is this, exactly?"}]}
+    raw = claude.messages.with_raw_response.count_tokens(model="chat-anthropic", **body)
+    answered = claude.messages.create(model="chat-anthropic", max_tokens=16, **body)
+    assert raw.headers["x-fb-token-count"] == "provider" and raw.parse().input_tokens == answered.usage.input_tokens
+    estimated = claude.messages.with_raw_response.count_tokens(model="chat-openai", **body)
+    assert estimated.headers["x-fb-token-count"] == "estimate" and estimated.parse().input_tokens > 0

@@ -121,3 +121,12 @@ def test_a_redacted_request_is_still_passed_through_with_values_back(stack: Stac
     wire = json.dumps(sent[0]["body"])
     assert "asha.k@example.com" not in wire and "ABCPE1234F" not in wire
     assert "<EMAIL_1>" in sent[0]["body"]["instructions"] and "<PAN_1>" in wire
+
+
+def test_input_tokens_are_the_providers_own_count_where_it_serves_the_api(client: openai.OpenAI) -> None:
+    body = {"instructions": "Be brief.", "input": "How many tokens is this prompt, exactly?"}
+    raw = client.responses.input_tokens.with_raw_response.count(model="chat-openai", **body)
+    answered = client.responses.create(model="chat-openai", max_output_tokens=16, **body)
+    assert raw.headers["x-fb-token-count"] == "provider" and raw.parse().input_tokens == answered.usage.input_tokens
+    estimated = client.responses.input_tokens.with_raw_response.count(model="chat-compat", **body)
+    assert estimated.headers["x-fb-token-count"] == "estimate" and estimated.parse().input_tokens > 0

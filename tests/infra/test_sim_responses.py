@@ -83,3 +83,14 @@ async def test_a_prompt_cache_key_caches_the_conversation_prefix(sdk):
     other = await sdk.responses.create(model="gpt-sim", input=history, prompt_cache_key="session-2")
     unkeyed = await sdk.responses.create(model="gpt-sim", input=history)
     assert other.usage.input_tokens_details.cached_tokens == 0 == unkeyed.usage.input_tokens_details.cached_tokens
+
+
+async def test_input_tokens_count_as_the_answer_would(sdk, sim):
+    body = {"model": "gpt-sim", "instructions": "Be brief.", "input": "Hello there, simulator!"}
+    counted = await sdk.responses.input_tokens.count(**body)
+    answered = await sdk.responses.create(**body)
+    assert counted.input_tokens == answered.usage.input_tokens > 0
+    claude = await sim.post("/v1/messages/count_tokens", json={"model": "claude-sim", "messages": [
+        {"role": "user", "content": "Hello there, simulator!"}]}, headers={"x-api-key": "sk-test",
+                                                                            "anthropic-version": "2023-06-01"})
+    assert claude.status == 200 and (await claude.json())["input_tokens"] > 0

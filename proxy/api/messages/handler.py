@@ -9,8 +9,10 @@ deployment it is translated, and answered as a Message or as Messages stream eve
 Errors on this surface are Anthropic-shaped (``proxy.api.app`` asks ``error_body``). Clients authenticate
 with ``x-api-key`` (or a bearer token) holding a farebox virtual key; ``anthropic-version`` is accepted.
 
-``count_tokens`` answers ``{"input_tokens": n}`` from farebox's own estimate for the alias's deployments (the
-most any of them would count: what admission holds against), without admitting or billing anything.
+``count_tokens`` answers ``{"input_tokens": n}``: the Anthropic deployment's own count when the alias's first
+deployment is one (the request as written, with the privacy policy's placeholders when it redacts), else
+farebox's estimate for the alias's deployments (the most any of them would count: what admission holds
+against); ``x-fb-token-count`` says which. Nothing is admitted or billed.
 """
 
 from __future__ import annotations
@@ -23,13 +25,13 @@ from proxy.api.chat import serve
 from proxy.api.messages import native
 from proxy.api.messages.request import validate_messages
 from proxy.api.messages.response import MessagesEncoder, message_of
-from proxy.api.steps import input_tokens
+from proxy.api.steps import counted
 from proxy.api.surface import Passthrough, Surface
 from proxy.api.validate import ChatCall
 from proxy.body import parse_json_object
 from proxy.privacy.redact import Redaction
 from proxy.runtime import RUNTIME
-from proxy.upstream.passthrough import NativeMessages
+from proxy.upstream.passthrough import NativeMessages, redacted_body
 
 
 def _render(completion: dict[str, Any], usage: Any, request_id: str, alias: str) -> dict[str, Any]:
@@ -61,4 +63,8 @@ async def create_message(request: web.Request) -> web.StreamResponse:
 
 async def count_tokens(request: web.Request) -> web.Response:
     call = validate_messages(parse_json_object(await request.read()), counting=True)
-    return web.json_response({"input_tokens": input_tokens(request.app[RUNTIME], request, call.alias, call.chat)})
+    body = {k: v for k, v in call.body.items() if k not in ("max_tokens", "stream")}
+    count, source = await counted(request.app[RUNTIME], request, call.alias, call.chat, dialect="anthropic",
+                                  needs=None, native_body=lambda redaction: body if redaction is None
+                                  else redacted_body(body, redaction.redact))
+    return web.json_response({"input_tokens": count}, headers={"x-fb-token-count": source})

@@ -12,8 +12,10 @@ caller's team, and ``store`` (the default) keeps the new one (``stored.py``; the
 SQLite for embedded and ``--workers`` pods, Redis for distributed ones, with a TTL). A stored response is
 another team's or absent alike: 404.
 
-``input_tokens`` answers ``{"object": "response.input_tokens", "input_tokens": n}`` from farebox's own
-estimate for the alias's deployments (with the continued conversation), without admitting or billing.
+``input_tokens`` answers ``{"object": "response.input_tokens", "input_tokens": n}``: the provider's own count
+when the alias's first deployment serves the Responses API (the continued conversation, with the privacy
+policy's placeholders when it redacts), else farebox's estimate for the alias's deployments;
+``x-fb-token-count`` says which. Nothing is admitted or billed.
 """
 
 from __future__ import annotations
@@ -26,14 +28,14 @@ from proxy.api.chat import serve
 from proxy.api.responses import native, stored
 from proxy.api.responses.request import validate_response
 from proxy.api.responses.response import ResponsesEncoder, response_of
-from proxy.api.steps import input_tokens
+from proxy.api.steps import counted
 from proxy.api.surface import Passthrough, Surface
 from proxy.api.validate import ChatCall
 from proxy.body import parse_json_object
 from proxy.privacy.redact import Redaction
 from proxy.runtime import RUNTIME, Runtime
 from proxy.stored_responses import StoredResponse, readable
-from proxy.upstream.responses_native import NativeResponses
+from proxy.upstream.responses_native import NativeResponses, redacted_body
 
 
 def surface_for(body: dict[str, Any], created_at: int, keeper: stored.Keeper | None,
@@ -99,9 +101,15 @@ async def create_response(request: web.Request) -> web.StreamResponse:
 async def count_input_tokens(request: web.Request) -> web.Response:
     rt = request.app[RUNTIME]
     body = {**parse_json_object(await request.read()), "stream": False}
-    call = validate_response(body, await _earlier(request, rt, body))
-    return web.json_response({"object": "response.input_tokens",
-                              "input_tokens": input_tokens(rt, request, call.alias, call.chat)})
+    earlier = await _earlier(request, rt, body)
+    call = validate_response(body, earlier)
+    sent = {k: v for k, v in body.items() if k not in ("previous_response_id", "stream", "store")}
+    sent["input"] = native.native_input(body, earlier)
+    count, source = await counted(rt, request, call.alias, call.chat, dialect="openai", needs="responses",
+                                  native_body=lambda redaction: sent if redaction is None
+                                  else redacted_body(sent, redaction.redact))
+    return web.json_response({"object": "response.input_tokens", "input_tokens": count},
+                             headers={"x-fb-token-count": source})
 
 
 async def _stored(request: web.Request) -> tuple[Runtime, StoredResponse]:
