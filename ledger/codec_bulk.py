@@ -36,7 +36,7 @@ from ledger.events import ATTEMPT_OUTCOMES, Event, HoldExpired, RequestAdmitted,
 from ledger.request_events import CACHE_KINDS
 from ledger.usage import TOKEN_TYPES, USAGE_SOURCES, TokenUsage
 
-MIRRORED = "f4370fda3df5248bab0ea9a0ba33acf959178af668285109385188fa2d12ee5a"
+MIRRORED = "29d1219f7101b4b71d3db689c659d13c36c4b7bce6e8941cf5eeda08bd82744d"
 
 Columns = Mapping[str, Sequence[Any]]
 _USAGE_KEYS = frozenset({*TOKEN_TYPES, "source"})
@@ -69,7 +69,8 @@ def _counts(values: Sequence[Any]) -> bool:
 
 
 def _usages(values: Sequence[Any]) -> bool:
-    """``_usage_from_wire`` and ``check_usage``: exactly the token types and source, counts >= 0, a known source."""
+    """``_usage_from_wire`` and ``check_usage``: exactly the token types and source, counts >= 0, a known source
+    (a usage carrying ``cache_write_1h`` is never vouched for: ``from_dict`` checks it against ``cache_write``)."""
     if set(map(type, values)) != {dict} or not all(u.keys() == _USAGE_KEYS for u in values):
         return False
     *counts, sources = zip(*map(_USAGE_FIELDS, values))

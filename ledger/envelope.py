@@ -64,6 +64,10 @@ def check_usage(event: Event, name: str) -> None:
         raise InvalidEvent(f"{event.type}.{name} must be a TokenUsage, got {type(value).__name__}")
     for kind in TOKEN_TYPES:
         non_negative(event, f"{name}.{kind}", getattr(value, kind))
+    non_negative(event, f"{name}.cache_write_1h", value.cache_write_1h)
+    if value.cache_write_1h > value.cache_write:
+        raise InvalidEvent(f"{event.type}.{name}.cache_write_1h ({value.cache_write_1h}) is more than its "
+                           f"cache_write ({value.cache_write})")
     if value.source not in USAGE_SOURCES:
         raise InvalidEvent(f"{event.type}.{name}.source must be one of {USAGE_SOURCES}, got {value.source!r}")
 

@@ -5,6 +5,12 @@ The categories are disjoint so each can be priced on its own:
 provider prompt cache, ``cache_write`` is input written to one, ``output`` is
 visible output and ``reasoning`` is hidden reasoning output.
 
+``cache_write_1h`` is a detail of ``cache_write``, not a sixth type: of the cache-write tokens, those written
+with a one-hour lifetime (Anthropic's ``ephemeral_1h_input_tokens``), priced at the deployment's
+``cache_write_1h`` price instead of its ``cache_write`` price (``pricing.rating``). Every count by type keeps
+``cache_write`` as all writes. ``to_dict`` carries it only when it is not 0, so the events of every request
+without one-hour writes are written exactly as before it existed, and a reader of such an event gets 0.
+
 ``source`` says where the counts come from: ``provider`` (what the provider
 reported, checked), ``estimated`` (the provider reported nothing; farebox's
 estimate) or ``provider_invalid`` (the provider reported something that failed
@@ -34,6 +40,7 @@ class TokenUsage:
     reasoning: int = 0
     source: UsageSource = "provider"
     received: str | None = None  # with provider_invalid: what the provider sent (short, for the event)
+    cache_write_1h: int = 0  # of cache_write, the tokens written with a one-hour lifetime (priced on their own)
 
     @property
     def prompt_tokens(self) -> int:
@@ -54,11 +61,19 @@ class TokenUsage:
             "output": self.output,
             "reasoning": self.reasoning,
             "source": self.source,
+        } if not self.cache_write_1h else {
+            "input": self.input,
+            "cached_input": self.cached_input,
+            "cache_write": self.cache_write,
+            "output": self.output,
+            "reasoning": self.reasoning,
+            "source": self.source,
+            "cache_write_1h": self.cache_write_1h,
         }
 
     @classmethod
     def from_dict(cls, data: dict) -> "TokenUsage":
-        return cls(**{k: data[k] for k in (*TOKEN_TYPES, "source") if k in data})
+        return cls(**{k: data[k] for k in (*TOKEN_TYPES, "source", "cache_write_1h") if k in data})
 
     def to_openai(self) -> dict:
         """The OpenAI ``usage`` object for these counts."""

@@ -28,8 +28,10 @@ from pricing.errors import (
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 _MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 
-# Which priced type falls back to which when a deployment has no own price.
-_FALLBACK = {"cached_input": "input", "cache_write": "input", "reasoning": "output"}
+# Which priced type falls back to which when a deployment has no own price (followed until one is set:
+# cache_write_1h -> cache_write -> input).
+_FALLBACK = {"cached_input": "input", "cache_write": "input", "reasoning": "output", "cache_write_1h": "cache_write"}
+PRICED_TYPES = ("input", "output", "cached_input", "cache_write", "reasoning", "cache_write_1h")
 
 
 def to_price_decimal(value: object, what: str) -> Decimal:
@@ -70,9 +72,10 @@ class Price:
     cache_write: Decimal | None = None
     reasoning: Decimal | None = None
     currency: str = "USD"
+    cache_write_1h: Decimal | None = None  # one-hour cache writes (Anthropic); else the cache_write price
 
     def __post_init__(self) -> None:
-        for name in ("input", "output", "cached_input", "cache_write", "reasoning"):
+        for name in PRICED_TYPES:
             value = getattr(self, name)
             if value is not None or name in ("input", "output"):
                 object.__setattr__(self, name, to_price_decimal(value, f"price.{name}"))
@@ -81,8 +84,9 @@ class Price:
     def per_million(self, token_type: str) -> Decimal:
         """The effective price per 1M tokens of a type, after fallbacks."""
         value = getattr(self, token_type)
-        if value is None:
-            value = getattr(self, _FALLBACK[token_type])
+        while value is None:
+            token_type = _FALLBACK[token_type]
+            value = getattr(self, token_type)
         return value
 
 

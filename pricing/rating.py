@@ -14,20 +14,25 @@ from pricing.book import Price
 from pricing.money import round_up_micro
 
 _PER = Decimal(1_000_000)
-_INPUT_TYPES = ("input", "cached_input", "cache_write")
+_INPUT_TYPES = ("input", "cached_input", "cache_write", "cache_write_1h")
 _OUTPUT_TYPES = ("output", "reasoning")
 # Wide enough for any realistic tokens x price x fx; Inexact traps prove we never round early.
 _EXACT = Context(prec=80, traps=[Inexact, InvalidOperation])
 
 
 def exact_cost(usage: TokenUsage, price: Price, fx: Decimal) -> Decimal:
-    """The unrounded cost in budget-currency units: sum of tokens x price per 1M x fx."""
+    """The unrounded cost in budget-currency units: sum of tokens x price per 1M x fx. The one-hour cache writes
+    (``usage.cache_write_1h``, part of ``cache_write``) are priced at ``cache_write_1h``, the rest of the writes at
+    ``cache_write``."""
     _check_fx(fx)
     with localcontext(_EXACT):
         total = sum(
             (Decimal(getattr(usage, kind)) * price.per_million(kind) for kind in TOKEN_TYPES),
             Decimal(0),
         )
+        if usage.cache_write_1h:
+            total += Decimal(usage.cache_write_1h) * (price.per_million("cache_write_1h")
+                                                      - price.per_million("cache_write"))
         return total * fx / _PER
 
 

@@ -262,7 +262,7 @@ def _breaker(r: Reader) -> BreakerPolicy:
 
 
 def _price(r: Reader) -> Price | None:
-    fields = {n: r.decimal(n, None) for n in ("cached_input", "cache_write", "reasoning")}
+    fields = {n: r.decimal(n, None) for n in ("cached_input", "cache_write", "reasoning", "cache_write_1h")}
     inp, out = r.decimal("input"), r.decimal("output")
     ccy = r.str("currency", "USD")
     r.reject_unknown()

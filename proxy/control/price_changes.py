@@ -23,7 +23,7 @@ from proxy.control.errors import ConfigRejected, ControlConflict
 from proxy.control.problems import Problems, Reader
 from proxy.control.validate import check_price_change
 
-PRICE_TYPES = ("input", "output", "cached_input", "cache_write", "reasoning")
+PRICE_TYPES = ("input", "output", "cached_input", "cache_write", "reasoning", "cache_write_1h")
 
 
 def _check(problems: Problems, what: str) -> None:
@@ -78,7 +78,8 @@ def add_version(s: Session, number: int | None, valid_from: datetime, table: Map
     for dep_id, rec in merged.items():
         s.add(PriceRow(version=number, deployment=dep_id, currency=rec.get("currency", "USD"), input=rec["input"],
                        output=rec["output"], cached_input=rec.get("cached_input"),
-                       cache_write=rec.get("cache_write"), reasoning=rec.get("reasoning")))
+                       cache_write=rec.get("cache_write"), reasoning=rec.get("reasoning"),
+                       cache_write_1h=rec.get("cache_write_1h")))
     return number
 
 

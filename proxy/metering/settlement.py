@@ -213,4 +213,5 @@ def add_usage(a: TokenUsage, b: TokenUsage) -> TokenUsage:
         output=a.output + b.output,
         reasoning=a.reasoning + b.reasoning,
         source=source,  # type: ignore[arg-type]
+        cache_write_1h=a.cache_write_1h + b.cache_write_1h,
     )

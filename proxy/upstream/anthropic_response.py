@@ -21,7 +21,7 @@ from proxy.errors import UpstreamError, UpstreamUnavailable
 from proxy.upstream.anthropic_request import JSON_TOOL
 from proxy.upstream.base import ChatResult, SSEEvent, StreamState
 from proxy.upstream.classify import classify, short_reason
-from proxy.upstream.usage_check import UNREPORTED, InvalidUsage, count, invalid
+from proxy.upstream.usage_check import UNREPORTED, InvalidUsage, count, details, invalid
 
 PROVIDER = "anthropic"
 
@@ -63,10 +63,13 @@ def finish_reason(stop_reason: str | None, *, json_mode: bool) -> str | None:
 
 
 def usage_from(raw: Mapping, base: TokenUsage | None = None) -> TokenUsage:
-    """Anthropic usage (disjoint already) as ours; fields absent (or null) in ``raw`` keep ``base``.
+    """Anthropic usage (disjoint already) as ours; fields absent (or null) in ``raw`` keep ``base``. The
+    one-hour writes (``cache_creation.ephemeral_1h_input_tokens``) are ``cache_write_1h``, part of
+    ``cache_write``.
 
     Checked at the boundary (``proxy.upstream.usage_check``): any count that is not a non-negative
-    integer makes the whole usage invalid, and an invalid ``base`` stays invalid."""
+    integer makes the whole usage invalid (so does a TTL split that does not add up to the writes), and an
+    invalid ``base`` stays invalid."""
     base = base or TokenUsage()
     if base.source == "provider_invalid":
         return base
@@ -75,11 +78,22 @@ def usage_from(raw: Mapping, base: TokenUsage | None = None) -> TokenUsage:
         return current if raw.get(key) is None else count(raw, key)
 
     try:
+        write = pick("cache_creation_input_tokens", base.cache_write)
+        write_1h = base.cache_write_1h
+        split = details(raw, "cache_creation")
+        if split:
+            five, hour = count(split, "ephemeral_5m_input_tokens"), count(split, "ephemeral_1h_input_tokens")
+            if five + hour != write:
+                raise InvalidUsage("cache_creation does not add up to cache_creation_input_tokens")
+            write_1h = hour
+        if write_1h > write:
+            raise InvalidUsage("one-hour cache writes exceed the cache writes")
         return TokenUsage(
             input=pick("input_tokens", base.input),
             cached_input=pick("cache_read_input_tokens", base.cached_input),
-            cache_write=pick("cache_creation_input_tokens", base.cache_write),
+            cache_write=write,
             output=pick("output_tokens", base.output),
+            cache_write_1h=write_1h,
         )
     except InvalidUsage:
         return invalid(raw)

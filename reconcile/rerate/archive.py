@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 
 from ledger.codec import decode
@@ -38,6 +39,15 @@ from streams.archive.read import ArchiveError, archive_files, read_archive
 _COLUMNS = ["id", "type", "event_time", "log_partition", "log_offset", "request_id", "team", "attempt",
             "deployment", *(f"{kind}_tokens" for kind in TOKEN_TYPES), "usage_source", "cost_micro", "currency",
             "price_version", "scope_costs", "event"]
+
+
+def _one_hour_writes(event: str | bytes | None) -> int:
+    """An attempt's one-hour cache writes: no column of their own, read from its event (0 when absent)."""
+    if not event or "cache_write_1h" not in (event if isinstance(event, str) else event.decode()):
+        return 0
+    usage = orjson.loads(event).get("usage") or {}
+    value = usage.get("cache_write_1h") if isinstance(usage, dict) else None
+    return value if type(value) is int and value >= 0 else 0
 
 
 def archived_days(root: Path) -> list[date]:
@@ -72,7 +82,8 @@ def load_requests(root: Path, start: date, end: date,
             continue
         kind = r["type"]
         if kind == "request.attempted":
-            usage = TokenUsage(**{k: r[f"{k}_tokens"] or 0 for k in TOKEN_TYPES}, source=r["usage_source"])
+            usage = TokenUsage(**{k: r[f"{k}_tokens"] or 0 for k in TOKEN_TYPES}, source=r["usage_source"],
+                               cache_write_1h=_one_hour_writes(r["event"]))
             attempts.setdefault(rid, []).append(ArchivedAttempt(r["attempt"], r["event_time"], r["deployment"],
                                                                 usage, r["cost_micro"], r["price_version"]))
         elif kind in ("request.settled", "hold.expired"):

@@ -32,10 +32,12 @@ import duckdb
 import pyarrow as pa
 
 from ledger.usage import TOKEN_TYPES
+from pricing.book import PRICED_TYPES
 from pricing.book import FxTable, PriceVersion
 from reconcile.rerate.reprice import DiffLine, RerateError
 from reconcile.warehouse import Warehouse, WarehouseError
 
+PRICED = tuple(k for k in PRICED_TYPES if k in TOKEN_TYPES) + ("cache_write_1h",)  # the price columns
 _MAX_SCALED = 10**24  # x tokens (< 10^12) stays below HUGEINT's 1.7 x 10^38 with room for the sum
 
 
@@ -71,21 +73,27 @@ class PriceTables:
 
 def price_tables(version: PriceVersion, fx: FxTable) -> PriceTables:
     """Scale ``version``'s prices (per 1M tokens, fallbacks resolved) and every FX rate to exact integers."""
-    per = {dep: {k: p.per_million(k) for k in TOKEN_TYPES} for dep, p in version.prices.items()}
+    per = {dep: {k: p.per_million(k) for k in PRICED} for dep, p in version.prices.items()}
     s = _places(v for row in per.values() for v in row.values())
     rates = dict(fx.rates)
     t = _places(rates.values())
     prices = {"deployment": list(per), "currency": [version.prices[d].currency for d in per]}
-    for k in TOKEN_TYPES:
+    for k in PRICED:
         prices[f"p_{k}"] = [str(_scaled(per[d][k], s)) for d in per]
     fx_cols = {"from_ccy": [k[0] for k in rates], "to_ccy": [k[1] for k in rates], "month": [k[2] for k in rates],
                "f": [str(_scaled(v, t)) for v in rates.values()]}
     return PriceTables(pa.table(prices), pa.table(fx_cols), s, t)
 
 
-def new_cost_sql(tables: PriceTables, a: str = "a", p: str = "p", f: str = "f", currency: str = "currency") -> str:
-    """The SQL expression of ``pricing.rate`` for attempt ``a`` joined to price ``p`` and FX ``f`` (see above)."""
+def new_cost_sql(tables: PriceTables, a: str = "a", p: str = "p", f: str = "f", currency: str = "currency",
+                 one_hour: bool = True) -> str:
+    """The SQL expression of ``pricing.rate`` for attempt ``a`` joined to price ``p`` and FX ``f`` (see above);
+    ``one_hour``: ``a`` has ``cache_write_1h_tokens`` (the one-hour part of its cache writes, priced at
+    ``p_cache_write_1h`` instead of ``p_cache_write``)."""
     tokens = " + ".join(f"coalesce({a}.{k}_tokens, 0)::HUGEINT * {p}.p_{k}::HUGEINT" for k in TOKEN_TYPES)
+    if one_hour:
+        tokens += (f" + coalesce({a}.cache_write_1h_tokens, 0)::HUGEINT * ({p}.p_cache_write_1h::HUGEINT"
+                   f" - {p}.p_cache_write::HUGEINT)")
     any_tokens = " OR ".join(f"coalesce({a}.{k}_tokens, 0) <> 0" for k in TOKEN_TYPES)
     den = tables.denominator
     fx = f"CASE WHEN {p}.currency = {currency} THEN {tables.one_fx}::HUGEINT ELSE {f}.f::HUGEINT END"
@@ -111,7 +119,8 @@ def rate_attempts(con: duckdb.DuckDBPyConnection, attempts: pa.Table, version: P
     con.register("rr_prices", tables.prices)
     con.register("rr_fx", tables.fx)
     con.register("rr_attempts", attempts)
-    sql = (f"SELECT {new_cost_sql(tables, 'e', currency='$currency')} FROM rr_attempts AS e "
+    one_hour = "cache_write_1h_tokens" in attempts.column_names
+    sql = (f"SELECT {new_cost_sql(tables, 'e', currency='$currency', one_hour=one_hour)} FROM rr_attempts AS e "
            f"{price_join('e', '$currency')} ORDER BY e.id")
     return [row[0] for row in con.execute(sql, {"currency": currency}).fetchall()]
 
@@ -135,6 +144,8 @@ WITH q AS MATERIALIZED (
 ), e AS MATERIALIZED (
     SELECT request_id, attempt, any_value(id) AS id, any_value(deployment) AS deployment,
            any_value(event_time) AS event_time, {tokens}, any_value(cost_micro) AS cost_micro,
+           any_value(coalesce(TRY_CAST(json_extract(event, '$.usage.cache_write_1h') AS BIGINT), 0))
+               AS cache_write_1h_tokens,
            any_value(price_version) AS price_version
     FROM archive_rows WHERE type = 'request.attempted' AND request_id IN (SELECT request_id FROM q)
     GROUP BY request_id, attempt

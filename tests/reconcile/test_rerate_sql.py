@@ -26,6 +26,10 @@ NOW = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
 
 tokens = st.one_of(st.just(0), st.integers(0, 5_000), st.integers(0, 50_000_000))
 usages = st.builds(TokenUsage, input=tokens, cached_input=tokens, cache_write=tokens, output=tokens, reasoning=tokens)
+# some of the cache writes with a one-hour lifetime (priced on their own)
+usages = st.tuples(usages, st.integers(0, 100)).map(
+    lambda pair: TokenUsage(**{**{k: getattr(pair[0], k) for k in TOKEN_TYPES},
+                              "cache_write_1h": pair[0].cache_write * pair[1] // 100}))
 
 
 def _price(draw: st.DrawFn) -> Price:
@@ -33,7 +37,8 @@ def _price(draw: st.DrawFn) -> Price:
         places = draw(st.integers(0, 9))
         return Decimal(draw(st.integers(0, 500 * 10**places))).scaleb(-places)
 
-    optional = {k: (one() if draw(st.booleans()) else None) for k in ("cached_input", "cache_write", "reasoning")}
+    optional = {k: (one() if draw(st.booleans()) else None)
+                for k in ("cached_input", "cache_write", "reasoning", "cache_write_1h")}
     return Price(input=one(), output=one(), currency=draw(st.sampled_from(["USD", "EUR", "INR"])), **optional)
 
 
@@ -58,7 +63,7 @@ def test_sql_rating_equals_pricing_rate_to_the_micro_unit(case):
     table = pa.table({
         "id": [f"a{n:03d}" for n in range(len(attempts))], "deployment": [d for d, _, _ in attempts],
         "event_time": pa.array([t for _, t, _ in attempts], pa.timestamp("us", tz="UTC")),
-        **{f"{k}_tokens": [getattr(u, k) for _, _, u in attempts] for k in TOKEN_TYPES}})
+        **{f"{k}_tokens": [getattr(u, k) for _, _, u in attempts] for k in (*TOKEN_TYPES, "cache_write_1h")}})
     con = duckdb.connect()
     try:
         got = rate_attempts(con, table, version, fx, "INR")

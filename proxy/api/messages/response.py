@@ -44,9 +44,11 @@ def error_body(exc: GatewayError) -> dict[str, Any]:
     return {"type": "error", "error": error}
 
 
-def usage_of(usage: TokenUsage) -> dict[str, int]:
+def usage_of(usage: TokenUsage) -> dict[str, Any]:
     return {"input_tokens": usage.input, "cache_creation_input_tokens": usage.cache_write,
-            "cache_read_input_tokens": usage.cached_input, "output_tokens": usage.output + usage.reasoning}
+            "cache_read_input_tokens": usage.cached_input, "output_tokens": usage.output + usage.reasoning,
+            "cache_creation": {"ephemeral_5m_input_tokens": usage.cache_write - usage.cache_write_1h,
+                               "ephemeral_1h_input_tokens": usage.cache_write_1h}}
 
 
 def message_of(completion: dict[str, Any], usage: TokenUsage, message_id: str, alias: str) -> dict[str, Any]:

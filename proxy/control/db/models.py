@@ -100,6 +100,7 @@ class PriceRow(Base):
     cached_input: Mapped[str | None] = mapped_column(sa.String(40))
     cache_write: Mapped[str | None] = mapped_column(sa.String(40))
     reasoning: Mapped[str | None] = mapped_column(sa.String(40))
+    cache_write_1h: Mapped[str | None] = mapped_column(sa.String(40))  # one-hour cache writes (0008)
 
 
 class FxRateRow(Base):

@@ -68,11 +68,12 @@ def test_count_tokens_needs_no_max_tokens() -> None:
 def test_a_chat_answer_is_rendered_as_a_message() -> None:
     completion = {"choices": [{"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": "Hel"}}],
                   "x_farebox": {"cost_micro": 12}}
-    usage = TokenUsage(input=10, cached_input=90, cache_write=5, output=3, reasoning=4)
+    usage = TokenUsage(input=10, cached_input=90, cache_write=5, output=3, reasoning=4, cache_write_1h=2)
     message = message_of(completion, usage, "msg_r1", "chat-default")
     assert message["content"] == [{"type": "text", "text": "Hel"}] and message["stop_reason"] == "max_tokens"
     assert message["usage"] == {"input_tokens": 10, "cache_read_input_tokens": 90, "cache_creation_input_tokens": 5,
-                                "output_tokens": 7}
+                                "output_tokens": 7,
+                                "cache_creation": {"ephemeral_5m_input_tokens": 3, "ephemeral_1h_input_tokens": 2}}
 
 
 def _events(data: bytes) -> list[tuple[str, dict]]:

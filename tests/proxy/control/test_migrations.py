@@ -193,14 +193,34 @@ def test_sqlite_pending_changes_migration(tmp_path: Path) -> None:
         with engine.begin() as conn:
             conn.execute(sa.text("INSERT INTO audit_log (at, actor, action, object, outcome) "
                                  "VALUES ('2026-12-01 00:00:00', 'ops', 'keys.create', 'key:k', 'ok')"))
-        migrate.upgrade(engine)
-        assert migrate.current(engine) == migrate.head() == "0007"
+        migrate.upgrade(engine, "0007")
+        assert migrate.current(engine) == "0007"
         assert "pending_changes" in sa.inspect(engine).get_table_names()
         with engine.connect() as conn:
             assert tuple(conn.execute(sa.text("SELECT actor, approved_by FROM audit_log")).one()) == ("ops", None)
         migrate.downgrade(engine, "0006")
         assert "pending_changes" not in sa.inspect(engine).get_table_names()
         assert "approved_by" not in {c["name"] for c in sa.inspect(engine).get_columns("audit_log")}
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_price_cache_write_1h_migration(tmp_path: Path) -> None:
+    """0008 adds ``prices.cache_write_1h`` (null for the prices written before: they fall back to cache_write)."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'control.sqlite'}")
+    try:
+        migrate.upgrade(engine, "0007")
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO price_versions (version, valid_from, created_at, created_by) "
+                                 "VALUES (1, '2026-01-01 00:00:00', '2026-01-01 00:00:00', 'ops')"))
+            conn.execute(sa.text("INSERT INTO prices (version, deployment, currency, input, output) "
+                                 "VALUES (1, 'd', 'USD', '3', '15')"))
+        migrate.upgrade(engine)
+        assert migrate.current(engine) == migrate.head() == "0008"
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT cache_write_1h FROM prices")).scalar_one() is None
+        migrate.downgrade(engine, "0007")
+        assert "cache_write_1h" not in {c["name"] for c in sa.inspect(engine).get_columns("prices")}
     finally:
         engine.dispose()
 
