@@ -28,8 +28,8 @@ from infra.simulator.export_drift import apply_drift
 from infra.simulator.handlers import (
     handle_anthropic_messages,
     handle_embeddings,
-    handle_openai_chat,
     handle_messages_count_tokens,
+    handle_openai_chat,
     handle_openai_responses,
     handle_responses_input_tokens,
 )

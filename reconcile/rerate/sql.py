@@ -32,8 +32,7 @@ import duckdb
 import pyarrow as pa
 
 from ledger.usage import TOKEN_TYPES
-from pricing.book import PRICED_TYPES
-from pricing.book import FxTable, PriceVersion
+from pricing.book import PRICED_TYPES, FxTable, PriceVersion
 from reconcile.rerate.reprice import DiffLine, RerateError
 from reconcile.warehouse import Warehouse, WarehouseError
 

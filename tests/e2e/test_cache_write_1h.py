@@ -13,7 +13,6 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from decimal import Decimal
-from pathlib import Path
 from typing import Iterator
 
 import anthropic

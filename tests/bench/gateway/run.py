@@ -43,6 +43,7 @@ class Plan:
     anthropic: bool = True
     arrivals: str = "poisson"
     surfaces: bool = True  # the surfaces section: chat vs Responses vs Messages on the same alias
+    responses_store: bool = True  # the Responses requests' store (false: nothing kept, the write's cost out)
 
 
 FULL = Plan(levels={1: 600, 10: 2400, 100: 3000},
@@ -99,7 +100,7 @@ async def run_bench(stack: Stack, plan: Plan, out: Callable[[str], None] = print
                 out(closed_table(title, "TTFT, streams read to the end" if stream else "full response", rows))
         if plan.surfaces:
             report["surfaces"] = await compare_surfaces(stack, {c: n for c, n in plan.levels.items() if c <= 10},
-                                                        plan.anthropic, cpu=cpu, out=out)
+                                                        plan.anthropic, cpu=cpu, out=out, store=plan.responses_store)
         direct, gateway = pairs(stack, False)["openai"]
         out(f"\n== open loop, non-streaming, openai, {plan.arrivals} arrivals, {plan.seconds_per_rate:g} s per rate;"
             f" latency from the scheduled send time; budget: added p99 <= {ADDED_P99_BUDGET_MS:g} ms")
@@ -171,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-anthropic", action="store_true", help="skip the chat-anthropic vs /v1/messages tables")
     ap.add_argument("--no-surfaces", action="store_true",
                     help="skip the surfaces section (chat vs Responses vs Messages on the same alias)")
+    ap.add_argument("--responses-no-store", action="store_true",
+                    help="the surfaces section's Responses requests say store: false (nothing kept)")
     ap.add_argument("--profile", action="store_true",
                     help=f"run the gateway under cProfile for a fixed load, print the top functions, save {OUT_PROF}")
     ap.add_argument("--profile-requests", type=int, default=3000)
@@ -199,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                 rates=[float(r) for r in args.rates.split(",")] if args.rates else list(base.rates),
                 seconds_per_rate=args.seconds_per_rate or base.seconds_per_rate,
                 anthropic=not args.no_anthropic, arrivals="uniform" if args.uniform else "poisson",
-                surfaces=not args.no_surfaces)
+                surfaces=not args.no_surfaces, responses_store=not args.responses_no_store)
 
     try:
         import uvloop

@@ -34,31 +34,32 @@ WITHIN = 0.10  # a surface's added p50 within 10% of chat's ...
 OR_MS = 0.1  # ... or within 0.1 ms (below that the difference is noise at these latencies)
 
 
-def surface_targets(stack: Stack, anthropic: bool) -> dict[str, dict[str, tuple[Target, Target]]]:
-    """dialect -> {surface: (its direct run, the gateway target)}."""
+def surface_targets(stack: Stack, anthropic: bool, store: bool = True) -> dict[str, dict[str, tuple[Target, Target]]]:
+    """dialect -> {surface: (its direct run, the gateway target)}; ``store``: the Responses requests' own."""
     gw, sim = stack.gateway_url, stack.sim_url
     chat_direct = openai_target("direct-chat", sim + "/v1/chat/completions", "sim-gpt-mid-2026-08", SIM_OPENAI_KEY)
     out = {"openai": {
         "chat": (chat_direct, openai_target("chat", gw + "/v1/chat/completions", "chat-openai", stack.key)),
         "responses": (responses_target("direct-responses", sim + "/v1/responses", "sim-gpt-mid-2026-08",
                                        SIM_OPENAI_KEY),
-                      responses_target("responses", gw + "/v1/responses", "chat-openai", stack.key)),
+                      responses_target("responses", gw + "/v1/responses", "chat-openai", stack.key, store)),
         "messages": (chat_direct, anthropic_target("messages", gw + "/v1/messages", "chat-openai", stack.key))}}
     if anthropic:
         direct = anthropic_target("direct-messages", sim + "/v1/messages", "sim-claude-mid-2026-08",
                                   SIM_ANTHROPIC_KEY)
         out["anthropic"] = {
             "chat": (direct, openai_target("chat", gw + "/v1/chat/completions", "chat-anthropic", stack.key)),
-            "responses": (direct, responses_target("responses", gw + "/v1/responses", "chat-anthropic", stack.key)),
+            "responses": (direct, responses_target("responses", gw + "/v1/responses", "chat-anthropic", stack.key,
+                                                   store)),
             "messages": (direct, anthropic_target("messages", gw + "/v1/messages", "chat-anthropic", stack.key))}
     return out
 
 
 async def compare_surfaces(stack: Stack, levels: dict[int, int], anthropic: bool, *, rounds: int = 4,
-                           cpu: CpuMeter = NO_CPU, out: Callable[[str], None] = print) -> dict:
+                           cpu: CpuMeter = NO_CPU, out: Callable[[str], None] = print, store: bool = True) -> dict:
     """Per dialect, stream and level: direct and each surface's p50/p99 and added p50/p99, in ms."""
     report: dict = {}
-    for dialect, pairs in surface_targets(stack, anthropic).items():
+    for dialect, pairs in surface_targets(stack, anthropic, store).items():
         targets = list({t.name: t for pair in pairs.values() for t in pair}.values())  # each direct run once
         sessions = {t.name: new_session() for t in targets}
         try:

@@ -45,9 +45,11 @@ def anthropic_target(name: str, url: str, model: str, key: str) -> Target:
     return Target(name, url, headers, orjson.dumps(obj), orjson.dumps(obj | {"stream": True}), "anthropic")
 
 
-def responses_target(name: str, url: str, model: str, key: str) -> Target:
-    """A Responses API request (``store`` left at its default: the response is kept, as a client's would be)."""
+def responses_target(name: str, url: str, model: str, key: str, store: bool = True) -> Target:
+    """A Responses API request (``store`` at its default, true: the response is kept, as most clients ask)."""
     obj = {"model": model, "input": PROMPT, "max_output_tokens": MAX_TOKENS}
+    if not store:
+        obj["store"] = False
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     return Target(name, url, headers, orjson.dumps(obj), orjson.dumps(obj | {"stream": True}), "responses")
 
