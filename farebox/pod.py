@@ -49,6 +49,7 @@ from proxy.ports import Append, ControlStore, Rerater, RerateRefused
 from proxy.runtime import PodState, ProxyOptions, Runtime
 from proxy.snapshot import Secrets, Snapshot
 from proxy.stored_responses import ResponseStore, store_at
+from proxy.stored_responses.behind import WriteBehind
 from proxy.upstream.relay import UpstreamClient
 from reconcile.rerate.service import Rerating
 from streams.archive.pending import unarchived_corrections
@@ -75,9 +76,10 @@ def build_runtime(settings: Settings, secrets: Secrets, pod: PodState, *, record
                   limits: Buckets, control: ControlStore | None,
                   idempotency: IdempotencyStore | None = None, cache: CachePort | None = None,
                   vectors: VectorStore | None = None, rerater: Rerater | None = None,
-                  responses: ResponseStore | None = None) -> Runtime:
+                  responses: ResponseStore | None = None, responses_shared: bool = True) -> Runtime:
     """The pod's runtime, once, with one adapter per port (idempotency and caches: in-process unless given;
-    stored responses: the SQL store at ``stored_responses.url`` unless given)."""
+    stored responses: the store at ``stored_responses.url`` unless given, written behind the answers;
+    ``responses_shared``: other processes read the same store, so a miss waits for their writes)."""
     c = settings.cache
     return Runtime(pod=pod, secrets=secrets, options=options_of(settings), recorder=recorder, budgets=budgets,
                    limits=limits, upstream=UpstreamClient(secrets), control=control, rng=random.Random(),
@@ -85,7 +87,10 @@ def build_runtime(settings: Settings, secrets: Secrets, pod: PodState, *, record
                    cache=cache or MemoryCache(max_entries=c.max_entries, max_bytes=c.max_bytes),
                    vectors=vectors or MemoryVectors(max_entries=c.semantic_max_entries, max_bytes=c.semantic_max_bytes,
                                                     max_per_namespace=c.semantic_max_per_namespace),
-                   responses=responses or store_at(settings.stored_responses.url),
+                   responses=WriteBehind(responses or store_at(settings.stored_responses.url),
+                                         miss_wait_s=1.0 if responses_shared else 0.0,
+                                         on_failure=lambda reason: recorder.metrics.responses_not_stored.labels(
+                                             reason).inc()),
                    body_log=body_log_of(settings), rerater=rerater)
 
 

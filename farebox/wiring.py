@@ -72,7 +72,8 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
                              approve_budgets_above_micro=settings.approve_budgets_above_micro)
     pod = PodState(snapshot)
     runtime = build_runtime(settings, secrets, pod, recorder=recorder, budgets=budgets,
-                            limits=MemoryBuckets(), control=control, rerater=ArchiveRerater(settings))  # one process: exact in-process buckets
+                            limits=MemoryBuckets(), control=control, rerater=ArchiveRerater(settings),
+                            responses_shared=False)  # one process: exact in-process buckets, its own responses
     # Load exact tokenizers now, not on the first request (tens of ms each).
     preload(*{e for d in snapshot.deployments.values() if (e := encoding_for_model(d.model, d.tokenizer))})
     recorder.metrics.state.queue_depth = budgets.queue.depth  # read at scrape time

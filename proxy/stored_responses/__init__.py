@@ -5,6 +5,7 @@
 ``sqlite_store`` ``SqliteResponses``: a SQLite file, batched writes on a thread of its own (embedded, ``--workers``)
 ``sql``          ``SqlResponses``: any SQLAlchemy URL (PostgreSQL); the same table
 ``redis_store``  ``RedisResponses``: shared by every pod through Redis (distributed mode)
+``behind``       ``WriteBehind``: any of them, written off the answer's path (what a pod runs)
 """
 
 from proxy.stored_responses.memory import MemoryResponses

@@ -41,7 +41,7 @@ from proxy.upstream.responses_native import NativeResponses, redacted_body
 def surface_for(body: dict[str, Any], created_at: int, keeper: stored.Keeper | None,
                 earlier: list[dict[str, Any]] | None = None) -> Surface:
     """This request's surface: its answers echo what it asked (instructions, tools, metadata, …), and with
-    ``keeper`` (``store``) the final response is kept before its last bytes go out. ``earlier``: the
+    ``keeper`` (``store``) the final response is handed to the store before its last bytes go out. ``earlier``: the
     conversation ``previous_response_id`` continues (a passed-through request sends it whole)."""
     def kept(rendered: dict[str, Any]) -> dict[str, Any]:
         if keeper is not None:

@@ -7,7 +7,7 @@ farebox), ``usage`` (the settled counts) and ``x_farebox`` being the gateway's. 
 ``NativeEncoder`` for a stream: every event as it came but the response objects in ``response.created`` /
 ``response.in_progress`` (rewritten the same way), and ``response.completed`` (or ``.incomplete``), held and
 written once the request is settled, with the settled usage; with ``keep`` (``store``) the final response is
-kept before that last event goes out. Sequence numbers are the encoder's own (consecutive from 0). When the
+handed to the store before that last event goes out. Sequence numbers are the encoder's own (consecutive from 0). When the
 provider saw the privacy policy's placeholders, text and argument deltas are restored as they stream (a
 ``StreamRestorer`` per output, what it holds released as one more delta before the output's ``.done``), and so
 are the ``.done`` events, the items and the final response (never a reasoning item). ``native_input`` is what

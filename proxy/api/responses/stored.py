@@ -3,10 +3,11 @@
 A request with ``previous_response_id`` continues a stored response of the caller's team: the model sees the
 previous response's context (every input item it saw), then its output, then the new input (``history``).
 ``instructions`` are not inherited, as in OpenAI's API. An ``item_reference`` input item names an item of
-that history by id. With ``store`` (the default) the new response is kept with its own context (``Keeper``)
-before its last bytes go out, so a follow-up can name it as soon as the client has its id; ``store: false``
-keeps nothing. A store that fails to keep one is logged and counted: the answer, already paid for, still
-goes out. ``items_page`` pages a context for ``GET /v1/responses/{id}/input_items``. Pure, but for
+that history by id. With ``store`` (the default) the new response is handed to the store with its own
+context (``Keeper``) before its last bytes go out; the pod's store writes it behind the answer and a follow-up
+finds it as soon as the client has its id (``proxy.stored_responses.behind``); ``store: false`` keeps
+nothing. A response too large to keep, or a store that fails, is logged and counted: the answer, already paid
+for, still goes out. ``items_page`` pages a context for ``GET /v1/responses/{id}/input_items``. Pure, but for
 ``Keeper.write`` (the store's I/O).
 """
 

@@ -11,6 +11,7 @@ import pytest
 from infra.postgres.server import PostgresServer
 from infra.redis.server import RedisServer
 from proxy.stored_responses import MemoryResponses, ResponseStore
+from proxy.stored_responses.behind import WriteBehind
 from proxy.stored_responses.redis_store import RedisResponses
 from proxy.stored_responses.sql import SqlResponses
 from proxy.stored_responses.sqlite_store import SqliteResponses
@@ -30,13 +31,15 @@ def responses_pg() -> Iterator[PostgresServer]:
         yield server
 
 
-@pytest.fixture(params=["memory", "sqlite", "sqlite-batched", "postgres", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "sqlite-batched", "postgres", "redis", "behind"])
 async def store(request, tmp_path) -> AsyncIterator[ResponseStore]:
     adapter: ResponseStore
     if request.param == "memory":
         adapter = MemoryResponses()
     elif request.param == "sqlite":
         adapter = SqlResponses(f"sqlite:///{tmp_path / 'responses.sqlite'}")
+    elif request.param == "behind":  # written behind the answers, over the batched SQLite store
+        adapter = WriteBehind(SqliteResponses(tmp_path / "responses.sqlite"), miss_wait_s=0.0)
     elif request.param == "sqlite-batched":
         adapter = SqliteResponses(tmp_path / "responses.sqlite")
     elif request.param == "postgres":

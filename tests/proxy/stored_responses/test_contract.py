@@ -77,3 +77,43 @@ async def test_both_sqlite_adapters_read_each_others_file(tmp_path) -> None:
     assert await plain.get(one.id, time.time()) == one and await batched.get(two.id, time.time()) == two
     await batched.close()
     await plain.close()
+
+
+async def test_write_behind_reads_its_own_writes_waits_for_others_and_loses_none(tmp_path) -> None:
+    import asyncio
+
+    from proxy.stored_responses import MemoryResponses
+    from proxy.stored_responses.behind import WriteBehind
+
+    class Slow(MemoryResponses):
+        async def put(self, record: StoredResponse) -> None:
+            await asyncio.sleep(0.05)
+            await super().put(record)
+
+        async def close(self) -> None:  # shared by both "processes": the test reads it after one closes
+            return None
+
+    shared = Slow()
+    mine, other = WriteBehind(shared, miss_wait_s=0.0), WriteBehind(shared, miss_wait_s=1.0)
+    kept = record()
+    await mine.put(kept)  # returns before the store has it
+    assert await shared.get(kept.id, time.time()) is None
+    assert await mine.get(kept.id, time.time()) == kept  # this process: at once
+    assert await other.get(kept.id, time.time()) == kept  # another process: once the write lands
+    later = record()
+    await mine.put(later)
+    assert await mine.delete(later.id) is True and await mine.get(later.id, time.time()) is None
+    last = record()
+    await mine.put(last)
+    await mine.close()  # shutdown waits for the writes still running
+    assert await shared.get(last.id, time.time()) == last
+    failures: list[str] = []
+
+    class Down(MemoryResponses):
+        async def put(self, record: StoredResponse) -> None:
+            raise ConnectionError("store down")
+
+    down = WriteBehind(Down(), miss_wait_s=0.0, on_failure=failures.append)
+    await down.put(record())
+    await down.close()
+    assert failures == ["store_failed"]
