@@ -115,8 +115,9 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
             exc.headers["x-fb-attempts"] = str(meter.tab.attempts)
             await meter.durable()
             raise
-    # a non-stream answer's bytes go out once its settlement is durable (and what its surface keeps is written)
-    await (meter.durable() if surface.settled is None else asyncio.gather(meter.durable(), surface.settled()))
+    if surface.settled is not None:  # what the surface keeps, handed to its store (written behind the answer)
+        await surface.settled()
+    await meter.durable()  # a non-stream answer's bytes go out once its settlement is durable
     return response
 
 

@@ -313,7 +313,8 @@ async def answer_chat(request: web.Request, rt: ServingPorts, meter: Meter, entr
         **_hit_headers(meter, entry, headers), "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
         "x-request-id": request["client_request_id"] or tab.request_id, "x-fb-request-id": tab.request_id})
     data = encoder.encode(replay_chunks(entry)) + encoder.tail(entry.usage, x_farebox, include_usage)
-    await asyncio.gather(meter.durable(), encoder.settled())  # out once the hit's settlement is durable
+    await encoder.settled()  # what the surface keeps, handed to its store (written behind)
+    await meter.durable()  # the replayed stream goes out once the hit's settlement is durable
     try:
         await resp.prepare(request)
         await resp.write(data)

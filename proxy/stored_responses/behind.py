@@ -33,14 +33,29 @@ class WriteBehind:
         self.miss_wait_s = miss_wait_s
         self.on_failure = on_failure
         self.pending: dict[str, StoredResponse] = {}
-        self.writes: dict[str, asyncio.Task[None]] = {}
+        self.writes: dict[str, asyncio.Future[None]] = {}  # a task, or the batching store's own future
 
     async def put(self, record: StoredResponse) -> None:
         previous = self.writes.get(record.id)
         self.pending[record.id] = record
+        queue = getattr(self.store, "put_nowait", None)
+        if previous is None and queue is not None:  # the store batches writes itself: no task of our own
+            write: asyncio.Future[None] = queue(record)
+            write.add_done_callback(lambda done: self._done(record, done))
+            self.writes[record.id] = write
+            return
         self.writes[record.id] = asyncio.create_task(self._write(record, previous))
 
-    async def _write(self, record: StoredResponse, previous: asyncio.Task[None] | None) -> None:
+    def _done(self, record: StoredResponse, write: asyncio.Future[None]) -> None:
+        if not write.cancelled() and write.exception() is not None:
+            log.warning("stored response %s not kept: the store failed", record.id, exc_info=write.exception())
+            if self.on_failure is not None:
+                self.on_failure("store_failed")
+        if self.pending.get(record.id) is record:
+            del self.pending[record.id]
+            del self.writes[record.id]
+
+    async def _write(self, record: StoredResponse, previous: asyncio.Future[None] | None) -> None:
         try:
             if previous is not None:
                 await asyncio.gather(previous, return_exceptions=True)

@@ -57,11 +57,15 @@ class SqliteResponses:
             raise
 
     async def put(self, record: StoredResponse) -> None:
+        await self.put_nowait(record)
+
+    def put_nowait(self, record: StoredResponse) -> asyncio.Future[None]:
+        """Queue ``record`` for the next batch; the future resolves once a commit holds it (or fails)."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.pending.append(((record.id, record.team, record.expires_at, record.dumps()), future))
         if self.writer is None or self.writer.done():
             self.writer = asyncio.create_task(self._drain())
-        await future
+        return future
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()

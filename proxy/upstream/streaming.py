@@ -304,11 +304,13 @@ async def _relayed(
 
 async def _settled_last_write(meter: StreamMeter, dep: Deployment, status: int, resp: web.StreamResponse, data: bytes,
                               watch: Watched, eof: bool, kept: Awaitable[None] | None = None) -> None:
-    """Settle, wait until the settlement is durable (and what the surface keeps is written), then write the
+    """Settle, hand what the surface keeps to its store, wait until the settlement is durable, then write the
     stream's last bytes."""
     meter.settle(status, dep)
     try:
-        await (meter.durable() if kept is None else asyncio.gather(meter.durable(), kept))
+        if kept is not None:
+            await kept  # the surface hands what it keeps to its store (written behind: returns at once)
+        await meter.durable()
     except asyncio.CancelledError:
         watch.absorb()  # the caller left while we waited: the settlement stands, nothing more to write
         return

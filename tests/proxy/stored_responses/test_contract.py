@@ -117,3 +117,20 @@ async def test_write_behind_reads_its_own_writes_waits_for_others_and_loses_none
     await down.put(record())
     await down.close()
     assert failures == ["store_failed"]
+
+
+async def test_write_behind_over_the_batching_store_reports_a_failed_commit(tmp_path) -> None:
+    from proxy.stored_responses.behind import WriteBehind
+    from proxy.stored_responses.sqlite_store import SqliteResponses
+
+    class Broken(SqliteResponses):
+        def _write(self, rows) -> None:  # type: ignore[no-untyped-def]
+            raise OSError("disk full")
+
+    failures: list[str] = []
+    behind = WriteBehind(Broken(tmp_path / "r.sqlite"), miss_wait_s=0.0, on_failure=failures.append)
+    kept = record()
+    await behind.put(kept)
+    assert await behind.get(kept.id, time.time()) == kept  # pending until the commit answers
+    await behind.close()
+    assert failures == ["store_failed"] and behind.pending == {}
