@@ -87,7 +87,8 @@ def build_runtime(settings: Settings, secrets: Secrets, pod: PodState, *, record
                    cache=cache or MemoryCache(max_entries=c.max_entries, max_bytes=c.max_bytes),
                    vectors=vectors or MemoryVectors(max_entries=c.semantic_max_entries, max_bytes=c.semantic_max_bytes,
                                                     max_per_namespace=c.semantic_max_per_namespace),
-                   responses=WriteBehind(responses or store_at(settings.stored_responses.url),
+                   responses=WriteBehind(responses or store_at(settings.stored_responses.url,
+                                                                only_writer=not responses_shared),
                                          miss_wait_s=1.0 if responses_shared else 0.0,
                                          on_failure=lambda reason: recorder.metrics.responses_not_stored.labels(
                                              reason).inc()),

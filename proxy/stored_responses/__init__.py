@@ -12,13 +12,13 @@ from proxy.stored_responses.memory import MemoryResponses
 from proxy.stored_responses.port import ResponseStore, StoredResponse, readable
 
 
-def store_at(url: str) -> ResponseStore:
-    """The adapter for ``stored_responses.url``: a ``sqlite:///`` file gets ``SqliteResponses``, any other URL
-    (PostgreSQL) ``SqlResponses``."""
+def store_at(url: str, *, only_writer: bool = False) -> ResponseStore:
+    """The adapter for ``stored_responses.url``: a ``sqlite:///`` file gets ``SqliteResponses`` (written on the
+    event loop when this process is its ``only_writer``), any other URL (PostgreSQL) ``SqlResponses``."""
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
         from proxy.stored_responses.sqlite_store import SqliteResponses
 
-        return SqliteResponses(url.removeprefix("sqlite:///"))
+        return SqliteResponses(url.removeprefix("sqlite:///"), inline=only_writer)
     from proxy.stored_responses.sql import SqlResponses
 
     return SqlResponses(url)

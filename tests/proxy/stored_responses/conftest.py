@@ -31,7 +31,7 @@ def responses_pg() -> Iterator[PostgresServer]:
         yield server
 
 
-@pytest.fixture(params=["memory", "sqlite", "sqlite-batched", "postgres", "redis", "behind"])
+@pytest.fixture(params=["memory", "sqlite", "sqlite-batched", "sqlite-inline", "postgres", "redis", "behind"])
 async def store(request, tmp_path) -> AsyncIterator[ResponseStore]:
     adapter: ResponseStore
     if request.param == "memory":
@@ -40,6 +40,8 @@ async def store(request, tmp_path) -> AsyncIterator[ResponseStore]:
         adapter = SqlResponses(f"sqlite:///{tmp_path / 'responses.sqlite'}")
     elif request.param == "behind":  # written behind the answers, over the batched SQLite store
         adapter = WriteBehind(SqliteResponses(tmp_path / "responses.sqlite"), miss_wait_s=0.0)
+    elif request.param == "sqlite-inline":
+        adapter = SqliteResponses(tmp_path / "responses.sqlite", inline=True, checkpoint_every=2, sweep_every=2)
     elif request.param == "sqlite-batched":
         adapter = SqliteResponses(tmp_path / "responses.sqlite")
     elif request.param == "postgres":
