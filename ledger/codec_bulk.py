@@ -36,7 +36,7 @@ from ledger.events import ATTEMPT_OUTCOMES, Event, HoldExpired, RequestAdmitted,
 from ledger.request_events import CACHE_KINDS
 from ledger.usage import TOKEN_TYPES, USAGE_SOURCES, TokenUsage
 
-MIRRORED = "29d1219f7101b4b71d3db689c659d13c36c4b7bce6e8941cf5eeda08bd82744d"
+MIRRORED = "26f836e9b710739d91926ecba03bef8a667366f2364a3ec7ef51c10edb80a0f2"
 
 Columns = Mapping[str, Sequence[Any]]
 _USAGE_KEYS = frozenset({*TOKEN_TYPES, "source"})

@@ -8,8 +8,8 @@ visible output and ``reasoning`` is hidden reasoning output.
 ``cache_write_1h`` is a detail of ``cache_write``, not a sixth type: of the cache-write tokens, those written
 with a one-hour lifetime (Anthropic's ``ephemeral_1h_input_tokens``), priced at the deployment's
 ``cache_write_1h`` price instead of its ``cache_write`` price (``pricing.rating``). Every count by type keeps
-``cache_write`` as all writes. ``to_dict`` carries it only when it is not 0, so the events of every request
-without one-hour writes are written exactly as before it existed, and a reader of such an event gets 0.
+``cache_write`` as all writes. ``to_dict`` carries it only when it is not 0 (a usage without one-hour writes
+has the same wire form with or without the field), and a usage read without it has 0.
 
 ``source`` says where the counts come from: ``provider`` (what the provider
 reported, checked), ``estimated`` (the provider reported nothing; farebox's
@@ -54,22 +54,17 @@ class TokenUsage:
 
     def to_dict(self) -> dict[str, int | str]:
         # Explicit rather than dataclasses.asdict, which deep-copies: this runs three times per request.
-        return {
+        out: dict[str, int | str] = {
             "input": self.input,
             "cached_input": self.cached_input,
             "cache_write": self.cache_write,
             "output": self.output,
             "reasoning": self.reasoning,
             "source": self.source,
-        } if not self.cache_write_1h else {
-            "input": self.input,
-            "cached_input": self.cached_input,
-            "cache_write": self.cache_write,
-            "output": self.output,
-            "reasoning": self.reasoning,
-            "source": self.source,
-            "cache_write_1h": self.cache_write_1h,
         }
+        if self.cache_write_1h:
+            out["cache_write_1h"] = self.cache_write_1h
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> "TokenUsage":

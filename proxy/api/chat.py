@@ -136,8 +136,16 @@ def _passthrough(surface: Surface, privacy: Classified) -> Callable[[Deployment]
     passthrough = surface.passthrough
     if passthrough is None:
         return lambda dep: None
-    return lambda dep: passthrough.make(privacy.redaction if privacy.redacts(dep) else None) \
-        if passthrough.serves(dep, privacy.redacts(dep)) else None
+    made: dict[str, Dialect | None] = {}  # one per deployment: routing, the attempt and the relay ask alike
+
+    def native(dep: Deployment) -> Dialect | None:
+        if dep.id not in made:
+            redacts = privacy.redacts(dep)
+            made[dep.id] = passthrough.make(privacy.redaction if redacts else None) \
+                if passthrough.serves(dep, redacts) else None
+        return made[dep.id]
+
+    return native
 
 
 def honouring(cands: list[Deployment], body: dict,
@@ -152,7 +160,8 @@ def honouring(cands: list[Deployment], body: dict,
             kept.append(dep)
             continue
         try:
-            for param, what in native_only:
+            if native_only:
+                param, what = native_only[0]
                 raise UnsupportedParameter(param, dep.id, f"{what} needs a deployment that serves this API itself")
             get_dialect(dep.dialect).validate(body, dep)
         except UnsupportedParameter as exc:

@@ -1,8 +1,7 @@
 """``WriteBehind``: a ``ResponseStore`` whose writes leave the answer's path, read-your-writes kept.
 
-The Responses API keeps a response before its client can name it. Waiting for the store's write before the
-answer's last byte cost about 0.25 ms of added latency per request on the bench box (a SQLite transaction on a
-thread, a Redis round trip). ``put`` here returns at once: the record joins ``pending`` (this process's
+The Responses API keeps a response before its client can name it, but the answer need not wait for the store
+(a SQLite transaction, a Redis round trip): ``put`` here returns at once: the record joins ``pending`` (this process's
 unwritten records) and is written by a task of its own. So:
 
 * a read in this process finds a record from the moment ``put`` returns (``pending`` first, then the store);

@@ -9,7 +9,7 @@ response finds it). The schema is ``SqlResponses``'s (``proxy.stored_responses.s
 the other's file. Expired rows are never returned and are swept every ``sweep_every`` writes.
 
 ``inline`` (a pod that is the file's only writer: embedded mode) writes on the event loop instead, one short
-transaction per response (~40 µs; the thread hand-off cost more CPU than the write), with SQLite's automatic
+transaction per response (tens of µs, less CPU than handing it to a thread), with SQLite's automatic
 checkpoint off: the thread checkpoints the WAL (PASSIVE, never blocking the writer) every ``checkpoint_every``
 writes, and a sweep deletes at most ``sweep_rows`` expired rows, so no write waits on a long one.
 """

@@ -53,6 +53,20 @@ NEVER = frozenset({
 KNOWN_PARAMS = TRANSLATED | frozenset(NOOP_VALUES) | NEVER
 
 
+def headers(secret: str | None, extra: Mapping[str, str] | None, *, stream: bool,
+            beta: str | None = None) -> dict[str, str]:
+    """A Messages API request's headers; ours win over ``extra`` (the key is never overridable)."""
+    out = dict(extra or {})
+    out["content-type"] = "application/json"
+    out["anthropic-version"] = API_VERSION
+    if beta:
+        out["anthropic-beta"] = beta
+    out["accept"] = "text/event-stream" if stream else "application/json"
+    if secret:
+        out["x-api-key"] = secret
+    return out
+
+
 class AnthropicDialect:
     name = "anthropic"
 
@@ -82,15 +96,9 @@ class AnthropicDialect:
         max_output_tokens: int,
         extra_headers: Mapping[str, str] | None = None,
     ) -> UpstreamRequest:
-        headers = dict(extra_headers or {})  # ours win over extras
-        headers["content-type"] = "application/json"
-        headers["anthropic-version"] = API_VERSION
-        headers["accept"] = "text/event-stream" if body.get("stream") else "application/json"
-        if secret:
-            headers["x-api-key"] = secret
         return UpstreamRequest(
             url=deployment.base_url.rstrip("/") + "/v1/messages",
-            headers=headers,
+            headers=headers(secret, extra_headers, stream=bool(body.get("stream"))),
             body=orjson.dumps(build_body(body, deployment, max_output_tokens)),
         )
 

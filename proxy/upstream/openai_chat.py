@@ -46,7 +46,7 @@ def _url(base_url: str, path: str) -> str:
     return base_url.rstrip("/") + path
 
 
-def _headers(secret: str | None, extra: Mapping[str, str] | None, *, stream: bool) -> dict[str, str]:
+def headers(secret: str | None, extra: Mapping[str, str] | None, *, stream: bool) -> dict[str, str]:
     headers = dict(extra or {})  # ours win over extras: auth is never overridable
     headers["content-type"] = "application/json"
     headers["accept"] = "text/event-stream" if stream else "application/json"
@@ -179,7 +179,7 @@ class OpenAIChatDialect:
             out.pop("stream_options", None)  # OpenAI rejects it without stream
         return UpstreamRequest(
             url=_url(deployment.base_url, "/chat/completions"),
-            headers=_headers(secret, extra_headers, stream=stream),
+            headers=headers(secret, extra_headers, stream=stream),
             body=orjson.dumps(out),
         )
 
@@ -212,7 +212,7 @@ class OpenAIChatDialect:
         out = {**body, "model": deployment.model}
         return UpstreamRequest(
             url=_url(deployment.base_url, "/embeddings"),
-            headers=_headers(secret, extra_headers, stream=False),
+            headers=headers(secret, extra_headers, stream=False),
             body=orjson.dumps(out),
         )
 

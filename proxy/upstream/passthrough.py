@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from proxy.snapshot import Deployment
-from proxy.upstream.anthropic import API_VERSION, AnthropicDialect
+from proxy.upstream.anthropic import AnthropicDialect, headers
 from proxy.upstream.anthropic_response import AnthropicStreamTranslator, parse_message
 from proxy.upstream.base import ChatResult, SSEEvent, UpstreamRequest
 
@@ -125,16 +125,10 @@ class NativeMessages(AnthropicDialect):
 
     def chat_request(self, body: dict, deployment: Deployment, secret: str | None, *, max_output_tokens: int,
                      extra_headers: Mapping[str, str] | None = None) -> UpstreamRequest:
-        headers = dict(extra_headers or {})
-        headers["content-type"] = "application/json"
-        headers["anthropic-version"] = API_VERSION
-        if self.beta:
-            headers["anthropic-beta"] = self.beta
-        headers["accept"] = "text/event-stream" if self.body.get("stream") else "application/json"
-        if secret:
-            headers["x-api-key"] = secret
         out = {**self.body, "model": deployment.model, "max_tokens": max_output_tokens}
-        return UpstreamRequest(url=deployment.base_url.rstrip("/") + "/v1/messages", headers=headers,
+        return UpstreamRequest(url=deployment.base_url.rstrip("/") + "/v1/messages",
+                               headers=headers(secret, extra_headers, stream=bool(self.body.get("stream")),
+                                               beta=self.beta),
                                body=orjson.dumps(out))
 
     def parse_chat(self, data: dict) -> ChatResult:

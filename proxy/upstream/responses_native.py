@@ -27,7 +27,7 @@ from ledger.usage import TokenUsage
 from proxy.errors import UpstreamUnavailable
 from proxy.snapshot import Deployment
 from proxy.upstream.base import ChatResult, SSEEvent, StreamState, UpstreamRequest
-from proxy.upstream.openai_chat import OpenAIChatDialect, error_from
+from proxy.upstream.openai_chat import OpenAIChatDialect, error_from, headers
 from proxy.upstream.usage_check import UNREPORTED, responses_usage
 
 FINISHED = ("response.completed", "response.incomplete")
@@ -197,14 +197,9 @@ class NativeResponses(OpenAIChatDialect):
 
     def chat_request(self, body: dict, deployment: Deployment, secret: str | None, *, max_output_tokens: int,
                      extra_headers: Mapping[str, str] | None = None) -> UpstreamRequest:
-        stream = self.body.get("stream") is True
-        headers = dict(extra_headers or {})
-        headers["content-type"] = "application/json"
-        headers["accept"] = "text/event-stream" if stream else "application/json"
-        if secret:
-            headers["authorization"] = f"Bearer {secret}"
         out = {**self.body, "model": deployment.model, "max_output_tokens": max_output_tokens}
-        return UpstreamRequest(url=deployment.base_url.rstrip("/") + "/responses", headers=headers,
+        return UpstreamRequest(url=deployment.base_url.rstrip("/") + "/responses",
+                               headers=headers(secret, extra_headers, stream=self.body.get("stream") is True),
                                body=orjson.dumps(out))
 
     def parse_chat(self, data: dict) -> ChatResult:

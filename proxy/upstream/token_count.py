@@ -18,23 +18,13 @@ import orjson
 
 from proxy.errors import GatewayError
 from proxy.snapshot import Deployment
-from proxy.upstream.anthropic import API_VERSION
+from proxy.upstream import anthropic, openai_chat
 from proxy.upstream.relay import UpstreamClient
 
 log = logging.getLogger("farebox.proxy")
 
 PATHS = {"anthropic": "/v1/messages/count_tokens", "openai": "/responses/input_tokens"}
-
-
-def _headers(dep: Deployment, secret: str | None, extra: Mapping[str, str]) -> dict[str, str]:
-    headers = {**extra, "content-type": "application/json", "accept": "application/json"}
-    if dep.dialect == "anthropic":
-        headers["anthropic-version"] = API_VERSION
-        if secret:
-            headers["x-api-key"] = secret
-    elif secret:
-        headers["authorization"] = f"Bearer {secret}"
-    return headers
+_HEADERS = {"anthropic": anthropic.headers, "openai": openai_chat.headers}
 
 
 async def provider_count(upstream: UpstreamClient, dep: Deployment, body: Mapping[str, Any],
@@ -47,7 +37,8 @@ async def provider_count(upstream: UpstreamClient, dep: Deployment, body: Mappin
         sent = {**body, "model": dep.model}
         async with asyncio.timeout(timeout_s):
             async with upstream.session.post(dep.base_url.rstrip("/") + path, data=orjson.dumps(sent),
-                                             headers=_headers(dep, secret, extra_headers)) as resp:
+                                             headers=_HEADERS[dep.dialect](secret, extra_headers,
+                                                                           stream=False)) as resp:
                 raw = await resp.read()
                 if resp.status != 200:
                     log.info("token count from %s: status %d; answering farebox's estimate", dep.id, resp.status)

@@ -51,10 +51,11 @@ def surface_for(body: dict[str, Any], created_at: int, keeper: stored.Keeper | N
     def render(completion: dict[str, Any], usage: Any, request_id: str, alias: str) -> dict[str, Any]:
         return kept(response_of(completion, usage, body, f"resp_{request_id}", alias, created_at))
 
-    upstream_body = {**{k: v for k, v in body.items() if k != "previous_response_id"},
-                     "input": native.native_input(body, earlier or [])}
     keep = None if keeper is None else keeper.keep
-    def make(redaction: Redaction | None) -> NativeResponses:
+
+    def make(redaction: Redaction | None) -> NativeResponses:  # only for a deployment that serves the API
+        upstream_body = {**{k: v for k, v in body.items() if k != "previous_response_id"},
+                         "input": native.native_input(body, earlier or [])}
         if redaction is None:
             return NativeResponses(upstream_body)
         return NativeResponses(upstream_body, redact=redaction.redact, restore=redaction.restore)
