@@ -2,7 +2,11 @@
 
 Model endpoints: ``POST /v1/chat/completions``, ``POST /v1/embeddings``
 (OpenAI), ``POST /v1/responses`` (OpenAI Responses) and ``POST /v1/messages`` (Anthropic), and their token
-counters ``POST /v1/responses/input_tokens`` and ``POST /v1/messages/count_tokens``. Provider invoice:
+counters ``POST /v1/responses/input_tokens`` and ``POST /v1/messages/count_tokens``; Azure OpenAI
+(``/openai/deployments/{d}/chat/completions``, ``/openai/v1/chat/completions``), Bedrock
+(``/model/{id}/converse``, ``…/converse-stream``, SigV4-checked), Gemini (``/v1beta/models/{m}:generateContent``,
+``:streamGenerateContent``) and Vertex AI (``/v1/projects/{p}/locations/{l}/publishers/google/models/…``, with
+its OAuth ``POST /token``). Provider invoice:
 ``GET /v1/usage/export?account=A&date=YYYY-MM-DD[&format=csv]`` (both filters
 optional). Test control: ``GET /_sim/health``, ``GET /_sim/stats``,
 ``GET|POST /_sim/models/{model}`` (read / overlay a profile),
@@ -25,9 +29,13 @@ from aiohttp import web
 
 from infra.simulator.config import ConfigError, SimulatorConfig
 from infra.simulator.export_drift import apply_drift
+from infra.simulator.google_token import token
 from infra.simulator.handlers import (
     handle_anthropic_messages,
+    handle_azure_chat,
+    handle_bedrock_converse,
     handle_embeddings,
+    handle_gemini,
     handle_messages_count_tokens,
     handle_openai_chat,
     handle_openai_responses,
@@ -149,6 +157,14 @@ def create_app(config: SimulatorConfig) -> web.Application:
     app.router.add_post("/v1/responses", handle_openai_responses)
     app.router.add_post("/v1/responses/input_tokens", handle_responses_input_tokens)
     app.router.add_post("/v1/messages/count_tokens", handle_messages_count_tokens)
+    app.router.add_post("/openai/deployments/{deployment}/chat/completions", handle_azure_chat)
+    app.router.add_post("/openai/v1/chat/completions", handle_azure_chat)
+    app.router.add_post("/model/{model:.+}/converse", handle_bedrock_converse)
+    app.router.add_post("/model/{model:.+}/converse-stream", handle_bedrock_converse)
+    app.router.add_post("/v1beta/models/{target:[^/]+}", handle_gemini)
+    app.router.add_post("/v1/projects/{project}/locations/{location}/publishers/google/models/{target:[^/]+}",
+                        handle_gemini)
+    app.router.add_post("/token", token)
     app.router.add_get("/v1/usage/export", usage_export)
     app.router.add_get("/_sim/health", health)
     app.router.add_get("/_sim/stats", stats)

@@ -69,6 +69,9 @@ class ModelProfile:
 class Account:
     name: str
     api_key: str
+    # Vertex AI: the service account whose signed assertions POST /token exchanges for this account's tokens
+    google_client_email: str | None = None
+    google_public_key: str | None = None  # its public key (PEM); the private key stays with the caller
 
     def __repr__(self) -> str:  # never print keys
         return f"Account({self.name!r})"
@@ -180,7 +183,7 @@ def _parse_accounts(data: Any, errors: list[str]) -> tuple[Account, ...]:
         if not isinstance(item, dict):
             errors.append(f"{p}: must be a mapping with name and api_key")
             continue
-        for extra in sorted(set(item) - {"name", "api_key"}):
+        for extra in sorted(set(item) - {"name", "api_key", "google_client_email", "google_public_key"}):
             errors.append(f"{p}.{extra}: unknown field")
         name, key = item.get("name"), item.get("api_key")
         if not isinstance(name, str) or not name:
@@ -194,7 +197,11 @@ def _parse_accounts(data: Any, errors: list[str]) -> tuple[Account, ...]:
         if isinstance(name, str) and name and isinstance(key, str) and key:
             names.add(name)
             keys.add(key)
-            out.append(Account(name, key))
+            email, public = item.get("google_client_email"), item.get("google_public_key")
+            if (email is None) != (public is None) or not all(v is None or isinstance(v, str) for v in (email, public)):
+                errors.append(f"{p}: google_client_email and google_public_key go together, as strings")
+                email = public = None
+            out.append(Account(name, key, email, public))
     return tuple(out)
 
 

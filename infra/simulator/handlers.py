@@ -21,7 +21,15 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from infra.simulator import anthropic_wire, embeddings, openai_wire, responses_wire
+from infra.simulator import (
+    anthropic_wire,
+    azure_wire,
+    bedrock_wire,
+    embeddings,
+    gemini_wire,
+    openai_wire,
+    responses_wire,
+)
 from infra.simulator.faults import OUTCOME, PRE_GENERATION
 from infra.simulator.generation import Overrides, Plan, RequestError, plan_chat
 from infra.simulator.state import STATE, SimState
@@ -32,6 +40,18 @@ _KIND_OUTCOME = {"invalid_request": "bad_request", "authentication": "unauthoriz
                  "overloaded": "overloaded", "content_policy": "content_policy",
                  "context_length": "context_length"}
 _SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+
+
+def _path_model(request: web.Request) -> str | None:
+    """The model named by the URL (Azure's deployment, Bedrock's model id, Gemini's ``{model}:{method}``)."""
+    info = request.match_info
+    if "deployment" in info:
+        return info["deployment"]
+    if "model" in info:
+        return info["model"]
+    if "target" in info:
+        return info["target"].rpartition(":")[0] or None
+    return None
 
 
 class ClientGone(Exception):
@@ -58,6 +78,8 @@ async def sleep_watch(request: web.Request, seconds: float) -> None:
 
 def _error_response(wire: ModuleType, err: RequestError, rid: str) -> web.Response:
     headers = {"x-request-id": rid, **err.headers}
+    if hasattr(wire, "error_headers"):
+        headers.update(wire.error_headers(err))
     if wire is anthropic_wire:
         headers["request-id"] = rid
     return web.Response(status=err.status, body=wire.error_body(err), content_type="application/json",
@@ -75,7 +97,9 @@ async def _read_body(request: web.Request) -> Any:
     return body
 
 
-def _authenticate(state: SimState, wire: ModuleType, request: web.Request) -> str:
+async def _authenticate(state: SimState, wire: ModuleType, request: web.Request) -> str:
+    if hasattr(wire, "authenticate"):  # signatures (SigV4), OAuth tokens, Azure's headers
+        return wire.authenticate(state, request, await request.read())  # (aiohttp keeps the body read once)
     key = wire.api_key(request.headers)
     account = state.account_for(key)
     if account is None:
@@ -84,7 +108,7 @@ def _authenticate(state: SimState, wire: ModuleType, request: web.Request) -> st
 
 
 def _new_id(wire: ModuleType) -> str:
-    prefix = {anthropic_wire: "msg_sim", responses_wire: "resp_sim"}.get(wire, "chatcmpl-sim")
+    prefix = {anthropic_wire: "msg_sim", responses_wire: "resp_sim", gemini_wire: "sim-"}.get(wire, "chatcmpl-sim")
     return prefix + uuid.uuid4().hex[:22]
 
 
@@ -102,13 +126,21 @@ async def chat(request: web.Request, wire: ModuleType) -> web.StreamResponse:
     model = "unknown"
     try:
         body = await _read_body(request)
-        if isinstance(body, dict) and isinstance(body.get("model"), str):
+        path_model = _path_model(request)
+        if path_model:
+            model = path_model
+        elif isinstance(body, dict) and isinstance(body.get("model"), str):
             model = body["model"]
-        account = _authenticate(state, wire, request)
+        account = await _authenticate(state, wire, request)
         wire.check_headers(request.headers)
         if not isinstance(body, dict):
             raise RequestError(400, "invalid_request", "The request body is not valid JSON.")
-        req = wire.parse_chat(body, state.config.strict_params)
+        if path_model:
+            req = wire.parse_chat(body, state.config.strict_params, path_model)
+        else:
+            req = wire.parse_chat(body, state.config.strict_params)
+        if hasattr(wire, "stream_from_path"):
+            req.stream = wire.stream_from_path(request.path)
         ov = Overrides.from_headers(request.headers)
         if not wire.REPORTS_CACHE_WRITE and ov.cache_write_tokens:
             ov = dataclasses.replace(ov, cache_write_tokens=0)
@@ -203,6 +235,8 @@ async def _stream(request: web.Request, state: SimState, wire: ModuleType, plan:
                   progress: _Progress) -> web.StreamResponse:
     enc = wire.StreamEncoder(plan, rid, int(time.time()), model, include_usage)
     headers = dict(_SSE_HEADERS, **{"x-request-id": rid})
+    if hasattr(wire, "STREAM_CONTENT_TYPE"):
+        headers["Content-Type"] = wire.STREAM_CONTENT_TYPE
     if wire is anthropic_wire:
         headers["request-id"] = rid
     resp = web.StreamResponse(headers=headers)
@@ -252,6 +286,22 @@ async def handle_anthropic_messages(request: web.Request) -> web.StreamResponse:
     return await chat(request, anthropic_wire)
 
 
+async def handle_azure_chat(request: web.Request) -> web.StreamResponse:
+    return await chat(request, azure_wire)
+
+
+async def handle_bedrock_converse(request: web.Request) -> web.StreamResponse:
+    return await chat(request, bedrock_wire)
+
+
+async def handle_gemini(request: web.Request) -> web.StreamResponse:
+    method = request.match_info["target"].rpartition(":")[2]
+    if method not in ("generateContent", "streamGenerateContent"):
+        err = RequestError(404, "not_found", f"Method {method!r} is not found for this model.")
+        return _error_response(gemini_wire, err, _new_id(gemini_wire))
+    return await chat(request, gemini_wire)
+
+
 async def handle_openai_responses(request: web.Request) -> web.StreamResponse:
     return await chat(request, responses_wire)
 
@@ -262,7 +312,7 @@ async def count_tokens(request: web.Request, wire: ModuleType) -> web.Response:
     state, rid = request.app[STATE], _new_id(wire)
     try:
         body = await _read_body(request)
-        _authenticate(state, wire, request)
+        await _authenticate(state, wire, request)
         if not isinstance(body, dict):
             raise RequestError(400, "invalid_request", "The request body is not valid JSON.")
         if wire is anthropic_wire:
@@ -292,7 +342,7 @@ async def handle_embeddings(request: web.Request) -> web.StreamResponse:
         body = await _read_body(request)
         if isinstance(body, dict) and isinstance(body.get("model"), str):
             model = body["model"]
-        account = _authenticate(state, openai_wire, request)
+        account = await _authenticate(state, openai_wire, request)
         if not isinstance(body, dict):
             raise RequestError(400, "invalid_request", "The request body is not valid JSON.")
         model, inputs, dims, fmt = openai_wire.parse_embeddings(body)

@@ -31,6 +31,7 @@ class SimState:
         self.stats = Stats()
         self.received = ReceivedLog()
         self.prompt_cache = PromptCache()  # Anthropic cache_control prefixes
+        self.google_tokens: dict[str, str] = {}  # OAuth access token the /token endpoint issued -> account
 
     def profile(self, model: str) -> ModelProfile:
         prof = self.overrides.get(model)
@@ -54,6 +55,10 @@ class SimState:
         drift = parse_drift_update(data, self.drift(account))
         self.drifts[account] = drift
         return drift
+
+    def api_keys(self) -> list[str]:
+        """Every account's key (dialects that authenticate by signature look the signer up here)."""
+        return list(self._accounts)
 
     def account_for(self, key: str | None) -> str | None:
         """The account a presented key belongs to, or None (the key is never logged)."""

@@ -210,7 +210,7 @@ async def _complete(
     async def attempt(dep: Deployment):
         dialect = native(dep) or get_dialect(dep.dialect)
         req = dialect.chat_request(
-            privacy.body_for(dep, call.body), dep, upstream.secret_for(dep), max_output_tokens=max_out,
+            privacy.body_for(dep, call.body), dep, await upstream.credential(dep), max_output_tokens=max_out,
             extra_headers=forwarded_headers(dep, request.headers),
         )
         result = parsed(dialect.parse_chat, await upstream.complete(dialect, req, timeouts))

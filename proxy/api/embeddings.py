@@ -66,7 +66,7 @@ async def _serve(request: web.Request, rt: Runtime, call: EmbeddingsCall) -> web
     async def attempt(dep: Deployment):
         dialect = get_dialect(dep.dialect)
         req = dialect.embeddings_request(
-            call.body, dep, upstream.secret_for(dep), extra_headers=forwarded_headers(dep, request.headers)
+            call.body, dep, await upstream.credential(dep), extra_headers=forwarded_headers(dep, request.headers)
         )
         result = parsed(dialect.parse_embeddings, await upstream.complete(dialect, req, timeouts))
         result.usage = within(result.usage, dep.context_window)

@@ -28,6 +28,7 @@ from proxy.control.policies import (
 )
 from proxy.control.problems import Problems, Reader
 from proxy.snapshot import (
+    AUTH_KINDS,
     CAPABILITIES,
     DATA_CLASSES,
     DIALECTS,
@@ -213,9 +214,10 @@ def _deployments(root: Reader, priced_here: bool = True) -> tuple[dict[str, Depl
         )
         lim.reject_unknown()
         price = _price(r.child("price_per_1m", required=True)) if priced_here else None
+        dialect = r.str("dialect", choices=DIALECTS) or "openai"
         dep = Deployment(
             id=dep_id or "?",
-            dialect=r.str("dialect", choices=DIALECTS) or "openai",
+            dialect=dialect,
             base_url=(r.str("base_url") or "").rstrip("/"),
             provider=r.str("provider") or "?",
             account=r.str("account") or "?",
@@ -231,6 +233,7 @@ def _deployments(root: Reader, priced_here: bool = True) -> tuple[dict[str, Depl
             tokenizer=r.str("tokenizer", None, choices=("o200k_base", "cl100k_base")),
             self_hosted=r.bool("self_hosted", False),
             breaker=_breaker(r.child("breaker")),
+            **_auth(r, dialect),
         )
         if dep.base_url and not dep.base_url.startswith(("http://", "https://")):
             r.problems.add(r.at("base_url"), "must start with http:// or https://")
@@ -240,6 +243,19 @@ def _deployments(root: Reader, priced_here: bool = True) -> tuple[dict[str, Depl
             if price is not None:
                 prices[dep_id] = price
     return deployments, prices
+
+
+def _auth(r: Reader, dialect: str) -> dict:
+    """The deployment's auth kind (its dialect's default when absent) and the settings that go with it."""
+    kinds = AUTH_KINDS.get(dialect, ("key",))
+    auth = r.str("auth", kinds[0], choices=kinds) or kinds[0]
+    api_version = r.str("api_version", None)
+    if dialect != "azure_openai" and api_version is not None:
+        r.problems.add(r.at("api_version"), "only azure_openai deployments have an api-version")
+    profile = r.str("aws_profile", None)
+    if dialect != "bedrock_converse" and profile is not None:
+        r.problems.add(r.at("aws_profile"), "only bedrock_converse deployments sign with an AWS profile")
+    return {"auth": auth, "api_version": api_version, "aws_profile": profile}
 
 
 def _breaker(r: Reader) -> BreakerPolicy:

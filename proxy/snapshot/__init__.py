@@ -22,7 +22,15 @@ from proxy.snapshot.secrets import SecretHosts
 # through to it instead of translating to chat).
 CAPABILITIES = frozenset({"tools", "json_schema", "json_object", "vision", "streaming", "embeddings", "responses"})
 DATA_CLASSES = ("public", "internal", "confidential", "restricted")
-DIALECTS = frozenset({"openai", "anthropic"})
+DIALECTS = frozenset({"openai", "anthropic", "azure_openai", "bedrock_converse", "gemini"})
+# How each dialect may authenticate (the first is its default): ``key`` an API key from ``api_key_env``;
+# ``entra`` a Microsoft Entra bearer token from ``api_key_env``; ``aws_sigv4`` requests signed by botocore
+# (``api_key_env`` holding ``ACCESS_KEY_ID:SECRET[:SESSION_TOKEN]``, else ``aws_profile`` / botocore's chain);
+# ``google_oauth`` a token from google-auth (``api_key_env`` holding a service-account JSON, else ADC).
+AUTH_KINDS: Mapping[str, tuple[str, ...]] = {
+    "openai": ("key",), "anthropic": ("key",), "azure_openai": ("key", "entra"),
+    "bedrock_converse": ("aws_sigv4",), "gemini": ("key", "google_oauth"),
+}
 MAX_COST_CENTRE = 64  # characters of a team's or app's cost centre
 
 
@@ -49,7 +57,7 @@ class BreakerPolicy:
 @dataclass(frozen=True, slots=True)
 class Deployment:
     id: str
-    dialect: str  # "openai" | "anthropic"
+    dialect: str  # one of DIALECTS
     base_url: str  # e.g. http://127.0.0.1:9090/v1 (openai) or http://127.0.0.1:9090 (anthropic)
     provider: str
     account: str
@@ -65,6 +73,9 @@ class Deployment:
     tokenizer: str | None = None  # exact encoding (o200k_base, cl100k_base); else guessed from the model id
     self_hosted: bool = False  # restricted data may only go to self-hosted deployments
     breaker: BreakerPolicy = BreakerPolicy()
+    auth: str = "key"  # one of AUTH_KINDS[dialect]
+    api_version: str | None = None  # Azure OpenAI's api-version (the deployment-name URL form)
+    aws_profile: str | None = None  # Bedrock without api_key_env: this botocore profile (roles, SSO) signs
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from proxy.upstream.anthropic_response import AnthropicStreamTranslator, error_f
 from proxy.upstream.base import ChatResult, UpstreamRequest
 from proxy.upstream.capabilities import reject_unknown, require_capabilities
 from proxy.upstream.classify import load_json
+from proxy.upstream.sse import SSEParser
 
 API_VERSION = "2023-06-01"
 
@@ -107,6 +108,9 @@ class AnthropicDialect:
 
     def stream_translator(self) -> AnthropicStreamTranslator:
         return AnthropicStreamTranslator()
+
+    def stream_parser(self) -> SSEParser:
+        return SSEParser()
 
     def parse_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamError:
         return error_from(load_json(body), status, headers)

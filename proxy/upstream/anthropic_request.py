@@ -13,20 +13,13 @@ Anything that cannot be carried raises ``UnsupportedParameter`` naming it.
 
 from __future__ import annotations
 
-import re
-
-import orjson
-
 from proxy.errors import InvalidRequest, UnsupportedParameter
 from proxy.snapshot import Deployment
+from proxy.upstream.chat_parts import DATA_URL, EMPTY_SCHEMA, IMAGE_TYPES, PERMISSIVE_SCHEMA, arguments, text_only
 
 # Reserved tool name for JSON mode; callers may not define a tool with it.
 JSON_TOOL = "json_response"
 _JSON_TOOL_DESCRIPTION = "Respond to the user with JSON by calling this tool."
-_PERMISSIVE_SCHEMA = {"type": "object", "additionalProperties": True}
-_EMPTY_SCHEMA = {"type": "object", "properties": {}}
-_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
-_DATA_URL = re.compile(r"^data:([\w.+-]+/[\w.+-]+);base64,(.*)$", re.DOTALL)
 _TOOL_CHOICES = {"auto": {"type": "auto"}, "required": {"type": "any"}, "none": {"type": "none"}}
 
 
@@ -65,7 +58,7 @@ def _messages(raw: object, dep: Deployment) -> tuple[str, list[dict]]:
             raise UnsupportedParameter(f"messages[{i}].name", dep.id, "Anthropic has no participant names")
         role = msg.get("role")
         if role in ("system", "developer"):
-            system.append(_text_only(msg.get("content"), f"messages[{i}].content", dep))
+            system.append(text_only(msg.get("content"), f"messages[{i}].content", dep))
             continue
         if role == "user":
             blocks = _user_blocks(msg.get("content"), i, dep)
@@ -82,19 +75,6 @@ def _messages(raw: object, dep: Deployment) -> tuple[str, list[dict]]:
         else:
             turns.append({"role": role, "content": blocks})
     return "\n\n".join(s for s in system if s), turns
-
-
-def _text_only(content: object, param: str, dep: Deployment) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    if not isinstance(content, list):
-        raise InvalidRequest(f"'{param}' must be a string or an array of parts.", param=param)
-    texts = []
-    for j, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") != "text":
-            raise UnsupportedParameter(f"{param}[{j}]", dep.id, "only text parts are allowed here")
-        texts.append(part.get("text") or "")
-    return "\n".join(texts)
 
 
 def _user_blocks(content: object, i: int, dep: Deployment) -> list[dict]:
@@ -120,10 +100,10 @@ def _image(image: object, param: str, dep: Deployment) -> dict:
     url = image.get("url") if isinstance(image, dict) else None
     if not isinstance(url, str):
         raise InvalidRequest(f"'{param}.image_url.url' is required.", param=f"{param}.image_url.url")
-    match = _DATA_URL.match(url)
+    match = DATA_URL.match(url)
     if match:
         media_type = match.group(1).lower()
-        if media_type not in _IMAGE_TYPES:
+        if media_type not in IMAGE_TYPES:
             raise UnsupportedParameter(f"{param}.image_url.url", dep.id, f"image type '{media_type}' is not supported")
         return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": match.group(2)}}
     if url.startswith(("https://", "http://")):
@@ -135,34 +115,22 @@ def _assistant_blocks(msg: dict, i: int, dep: Deployment) -> list[dict]:
     for field in ("audio", "function_call", "refusal"):
         if msg.get(field) is not None:
             raise UnsupportedParameter(f"messages[{i}].{field}", dep.id, "cannot be sent to Anthropic")
-    text = _text_only(msg.get("content"), f"messages[{i}].content", dep)
+    text = text_only(msg.get("content"), f"messages[{i}].content", dep)
     blocks: list[dict] = [{"type": "text", "text": text}] if text else []
     for j, call in enumerate(msg.get("tool_calls") or ()):
         param = f"messages[{i}].tool_calls[{j}]"
         fn = call.get("function") if isinstance(call, dict) else None
         if not isinstance(fn, dict) or not call.get("id") or not fn.get("name"):
             raise InvalidRequest(f"'{param}' needs an id and a function name.", param=param)
-        blocks.append({"type": "tool_use", "id": call["id"], "name": fn["name"], "input": _arguments(fn.get("arguments"), param)})
+        blocks.append({"type": "tool_use", "id": call["id"], "name": fn["name"], "input": arguments(fn.get("arguments"), param)})
     return blocks
-
-
-def _arguments(raw: object, param: str) -> dict:
-    if raw is None or raw == "":
-        return {}
-    try:
-        value = orjson.loads(raw) if isinstance(raw, (str, bytes)) else None
-    except orjson.JSONDecodeError:
-        value = None
-    if not isinstance(value, dict):
-        raise InvalidRequest(f"'{param}.function.arguments' must be a JSON object.", param=f"{param}.function.arguments")
-    return value
 
 
 def _tool_result(msg: dict, i: int, dep: Deployment) -> dict:
     if not msg.get("tool_call_id"):
         raise InvalidRequest(f"'messages[{i}].tool_call_id' is required.", param=f"messages[{i}].tool_call_id")
     block: dict = {"type": "tool_result", "tool_use_id": msg["tool_call_id"]}
-    text = _text_only(msg.get("content"), f"messages[{i}].content", dep)
+    text = text_only(msg.get("content"), f"messages[{i}].content", dep)
     if text:
         block["content"] = text
     return block
@@ -203,7 +171,7 @@ def _tool(tool: object, j: int, dep: Deployment) -> dict:
     if name == JSON_TOOL:
         raise UnsupportedParameter(f"tools[{j}].function.name", dep.id, f"'{JSON_TOOL}' is reserved by the gateway")
     # ``strict`` has no Anthropic counterpart; the schema is still enforced as input_schema.
-    out = {"name": name, "input_schema": fn.get("parameters") or _EMPTY_SCHEMA}
+    out = {"name": name, "input_schema": fn.get("parameters") or EMPTY_SCHEMA}
     if fn.get("description"):
         out["description"] = fn["description"]
     return out
@@ -217,10 +185,10 @@ def _response_format(body: dict, out: dict, dep: Deployment) -> None:
     if body.get("tools"):
         raise UnsupportedParameter("response_format", dep.id, "JSON output cannot be combined with tools on Anthropic")
     description = _JSON_TOOL_DESCRIPTION
-    schema = _PERMISSIVE_SCHEMA
+    schema = PERMISSIVE_SCHEMA
     if kind == "json_schema":
         spec = fmt.get("json_schema") or {}
-        schema = spec.get("schema") or _PERMISSIVE_SCHEMA
+        schema = spec.get("schema") or PERMISSIVE_SCHEMA
         if schema.get("type", "object") != "object":
             raise UnsupportedParameter("response_format.json_schema.schema", dep.id, "the schema root must be an object")
         description = spec.get("description") or description

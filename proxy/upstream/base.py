@@ -49,6 +49,28 @@ class ChatResult:
     native: dict | None = None  # the provider's own body, when the client's API is the provider's (passthrough)
 
 
+class FrameParser(Protocol):
+    """Cuts a stream's raw body bytes into events: SSE for most providers (``proxy.upstream.sse.SSEParser``),
+    AWS's binary event-stream for Bedrock (``proxy.upstream.bedrock.eventstream``). Bytes may arrive split
+    anywhere; an event is returned once it is complete."""
+
+    def feed(self, data: bytes) -> list[SSEEvent]: ...
+
+    def close(self) -> list[SSEEvent]:
+        """Events the end of the body completes (a trailing event without its blank line)."""
+        ...
+
+
+class Signer(Protocol):
+    """A credential that signs the whole request (AWS SigV4): the headers to add for this method, URL, body."""
+
+    def sign(self, method: str, url: str, headers: Mapping[str, str], body: bytes) -> dict[str, str]: ...
+
+
+# What ``UpstreamClient.credential`` hands a dialect: an API key or bearer token, a request signer, or nothing.
+Credential = str | Signer | None
+
+
 class StreamTranslator(Protocol):
     """Turns one upstream stream's SSE events into OpenAI chunks, in order."""
 
@@ -79,7 +101,7 @@ class Dialect(Protocol):
         self,
         body: dict,
         deployment: Deployment,
-        secret: str | None,
+        secret: Credential,
         *,
         max_output_tokens: int,
         extra_headers: Mapping[str, str] | None = None,
@@ -94,6 +116,10 @@ class Dialect(Protocol):
 
     def stream_translator(self) -> StreamTranslator: ...
 
+    def stream_parser(self) -> FrameParser:
+        """A fresh parser for one stream's body (how the provider frames its events)."""
+        ...
+
     def parse_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamError:
         """Classify a non-2xx answer (429 / 5xx / 400 / context length / policy / auth)."""
         ...
@@ -102,7 +128,7 @@ class Dialect(Protocol):
         self,
         body: dict,
         deployment: Deployment,
-        secret: str | None,
+        secret: Credential,
         *,
         extra_headers: Mapping[str, str] | None = None,
     ) -> UpstreamRequest: ...

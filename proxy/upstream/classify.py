@@ -27,8 +27,9 @@ from proxy.errors import (
 
 MAX_MESSAGE_CHARS = 500
 
-# sk-..., sk-proj-..., sk-ant-api03-..., rk-..., and Bearer tokens.
-_KEYLIKE = re.compile(r"(?i)\b(?:sk|rk|pk)-[A-Za-z0-9_\-*.]{4,}|\bbearer\s+\S+")
+# sk-..., sk-proj-..., sk-ant-api03-..., rk-..., Bearer tokens, AWS access key ids, Google API keys and tokens.
+_KEYLIKE = re.compile(r"(?i)\b(?:sk|rk|pk)-[A-Za-z0-9_\-*.]{4,}|\bbearer\s+\S+"
+                      r"|\b(?:AKIA|ASIA)[A-Z0-9]{12,}|\bAIza[0-9A-Za-z_\-]{20,}|\bya29\.[0-9A-Za-z_\-.]+")
 _REASON = re.compile(r"[^A-Za-z0-9_.\-]")
 
 

@@ -5,12 +5,18 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from proxy.upstream.anthropic import AnthropicDialect
+from proxy.upstream.azure_openai import AzureOpenAIDialect
 from proxy.upstream.base import Dialect
+from proxy.upstream.bedrock.dialect import BedrockConverseDialect
+from proxy.upstream.gemini.dialect import GeminiDialect
 from proxy.upstream.openai_chat import OpenAIChatDialect
 
 DIALECTS: MappingProxyType[str, Dialect] = MappingProxyType({
     "openai": OpenAIChatDialect(),
     "anthropic": AnthropicDialect(),
+    "azure_openai": AzureOpenAIDialect(),
+    "bedrock_converse": BedrockConverseDialect(),
+    "gemini": GeminiDialect(),
 })  # fmt: skip
 
 

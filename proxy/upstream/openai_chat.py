@@ -19,6 +19,7 @@ from proxy.snapshot import Deployment
 from proxy.upstream.base import ChatResult, SSEEvent, StreamState, UpstreamRequest
 from proxy.upstream.capabilities import reject_unknown, require_capabilities
 from proxy.upstream.classify import classify, load_json, short_reason
+from proxy.upstream.sse import SSEParser
 from proxy.upstream.usage_check import openai_embedding_usage, openai_usage
 
 PROVIDER = "openai"
@@ -64,7 +65,8 @@ def _answer_error(data: dict) -> UpstreamError | None:
     return None
 
 
-def error_from(payload: dict, status: int | None, headers: Mapping[str, str]) -> UpstreamError:
+def error_from(payload: dict, status: int | None, headers: Mapping[str, str], provider: str = PROVIDER
+               ) -> UpstreamError:
     """Classify an OpenAI error object (``{"error": {...}}`` or vLLM's flat form)."""
     raw = payload.get("error")
     err = raw if isinstance(raw, dict) else payload
@@ -78,7 +80,7 @@ def error_from(payload: dict, status: int | None, headers: Mapping[str, str]) ->
         status = _stream_status(err, code, etype)
     inner = err.get("innererror") if isinstance(err.get("innererror"), dict) else {}
     return classify(
-        PROVIDER,
+        provider,
         status,
         reason=code or etype,
         message=message,
@@ -197,6 +199,9 @@ class OpenAIChatDialect:
 
     def stream_translator(self) -> OpenAIStreamTranslator:
         return OpenAIStreamTranslator()
+
+    def stream_parser(self) -> SSEParser:
+        return SSEParser()
 
     def parse_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamError:
         return error_from(load_json(body), status, headers)

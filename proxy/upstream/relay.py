@@ -16,12 +16,14 @@ from typing import AsyncIterator, Callable, Mapping, TypeVar
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from proxy.errors import GatewayError, UpstreamError, UpstreamUnavailable
 from proxy.observe.trace_context import TRACE_HEADERS
 from proxy.snapshot import Alias, Deployment, Secrets
 from proxy.snapshot.secrets import SecretNotDeclared
-from proxy.upstream.base import Dialect, SSEEvent, StreamTranslator, UpstreamRequest
+from proxy.upstream.base import Credential, Dialect, FrameParser, SSEEvent, StreamTranslator, UpstreamRequest
+from proxy.upstream.credentials.store import CredentialSources
 from proxy.upstream.sse import SSEParser
 
 R = TypeVar("R")
@@ -59,6 +61,7 @@ class UpstreamClient:
 
     def __init__(self, secrets: Secrets, session: aiohttp.ClientSession | None = None) -> None:
         self.secrets = secrets
+        self.sources = CredentialSources()
         if session is not None:
             self.session = session
 
@@ -74,12 +77,19 @@ class UpstreamClient:
             raise UpstreamError(f"Deployment {dep.id} cannot be called: {exc}.",
                                 code="provider_secret_not_declared") from None
 
+    async def credential(self, dep: Deployment) -> Credential:
+        """What the deployment's dialect authenticates this request with (``secret_for``'s key, a SigV4 signer,
+        an OAuth token); tokens and role credentials are refreshed off the event loop."""
+        return await self.sources.for_deployment(dep, self.secret_for(dep))
+
     async def _send(self, dialect: Dialect, req: UpstreamRequest, t: Timeouts) -> aiohttp.ClientResponse:
         timeout = aiohttp.ClientTimeout(total=None, connect=t.connect_s, sock_connect=t.connect_s)
         try:
             traced = TRACE_HEADERS.get()
             headers = req.headers if traced is None else {**req.headers, **traced}
-            resp = await self.session.request(req.method, req.url, data=req.body, headers=headers, timeout=timeout)
+            # The URL goes exactly as the dialect encoded it (a signature covers its path: Bedrock's %3A stays)
+            resp = await self.session.request(req.method, URL(req.url, encoded=True), data=req.body, headers=headers,
+                                              timeout=timeout)
         except asyncio.TimeoutError:
             raise UpstreamUnavailable("Timed out connecting to the provider.", code="upstream_timeout") from None
         except aiohttp.ClientError as exc:
@@ -117,7 +127,8 @@ class UpstreamClient:
 
     async def open_stream(self, dialect: Dialect, req: UpstreamRequest, t: Timeouts) -> "UpstreamStream":
         """Open a stream and read until it yields its first chunk (or ends)."""
-        stream = UpstreamStream(dialect.stream_translator(), time.monotonic() + t.total_s, t.idle_s, t.heartbeat_s)
+        stream = UpstreamStream(dialect.stream_translator(), time.monotonic() + t.total_s, t.idle_s, t.heartbeat_s,
+                                parser=dialect.stream_parser())
         try:
             async with asyncio.timeout(min(t.first_token_s, t.total_s)):
                 stream.response = await self._send(dialect, req, t)
@@ -166,7 +177,7 @@ class UpstreamStream:
     idle_s: float = 20.0
     heartbeat_s: float = 15.0
     response: aiohttp.ClientResponse | None = None
-    parser: SSEParser = field(default_factory=SSEParser)
+    parser: FrameParser = field(default_factory=SSEParser)
     first: list[dict] = field(default_factory=list)
     ended: bool = False
 

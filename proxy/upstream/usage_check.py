@@ -115,6 +115,44 @@ def responses_usage(raw: object) -> TokenUsage:
     return TokenUsage(input=given - cached, cached_input=cached, output=output - reasoning, reasoning=reasoning)
 
 
+def bedrock_usage(raw: object) -> TokenUsage:
+    """A Bedrock Converse ``usage`` object: ``inputTokens`` excludes the cache reads and writes reported beside it
+    (``totalTokens`` is their sum with ``outputTokens``)."""
+    if raw is None:
+        return UNREPORTED
+    if not isinstance(raw, Mapping):
+        return invalid(raw)
+    try:
+        given, output = count(raw, "inputTokens"), count(raw, "outputTokens")
+        read, write = count(raw, "cacheReadInputTokens"), count(raw, "cacheWriteInputTokens")
+        if "totalTokens" in raw and count(raw, "totalTokens") < given + output:
+            raise InvalidUsage("totalTokens below inputTokens + outputTokens")
+    except InvalidUsage:
+        return invalid(raw)
+    return TokenUsage(input=given, cached_input=read, cache_write=write, output=output)
+
+
+def gemini_usage(raw: object) -> TokenUsage:
+    """A Gemini ``usageMetadata``: ``promptTokenCount`` includes ``cachedContentTokenCount``; thoughts
+    (``thoughtsTokenCount``) are apart from ``candidatesTokenCount`` and billed as output (our reasoning);
+    ``toolUsePromptTokenCount`` is input."""
+    if raw is None:
+        return UNREPORTED
+    if not isinstance(raw, Mapping):
+        return invalid(raw)
+    try:
+        prompt, cached = count(raw, "promptTokenCount"), count(raw, "cachedContentTokenCount")
+        output, thoughts = count(raw, "candidatesTokenCount"), count(raw, "thoughtsTokenCount")
+        tool_prompt = count(raw, "toolUsePromptTokenCount")
+        if cached > prompt:
+            raise InvalidUsage("cachedContentTokenCount exceeds promptTokenCount")
+        if "totalTokenCount" in raw and count(raw, "totalTokenCount") < prompt + output + thoughts:
+            raise InvalidUsage("totalTokenCount below its parts")
+    except InvalidUsage:
+        return invalid(raw)
+    return TokenUsage(input=prompt - cached + tool_prompt, cached_input=cached, output=output, reasoning=thoughts)
+
+
 def openai_embedding_usage(raw: object) -> TokenUsage:
     """An OpenAI embeddings ``usage`` object (``prompt_tokens`` only)."""
     if raw is None:

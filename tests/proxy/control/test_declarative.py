@@ -51,7 +51,7 @@ def test_hash_is_stable_and_content_sensitive(tree: dict) -> None:
 
 def test_every_problem_reported_at_once(tree: dict) -> None:
     bad = copy.deepcopy(tree)
-    bad["deployments"][0]["dialect"] = "gemini"
+    bad["deployments"][0]["dialect"] = "cohere"
     bad["deployments"][0]["weight"] = 0
     bad["deployments"][1]["price_per_1m"]["output"] = "ten"
     bad["deployments"][1]["colour"] = "blue"

@@ -55,12 +55,12 @@ STAMPED = {"id", "object", "created", "model", "usage"}
 
 
 def test_registry_holds_stateless_singletons():
-    assert set(DIALECTS) == {"openai", "anthropic"}
+    assert set(DIALECTS) == {"openai", "anthropic", "azure_openai", "bedrock_converse", "gemini"}
     for name in DIALECTS:
         assert get_dialect(name) is get_dialect(name)
         assert get_dialect(name).name == name
-    with pytest.raises(KeyError, match="bedrock"):
-        get_dialect("bedrock")
+    with pytest.raises(KeyError, match="cohere"):
+        get_dialect("cohere")
 
 
 @pytest.mark.parametrize("name", ["openai", "anthropic"])

@@ -1,0 +1,109 @@
+"""AWS credentials for Bedrock, signed by botocore (SigV4), never by hand.
+
+Where the credentials come from, in order:
+
+* the deployment's ``api_key_env`` (a declared, host-checked secret) holding
+  ``ACCESS_KEY_ID:SECRET_ACCESS_KEY`` or ``ACCESS_KEY_ID:SECRET_ACCESS_KEY:SESSION_TOKEN``;
+* else botocore's own credentials chain for ``aws_profile`` (shared files, SSO, ``role_arn`` role assumption)
+  or, without a profile, its default chain (environment, shared files, container and instance roles).
+  Chain credentials sign only for AWS hosts (``*.amazonaws.com``, ``*.amazonaws.com.cn``, ``*.api.aws``):
+  a deployment pointed elsewhere gets no signature.
+
+A signature covers the method, URL (so the host), the signed headers and a hash of the body, and names the
+access key id, never the secret. Refreshable chain credentials (roles) are refreshed on a thread, never on
+the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Mapping
+
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials, ReadOnlyCredentials
+from botocore.session import Session
+
+from proxy.snapshot.secrets import host_matches, host_of
+
+SERVICE = "bedrock"
+AWS_HOSTS = ("*.amazonaws.com", "*.amazonaws.com.cn", "*.api.aws")
+# Headers a signature covers besides host and x-amz-*: what the dialect itself sets.
+_SIGNED = frozenset({"content-type", "accept"})
+
+
+class AwsCredentialsError(ValueError):
+    """No usable credentials (malformed secret, empty chain): the attempt fails naming why, never the value."""
+
+
+def static_credentials(value: str) -> ReadOnlyCredentials:
+    """``ACCESS_KEY_ID:SECRET[:SESSION_TOKEN]`` from a secret's value."""
+    parts = value.strip().split(":", 2)
+    if len(parts) < 2 or not parts[0] or not parts[1]:
+        raise AwsCredentialsError("the secret must hold ACCESS_KEY_ID:SECRET_ACCESS_KEY[:SESSION_TOKEN]")
+    return ReadOnlyCredentials(parts[0], parts[1], parts[2] if len(parts) == 3 and parts[2] else None)
+
+
+def aws_host(url: str) -> bool:
+    host, port = host_of(url)
+    return any(host_matches(p, host, port) for p in AWS_HOSTS)
+
+
+@dataclass(frozen=True, slots=True)
+class AwsSigner:
+    """Signs one request with SigV4 for ``region`` (botocore's ``SigV4Auth``); a ``Signer``."""
+
+    credentials: ReadOnlyCredentials
+    region: str
+    service: str = SERVICE
+
+    def sign(self, method: str, url: str, headers: Mapping[str, str], body: bytes) -> dict[str, str]:
+        signed = {k: v for k, v in headers.items() if k.lower() in _SIGNED or k.lower().startswith("x-amz-")}
+        request = AWSRequest(method=method, url=url, data=body, headers=signed)
+        creds = self.credentials
+        SigV4Auth(Credentials(creds.access_key, creds.secret_key, creds.token), self.service, self.region
+                  ).add_auth(request)
+        out = {"authorization": request.headers["Authorization"], "x-amz-date": request.headers["X-Amz-Date"]}
+        if creds.token:
+            out["x-amz-security-token"] = creds.token
+        return out
+
+    def __repr__(self) -> str:  # never the secret key
+        return f"AwsSigner({self.credentials.access_key[:4]}…, {self.region})"
+
+
+class ChainCredentials:
+    """botocore's credentials chain for one profile (None: the default chain), resolved and refreshed on a
+    thread; ``current()`` gives frozen credentials to sign with."""
+
+    def __init__(self, profile: str | None) -> None:
+        self.profile = profile
+        self._creds = None  # botocore Credentials (possibly refreshable)
+        self._lock = asyncio.Lock()
+
+    def _resolve(self) -> ReadOnlyCredentials:
+        if self._creds is None:
+            session = Session(profile=self.profile) if self.profile else Session()
+            self._creds = session.get_credentials()
+            if self._creds is None:
+                where = f"profile {self.profile!r}" if self.profile else "the default chain"
+                raise AwsCredentialsError(f"botocore found no AWS credentials in {where}")
+        return self._creds.get_frozen_credentials()
+
+    def _fresh(self) -> ReadOnlyCredentials | None:
+        """Frozen credentials without I/O when they need no refresh; None when a thread must fetch them."""
+        creds = self._creds
+        if creds is None:
+            return None
+        needs = getattr(creds, "refresh_needed", None)
+        if needs is not None and needs():
+            return None
+        return creds.get_frozen_credentials()
+
+    async def current(self) -> ReadOnlyCredentials:
+        fresh = self._fresh()
+        if fresh is not None:
+            return fresh
+        async with self._lock:
+            return await asyncio.to_thread(self._resolve)
