@@ -248,14 +248,12 @@ def _deployments(root: Reader, priced_here: bool = True) -> tuple[dict[str, Depl
 def _auth(r: Reader, dialect: str) -> dict:
     """The deployment's auth kind (its dialect's default when absent) and the settings that go with it."""
     kinds = AUTH_KINDS.get(dialect, ("key",))
-    auth = r.str("auth", kinds[0], choices=kinds) or kinds[0]
-    api_version = r.str("api_version", None)
-    if dialect != "azure_openai" and api_version is not None:
-        r.problems.add(r.at("api_version"), "only azure_openai deployments have an api-version")
-    profile = r.str("aws_profile", None)
-    if dialect != "bedrock_converse" and profile is not None:
-        r.problems.add(r.at("aws_profile"), "only bedrock_converse deployments sign with an AWS profile")
-    return {"auth": auth, "api_version": api_version, "aws_profile": profile}
+    out = {"auth": r.str("auth", kinds[0], choices=kinds) or kinds[0],
+           "api_version": r.str("api_version", None), "aws_profile": r.str("aws_profile", None)}
+    for name, owner in (("api_version", "azure_openai"), ("aws_profile", "bedrock_converse")):
+        if out[name] is not None and dialect != owner:
+            r.problems.add(r.at(name), f"only {owner} deployments have it")
+    return out
 
 
 def _breaker(r: Reader) -> BreakerPolicy:
