@@ -41,6 +41,7 @@ EXCEPTION_STATUS = {
 }  # fmt: skip
 # Quota and not-ready are capacity (retry elsewhere, respect Retry-After); AWS sends some of them as 400.
 _CAPACITY = frozenset({"ThrottlingException", "ServiceQuotaExceededException", "ModelNotReadyException"})
+_TRANSIENT = frozenset({"ModelErrorException", "ModelTimeoutException", "ModelStreamErrorException"})
 _CONTEXT_SIGNALS = ("too many input tokens", "input is too long", "prompt is too long", "context window",
                     "too many total text bytes")
 
@@ -64,6 +65,8 @@ def error_from(payload: Mapping, status: int | None, headers: Mapping[str, str],
         status = EXCEPTION_STATUS.get(name or "", 500)
     if name in _CAPACITY:
         status = 429
+    elif name in _TRANSIENT and status < 500:  # the model failed or timed out: another deployment may not
+        status = 503
     lowered = message.lower()
     return classify(PROVIDER, status, reason=name, message=message, headers=headers,
                     context_length=status == 400 and any(s in lowered for s in _CONTEXT_SIGNALS),

@@ -50,6 +50,14 @@ def _retry_delay(err: Mapping) -> str | None:
     return None
 
 
+def _reason(err: Mapping) -> str | None:
+    """The ``google.rpc.ErrorInfo`` reason of an error, if it has one."""
+    for detail in err.get("details") or ():
+        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.ErrorInfo"):
+            return short_reason(detail.get("reason"))
+    return None
+
+
 def error_from(payload: Mapping, status: int | None, headers: Mapping[str, str]) -> UpstreamError:
     err = payload.get("error") if isinstance(payload.get("error"), dict) else {}
     reason = short_reason(err.get("status"))
@@ -57,6 +65,8 @@ def error_from(payload: Mapping, status: int | None, headers: Mapping[str, str])
     if status is None:
         code = err.get("code")
         status = code if type(code) is int and 400 <= code <= 599 else STATUS.get(reason or "", 500)
+    if status == 400 and _reason(err) == "API_KEY_INVALID":  # Google answers a bad key with a 400
+        status = 401
     delay = _retry_delay(err)
     if delay is not None and not any(k.lower().startswith("retry-after") for k in headers):
         headers = {**headers, "retry-after": delay}
@@ -187,7 +197,7 @@ class GeminiStreamTranslator:
                 self._state.emitted(part["text"])
                 out.append(_chunk({"content": part["text"]}))
             elif isinstance(part.get("functionCall"), dict):
-                out.append(self._call(part["functionCall"]))
+                out.extend(self._call(part["functionCall"]))
         finish = _finish(candidate.get("finishReason"), self._calls > 0)
         if finish is not None:
             self.finish_reason = finish
@@ -196,13 +206,16 @@ class GeminiStreamTranslator:
                 self.done = True  # the final chunk: finish reason and final usage together
         return out
 
-    def _call(self, call: Mapping) -> dict:
-        """Gemini sends each function call whole: one delta with its id, name and all its arguments."""
+    def _call(self, call: Mapping) -> list[dict]:
+        """Gemini sends each function call whole: a delta naming it (empty arguments, as OpenAI's first delta
+        is), then one with all its arguments."""
         arguments = orjson.dumps(call.get("args") or {}).decode()
         self._state.emitted(arguments)
         index, self._calls = self._calls, self._calls + 1
-        return _chunk({"tool_calls": [{"index": index, "id": _call_id(call), "type": "function",
-                                       "function": {"name": call.get("name"), "arguments": arguments}}]})
+        head = {"index": index, "id": _call_id(call), "type": "function", "function": {"name": call.get("name"),
+                                                                                      "arguments": ""}}
+        return [_chunk({"tool_calls": [head]}),
+                _chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})]
 
     def text_so_far(self) -> str:
         return self._state.joined()

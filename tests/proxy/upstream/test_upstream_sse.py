@@ -10,6 +10,7 @@ from upstream_wire import FIXTURES, events, translate, wire
 
 from proxy.errors import UpstreamError, UpstreamUnavailable
 from proxy.upstream.base import SSEEvent
+from proxy.upstream.dialects import DIALECTS
 from proxy.upstream.sse import DONE, SSEParser, encode_chunk, encode_comment
 
 STREAMS = sorted(p.name for p in FIXTURES.glob("*.sse"))
@@ -78,7 +79,7 @@ def test_encoders():
 
 
 def _dialect(name: str) -> str:
-    return name.split("_", 1)[0]
+    return max((d for d in DIALECTS if name.startswith(d + "_")), key=len)
 
 
 def _run(name: str, cuts=()):

@@ -13,7 +13,10 @@ from proxy.upstream.sse import SSEParser
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ALL_CAPS = frozenset({"tools", "json_schema", "json_object", "vision", "streaming"})
-BASE_URLS = {"openai": "https://api.openai.test/v1", "anthropic": "https://api.anthropic.test"}
+BASE_URLS = {"openai": "https://api.openai.test/v1", "anthropic": "https://api.anthropic.test",
+             "azure_openai": "https://res-1.openai.azure.test", "bedrock_converse": "https://bedrock-runtime.eu-west-1.amazonaws.com",
+             "gemini": "https://generativelanguage.googleapis.test/v1beta"}
+DIALECT_FIELDS = {"azure_openai": {"api_version": "2024-10-21"}, "bedrock_converse": {"auth": "aws_sigv4"}}
 
 
 def wire(name: str) -> bytes:
@@ -28,15 +31,31 @@ def deployment(dialect: str, caps: Iterable[str] = ALL_CAPS, **kw) -> Deployment
     fields = dict(
         id=f"{dialect}-dep", dialect=dialect, base_url=BASE_URLS[dialect], provider=dialect,
         account="acct-1", region="eu", model="pinned-model-1", context_window=128_000,
-        capabilities=frozenset(caps), data_classes=("public", "internal"),
+        capabilities=frozenset(caps), data_classes=("public", "internal"), **DIALECT_FIELDS.get(dialect, {}),
     )
     fields.update(kw)
     return Deployment(**fields)
 
 
-def events(raw: bytes, cuts: Iterable[int] = ()) -> list[SSEEvent]:
-    """Parse ``raw`` fed in pieces cut at the given offsets."""
-    parser, out, start = SSEParser(), [], 0
+def stream(dialect: str, kind: str) -> bytes:
+    """A recorded stream's body: ``{dialect}_{kind}.sse``, or for event-stream framed providers the events of
+    ``{dialect}_{kind}.events.json`` framed as the provider frames them (decoded by botocore's parser)."""
+    framed = FIXTURES / f"{dialect}_{kind}.events.json"
+    if not framed.exists():
+        return wire(f"{dialect}_{kind}.sse")
+    from infra.simulator.aws_auth import event, exception
+
+    out = b""
+    for item in json.loads(framed.read_text("utf-8")):
+        payload = json.dumps(item["payload"], ensure_ascii=False).encode()
+        out += exception(item["exception"], payload) if "exception" in item else event(item["event"], payload)
+    return out
+
+
+def events(raw: bytes, cuts: Iterable[int] = (), dialect: str | None = None) -> list[SSEEvent]:
+    """Parse ``raw`` (with the dialect's framing; SSE by default) fed in pieces cut at the given offsets."""
+    parser = get_dialect(dialect).stream_parser() if dialect else SSEParser()
+    out, start = [], 0
     for cut in sorted(set(cuts)):
         out += parser.feed(raw[start:cut])
         start = cut
@@ -48,7 +67,7 @@ def translate(dialect: str, raw: bytes, cuts: Iterable[int] = ()):
     """(chunks, translator) for a whole recorded stream; in-stream errors propagate."""
     translator = get_dialect(dialect).stream_translator()
     chunks: list[dict] = []
-    for event in events(raw, cuts):
+    for event in events(raw, cuts, dialect):
         chunks += translator.feed(event)
     return chunks, translator
 
