@@ -139,6 +139,9 @@ def test_config(folder: Path, sim_port: int, gw_port: int, mutate: Callable[[dic
         {"name": "chat-openai", "kind": "chat", "deployments": ["sim-openai-mumbai"]},
         {"name": "chat-anthropic", "kind": "chat", "deployments": ["sim-anthropic-mumbai"]},
         {"name": "chat-compat", "kind": "chat", "deployments": ["sim-compat-mumbai"]},
+        {"name": "chat-azure", "kind": "chat", "deployments": ["sim-azure-mumbai"]},
+        {"name": "chat-bedrock", "kind": "chat", "deployments": ["sim-bedrock-mumbai"]},
+        {"name": "chat-gemini", "kind": "chat", "deployments": ["sim-gemini-mumbai"]},
     ]
     if mutate is not None:
         mutate(tree)
@@ -211,7 +214,8 @@ class Stack:
 
 
 @contextmanager
-def running_stack(folder: Path, *, aliases: str = "chat-default,chat-openai,chat-anthropic,chat-compat,embed-default",
+def running_stack(folder: Path, *, aliases: str = ("chat-default,chat-openai,chat-anthropic,chat-compat,chat-azure,chat-bedrock,chat-gemini,"
+                                      "embed-default"),
                   sim_defaults: dict | None = None, gateway_wrap: tuple[str, ...] = (),
                   mutate: Callable[[dict], None] | None = None,
                   serve_args: tuple[str, ...] = ()) -> Iterator[Stack]:

@@ -227,7 +227,7 @@ def _deployments(root: Reader, priced_here: bool = True) -> tuple[dict[str, Depl
             capabilities=frozenset(caps),
             data_classes=tuple(classes),
             limits=limits,
-            weight=r.int("weight", 1, 1),
+            weight=r.int("weight", 1, 0),  # 0: a standby, tried only after every weighted deployment
             secret_ref=r.str("api_key_env", None),
             forward_headers=tuple(h.lower() for h in r.str_list("forward_headers", [])),
             tokenizer=r.str("tokenizer", None, choices=("o200k_base", "cl100k_base")),

@@ -12,7 +12,8 @@ The order is weighted rendezvous hashing: each deployment draws
 weighted shuffle). ``u`` comes from a hash of a sticky key when there is one
 (session, user, or a long shared prompt prefix), so the same conversation and
 the same cached prefix keep landing on the same deployment, and a canary
-weight splits users stably; otherwise from the random generator.
+weight splits users stably; otherwise from the random generator. A deployment of weight 0 is a standby:
+it comes after every weighted one (standbys among themselves in an even draw), so it serves only failover.
 """
 
 from __future__ import annotations
@@ -239,12 +240,12 @@ def weighted_order(deps: list[Deployment], rng: random.Random, weights: Mapping[
     if len(deps) == 1:
         return deps
     keyed = []
-    for d in deps:
-        w = max((weights or {}).get(d.id, d.weight), 1e-9)
+    for d in deps:  # a standby (weight 0) comes after every weighted deployment, standbys in an even draw
+        w = 1.0 if d.weight == 0 else max((weights or {}).get(d.id, d.weight), 1e-9)
         u = _unit(sticky, d.id) if sticky is not None else (rng.random() or 1e-12)
-        keyed.append((-math.log(u) / w, d))
-    keyed.sort(key=lambda kd: kd[0])
-    return [d for _, d in keyed]
+        keyed.append((d.weight == 0, -math.log(u) / w, d))
+    keyed.sort(key=lambda kd: kd[:2])
+    return [d for *_, d in keyed]
 
 
 def _unit(key: str, dep_id: str) -> float:

@@ -67,7 +67,7 @@ class Deployment:
     capabilities: frozenset[str]
     data_classes: tuple[str, ...]
     limits: ProviderLimits = ProviderLimits()
-    weight: int = 1
+    weight: int = 1  # share of traffic; 0 is a standby, tried only after every weighted deployment
     secret_ref: str | None = None  # name of the provider key in Secrets, never the key
     forward_headers: tuple[str, ...] = ()  # request header prefixes passed upstream (e.g. "x-sim-")
     tokenizer: str | None = None  # exact encoding (o200k_base, cl100k_base); else guessed from the model id

@@ -9,7 +9,11 @@ import pytest
 
 from tests.harness import Stack, mint, running_stack, wait_key_live
 
-DIALECT_ALIASES = ["chat-openai", "chat-anthropic"]
+# One alias per provider dialect, each on its one deployment.
+ALIAS_DEPLOYMENT = {"chat-openai": "sim-openai-mumbai", "chat-anthropic": "sim-anthropic-mumbai",
+                    "chat-azure": "sim-azure-mumbai", "chat-bedrock": "sim-bedrock-mumbai",
+                    "chat-gemini": "sim-gemini-mumbai"}
+DIALECT_ALIASES = list(ALIAS_DEPLOYMENT)
 # The Responses surface's three ways to a deployment: passed through (chat-openai serves the Responses API),
 # translated to OpenAI chat (chat-compat serves chat only), translated to Anthropic Messages (chat-anthropic).
 RESPONSES_ALIASES = ["chat-openai", "chat-compat", "chat-anthropic"]

@@ -8,6 +8,8 @@ import jsonschema
 import openai
 import pytest
 
+from tests.e2e.conftest import ALIAS_DEPLOYMENT
+
 pytestmark = pytest.mark.e2e
 
 WEATHER_TOOL = {
@@ -41,7 +43,7 @@ def test_chat_non_stream(client: openai.OpenAI, alias: str) -> None:
     assert resp.choices[0].finish_reason in ("stop", "length")
     assert resp.usage.completion_tokens <= 20
     assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
-    expected_dep = "sim-openai-mumbai" if alias == "chat-openai" else "sim-anthropic-mumbai"
+    expected_dep = ALIAS_DEPLOYMENT[alias]
     assert raw.headers["x-fb-deployment"] == expected_dep
     assert raw.headers["x-fb-attempts"] == "1"
     assert raw.headers["x-request-id"].startswith("req_")
@@ -145,7 +147,8 @@ def test_embeddings(client: openai.OpenAI) -> None:
 
 def test_models_filtered_by_key(client: openai.OpenAI, stack, embed_only_key: str) -> None:
     names = sorted(m.id for m in client.models.list())
-    assert names == ["chat-anthropic", "chat-compat", "chat-default", "chat-openai", "embed-default"]
+    assert names == ["chat-anthropic", "chat-azure", "chat-bedrock", "chat-compat", "chat-default", "chat-gemini",
+                     "chat-openai", "embed-default"]
     with openai.OpenAI(base_url=stack.gateway_url + "/v1", api_key=embed_only_key, max_retries=0) as other:
         assert [m.id for m in other.models.list()] == ["embed-default"]
         assert other.models.retrieve("embed-default").id == "embed-default"
