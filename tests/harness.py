@@ -150,10 +150,12 @@ def test_config(folder: Path, sim_port: int, gw_port: int, mutate: Callable[[dic
     return path
 
 
-def sim_config(folder: Path, **defaults) -> Path:
+def sim_config(folder: Path, mutate: Callable[[dict], None] | None = None, **defaults) -> Path:
     tree = yaml.safe_load((EXAMPLES / "simulator.yaml").read_text())
     tree["defaults"] = {"ttft_ms": 0, "tokens_per_s": 0, "output_tokens": 32, **defaults}
     tree["models"] = {}
+    if mutate is not None:
+        mutate(tree)
     path = folder / "simulator.yaml"
     path.write_text(yaml.safe_dump(tree))
     return path
@@ -218,13 +220,15 @@ def running_stack(folder: Path, *, aliases: str = ("chat-default,chat-openai,cha
                                       "embed-default"),
                   sim_defaults: dict | None = None, gateway_wrap: tuple[str, ...] = (),
                   mutate: Callable[[dict], None] | None = None,
-                  serve_args: tuple[str, ...] = ()) -> Iterator[Stack]:
+                  serve_args: tuple[str, ...] = (),
+                  sim_mutate: Callable[[dict], None] | None = None) -> Iterator[Stack]:
     """``gateway_wrap`` prefixes the gateway's ``-m`` arguments, e.g. ``("cProfile", "-o", path, "-m")``;
-    ``serve_args`` follow ``farebox serve --config PATH``, e.g. ``("--workers", "2")``."""
+    ``serve_args`` follow ``farebox serve --config PATH``, e.g. ``("--workers", "2")``; ``mutate`` and
+    ``sim_mutate`` edit the gateway's and the simulator's config trees before they are written."""
     folder.mkdir(parents=True, exist_ok=True)
     sim_port, gw_port = free_port(), free_port()
     config = test_config(folder, sim_port, gw_port, mutate)
-    sim = spawn(["farebox", "simulator", "--config", str(sim_config(folder, **(sim_defaults or {}))),
+    sim = spawn(["farebox", "simulator", "--config", str(sim_config(folder, sim_mutate, **(sim_defaults or {}))),
                  "--port", str(sim_port)], folder / "simulator.log")
     gw = None
     stack: Stack | None = None

@@ -2,7 +2,7 @@
 
 A service account's client (google-auth) posts ``grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer`` and a
 JWT ``assertion`` it signed with the account's private key; the simulator checks the signature against the
-configured public key with google-auth's own verifier (issuer, audience = this endpoint, expiry) and answers an
+configured public key with google-auth's own verifier (issuer, Google's token audience, expiry) and answers an
 access token that ``gemini_wire`` then accepts as ``Authorization: Bearer`` for that account.
 """
 
@@ -19,6 +19,7 @@ from infra.simulator.state import STATE
 
 GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 LIFETIME_S = 3599
+AUDIENCE = "https://oauth2.googleapis.com/token"  # what google-auth puts in every assertion's ``aud``, as Google expects
 
 
 def _oauth_error(error: str, description: str, status: int = 400) -> web.Response:
@@ -34,12 +35,11 @@ async def token(request: web.Request) -> web.Response:
     assertion = form.get("assertion")
     if not isinstance(assertion, str) or not assertion:
         return _oauth_error("invalid_request", "Missing required parameter: assertion")
-    audience = f"{request.scheme}://{request.host}{request.path}"
     for account in state.config.accounts:
         if not account.google_public_key:
             continue
         try:
-            claims = jwt.decode(assertion, certs=account.google_public_key, audience=audience)
+            claims = jwt.decode(assertion, certs=account.google_public_key, audience=AUDIENCE, clock_skew_in_seconds=30)
         except (google_exceptions.GoogleAuthError, ValueError):
             continue
         if claims.get("iss") != account.google_client_email:
