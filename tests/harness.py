@@ -150,6 +150,16 @@ def test_config(folder: Path, sim_port: int, gw_port: int, mutate: Callable[[dic
     return path
 
 
+def without_standbys(tree: dict) -> dict:
+    """The config tree with every alias's standbys (weight 0) taken out: routing tests written for the two
+    weighted deployments of chat-default keep seeing only them."""
+    standby = {d["id"] for d in tree.get("deployments", ()) if d.get("weight", 1) == 0}
+    for alias in tree.get("aliases", ()):
+        weighted = [d for d in alias["deployments"] if d not in standby]
+        alias["deployments"] = weighted or alias["deployments"]  # an alias of standbys only keeps them
+    return tree
+
+
 def sim_config(folder: Path, mutate: Callable[[dict], None] | None = None, **defaults) -> Path:
     tree = yaml.safe_load((EXAMPLES / "simulator.yaml").read_text())
     tree["defaults"] = {"ttft_ms": 0, "tokens_per_s": 0, "output_tokens": 32, **defaults}

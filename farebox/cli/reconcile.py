@@ -56,6 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def export_plans(settings: Settings, snapshot: Any, only: str | None,
                  env: dict[str, str] | None = None) -> list[ExportPlan]:
     """One plan per provider account of the deployments (or ``only``); bad input raises ``ReconcileInputError``."""
+    from urllib.parse import urlsplit
+
     from farebox.secrets import resolve_secrets
     from reconcile.daily import ExportPlan, ReconcileInputError
 
@@ -73,7 +75,8 @@ def export_plans(settings: Settings, snapshot: Any, only: str | None,
                 f"account {account}: no usage export source; add reconcile.accounts.{account} with source "
                 "openai or anthropic and admin_key_env naming its admin key")
         if configured is None or configured.source == "simulator":
-            base = (configured and configured.base_url) or dep.base_url.rstrip("/").removesuffix("/v1")
+            origin = urlsplit(dep.base_url)  # the simulator serves its export at its root, whatever the dialect's path
+            base = (configured and configured.base_url) or f"{origin.scheme}://{origin.netloc}"
             plans.append(ExportPlan(account, dep.provider, "simulator", base))
             continue
         name = configured.admin_key_env

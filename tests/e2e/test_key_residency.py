@@ -16,7 +16,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from tests.harness import ROOT, Stack, mint, running_stack, wait_key_live
+from tests.harness import ROOT, Stack, mint, running_stack, wait_key_live, without_standbys
 
 pytestmark = pytest.mark.e2e
 
@@ -26,6 +26,7 @@ ROUNDS = 12
 
 
 def _two_regions(tree: dict) -> None:
+    without_standbys(tree)  # one deployment per region: the cloud standbys would keep a pinned key home
     for dep in tree["deployments"]:
         if dep["id"] == ABROAD:
             dep["region"] = "us-east-1"

@@ -9,7 +9,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from tests.harness import EXAMPLES, Stack, mint, running_stack, wait_key_live
+from tests.harness import EXAMPLES, Stack, mint, running_stack, wait_key_live, without_standbys
 
 pytestmark = pytest.mark.e2e
 
@@ -19,6 +19,7 @@ PROVIDER_KEYS = [line.split("=", 1)[1] for line in (EXAMPLES / "secrets.env").re
 
 
 def _two_regions(tree: dict) -> None:
+    without_standbys(tree)  # one deployment per region: the cloud standbys would keep a pinned key home
     for dep in tree["deployments"]:
         if dep["id"] == ABROAD:
             dep["region"] = "us-east-1"

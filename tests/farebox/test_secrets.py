@@ -35,11 +35,13 @@ def test_declarations_default_to_what_the_files_deployments_use(tmp_path: Path) 
 
 
 def test_explicit_declarations_must_cover_the_files_deployments(tmp_path: Path) -> None:
+    cloud = {"SIM_AZURE_KEY": ["127.0.0.1"], "SIM_AWS_CREDENTIALS": ["127.0.0.1"], "SIM_GEMINI_KEY": ["127.0.0.1"]}
     path = _config(tmp_path, provider_secrets={"SIM_OPENAI_KEY": ["127.0.0.1:9090"],
-                                               "SIM_ANTHROPIC_KEY": ["api.anthropic.com"]})
+                                               "SIM_ANTHROPIC_KEY": ["api.anthropic.com"], **cloud})
     with pytest.raises(Exception, match="SIM_ANTHROPIC_KEY is declared for"):
         load_settings(path, env={})
-    ok = _config(tmp_path, provider_secrets={"SIM_OPENAI_KEY": ["127.0.0.1"], "SIM_ANTHROPIC_KEY": "127.0.0.1:9090"})
+    ok = _config(tmp_path, provider_secrets={"SIM_OPENAI_KEY": ["127.0.0.1"], "SIM_ANTHROPIC_KEY": "127.0.0.1:9090",
+                                             **cloud})
     assert load_settings(ok, env={}).secret_hosts.hosts["SIM_ANTHROPIC_KEY"] == ("127.0.0.1:9090",)
 
 

@@ -14,12 +14,13 @@ from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.keys import mint_key
 from proxy.errors import AuthenticationFailed, InvalidRequest, NotFound, PermissionDenied, UnsupportedParameter
 from proxy.routing.router import Needs, candidates, chat_needs
+from tests.harness import without_standbys  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "farebox.yaml"
 
 
 def snapshot(mutate=lambda t: None, keys=()):
-    tree = {k: v for k, v in yaml.safe_load(EXAMPLE.read_text()).items() if k in CONTROL_SECTIONS}
+    tree = without_standbys({k: v for k, v in yaml.safe_load(EXAMPLE.read_text()).items() if k in CONTROL_SECTIONS})
     mutate(tree)
     snap = compile_snapshot(tree, keys)
     assert snap is not None

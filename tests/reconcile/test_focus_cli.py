@@ -43,7 +43,8 @@ def test_export_focus_writes_the_month_from_the_configs_price_book(setup, tmp_pa
     ledger = sum(e.cost_micro for e in events if isinstance(e, RequestAttempted))
     assert sum(Decimal(r["BilledCost"]) for r in rows) * 1_000_000 == ledger > 0
     assert {r["BillingCurrency"] for r in rows} == {snapshot.currency}
-    assert {r["ResourceId"] for r in rows} == {"sim-openai-mumbai", "sim-anthropic-mumbai"}
+    assert {r["ResourceId"] for r in rows} == {e.deployment for e in events if isinstance(e, RequestAttempted)} == {
+        "sim-openai-mumbai", "sim-anthropic-mumbai", "sim-azure-mumbai", "sim-bedrock-mumbai", "sim-gemini-mumbai"}
     err = capsys.readouterr().err
     assert f"BilledCost {ledger} micro-{snapshot.currency} = ledger {ledger}" in err
 

@@ -29,6 +29,7 @@ from tests.harness import ROOT, Stack, read_events, running_stack
 pytestmark = pytest.mark.e2e
 
 OPENAI_ACCOUNT, ANTHROPIC_ACCOUNT = "acct-retail", "acct-retail-anthropic"
+CLOUD_ACCOUNTS = ["acct-retail-aws", "acct-retail-azure", "acct-retail-gemini"]  # the standbys' (no traffic here)
 
 
 def reconcile(stack: Stack, *args: str) -> tuple[int, dict, str]:
@@ -77,7 +78,7 @@ def test_clean_day_then_a_scaled_export(tmp_path: Path):
 
         status, report, err = reconcile(stack)
         assert status == 0, err
-        assert report["flagged"] == 0 and report["accounts"] == [OPENAI_ACCOUNT, ANTHROPIC_ACCOUNT]
+        assert report["flagged"] == 0 and report["accounts"] == [OPENAI_ACCOUNT, ANTHROPIC_ACCOUNT, *CLOUD_ACCOUNTS]
         output = {r["account"]: r for r in report["rows"] if r["token_type"] == "output"}
         assert set(output) == {OPENAI_ACCOUNT, ANTHROPIC_ACCOUNT}
         assert all(r["provider_figure"] == r["ours"] != "0" for r in output.values())

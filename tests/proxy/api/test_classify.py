@@ -31,8 +31,11 @@ def with_self_hosted(t: dict) -> None:
     t["aliases"][0]["deployments"].append("local")
 
 
+from tests.harness import without_standbys  # noqa: E402
+
+
 def snapshot(mutate=lambda t: None):
-    t = tree()
+    t = without_standbys(tree())
     mutate(t)
     snap = compile_snapshot(t, ())
     assert snap is not None

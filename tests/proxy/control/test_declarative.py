@@ -32,7 +32,9 @@ def test_example_compiles(tree: dict) -> None:
     snap, problems = compile_or_problems(tree)
     assert problems == []
     assert set(snap.aliases) == {"chat-default", "embed-default"}
-    assert snap.aliases["chat-default"].deployments == ("sim-openai-mumbai", "sim-anthropic-mumbai")
+    assert snap.aliases["chat-default"].deployments == ("sim-openai-mumbai", "sim-anthropic-mumbai", "sim-azure-mumbai",
+                                                        "sim-bedrock-mumbai", "sim-gemini-mumbai")
+    assert [snap.deployments[d].weight for d in snap.aliases["chat-default"].deployments] == [60, 40, 0, 0, 0]
     price = snap.price_book.latest.price("sim-openai-mumbai")
     assert price.input == Decimal("2.00") and price.cached_input == Decimal("0.20")
     assert snap.teams["platform"].business_unit == "retail"
@@ -52,7 +54,7 @@ def test_hash_is_stable_and_content_sensitive(tree: dict) -> None:
 def test_every_problem_reported_at_once(tree: dict) -> None:
     bad = copy.deepcopy(tree)
     bad["deployments"][0]["dialect"] = "cohere"
-    bad["deployments"][0]["weight"] = 0
+    bad["deployments"][0]["weight"] = -1
     bad["deployments"][1]["price_per_1m"]["output"] = "ten"
     bad["deployments"][1]["colour"] = "blue"
     bad["aliases"][0]["deployments"].append("ghost")
@@ -64,10 +66,10 @@ def test_every_problem_reported_at_once(tree: dict) -> None:
     joined = "\n".join(problems)
     for fragment in (
         "deployments[0].dialect: must be one of",
-        "deployments[0].weight: must be >= 1",
+        "deployments[0].weight: must be >= 0",
         "deployments[1].price_per_1m.output: must be a decimal number",
         "deployments[1].colour: unknown field",
-        "aliases[0].deployments[2]: unknown deployment 'ghost'",
+        "aliases[0].deployments[5]: unknown deployment 'ghost'",
         "aliases.embed-default.fallback_alias: unknown alias 'nowhere'",
         "teams[2].business_unit: unknown business unit",
         "fx[0].month: must be YYYY-MM",

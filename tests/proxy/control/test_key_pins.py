@@ -33,10 +33,13 @@ ROOT = Path(__file__).resolve().parents[3]
 OPENAI, ANTHROPIC = "sim-openai-mumbai", "sim-anthropic-mumbai"
 
 
+from tests.harness import without_standbys  # noqa: E402
+
+
 def two_region_tree() -> dict:
     """The example config with the anthropic deployment moved to us-east-1 (not for confidential data)."""
     full = yaml.safe_load((ROOT / "examples" / "farebox.yaml").read_text())
-    tree = {k: v for k, v in full.items() if k in CONTROL_SECTIONS}
+    tree = without_standbys({k: v for k, v in full.items() if k in CONTROL_SECTIONS})
     for dep in tree["deployments"]:
         if dep["id"] == ANTHROPIC:
             dep["region"] = "us-east-1"

@@ -18,7 +18,7 @@ from proxy.errors import UpstreamRateLimited, UpstreamUnavailable
 from proxy.outcomes import FAILED
 from proxy.routing.router import Needs, NoDeploymentAvailable, PinnedUnavailable, pinned_refusal, route
 from proxy.routing.state import RoutingState
-from tests.harness import EXAMPLES
+from tests.harness import EXAMPLES, without_standbys
 
 HOME, ABROAD = "sim-openai-mumbai", "sim-anthropic-mumbai"
 PROVIDER_KEYS = [line.split("=", 1)[1] for line in (EXAMPLES / "secrets.env").read_text().splitlines()
@@ -36,7 +36,7 @@ def _two_regions(tree: dict) -> None:
 def snapshot():
     tree = {k: v for k, v in yaml.safe_load((Path(EXAMPLES) / "farebox.yaml").read_text()).items()
             if k in CONTROL_SECTIONS}
-    _two_regions(tree)
+    _two_regions(without_standbys(tree))
     snap = compile_snapshot(tree, ())
     assert snap is not None
     return snap

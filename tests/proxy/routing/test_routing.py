@@ -16,12 +16,13 @@ from proxy.errors import PermissionDenied
 from proxy.outcomes import FAILED, RATE_LIMITED
 from proxy.routing.router import Needs, NoDeploymentAvailable, ProviderCapacity, route, sticky_key
 from proxy.routing.state import RoutingState
+from tests.harness import without_standbys
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "farebox.yaml"
 
 
 def snapshot(mutate=lambda t: None):
-    tree = {k: v for k, v in yaml.safe_load(EXAMPLE.read_text()).items() if k in CONTROL_SECTIONS}
+    tree = without_standbys({k: v for k, v in yaml.safe_load(EXAMPLE.read_text()).items() if k in CONTROL_SECTIONS})
     mutate(tree)
     snap = compile_snapshot(tree, ())
     assert snap is not None
