@@ -8,12 +8,33 @@ A message whose checksum or lengths are wrong is the provider's broken stream: `
 
 from __future__ import annotations
 
-from botocore.eventstream import EventStreamBuffer, ParserError
+from botocore.eventstream import _PRELUDE_LENGTH, EventStreamBuffer, ParserError
 
 from proxy.errors import UpstreamUnavailable
 from proxy.upstream.base import SSEEvent
 
 EXCEPTION = "exception:"
+_KNOWN_HEADERS_MAX = 64
+
+
+class _Buffer(EventStreamBuffer):
+    """botocore's buffer, remembering what each distinct header block decodes to.
+
+    A provider sends a handful of distinct header blocks (one per event type), yet botocore decodes every
+    message's headers field by field in Python, most of the time a stream spends in it. The block is read only
+    after botocore has checked the message's CRC, so a remembered block is one botocore already vouched for.
+    Reaches into botocore's internals (``_parse_headers``, ``_prelude``): botocore is pinned exactly."""
+
+    _known: dict[bytes, dict] = {}
+
+    def _parse_headers(self) -> dict:
+        raw = bytes(self._data[_PRELUDE_LENGTH:self._prelude.headers_end])
+        headers = self._known.get(raw)
+        if headers is None:
+            headers = super()._parse_headers()
+            if len(self._known) < _KNOWN_HEADERS_MAX:
+                self._known[raw] = headers
+        return headers
 
 
 class EventStreamParser:
@@ -22,7 +43,7 @@ class EventStreamParser:
     __slots__ = ("_buffer",)
 
     def __init__(self) -> None:
-        self._buffer = EventStreamBuffer()
+        self._buffer = _Buffer()
 
     def feed(self, data: bytes) -> list[SSEEvent]:
         if not data:

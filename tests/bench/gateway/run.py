@@ -21,6 +21,7 @@ import orjson
 
 from tests.bench.gateway import pyspy
 from tests.bench.gateway.closed_loop import closed_loop, compare_closed, warm
+from tests.bench.gateway.dialects import compare_dialects, dialect_errors, dialect_summary
 from tests.bench.gateway.open_loop import ADDED_P99_BUDGET_MS, rate_ladder
 from tests.bench.gateway.report import arm_figures, arms_table, closed_table, rate_header, rate_line, summary_lines
 from tests.bench.gateway.stats import CpuMeter, added, thread_cpu
@@ -43,6 +44,7 @@ class Plan:
     anthropic: bool = True
     arrivals: str = "poisson"
     surfaces: bool = True  # the surfaces section: chat vs Responses vs Messages on the same alias
+    dialects: bool = True  # the dialects section: chat through OpenAI, Azure, Bedrock and Gemini deployments
     responses_store: bool = True  # the Responses requests' store (false: nothing kept, the write's cost out)
 
 
@@ -101,6 +103,9 @@ async def run_bench(stack: Stack, plan: Plan, out: Callable[[str], None] = print
         if plan.surfaces:
             report["surfaces"] = await compare_surfaces(stack, {c: n for c, n in plan.levels.items() if c <= 10},
                                                         plan.anthropic, cpu=cpu, out=out, store=plan.responses_store)
+        if plan.dialects:
+            report["dialects"] = await compare_dialects(stack, {c: n for c, n in plan.levels.items() if c <= 10},
+                                                        cpu=cpu, out=out)
         direct, gateway = pairs(stack, False)["openai"]
         out(f"\n== open loop, non-streaming, openai, {plan.arrivals} arrivals, {plan.seconds_per_rate:g} s per rate;"
             f" latency from the scheduled send time; budget: added p99 <= {ADDED_P99_BUDGET_MS:g} ms")
@@ -170,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds-per-rate", type=float, help="open-loop seconds per rate (default 5, quick 1)")
     ap.add_argument("--uniform", action="store_true", help="uniform instead of Poisson arrivals")
     ap.add_argument("--no-anthropic", action="store_true", help="skip the chat-anthropic vs /v1/messages tables")
+    ap.add_argument("--no-dialects", action="store_true",
+                    help="skip the dialects section (chat through the OpenAI, Azure, Bedrock and Gemini deployments)")
     ap.add_argument("--no-surfaces", action="store_true",
                     help="skip the surfaces section (chat vs Responses vs Messages on the same alias)")
     ap.add_argument("--responses-no-store", action="store_true",
@@ -202,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                 rates=[float(r) for r in args.rates.split(",")] if args.rates else list(base.rates),
                 seconds_per_rate=args.seconds_per_rate or base.seconds_per_rate,
                 anthropic=not args.no_anthropic, arrivals="uniform" if args.uniform else "poisson",
-                surfaces=not args.no_surfaces, responses_store=not args.responses_no_store)
+                surfaces=not args.no_surfaces, responses_store=not args.responses_no_store,
+                dialects=not args.no_dialects)
 
     try:
         import uvloop
@@ -248,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             report["gateway_log"] = read_log(stack.folder / "gateway.log")
         workers = None
         if args.workers_arm > 1:
-            workers = run_workers_arm(Path(tmp) / "workers", replace(plan, anthropic=False, surfaces=False),
+            workers = run_workers_arm(Path(tmp) / "workers", replace(plan, anthropic=False, surfaces=False, dialects=False),
                                       args.workers_arm,
                                       mutate, loop_factory)
     report = {"machine": facts, "plan": asdict(plan), "prompt_bytes": len(PROMPT), "output_tokens": 32,
@@ -259,9 +267,11 @@ def main(argv: list[str] | None = None) -> int:
         for line in pyspy.summary_lines(profile):
             print(line)
         print(f"  raw stacks in {OUT_PYSPY} (py-spy raw format: flamegraph.pl or speedscope read it)")
-    for line in summary_lines(report) + surface_summary(report.get("surfaces") or {}):
+    for line in (summary_lines(report) + surface_summary(report.get("surfaces") or {})
+                 + dialect_summary(report.get("dialects") or {})):
         print(line)
-    errors = closed_errors(report) + surface_errors(report.get("surfaces") or {})
+    errors = (closed_errors(report) + surface_errors(report.get("surfaces") or {})
+              + dialect_errors(report.get("dialects") or {}))
     if workers is not None:
         label = f"--workers {args.workers_arm}"
         report["workers_arm"] = workers

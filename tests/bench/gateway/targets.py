@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from infra.simulator.generation import VOCAB
 from tests.harness import Stack
@@ -29,7 +30,8 @@ class Target:
     headers: dict[str, str]
     body: bytes
     stream_body: bytes
-    wire: str  # "openai" | "anthropic" | "responses"
+    wire: str  # "openai" | "anthropic" | "responses" | "gemini" | "bedrock"
+    stream_url: str | None = None  # where a stream is asked for, when not ``url`` (Gemini, Bedrock)
 
 
 def openai_target(name: str, url: str, model: str, key: str) -> Target:
@@ -85,6 +87,8 @@ class RequestFailed(Exception):
 
 
 def _first_content(line: bytes, wire: str) -> bool:
+    if wire == "gemini":
+        return line.startswith(b"data: ") and b'"text":"' in line and b'"text":""' not in line
     if wire == "responses":
         return line.startswith(b"data: ") and b'"response.output_text.delta"' in line
     if wire == "openai":
@@ -98,19 +102,38 @@ def _first_content(line: bytes, wire: str) -> bool:
     return bool(delta.get("text") or delta.get("partial_json"))
 
 
-_END = {"openai": b"data: [DONE]", "anthropic": b'"message_stop"}', "responses": b'"type":"response.completed"'}
+_END = {"openai": b"data: [DONE]", "anthropic": b'"message_stop"}', "responses": b'"type":"response.completed"',
+        "gemini": b'"finishReason"'}
+
+
+async def event_stream(resp: aiohttp.ClientResponse) -> tuple[float, float]:
+    """A Bedrock ConverseStream read to its end: (end, first contentBlockDelta) times."""
+    from botocore.eventstream import EventStreamBuffer
+
+    buffer, first, last = EventStreamBuffer(), None, None
+    while data := await resp.content.readany():
+        buffer.add_data(data)
+        for message in buffer:
+            last = message.headers.get(":event-type")
+            if first is None and last == "contentBlockDelta":
+                first = time.perf_counter()
+    if first is None or last != "metadata":
+        raise RequestFailed(f"event stream not complete (last event {last!r})")
+    return time.perf_counter(), first
 
 
 async def call(session: aiohttp.ClientSession, target: Target, stream: bool) -> tuple[float, float | None]:
     """Do one request; returns (end, first-content-token time) as perf_counter values, or raises RequestFailed."""
-    async with session.post(target.url, data=target.stream_body if stream else target.body,
-                            headers=target.headers) as resp:
+    url = URL((target.stream_url or target.url) if stream else target.url, encoded=True)  # as signed (Bedrock)
+    async with session.post(url, data=target.stream_body if stream else target.body, headers=target.headers) as resp:
         if resp.status != 200:
             body = await resp.read()
             raise RequestFailed(f"HTTP {resp.status}: {body[:200]!r}")
         if not stream:
             await resp.read()
             return time.perf_counter(), None
+        if target.wire == "bedrock":
+            return await event_stream(resp)
         first = None
         while True:
             line = await resp.content.readline()
@@ -122,7 +145,7 @@ async def call(session: aiohttp.ClientSession, target: Target, stream: bool) -> 
         rest = await resp.content.read()
         end = time.perf_counter()
         last = rest.rstrip()
-        if not (_END[target.wire] in last.rsplit(b"\n", 1)[-1] if target.wire == "responses"
+        if not (_END[target.wire] in last.rsplit(b"\n", 1)[-1] if target.wire in ("responses", "gemini")
                 else last.endswith(_END[target.wire])):
             raise RequestFailed(f"stream not terminated: ...{last[-120:]!r}")
         return end, first
