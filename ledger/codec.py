@@ -67,13 +67,15 @@ _FromWire = Callable[[Any], Any]
 
 
 def _usage_from_wire(value: Any) -> TokenUsage:
-    if not isinstance(value, dict) or set(value) - {"cache_write_1h"} != {*TOKEN_TYPES, "source"}:
+    if not isinstance(value, dict) or set(value) - {"cache_write_1h", "service_tier"} != {*TOKEN_TYPES, "source"}:
         raise CodecError(f"usage must be an object of exactly {TOKEN_TYPES} and 'source' (and 'cache_write_1h' "
-                         f"when not 0), got {value!r}")
+                         f"when not 0, 'service_tier' when not standard), got {value!r}")
     for kind in TOKEN_TYPES:
         _expect_int(value[kind], f"usage.{kind}")
     if "cache_write_1h" in value:
         _expect_int(value["cache_write_1h"], "usage.cache_write_1h")
+    if "service_tier" in value and not isinstance(value["service_tier"], str):
+        raise CodecError(f"usage.service_tier must be a string, got {value['service_tier']!r}")
     if value["source"] not in USAGE_SOURCES:
         raise CodecError(f"usage.source must be one of {USAGE_SOURCES}, got {value['source']!r}")
     return TokenUsage.from_dict(value)

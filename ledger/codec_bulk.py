@@ -36,7 +36,7 @@ from ledger.events import ATTEMPT_OUTCOMES, Event, HoldExpired, RequestAdmitted,
 from ledger.request_events import CACHE_KINDS
 from ledger.usage import TOKEN_TYPES, USAGE_SOURCES, TokenUsage
 
-MIRRORED = "26f836e9b710739d91926ecba03bef8a667366f2364a3ec7ef51c10edb80a0f2"
+MIRRORED = "5227a716c841ae24fef33294d967cbf603fc68fd55ef99b3cea7ec88c8b4583d"
 
 Columns = Mapping[str, Sequence[Any]]
 _USAGE_KEYS = frozenset({*TOKEN_TYPES, "source"})
@@ -70,7 +70,7 @@ def _counts(values: Sequence[Any]) -> bool:
 
 def _usages(values: Sequence[Any]) -> bool:
     """``_usage_from_wire`` and ``check_usage``: exactly the token types and source, counts >= 0, a known source
-    (a usage carrying ``cache_write_1h`` is never vouched for: ``from_dict`` checks it against ``cache_write``)."""
+    (a usage carrying ``cache_write_1h`` or ``service_tier`` is never vouched for: the per-event path checks them)."""
     if set(map(type, values)) != {dict} or not all(u.keys() == _USAGE_KEYS for u in values):
         return False
     *counts, sources = zip(*map(_USAGE_FIELDS, values))

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import ClassVar
 
 from ledger.errors import InvalidEvent
-from ledger.usage import TOKEN_TYPES, USAGE_SOURCES, TokenUsage
+from ledger.usage import SERVICE_TIER, TOKEN_TYPES, USAGE_SOURCES, TokenUsage
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +70,10 @@ def check_usage(event: Event, name: str) -> None:
                            f"cache_write ({value.cache_write})")
     if value.source not in USAGE_SOURCES:
         raise InvalidEvent(f"{event.type}.{name}.source must be one of {USAGE_SOURCES}, got {value.source!r}")
+    if value.service_tier is not None and (not isinstance(value.service_tier, str)
+                                           or not SERVICE_TIER.match(value.service_tier)):
+        raise InvalidEvent(f"{event.type}.{name}.service_tier must be a short lower-case name, got "
+                           f"{value.service_tier!r}")
 
 
 INT64_END = 2**63  # every count and amount must fit a signed 64-bit integer (the log's JSON, the archive)

@@ -11,6 +11,11 @@ with a one-hour lifetime (Anthropic's ``ephemeral_1h_input_tokens``), priced at 
 ``cache_write`` as all writes. ``to_dict`` carries it only when it is not 0 (a usage without one-hour writes
 has the same wire form with or without the field), and a usage read without it has 0.
 
+``service_tier`` is the tier the provider says it served the request at, when it is not its standard one
+(OpenAI's ``flex``, ``priority`` or ``scale``; Anthropic's ``priority``; ``batch``): the attempt is priced at the
+deployment's prices for that tier (``pricing.rating``). Like ``cache_write_1h`` it is in ``to_dict`` only when
+set, so a standard-tier usage has the same wire form as before tiers existed.
+
 ``source`` says where the counts come from: ``provider`` (what the provider
 reported, checked), ``estimated`` (the provider reported nothing; farebox's
 estimate) or ``provider_invalid`` (the provider reported something that failed
@@ -21,6 +26,7 @@ attempt event and reconciliation). ``received`` is never part of ``to_dict``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,6 +35,10 @@ UsageSource = Literal["provider", "estimated", "provider_invalid"]
 USAGE_SOURCES = ("provider", "estimated", "provider_invalid")
 
 TOKEN_TYPES = ("input", "cached_input", "cache_write", "output", "reasoning")
+# A served tier's name: a short lower-case identifier (``flex``, ``priority``, ``scale``, ``batch``).
+SERVICE_TIER = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+# What providers call their standard tier (and the request-side "auto"): priced at the deployment's own prices.
+STANDARD_TIERS = frozenset({"default", "standard", "auto", "on_demand", "standard_only"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +51,7 @@ class TokenUsage:
     source: UsageSource = "provider"
     received: str | None = None  # with provider_invalid: what the provider sent (short, for the event)
     cache_write_1h: int = 0  # of cache_write, the tokens written with a one-hour lifetime (priced on their own)
+    service_tier: str | None = None  # the non-standard tier served (``SERVICE_TIER``); None: the standard one
 
     @property
     def prompt_tokens(self) -> int:
@@ -64,11 +75,13 @@ class TokenUsage:
         }
         if self.cache_write_1h:
             out["cache_write_1h"] = self.cache_write_1h
+        if self.service_tier:
+            out["service_tier"] = self.service_tier
         return out
 
     @classmethod
     def from_dict(cls, data: dict) -> "TokenUsage":
-        return cls(**{k: data[k] for k in (*TOKEN_TYPES, "source", "cache_write_1h") if k in data})
+        return cls(**{k: data[k] for k in (*TOKEN_TYPES, "source", "cache_write_1h", "service_tier") if k in data})
 
     def to_openai(self) -> dict:
         """The OpenAI ``usage`` object for these counts."""

@@ -90,6 +90,13 @@ class Price:
         return value
 
 
+TIER_SEP = "@"  # a service tier's price is kept under "{deployment}@{tier}" beside the deployment's own
+
+
+def tier_key(deployment: str, tier: str) -> str:
+    return f"{deployment}{TIER_SEP}{tier}"
+
+
 @dataclass(frozen=True, slots=True)
 class PriceVersion:
     """One immutable price table: prices by deployment id, valid from a UTC instant."""
@@ -114,6 +121,16 @@ class PriceVersion:
             raise UnknownDeployment(
                 f"price version {self.version} has no price for deployment {deployment!r}"
             ) from None
+
+    def served(self, deployment: str, tier: str | None) -> Price:
+        """The price of what ``deployment`` served at ``tier``: its ``{deployment}@{tier}`` price when the
+        version has one, else the deployment's own (standard) price."""
+        if tier:
+            tiered = self.prices.get(tier_key(deployment, tier))
+            if tiered is not None:
+                return tiered
+        return self.price(deployment)
+
 
 
 @dataclass(frozen=True, slots=True)

@@ -260,7 +260,8 @@ def usage(plan: Plan, sent: int | None = None) -> dict:
     return {"input_tokens": plan.uncached_input, "cache_creation_input_tokens": plan.cache_write_tokens,
             "cache_read_input_tokens": plan.cached_tokens, "output_tokens": out + plan.reasoning_tokens,
             "cache_creation": {"ephemeral_5m_input_tokens": plan.cache_write_tokens - plan.cache_write_1h,
-                               "ephemeral_1h_input_tokens": plan.cache_write_1h}}
+                               "ephemeral_1h_input_tokens": plan.cache_write_1h},
+            "service_tier": plan.service_tier or "standard"}
 
 
 def billable(plan: Plan, sent: int) -> BillableUsage:

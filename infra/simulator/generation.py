@@ -118,6 +118,7 @@ class ChatRequest:
     cache_prefix: Any = None  # Anthropic ``cache_control``: each breakpoint's prefix (``prompt_cache.Breakpoint``)
     echo: dict = field(default_factory=dict)  # request fields the answer object repeats (the Responses API's)
     cache_key: str | None = None  # OpenAI ``prompt_cache_key``: automatic prefix caching (``prompt_cache``)
+    service_tier: str | None = None  # a non-standard tier the request asked for (OpenAI's flex, priority)
     _text: str | None = None
 
     @property
@@ -146,6 +147,7 @@ class Overrides:
     tokens_per_s: float | None = None
     disconnect_after: int | None = None
     echo: int | None = None  # answer with the last text of the request, in pieces of this many characters
+    service_tier: str | None = None  # the tier the answer says served it (x-sim-service-tier)
 
     @classmethod
     def from_headers(cls, headers: Mapping[str, str]) -> Overrides:
@@ -180,6 +182,7 @@ _HEADER_FIELDS = (
     ("tokens_per_s", "x-sim-tokens-per-s", float),
     ("disconnect_after", "x-sim-disconnect-after", int),
     ("echo", "x-sim-echo", int),
+    ("service_tier", "x-sim-service-tier", str.lower),
 )
 _NO_OVERRIDES = Overrides()
 
@@ -201,6 +204,7 @@ class Plan:
     thinking: str = ""  # an Anthropic thinking block's text (its tokens are in ``reasoning_tokens``)
     cache_write_1h: int = 0  # of ``cache_write_tokens``, written with Anthropic's 1 h TTL
     echo: dict = field(default_factory=dict)  # request fields the answer object repeats (the Responses API's)
+    service_tier: str | None = None  # the tier the answer reports (None: the dialect's standard name)
 
     @property
     def output_tokens(self) -> int:

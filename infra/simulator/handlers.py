@@ -160,6 +160,7 @@ async def chat(request: web.Request, wire: ModuleType) -> web.StreamResponse:
             ov = dataclasses.replace(ov, cached_tokens=ov.cached_tokens or cache.read,
                                      cache_write_tokens=ov.cache_write_tokens or cache.write)
         plan = plan_chat(req, profile, ov, input_tokens)
+        plan.service_tier = ov.service_tier or req.service_tier
         if cache.write_1h and plan.cache_write_tokens == cache.write:
             plan.cache_write_1h = cache.write_1h
     except RequestError as err:

@@ -166,13 +166,17 @@ def parse_chat(body: dict, strict: bool) -> ChatRequest:
                        "of type 'json_object'.", "messages")
     elif rf is not None and not (isinstance(rf, dict) and rf.get("type") == "text"):
         raise _bad("Invalid value for 'response_format.type'.", "response_format")
+    tier = body.get("service_tier")
+    if tier is not None and tier not in ("auto", "default", "flex", "scale", "priority"):
+        raise _bad("Invalid value for 'service_tier': expected one of auto, default, flex, scale, priority.",
+                   "service_tier")
     last = messages[-1]
     opts = body.get("stream_options") or {}
     return ChatRequest(model=model, stream=stream, texts=texts, framed=len(messages), images=images,
                        max_tokens=max_tokens, stop=stops, tools=tools, forced_tool=forced,
                        last_is_tool_result=last.get("role") == "tool", json_schema=json_schema,
                        tool_results=sum(isinstance(m, dict) and m.get("role") == "tool" for m in messages),
-                       json_object=json_object,
+                       json_object=json_object, service_tier=tier if tier in ("flex", "scale", "priority") else None,
                        cache_key=body.get("prompt_cache_key") if isinstance(body.get("prompt_cache_key"), str) else None,
                        include_usage=stream and isinstance(opts, dict) and opts.get("include_usage") is True)
 
@@ -235,7 +239,7 @@ def completion(plan: Plan, rid: str, created: int, model: str) -> bytes:
     return orjson.dumps({
         "id": rid, "object": "chat.completion", "created": created, "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": FINISH[plan.finish], "logprobs": None}],
-        "usage": usage(plan), "system_fingerprint": "fp_sim",
+        "usage": usage(plan), "service_tier": plan.service_tier or "default", "system_fingerprint": "fp_sim",
     })
 
 
@@ -245,7 +249,7 @@ class StreamEncoder:
     def __init__(self, plan: Plan, rid: str, created: int, model: str, include_usage: bool) -> None:
         self.plan, self.include_usage = plan, include_usage
         self._base = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                      "system_fingerprint": "fp_sim"}
+                      "service_tier": plan.service_tier or "default", "system_fingerprint": "fp_sim"}
         head = orjson.dumps(self._base)[:-1]
         tail = b',"logprobs":null,"finish_reason":null}]' + (b',"usage":null}\n\n' if include_usage else b"}\n\n")
         if plan.kind == "tool":

@@ -101,6 +101,8 @@ def parse_chat(body: dict, strict: bool) -> ChatRequest:
                        json_schema=json_schema, json_object=isinstance(fmt, dict) and fmt.get("type") == "json_object",
                        include_usage=True, tool_results=tool_results,
                        thinking=reasoning.get("effort") in THINKING_EFFORTS, echo=_echo(body),
+                       service_tier=body["service_tier"] if body.get("service_tier") in ("flex", "scale", "priority")
+                       else None,
                        cache_key=body.get("prompt_cache_key") if isinstance(body.get("prompt_cache_key"), str) else None)
 
 
@@ -241,7 +243,7 @@ def _response(plan: Plan, rid: str, created: int, model: str, status: str, sent:
     return {"id": rid, "object": "response", "created_at": created, "status": status, "error": None,
             "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
             "model": model, "output": _items(plan, rid, True) if done else [], **plan.echo,
-            "usage": usage(plan, sent) if done else None}
+            "service_tier": plan.service_tier or "default", "usage": usage(plan, sent) if done else None}
 
 
 def _status(plan: Plan) -> str:

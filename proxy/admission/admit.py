@@ -76,12 +76,14 @@ class Admitted:
     headers: dict[str, str]
 
 
-async def admit(rt: AdmitPorts, meter: Meter, cands: Sequence[Deployment], est_input: int, max_output: int) -> Admitted:
-    """Admit or raise; either way the answer carries ``server-timing: admit;dur=<ms>``."""
+async def admit(rt: AdmitPorts, meter: Meter, cands: Sequence[Deployment], est_input: int, max_output: int,
+                tier: str | None = None) -> Admitted:
+    """Admit or raise; either way the answer carries ``server-timing: admit;dur=<ms>``. ``tier``: the service tier
+    the request asks for (its price sizes the hold where the deployment has one)."""
     started = time.perf_counter()
     refused = None
     try:
-        admitted = await _admit(rt, meter, cands, est_input, max_output)
+        admitted = await _admit(rt, meter, cands, est_input, max_output, tier)
     except GatewayError as exc:
         exc.headers["server-timing"] = _timing(started)
         rt.metrics.refusals.labels(exc.code or "unknown").inc()
@@ -99,11 +101,12 @@ def _timing(started: float) -> str:
     return f"admit;dur={(time.perf_counter() - started) * 1000:.3f}"
 
 
-async def _admit(rt: AdmitPorts, meter: Meter, cands: Sequence[Deployment], est_input: int, max_output: int) -> Admitted:
+async def _admit(rt: AdmitPorts, meter: Meter, cands: Sequence[Deployment], est_input: int, max_output: int,
+                 tier: str | None) -> Admitted:
     tab = meter.tab
     snap = tab.snapshot
     now_s = rt.clock()
-    plan = hold(snap, cands, est_input, max_output, datetime.fromtimestamp(now_s, timezone.utc))
+    plan = hold(snap, cands, est_input, max_output, datetime.fromtimestamp(now_s, timezone.utc), tier)
     draws = request_draws(snap, tab.key, est_input, max_output) + spend_draws(snap, tab.key, plan.hold_micro)
     headers: dict[str, str] = {}
     if draws:
@@ -113,7 +116,7 @@ async def _admit(rt: AdmitPorts, meter: Meter, cands: Sequence[Deployment], est_
         headers.update(limit_headers(draws, res))
     learned_out = rt.outputs.output_tokens(tab.key.key_id, tab.alias.name, max_output)
     learned = plan.hold_micro if learned_out >= max_output else hold(
-        snap, cands, est_input, learned_out, datetime.fromtimestamp(now_s, timezone.utc)).hold_micro
+        snap, cands, est_input, learned_out, datetime.fromtimestamp(now_s, timezone.utc), tier).hold_micro
     ask = BudgetAsk(tab.request_id, tab.scopes, plan.hold_micro, est_input, max_output, now_s,
                     learned_micro=learned, key_id=tab.key.key_id, max_wait_s=meter.max_wait_s)
     try:

@@ -60,10 +60,13 @@ def hold(
     est_input: int,
     max_output: int,
     at: datetime,
+    tier: str | None = None,
 ) -> Plan:
+    """The hold: the worst case over the candidates at the tier asked for (its price where a deployment has one,
+    else the standard one). A provider serving a dearer tier than asked is an overrun, recorded at settlement."""
     try:
         version = snapshot.price_book.in_force(at)
-        prices = [version.price(d.id) for d in candidates]
+        prices = [version.served(d.id, tier) for d in candidates]
         amount = worst_case(
             est_input,
             max_output,

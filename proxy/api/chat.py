@@ -41,7 +41,7 @@ from proxy.upstream import streaming
 from proxy.upstream.base import Dialect
 from proxy.upstream.dialects import get_dialect
 from proxy.upstream.relay import Timeouts, forwarded_headers, parsed
-from proxy.upstream.usage_check import estimated_as, needs_estimate, within
+from proxy.upstream.usage_check import estimated_as, needs_estimate, served_tier, within
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -93,7 +93,7 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
                       api=surface.name,
                       retry_of=retry_of, privacy=privacy.audit(snap.privacy, cands[0], call.body.get("messages")),
                       estimates=estimates)
-    admitted = await admit(rt, meter, cands, est_in, max_out)
+    admitted = await admit(rt, meter, cands, est_in, max_out, served_tier(call.body.get("service_tier")))
     if downgraded_from is not None:
         admitted.headers["x-fb-downgraded-from"] = downgraded_from
     admitted.headers.update(cached.headers_of(cache))

@@ -16,7 +16,8 @@ from typing import Any, Mapping
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from pricing.book import Price, PriceVersion
+from ledger.usage import SERVICE_TIER, STANDARD_TIERS
+from pricing.book import Price, PriceVersion, tier_key
 from proxy.control.db.models import PriceRow, PriceVersionRow
 from proxy.control.db.store import Mutation, price_record
 from proxy.control.errors import ConfigRejected, ControlConflict
@@ -32,22 +33,43 @@ def _check(problems: Problems, what: str) -> None:
 
 
 def price_table(body: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Validate ``{deployment: {currency, input, output, ...}}``; decimals as strings."""
+    """Validate ``{deployment: {currency, input, output, ..., tiers: {tier: {...}}}}``; decimals as strings. A
+    served tier's prices become their own entry, ``{deployment}@{tier}`` (in the deployment's currency unless
+    they name one)."""
     problems = Problems()
     out: dict[str, dict[str, Any]] = {}
     if not isinstance(body, Mapping) or not body:
         raise ConfigRejected(["prices: give at least one deployment's prices"], "price version")
     for dep_id, entry in body.items():
-        r = Reader(entry, f"prices.{dep_id}", problems)
-        rec = {"currency": r.str("currency", "USD")}
-        for name in PRICE_TYPES:
-            value = r.decimal(name) if name in ("input", "output") else r.decimal(name, None)
-            if value is not None:
-                rec[name] = str(value)
-        r.reject_unknown()
-        out[str(dep_id)] = rec
+        tiers = entry.get("tiers") if isinstance(entry, Mapping) else None
+        if isinstance(entry, Mapping) and "tiers" in entry:
+            entry = {k: v for k, v in entry.items() if k != "tiers"}
+        out[str(dep_id)] = _record(Reader(entry, f"prices.{dep_id}", problems))
+        if tiers is None:
+            continue
+        if not isinstance(tiers, Mapping):
+            problems.add(f"prices.{dep_id}.tiers", "must map each served tier to its prices")
+            continue
+        for tier, prices in tiers.items():
+            where = f"prices.{dep_id}.tiers.{tier}"
+            if not isinstance(tier, str) or not SERVICE_TIER.match(tier) or tier in STANDARD_TIERS:
+                problems.add(where, "must be a served tier's lower-case name (flex, priority, ...)")
+                continue
+            if isinstance(prices, Mapping) and "currency" not in prices and isinstance(entry.get("currency"), str):
+                prices = {**prices, "currency": entry["currency"]}
+            out[tier_key(str(dep_id), tier)] = _record(Reader(prices, where, problems))
     _check(problems, "price version")
     return out
+
+
+def _record(r: Reader) -> dict[str, Any]:
+    rec = {"currency": r.str("currency", "USD")}
+    for name in PRICE_TYPES:
+        value = r.decimal(name) if name in ("input", "output") else r.decimal(name, None)
+        if value is not None:
+            rec[name] = str(value)
+    r.reject_unknown()
+    return rec
 
 
 def add_version(s: Session, number: int | None, valid_from: datetime, table: Mapping[str, Mapping[str, Any]],

@@ -118,10 +118,11 @@ def admitted_event(tab: Tab, plan: Plan, leases: dict[str, str], pod: str, hold_
 
 
 def cost_of(snapshot: Snapshot, price_version: int, dep: Deployment, usage: TokenUsage, now: datetime) -> int:
-    """``usage`` at ``dep``'s price in ``price_version``, in micro-units of the budget currency."""
+    """``usage`` at ``dep``'s price in ``price_version`` for the tier it was served at, in micro-units of the budget
+    currency."""
     if not (usage.prompt_tokens or usage.completion_tokens):
         return 0
-    price = snapshot.price_book.get(price_version).price(dep.id)
+    price = snapshot.price_book.get(price_version).served(dep.id, usage.service_tier)
     return rate(usage, price, snapshot.fx.rate(price.currency, snapshot.currency, now))
 
 

@@ -21,7 +21,7 @@ from proxy.errors import UpstreamError, UpstreamUnavailable
 from proxy.upstream.anthropic_request import JSON_TOOL
 from proxy.upstream.base import ChatResult, SSEEvent, StreamState
 from proxy.upstream.classify import classify, short_reason
-from proxy.upstream.usage_check import UNREPORTED, InvalidUsage, count, details, invalid
+from proxy.upstream.usage_check import UNREPORTED, InvalidUsage, count, details, invalid, served_tier
 
 PROVIDER = "anthropic"
 
@@ -94,6 +94,7 @@ def usage_from(raw: Mapping, base: TokenUsage | None = None) -> TokenUsage:
             cache_write=write,
             output=pick("output_tokens", base.output),
             cache_write_1h=write_1h,
+            service_tier=served_tier(raw["service_tier"]) if "service_tier" in raw else base.service_tier,
         )
     except InvalidUsage:
         return invalid(raw)

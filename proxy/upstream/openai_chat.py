@@ -20,7 +20,7 @@ from proxy.upstream.base import ChatResult, SSEEvent, StreamState, UpstreamReque
 from proxy.upstream.capabilities import reject_unknown, require_capabilities
 from proxy.upstream.classify import classify, load_json, short_reason
 from proxy.upstream.sse import SSEParser
-from proxy.upstream.usage_check import openai_embedding_usage, openai_usage
+from proxy.upstream.usage_check import openai_embedding_usage, openai_usage, with_tier
 
 PROVIDER = "openai"
 
@@ -111,6 +111,7 @@ class OpenAIStreamTranslator:
         self.finish_reason: str | None = None
         self.done = False
         self._state = StreamState()
+        self._tier: object = None
 
     def feed(self, event: SSEEvent) -> list[dict]:
         data = event.data.strip()
@@ -129,8 +130,10 @@ class OpenAIStreamTranslator:
             raise UpstreamUnavailable(f"Upstream ({PROVIDER}) sent an unexpected stream event.", upstream_status=200)
         if "error" in obj or obj.get("object") == "error":
             raise error_from(obj, None, {})
+        if obj.get("service_tier") is not None:
+            self._tier = obj["service_tier"]  # every chunk names the tier that served it
         if obj.get("usage") is not None:
-            self.usage = openai_usage(obj["usage"])
+            self.usage = with_tier(openai_usage(obj["usage"]), self._tier)
         choices = obj.get("choices")
         if not choices:
             return []  # the usage-only chunk (or a keep-alive-ish empty chunk)
@@ -195,7 +198,8 @@ class OpenAIChatDialect:
         if not isinstance(choices, list) or not choices:
             raise UpstreamUnavailable(f"Upstream ({PROVIDER}) sent an answer without choices.", upstream_status=200)
         finish = choices[0].get("finish_reason") if choices and isinstance(choices[0], dict) else None
-        return ChatResult(body=body, usage=openai_usage(usage), finish_reason=finish)
+        return ChatResult(body=body, usage=with_tier(openai_usage(usage), data.get("service_tier")),
+                          finish_reason=finish)
 
     def stream_translator(self) -> OpenAIStreamTranslator:
         return OpenAIStreamTranslator()

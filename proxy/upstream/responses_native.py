@@ -28,7 +28,7 @@ from proxy.errors import UpstreamUnavailable
 from proxy.snapshot import Deployment
 from proxy.upstream.base import ChatResult, SSEEvent, StreamState, UpstreamRequest
 from proxy.upstream.openai_chat import OpenAIChatDialect, error_from, headers
-from proxy.upstream.usage_check import UNREPORTED, responses_usage
+from proxy.upstream.usage_check import UNREPORTED, responses_usage, with_tier
 
 FINISHED = ("response.completed", "response.incomplete")
 Rewrite = Callable[[str], str]
@@ -113,7 +113,7 @@ def parse_response(data: dict) -> ChatResult:
     if not isinstance(data.get("output"), list):
         raise UpstreamUnavailable("Upstream (openai) sent a response without output.", upstream_status=200)
     body = _chat_body(data["output"], data.get("status"), data.get("incomplete_details"))
-    usage = responses_usage(data.get("usage"))
+    usage = with_tier(responses_usage(data.get("usage")), data.get("service_tier"))
     return ChatResult(body=body, usage=usage, finish_reason=body["choices"][0]["finish_reason"], native=data)
 
 
@@ -165,7 +165,8 @@ class ResponsesEvents:
             return [_chunk({"tool_calls": [{"index": at, "function": {"arguments": data["delta"]}}]})]
         if kind in FINISHED:
             response = data.get("response") if isinstance(data.get("response"), dict) else {}
-            self.usage = responses_usage(response.get("usage")) if "usage" in response else UNREPORTED
+            self.usage = (with_tier(responses_usage(response.get("usage")), response.get("service_tier"))
+                          if "usage" in response else UNREPORTED)
             body = _chat_body(response.get("output"), response.get("status"), response.get("incomplete_details"))
             self.finish_reason = body["choices"][0]["finish_reason"]
             self.done = True

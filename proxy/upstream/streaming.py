@@ -160,7 +160,7 @@ def _usage(stream: UpstreamStream, est_input: int, limit: int) -> TokenUsage:
         if reported.prompt_tokens:
             return TokenUsage(
                 input=reported.input, cached_input=reported.cached_input, cache_write=reported.cache_write,
-                cache_write_1h=reported.cache_write_1h,
+                cache_write_1h=reported.cache_write_1h, service_tier=reported.service_tier,
                 output=max(reported.output, estimate_tokens(len(stream.translator.text_so_far()))),
                 source="estimated",
             )

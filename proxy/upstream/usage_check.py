@@ -22,10 +22,11 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import orjson
 
-from ledger.usage import TokenUsage
+from ledger.usage import SERVICE_TIER, STANDARD_TIERS, TokenUsage
 
 # No single request reports more tokens than this (the largest context windows are a few million);
 # the per-request bound (context window + output cap) is usually far lower.
@@ -163,6 +164,23 @@ def openai_embedding_usage(raw: object) -> TokenUsage:
         return TokenUsage(input=count(raw, "prompt_tokens"))
     except InvalidUsage:
         return invalid(raw)
+
+
+def served_tier(raw: object) -> str | None:
+    """The tier a provider says it served at, when not its standard one; None for standard, absent or a value
+    that is not a short name (never a reason to refuse an answer: such a request is priced as standard)."""
+    if not isinstance(raw, str):
+        return None
+    tier = raw.strip().lower()
+    return None if tier in STANDARD_TIERS or not SERVICE_TIER.match(tier) else tier
+
+
+def with_tier(usage: TokenUsage, raw: object) -> TokenUsage:
+    """``usage`` marked with the tier ``raw`` names; reported usage only (an estimate stays as it is)."""
+    tier = served_tier(raw)
+    if tier is None or usage.source != "provider" or usage is UNREPORTED:
+        return usage
+    return replace(usage, service_tier=tier)
 
 
 def needs_estimate(usage: TokenUsage | None) -> bool:

@@ -23,7 +23,8 @@ async def test_non_stream_shape(sim):
     # 5 tokens + "Be brief." 3 tokens + 3 framing x (1 message + system)
     assert body["usage"] == {"input_tokens": 14, "cache_creation_input_tokens": 0,
                              "cache_read_input_tokens": 0, "output_tokens": 32,
-                             "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0}}
+                             "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+                             "service_tier": "standard"}
 
 
 async def test_stream_event_sequence(sim):
@@ -112,7 +113,8 @@ async def test_cache_usage_and_system_blocks(sim):
     out = await (await sim.post("/v1/messages", json=body, headers=headers)).json()
     assert out["usage"] == {"input_tokens": 14 - 4 - 3, "cache_creation_input_tokens": 3,
                             "cache_read_input_tokens": 4, "output_tokens": 34,
-                            "cache_creation": {"ephemeral_5m_input_tokens": 3, "ephemeral_1h_input_tokens": 0}}
+                            "cache_creation": {"ephemeral_5m_input_tokens": 3, "ephemeral_1h_input_tokens": 0},
+                            "service_tier": "standard"}
     stream = sse_json(await (await sim.post("/v1/messages", json={**body, "stream": True},
                                             headers=headers)).text())
     assert stream[0][1]["message"]["usage"]["cache_read_input_tokens"] == 4

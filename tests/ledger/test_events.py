@@ -376,3 +376,19 @@ def test_admission_records_its_client_surface_and_older_ones_read_as_chat():
     old = {k: v for k, v in wire.items() if k != "api"}
     old["schema"] = 4
     assert decode(orjson.dumps(old)).api == "chat"
+
+
+def test_a_served_tier_rides_in_the_usage_only_when_not_standard():
+    standard = encode(attempted())
+    assert b"service_tier" not in standard
+    flex = attempted(usage=TokenUsage(input=338, cached_input=1536, output=212, service_tier="flex"))
+    wire = encode(flex)
+    assert orjson.loads(wire)["usage"]["service_tier"] == "flex"
+    assert decode(wire) == flex and decode(standard).usage.service_tier is None
+    for bad in ("Flex", "", "x" * 40, "flex tier"):
+        with pytest.raises(InvalidEvent, match="service_tier"):
+            attempted(usage=TokenUsage(input=1, service_tier=bad))
+    data = orjson.loads(wire)
+    data["usage"]["service_tier"] = 7
+    with pytest.raises(CodecError, match="service_tier"):
+        decode(orjson.dumps(data))
