@@ -84,7 +84,7 @@ _SAME_AS = {"ChargeType": "ChargeCategory", "InvoiceIssuer": "InvoiceIssuerName"
             "Publisher": "PublisherName", "ResourceID": "ResourceId"}
 X_COLUMNS = (
     "x_team", "x_app", "x_business_unit", "x_cost_centre", "x_alias", "x_key_id", "x_requests",
-    "x_attempts", "x_token_type", "x_price_version", "x_correction_id", "x_correction_side",
+    "x_attempts", "x_token_type", "x_price_version", "x_correction_id", "x_correction_side", "x_service_tier",
 )
 COLUMNS = FOCUS_COLUMNS + FOCUS_1_0_COLUMNS + X_COLUMNS
 
@@ -133,6 +133,7 @@ class ChargeLine:
     pricing_unit_price: Decimal  # per 1M tokens, in the price book's currency
     correction_id: str | None = None
     correction_side: str | None = None  # "reversal" | "corrected"
+    service_tier: str | None = None  # the non-standard tier the provider served (priced at that tier's prices)
 
     def sort_key(self) -> tuple:
         """Row order: charge day, usage before corrections, then every dimension (a total order)."""
@@ -140,7 +141,7 @@ class ChargeLine:
                 self.account, self.region, TOKEN_TYPES.index(self.token_type), self.price_version, self.team,
                 self.app or "",
                 self.business_unit or "", self.key_id or "", self.alias or "", self.cost_centre or "", self.tags,
-                self.correction_id or "", self.correction_side or "")
+                self.correction_id or "", self.correction_side or "", self.service_tier or "")
 
 
 def month_bounds(first: date) -> tuple[datetime, datetime]:
@@ -210,7 +211,8 @@ def focus_row(line: ChargeLine, billing_currency: str) -> dict[str, Any]:
         "SkuMeter": meter,
         "SkuPriceDetails": json.dumps({"x_PriceVersion": line.price_version, "x_TokenType": line.token_type},
                                       sort_keys=True, separators=(",", ":")),
-        "SkuPriceId": f"{line.deployment}:{line.model}:{line.token_type}",
+        "SkuPriceId": f"{line.deployment}:{line.model}:{line.token_type}"
+                      + (f"@{line.service_tier}" if line.service_tier else ""),
         "SubAccountId": line.account,
         "SubAccountName": line.account,
         "SubAccountType": "Provider Account",
@@ -227,6 +229,7 @@ def focus_row(line: ChargeLine, billing_currency: str) -> dict[str, Any]:
         "x_price_version": line.price_version,
         "x_correction_id": line.correction_id,
         "x_correction_side": line.correction_side,
+        "x_service_tier": line.service_tier,
     })
     for alias, column in _SAME_AS.items():
         row[alias] = row[column]

@@ -37,7 +37,7 @@ import duckdb
 import pyarrow as pa
 
 from ledger.usage import TOKEN_TYPES
-from pricing.book import FxTable, PriceBook
+from pricing.book import FxTable, PriceBook, tier_key
 from pricing.errors import PricingError
 from reconcile.focus.columns import EXACT, ChargeLine, FocusError
 
@@ -97,9 +97,13 @@ def _scale(prices: Mapping[tuple[int, str, str], UnitPrice]) -> int:
 
 _ATTEMPT_COLUMNS = ("id", "request_id", "event_time", "team", "deployment", "provider", "account", "model", "region",
                     *(f"{kind}_tokens" for kind in TOKEN_TYPES), "cost_micro", "currency", "price_version",
-                    "cost_centre", "tags")
+                    "cost_centre", "tags", "service_tier")
+# The served tier, read from the event only where it names one (most events do not: no JSON parse for them).
+_TIER = ("CASE WHEN type = 'request.attempted' AND contains(event, '\"service_tier\"') "
+         "THEN json_extract_string(event, '$.usage.service_tier') END AS service_tier")
 _ADMITTED_COLUMNS = ("request_id", "app", "business_unit", "key_id", "alias", "cost_centre", "tags")
-_COLUMNS = ("type", *_ATTEMPT_COLUMNS, *(c for c in _ADMITTED_COLUMNS if c not in _ATTEMPT_COLUMNS))
+_COLUMNS = ("type", *(c if c != "service_tier" else _TIER for c in _ATTEMPT_COLUMNS),
+            *(c for c in _ADMITTED_COLUMNS if c not in _ATTEMPT_COLUMNS))
 
 
 def _events_sql(files: Sequence[Path], since: datetime, end: datetime) -> str:
@@ -126,7 +130,8 @@ def _allocation_sql(scale: int) -> str:
     return f"""
         CREATE TEMP TABLE alloc AS
         WITH x AS (
-            SELECT a.*, {xs} FROM att a LEFT JOIN prices p USING (price_version, deployment)
+            SELECT a.*, {xs} FROM att a LEFT JOIN prices p ON p.price_version = a.price_version
+                AND p.deployment = a.price_key
         ), f AS (
             SELECT *, {parts}, {' + '.join(f'x{i}' for i in range(_N))} AS total FROM x
         ), e AS (
@@ -144,7 +149,7 @@ def _lines_sql() -> str:
         f"WHERE {kind}_tokens > 0" for i, kind in enumerate(TOKEN_TYPES))
     dims = ("day, deployment, provider, account, model, region, token_type, price_version, a.team, "
             "d.app, d.business_unit, d.key_id, d.alias, coalesce(a.cost_centre, d.cost_centre), "
-            "to_json(coalesce(a.tags, d.tags))::VARCHAR")
+            "to_json(coalesce(a.tags, d.tags))::VARCHAR, price_key, service_tier")
     return f"""
         SELECT {dims}, sum(tokens)::BIGINT, sum(billed)::BIGINT, count(DISTINCT a.request_id), count(*)
         FROM (SELECT *, CAST(event_time AS DATE) AS day FROM ({arms})) a
@@ -175,7 +180,8 @@ def read_usage(files: Sequence[Path], start: datetime, end: datetime, book: Pric
                              f"{currency or 'one currency'}: an export has one billing currency")
         billing = seen[0] if seen else currency
         tokens = " + ".join(f"coalesce({kind}_tokens, 0)" for kind in TOKEN_TYPES)
-        pairs = con.execute(f"SELECT DISTINCT price_version, deployment FROM att WHERE {tokens} > 0 "
+        _price_keys(con, book)
+        pairs = con.execute(f"SELECT DISTINCT price_version, price_key FROM att WHERE {tokens} > 0 "
                             "ORDER BY 1, 2").fetchall()
         prices = unit_prices(book, fx, pairs, billing or "", start) if pairs else {}
         scale = _scale(prices)
@@ -198,6 +204,29 @@ def read_usage(files: Sequence[Path], start: datetime, end: datetime, book: Pric
         con.close()
 
 
+def _price_keys(con: duckdb.DuckDBPyConnection, book: PriceBook) -> None:
+    """``att.price_key``: the price-book entry each attempt was priced at (its tier's, ``{deployment}@{tier}``,
+    where its version has one, else the deployment's), as ``PriceVersion.served`` chose it."""
+    tiered = con.execute("SELECT DISTINCT price_version, deployment, service_tier FROM att "
+                         "WHERE service_tier IS NOT NULL").fetchall()
+    keys = {}
+    for version, deployment, tier in tiered:
+        try:
+            keys[(version, deployment, tier)] = tier_key(deployment, tier) if tier_key(
+                deployment, tier) in book.get(version).prices else deployment
+        except PricingError:
+            keys[(version, deployment, tier)] = deployment  # unpriced: unit_prices names the missing version
+    con.register("tier_keys", pa.table({"price_version": [k[0] for k in keys], "deployment": [k[1] for k in keys],
+                                        "service_tier": [k[2] for k in keys], "price_key": list(keys.values())},
+                                       schema=pa.schema([("price_version", pa.int64()), ("deployment", pa.string()),
+                                                         ("service_tier", pa.string()), ("price_key", pa.string())])))
+    con.execute("CREATE TEMP TABLE att2 AS SELECT a.*, coalesce(k.price_key, a.deployment) AS price_key FROM att a "
+                "LEFT JOIN tier_keys k ON k.price_version = a.price_version AND k.deployment = a.deployment "
+                "AND k.service_tier = a.service_tier")
+    con.execute("DROP TABLE att")
+    con.execute("ALTER TABLE att2 RENAME TO att")
+
+
 def _check_ledger(con: duckdb.DuckDBPyConnection, scale: int) -> None:
     """Every attempt's cost_micro must be the ceiling of its exact cost under the book given."""
     (count,) = con.execute("SELECT count(*) FROM alloc WHERE NOT is_ceiling").fetchone()
@@ -212,11 +241,11 @@ def _check_ledger(con: duckdb.DuckDBPyConnection, scale: int) -> None:
 
 def _line(row: tuple, prices: Mapping[tuple[int, str, str], UnitPrice], billing_month: date) -> ChargeLine:
     (day, deployment, provider, account, model, region, kind, version, team, app, bu, key_id, alias, centre,
-     tags, tokens, billed, requests, attempts) = row
-    price = prices[(version, deployment, kind)]
+     tags, key, tier, tokens, billed, requests, attempts) = row
+    price = prices[(version, key, kind)]
     return ChargeLine(
         charge_day=day, billing_month=billing_month, deployment=deployment, provider=provider, account=account,
         model=model, region=region, token_type=kind, price_version=version, team=team, app=app, business_unit=bu,
         key_id=key_id, alias=alias, cost_centre=centre, tags=_tags(tags), tokens=tokens, billed_micro=billed,
         requests=requests, attempts=attempts, unit_price=price.billing, pricing_currency=price.book_currency,
-        pricing_unit_price=price.book)
+        pricing_unit_price=price.book, service_tier=tier)

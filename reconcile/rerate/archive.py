@@ -41,13 +41,22 @@ _COLUMNS = ["id", "type", "event_time", "log_partition", "log_offset", "request_
             "price_version", "scope_costs", "event"]
 
 
-def _one_hour_writes(event: str | bytes | None) -> int:
-    """An attempt's one-hour cache writes: no column of their own, read from its event (0 when absent)."""
-    if not event or "cache_write_1h" not in (event if isinstance(event, str) else event.decode()):
-        return 0
-    usage = orjson.loads(event).get("usage") or {}
-    value = usage.get("cache_write_1h") if isinstance(usage, dict) else None
-    return value if type(value) is int and value >= 0 else 0
+def _usage_details(event: str | bytes | None) -> dict:
+    """An attempt's one-hour cache writes and served tier: no columns of their own, read from its event (only
+    when the event names them: most do not)."""
+    text = event.decode() if isinstance(event, bytes) else event
+    if not text or ("cache_write_1h" not in text and "service_tier" not in text):
+        return {}
+    usage = orjson.loads(text).get("usage") or {}
+    if not isinstance(usage, dict):
+        return {}
+    out: dict = {}
+    value = usage.get("cache_write_1h")
+    if type(value) is int and value >= 0:
+        out["cache_write_1h"] = value
+    if isinstance(usage.get("service_tier"), str):
+        out["service_tier"] = usage["service_tier"]
+    return out
 
 
 def archived_days(root: Path) -> list[date]:
@@ -83,7 +92,7 @@ def load_requests(root: Path, start: date, end: date,
         kind = r["type"]
         if kind == "request.attempted":
             usage = TokenUsage(**{k: r[f"{k}_tokens"] or 0 for k in TOKEN_TYPES}, source=r["usage_source"],
-                               cache_write_1h=_one_hour_writes(r["event"]))
+                               **_usage_details(r["event"]))
             attempts.setdefault(rid, []).append(ArchivedAttempt(r["attempt"], r["event_time"], r["deployment"],
                                                                 usage, r["cost_micro"], r["price_version"]))
         elif kind in ("request.settled", "hold.expired"):

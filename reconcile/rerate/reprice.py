@@ -132,7 +132,7 @@ def price_attempt(attempt: ArchivedAttempt, version: PriceVersion, fx: FxTable, 
     if not (usage.prompt_tokens or usage.completion_tokens):
         return 0
     try:
-        price = version.price(attempt.deployment)
+        price = version.served(attempt.deployment, attempt.usage.service_tier)
         return rate(usage, price, fx.rate(price.currency, currency, attempt.time))
     except PricingError as exc:
         raise RerateError(f"cannot price attempt {attempt.attempt} on deployment {attempt.deployment!r} at price "

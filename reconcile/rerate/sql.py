@@ -32,7 +32,7 @@ import duckdb
 import pyarrow as pa
 
 from ledger.usage import TOKEN_TYPES
-from pricing.book import PRICED_TYPES, FxTable, PriceVersion
+from pricing.book import PRICED_TYPES, TIER_SEP, FxTable, PriceVersion
 from reconcile.rerate.reprice import DiffLine, RerateError
 from reconcile.warehouse import Warehouse, WarehouseError
 
@@ -104,9 +104,16 @@ def new_cost_sql(tables: PriceTables, a: str = "a", p: str = "p", f: str = "f", 
             f"ELSE ((({tokens}) * {fx} + ({den}::HUGEINT - 1)) // {den}::HUGEINT)::BIGINT END")
 
 
+TIER = ("CASE WHEN contains(event, '\"service_tier\"') THEN json_extract_string(event, '$.usage.service_tier') END")
+
+
 def price_join(e: str, currency: str) -> str:
-    """The joins ``new_cost_sql`` reads: attempt ``e``'s price ``p`` (``rr_prices``) and FX ``f`` (``rr_fx``)."""
-    return (f"LEFT JOIN rr_prices AS p ON p.deployment = {e}.deployment "
+    """The joins ``new_cost_sql`` reads: attempt ``e``'s price ``p`` (``rr_prices``: its served tier's,
+    ``{deployment}@{tier}``, when the version has one, else the deployment's, as ``PriceVersion.served``) and
+    FX ``f`` (``rr_fx``)."""
+    return (f"LEFT JOIN rr_prices AS pt ON {e}.service_tier IS NOT NULL "
+            f"AND pt.deployment = {e}.deployment || '{TIER_SEP}' || {e}.service_tier "
+            f"LEFT JOIN rr_prices AS p ON p.deployment = coalesce(pt.deployment, {e}.deployment) "
             f"LEFT JOIN rr_fx AS f ON f.from_ccy = p.currency AND f.to_ccy = {currency} "
             f"AND f.month = strftime(timezone('UTC', {e}.event_time), '%Y-%m')")
 
@@ -119,7 +126,9 @@ def rate_attempts(con: duckdb.DuckDBPyConnection, attempts: pa.Table, version: P
     con.register("rr_fx", tables.fx)
     con.register("rr_attempts", attempts)
     one_hour = "cache_write_1h_tokens" in attempts.column_names
-    sql = (f"SELECT {new_cost_sql(tables, 'e', currency='$currency', one_hour=one_hour)} FROM rr_attempts AS e "
+    source = ("rr_attempts" if "service_tier" in attempts.column_names
+              else "(SELECT *, NULL::VARCHAR AS service_tier FROM rr_attempts)")  # served tiers, when given
+    sql = (f"SELECT {new_cost_sql(tables, 'e', currency='$currency', one_hour=one_hour)} FROM {source} AS e "
            f"{price_join('e', '$currency')} ORDER BY e.id")
     return [row[0] for row in con.execute(sql, {"currency": currency}).fetchall()]
 
@@ -144,7 +153,7 @@ WITH q AS MATERIALIZED (
     SELECT request_id, attempt, any_value(id) AS id, any_value(deployment) AS deployment,
            any_value(event_time) AS event_time, {tokens}, any_value(cost_micro) AS cost_micro,
            any_value(coalesce(TRY_CAST(json_extract(event, '$.usage.cache_write_1h') AS BIGINT), 0))
-               AS cache_write_1h_tokens,
+               AS cache_write_1h_tokens, any_value({TIER}) AS service_tier,
            any_value(price_version) AS price_version
     FROM archive_rows WHERE type = 'request.attempted' AND request_id IN (SELECT request_id FROM q)
     GROUP BY request_id, attempt

@@ -12,6 +12,7 @@ FX of the attempt's month), written through ``streams.archive.write.ArchiveWrite
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -94,7 +95,10 @@ def request(i: int, at: datetime, rng: random.Random, *, book: PriceBook = BOOK,
         failed = fallback and n == 1
         usage = TokenUsage(input=rng.randint(10, 400), output=rng.randint(1, 40)) if failed and i % 2 else (
             TokenUsage() if failed else _usage(rng, deployment))
-        price = book.get(min(version, book.latest.version)).price(deployment)
+        priced = book.get(min(version, book.latest.version))
+        if not failed and i % 4 == 1 and f"{deployment}@flex" in priced.prices:  # served at the flex tier
+            usage = replace(usage, service_tier="flex")
+        price = priced.served(deployment, usage.service_tier)
         cost = rate(usage, price, fx.rate(price.currency, CURRENCY, when)) if (
             usage.prompt_tokens or usage.completion_tokens) else 0
         total += cost
