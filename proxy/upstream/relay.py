@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, Mapping, TypeVar
 
@@ -180,26 +181,39 @@ class UpstreamStream:
     parser: FrameParser = field(default_factory=SSEParser)
     first: list[dict] = field(default_factory=list)
     ended: bool = False
+    pending: deque = field(default_factory=deque)  # events read but not translated yet (after the first chunk)
 
-    async def _next_chunks(self) -> list[dict] | None:
-        """Chunks from the next read; None once the upstream body ends."""
+    def _translate(self, first: bool) -> list[dict]:
+        """Translate the pending events: all of them, or with ``first`` only up to the first that yields chunks
+        (a burst that arrived in one read is not translated whole before its first chunk can be sent)."""
+        out: list[dict] = []
+        pending = self.pending
+        while pending:
+            out.extend(translated(self.translator, pending.popleft()))
+            if first and out:
+                break
+        return out
+
+    async def _next_chunks(self, first: bool = False) -> list[dict] | None:
+        """Chunks of the events still pending, else of the next read; None once the upstream body ends."""
         assert self.response is not None
+        if self.pending:
+            return self._translate(first)
         data = await self.response.content.readany()
         if not data:
             events = self.parser.close()
             self.ended = True
         else:
             events = self.parser.feed(data)
-        out: list[dict] = []
-        for ev in events:
-            out.extend(translated(self.translator, ev))
-        if not out and self.ended:
+        self.pending.extend(events)
+        out = self._translate(first)
+        if not out and self.ended and not self.pending:
             return None
         return out
 
     async def read_first(self) -> None:
-        while not self.first and not self.ended and not self.translator.done:
-            chunks = await self._next_chunks()
+        while not self.first and (self.pending or not self.ended) and not self.translator.done:
+            chunks = await self._next_chunks(first=True)
             if chunks is None:
                 break
             self.first = chunks
@@ -213,7 +227,7 @@ class UpstreamStream:
         """
         try:
             last_data = time.monotonic()
-            while not self.ended and not self.translator.done:
+            while (self.pending or not self.ended) and not self.translator.done:
                 now = time.monotonic()
                 if now >= self.deadline:
                     raise UpstreamUnavailable("The provider stream exceeded the total timeout.", code="upstream_timeout")

@@ -142,3 +142,36 @@ def test_the_fast_path_refuses_an_endless_line_too():
     parser.feed(b"data: 1234")
     with pytest.raises(UpstreamUnavailable):
         parser.feed(b"56789")
+
+
+async def test_a_burst_read_at_once_yields_its_first_chunk_before_translating_the_rest():
+    """A whole stream in one read: the first chunk is ready with the rest left untranslated, then all of it."""
+    from proxy.upstream.relay import UpstreamStream
+
+    class Body:
+        def __init__(self, parts):
+            self.parts = list(parts)
+
+        async def readany(self):
+            return self.parts.pop(0) if self.parts else b""
+
+    class Response:
+        closed = False
+
+        def __init__(self, parts):
+            self.content = Body(parts)
+
+        def release(self):
+            pass
+
+        def close(self):
+            pass
+
+    raw = wire("openai_text.sse")
+    tr = _dialect("openai_text.sse")
+    stream = UpstreamStream(DIALECTS[tr].stream_translator(), float("inf"), response=Response([raw]))
+    await stream.read_first()
+    assert len(stream.first) == 1 and stream.pending  # the role chunk; the rest still pending
+    rest = [c async for batch in stream.chunks() if batch for c in batch]
+    whole = translate("openai", raw)[0]
+    assert stream.first + rest == whole and stream.translator.done
