@@ -51,14 +51,19 @@ from ledger.usage import TOKEN_TYPES
 from pricing.money import to_decimal
 from reconcile.errors import ReconcileError
 
+# The token types a charge line is for: the priced types, with the one-hour cache writes (``cache_write_1h``, a
+# detail of ``cache_write`` in usage) a line of their own at their own price; ``cache_write`` lines then hold
+# the other writes.
+FOCUS_TYPES = ("input", "cached_input", "cache_write", "cache_write_1h", "output", "reasoning")
 SKU_METERS = {
     "input": "Input Tokens",
     "cached_input": "Cached Input Tokens",
     "cache_write": "Cache Write Tokens",
+    "cache_write_1h": "Cache Write Tokens (1 hour)",
     "output": "Output Tokens",
     "reasoning": "Reasoning Tokens",
 }
-assert tuple(SKU_METERS) == TOKEN_TYPES
+assert tuple(SKU_METERS) == FOCUS_TYPES and set(TOKEN_TYPES) <= set(FOCUS_TYPES)
 
 CONSUMED_UNIT = "Tokens"
 PRICING_UNIT = "1000000 Tokens"
@@ -138,7 +143,7 @@ class ChargeLine:
     def sort_key(self) -> tuple:
         """Row order: charge day, usage before corrections, then every dimension (a total order)."""
         return (self.charge_day, self.correction_id is not None, self.deployment, self.model, self.provider,
-                self.account, self.region, TOKEN_TYPES.index(self.token_type), self.price_version, self.team,
+                self.account, self.region, FOCUS_TYPES.index(self.token_type), self.price_version, self.team,
                 self.app or "",
                 self.business_unit or "", self.key_id or "", self.alias or "", self.cost_centre or "", self.tags,
                 self.correction_id or "", self.correction_side or "", self.service_tier or "")

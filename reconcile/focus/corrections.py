@@ -37,8 +37,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ledger.usage import TOKEN_TYPES
-from reconcile.focus.columns import ChargeLine, FocusError, month_bounds
+from reconcile.focus.columns import FOCUS_TYPES, ChargeLine, FocusError, month_bounds
 from reconcile.focus.usage import UnitPrice
 
 CORRECTION_SCHEMA = pa.schema([
@@ -107,9 +106,9 @@ class Correction:
         object.__setattr__(self, "recorded_at", at.astimezone(timezone.utc))
         if isinstance(self.charge_day, datetime) or not isinstance(self.charge_day, date):
             raise ValueError(f"correction {self.correction_id!r}: charge_day must be a date")
-        if self.token_type not in TOKEN_TYPES:
+        if self.token_type not in FOCUS_TYPES:
             raise ValueError(f"correction {self.correction_id!r}: token_type {self.token_type!r} is not one of "
-                             f"{', '.join(TOKEN_TYPES)}")
+                             f"{', '.join(FOCUS_TYPES)}")
         for name in ("original_price_version", "corrected_price_version", "original_tokens", "original_micro",
                      "corrected_tokens", "corrected_micro", "requests", "attempts"):
             value = getattr(self, name)

@@ -33,10 +33,12 @@ import duckdb
 from ledger.codec import decode
 from ledger.events import RatingCorrected
 from ledger.usage import TOKEN_TYPES
-from pricing.book import FxTable, PriceBook
-from reconcile.focus.columns import EXACT, FocusError, month_bounds
+from pricing.book import FxTable, PriceBook, tier_key
+from pricing.errors import PricingError
+from reconcile.focus.columns import EXACT, FOCUS_TYPES, FocusError, month_bounds
 from reconcile.focus.corrections import Correction
 from reconcile.focus.usage import UnitPrice, unit_prices
+from reconcile.rerate.archive import usage_details
 from streams.archive.read import archive_files
 
 _TOKENS = [f"{kind}_tokens" for kind in TOKEN_TYPES]
@@ -96,7 +98,7 @@ def archived_corrections(root: str | Path, month: date, book: PriceBook, fx: FxT
         rows = _rows(con, archive_files(root, first, last),
                      f"type IN ('request.admitted', 'request.attempted') AND request_id IN ({ids})",
                      "type, request_id, attempt, event_time, team, app, business_unit, key_id, alias, cost_centre, "
-                     "to_json(tags)::VARCHAR AS tags, deployment, provider, account, model, region, "
+                     "to_json(tags)::VARCHAR AS tags, deployment, provider, account, model, region, event, "
                      + ", ".join(_TOKENS))
     except duckdb.Error as exc:
         raise FocusError(f"cannot read the archive at {root}: {exc}") from None
@@ -121,10 +123,15 @@ def _attempt_corrections(fix: RatingCorrected, n: str, attempt: Mapping, admissi
     day: date = attempt["event_time"].astimezone(timezone.utc).date()
     at = datetime.combine(day.replace(day=1), time(), timezone.utc)
     deployment = attempt["deployment"]
-    pairs = [(fix.old_price_version, deployment), (fix.price_version, deployment)]
-    prices: dict[tuple[int, str, str], UnitPrice] = unit_prices(book, fx, pairs, fix.currency, at)
-    tokens = [attempt[c] or 0 for c in _TOKENS]
-    sides = [allocate(cost, tokens, [prices[(version, deployment, kind)].billing for kind in TOKEN_TYPES])
+    details = usage_details(attempt.get("event"))  # one-hour cache writes and served tier, where it names them
+    keys = {v: _price_key(book, v, deployment, details.get("service_tier"))
+            for v in (fix.old_price_version, fix.price_version)}
+    prices: dict[tuple[int, str, str], UnitPrice] = unit_prices(book, fx, list(keys.items()), fix.currency, at)
+    counts = {kind: attempt[f"{kind}_tokens"] or 0 for kind in TOKEN_TYPES}
+    counts["cache_write_1h"] = details.get("cache_write_1h", 0)
+    counts["cache_write"] -= counts["cache_write_1h"]
+    tokens = [counts[kind] for kind in FOCUS_TYPES]
+    sides = [allocate(cost, tokens, [prices[(version, keys[version], kind)].billing for kind in FOCUS_TYPES])
              for cost, version in ((fix.old_attempt_costs[n], fix.old_price_version),
                                    (fix.attempt_costs[n], fix.price_version))]
     tags_text = attempt.get("tags") or admission.get("tags")
@@ -137,4 +144,13 @@ def _attempt_corrections(fix: RatingCorrected, n: str, attempt: Mapping, admissi
         corrected_micro=sides[1][i], requests=1, attempts=1, app=admission.get("app"),
         business_unit=admission.get("business_unit"), key_id=admission.get("key_id"), alias=admission.get("alias"),
         cost_centre=attempt.get("cost_centre") or admission.get("cost_centre"), tags=tags, reason=fix.reason)
-        for i, kind in enumerate(TOKEN_TYPES) if tokens[i] > 0]
+        for i, kind in enumerate(FOCUS_TYPES) if tokens[i] > 0]
+
+
+def _price_key(book: PriceBook, version: int, deployment: str, tier: str | None) -> str:
+    """The price-book entry an attempt is priced at in ``version`` (``PriceVersion.served``'s choice)."""
+    try:
+        key = tier_key(deployment, tier) if tier else deployment
+        return key if key in book.get(version).prices else deployment
+    except PricingError:
+        return deployment  # unit_prices names the missing version

@@ -7,6 +7,10 @@ attempt's team/app/key/alias/business unit, cost centre and tags come from its
 request's ``request.admitted`` (read from the day before the month too, so a
 request admitted just before midnight keeps its dimensions).
 
+The one-hour cache writes (``usage.cache_write_1h``, read from the event where it names them) are a line type
+of their own at their own price; the ``cache_write`` line keeps the other writes. An attempt served at a tier
+is priced at its tier's entry of the price version (``x_service_tier``).
+
 How an attempt's cost becomes per-token-type amounts (exact, never a split in
 proportion): the attempt's exact cost of each token type is its own tokens x
 its own unit price (price version of the event, deployment of the event, FX of
@@ -19,7 +23,7 @@ The ledger charged the attempt ``cost_micro``, the exact total rounded up once
 the attempt) and hands it out to the token types: each gets the floor of its
 exact amount, and the micro-units the ledger rounded up (at most one per token
 type with a fraction) go one each to the types with the largest fractions (ties:
-``TOKEN_TYPES`` order). So every type's amount is within one micro-unit of its
+``FOCUS_TYPES`` order). So every type's amount is within one micro-unit of its
 own exact cost, a type with no tokens gets nothing, and an attempt's amounts add
 up to its ledger cost exactly.
 """
@@ -39,9 +43,9 @@ import pyarrow as pa
 from ledger.usage import TOKEN_TYPES
 from pricing.book import FxTable, PriceBook, tier_key
 from pricing.errors import PricingError
-from reconcile.focus.columns import EXACT, ChargeLine, FocusError
+from reconcile.focus.columns import EXACT, FOCUS_TYPES, ChargeLine, FocusError
 
-_N = len(TOKEN_TYPES)
+_N = len(FOCUS_TYPES)
 _MAX_SCALE = 24  # tokens x n stays far inside HUGEINT (10^38) at this scale
 
 
@@ -75,7 +79,7 @@ def unit_prices(book: PriceBook, fx: FxTable, pairs: Sequence[tuple[int, str]], 
             rate = fx.rate(price.currency, currency, at)
         except PricingError as exc:
             raise FocusError(f"cannot price deployment {deployment!r} at price version {version}: {exc}") from None
-        for kind in TOKEN_TYPES:
+        for kind in FOCUS_TYPES:
             per_million = price.per_million(kind)
             with localcontext(EXACT):
                 out[(version, deployment, kind)] = UnitPrice(per_million * rate, per_million, price.currency)
@@ -97,12 +101,14 @@ def _scale(prices: Mapping[tuple[int, str, str], UnitPrice]) -> int:
 
 _ATTEMPT_COLUMNS = ("id", "request_id", "event_time", "team", "deployment", "provider", "account", "model", "region",
                     *(f"{kind}_tokens" for kind in TOKEN_TYPES), "cost_micro", "currency", "price_version",
-                    "cost_centre", "tags", "service_tier")
+                    "cost_centre", "tags", "service_tier", "cache_write_1h_tokens")
 # The served tier, read from the event only where it names one (most events do not: no JSON parse for them).
 _TIER = ("CASE WHEN type = 'request.attempted' AND contains(event, '\"service_tier\"') "
          "THEN json_extract_string(event, '$.usage.service_tier') END AS service_tier")
 _ADMITTED_COLUMNS = ("request_id", "app", "business_unit", "key_id", "alias", "cost_centre", "tags")
-_COLUMNS = ("type", *(c if c != "service_tier" else _TIER for c in _ATTEMPT_COLUMNS),
+_ONE_HOUR = ("CASE WHEN type = 'request.attempted' AND contains(event, '\"cache_write_1h\"') "
+             "THEN TRY_CAST(json_extract(event, '$.usage.cache_write_1h') AS BIGINT) END AS cache_write_1h_tokens")
+_COLUMNS = ("type", *({"service_tier": _TIER, "cache_write_1h_tokens": _ONE_HOUR}.get(c, c) for c in _ATTEMPT_COLUMNS),
             *(c for c in _ADMITTED_COLUMNS if c not in _ATTEMPT_COLUMNS))
 
 
@@ -120,7 +126,7 @@ def _allocation_sql(scale: int) -> str:
     """Per attempt: exact numerators x_i (units of 10^-S micro), floors f_i, fractions r_i, the ledger's
     extra micro-units, and each type's amount m_i (floor + 1 for the largest fractions)."""
     d = f"CAST(1{'0' * scale} AS HUGEINT)"
-    cols = [f"{kind}_tokens" for kind in TOKEN_TYPES]
+    cols = [f"{kind}_tokens" for kind in FOCUS_TYPES]
     xs = ", ".join(f"CAST(coalesce(a.{c}, 0) AS HUGEINT) * coalesce(p.n{i}, 0) AS x{i}" for i, c in enumerate(cols))
     parts = ", ".join(f"x{i} // {d} AS f{i}, x{i} % {d} AS r{i}" for i in range(_N))
     ranks = []
@@ -146,7 +152,7 @@ def _allocation_sql(scale: int) -> str:
 def _lines_sql() -> str:
     arms = " UNION ALL ".join(
         f"SELECT *, '{kind}' AS token_type, {kind}_tokens AS tokens, m{i} AS billed FROM alloc "
-        f"WHERE {kind}_tokens > 0" for i, kind in enumerate(TOKEN_TYPES))
+        f"WHERE {kind}_tokens > 0" for i, kind in enumerate(FOCUS_TYPES))
     dims = ("day, deployment, provider, account, model, region, token_type, price_version, a.team, "
             "d.app, d.business_unit, d.key_id, d.alias, coalesce(a.cost_centre, d.cost_centre), "
             "to_json(coalesce(a.tags, d.tags))::VARCHAR, price_key, service_tier")
@@ -180,6 +186,9 @@ def read_usage(files: Sequence[Path], start: datetime, end: datetime, book: Pric
                              f"{currency or 'one currency'}: an export has one billing currency")
         billing = seen[0] if seen else currency
         tokens = " + ".join(f"coalesce({kind}_tokens, 0)" for kind in TOKEN_TYPES)
+        # the one-hour writes are a line of their own: the cache_write line keeps the other writes
+        con.execute("UPDATE att SET cache_write_tokens = cache_write_tokens - cache_write_1h_tokens "
+                    "WHERE cache_write_1h_tokens > 0")
         _price_keys(con, book)
         pairs = con.execute(f"SELECT DISTINCT price_version, price_key FROM att WHERE {tokens} > 0 "
                             "ORDER BY 1, 2").fetchall()
@@ -188,7 +197,7 @@ def read_usage(files: Sequence[Path], start: datetime, end: datetime, book: Pric
         con.register("prices_in", pa.table({
             "price_version": [v for v, _ in pairs], "deployment": [d for _, d in pairs],
             **{f"n{i}": [str(int(_shift(prices[(v, d, kind)].billing, scale))) for v, d in pairs]
-               for i, kind in enumerate(TOKEN_TYPES)}}))
+               for i, kind in enumerate(FOCUS_TYPES)}}))
         ns = ", ".join(f"CAST(n{i} AS HUGEINT) AS n{i}" for i in range(_N))
         con.execute(f"CREATE TEMP TABLE prices AS SELECT price_version, deployment, {ns} FROM prices_in")
         con.execute(f"CREATE TEMP TABLE adm AS SELECT {', '.join(_ADMITTED_COLUMNS)} FROM ev "

@@ -41,7 +41,7 @@ _COLUMNS = ["id", "type", "event_time", "log_partition", "log_offset", "request_
             "price_version", "scope_costs", "event"]
 
 
-def _usage_details(event: str | bytes | None) -> dict:
+def usage_details(event: str | bytes | None) -> dict:
     """An attempt's one-hour cache writes and served tier: no columns of their own, read from its event (only
     when the event names them: most do not)."""
     text = event.decode() if isinstance(event, bytes) else event
@@ -92,7 +92,7 @@ def load_requests(root: Path, start: date, end: date,
         kind = r["type"]
         if kind == "request.attempted":
             usage = TokenUsage(**{k: r[f"{k}_tokens"] or 0 for k in TOKEN_TYPES}, source=r["usage_source"],
-                               **_usage_details(r["event"]))
+                               **usage_details(r["event"]))
             attempts.setdefault(rid, []).append(ArchivedAttempt(r["attempt"], r["event_time"], r["deployment"],
                                                                 usage, r["cost_micro"], r["price_version"]))
         elif kind in ("request.settled", "hold.expired"):

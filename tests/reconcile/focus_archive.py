@@ -51,7 +51,7 @@ V2 = PriceVersion(2, datetime(2026, 11, 10, tzinfo=UTC), {
     **V1.prices,
     "azure-eu": Price(input=Decimal("2.20"), cached_input=Decimal("1.10"), output=Decimal("8.80")),
     "claude-us": Price(input=Decimal("3.00"), cached_input=Decimal("0.30"), cache_write=Decimal("3.75"),
-                       output=Decimal("15.00"), currency="EUR"),
+                       output=Decimal("15.00"), currency="EUR", cache_write_1h=Decimal("6.00")),
 })
 BOOK = PriceBook.of([V1, V2])
 FX = FxTable({("USD", "INR", "2026-10"): Decimal("83.9127"), ("USD", "INR", "2026-11"): Decimal("84.3310"),
@@ -62,10 +62,13 @@ CURRENCY = "INR"
 
 def _usage(rng: random.Random, deployment: str) -> TokenUsage:
     cached = rng.choice((0, 0, 256, 1024))
-    return TokenUsage(
+    usage = TokenUsage(
         input=rng.randint(20, 4000), cached_input=cached,
-        cache_write=rng.choice((0, 512)) if deployment == "claude-us" else 0,
+        cache_write=rng.choice((0, 512)) if deployment in ("claude-us", "sim-anthropic-mumbai") else 0,
         output=rng.randint(1, 900), reasoning=rng.choice((0, 0, 128)) if deployment == "oai-mumbai" else 0)
+    if usage.cache_write and rng.random() < 0.5:  # written with Anthropic's one-hour lifetime, priced on its own
+        usage = replace(usage, cache_write_1h=usage.cache_write // 2)
+    return usage
 
 
 def request(i: int, at: datetime, rng: random.Random, *, book: PriceBook = BOOK, fx: FxTable = FX,
