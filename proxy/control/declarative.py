@@ -289,6 +289,7 @@ def _aliases(root: Reader, deployments: Mapping[str, Deployment]) -> dict[str, A
             hedge_after_s=hedge.number("after_s", None),
             cache=exact,
             semantic=semantic,
+            content_filter_failover=r.bool("content_filter_failover", False),
         )
         t.reject_unknown()
         rb.reject_unknown()

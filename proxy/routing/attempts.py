@@ -32,11 +32,13 @@ class Verdict:
     retry_after_s: float | None = None
 
 
-def verdict(exc: UpstreamError) -> Verdict:
+def verdict(exc: UpstreamError, content_filter_failover: bool = False) -> Verdict:
+    """What one failed attempt means for routing: its outcome, whether to try again elsewhere, whether to back
+    off. A rejection is final; with ``content_filter_failover`` (the alias's) a content-filter rejection is not."""
     if isinstance(exc, UpstreamRateLimited):
         return Verdict(RATE_LIMITED, True, False, exc.retry_after)
     if isinstance(exc, UpstreamRejected):
-        return Verdict(NEUTRAL, False, False)
+        return Verdict(NEUTRAL, content_filter_failover and exc.code == "content_policy_violation", False)
     if isinstance(exc, UpstreamAuth):
         return Verdict(FAILED, False, False)
     return Verdict(FAILED, exc.retryable, exc.retryable)

@@ -153,7 +153,7 @@ class Attempts(Generic[T]):
 
     def _failed(self, dep: Deployment, exc: UpstreamError, started: float) -> None:
         self.meter.attempted(dep, started=started, usage=None, error=exc)
-        v = verdict(exc)
+        v = verdict(exc, self.alias.content_filter_failover)
         self.state.finish(dep, v.outcome, self.clock(), retry_after_s=v.retry_after_s)
         self.last, self.backoff, self.stop = exc, v.backoff, not v.retry
 

@@ -112,6 +112,9 @@ class Alias:
     hedge_after_s: float | None = None  # fixed hedge delay; None: the deployment's p95 TTFT
     cache: bool = False  # opt-in: exact response cache (a caller's x-fb-cache: on|off overrides)
     semantic: SemanticCache | None = None  # opt-in: semantic cache (chat aliases; x-fb-cache: off skips it)
+    # a provider's content filter refusing the prompt (content_policy_violation) is final unless this is set:
+    # then the next deployment (another provider's filter) is tried
+    content_filter_failover: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,14 +69,22 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         tree["aliases"] += [{"name": "chat-vertex", "kind": "chat", "deployments": ["sim-vertex"]},
                             {"name": "chat-entra", "kind": "chat", "deployments": ["sim-azure-entra"]},
                             {"name": "chat-bedrock-wrong", "kind": "chat", "deployments": ["sim-bedrock-wrong"],
-                             "max_attempts": 1}]
+                             "max_attempts": 1},
+                            {"name": "chat-filtered", "kind": "chat",
+                             "deployments": ["sim-azure-first", "sim-openai-standby"]},
+                            {"name": "chat-filtered-failover", "kind": "chat", "content_filter_failover": True,
+                             "deployments": ["sim-azure-first", "sim-openai-standby"]}]
+        openai_dep = next(d for d in tree["deployments"] if d["id"] == "sim-openai-mumbai")
+        tree["deployments"] += [{**azure, "id": "sim-azure-first", "weight": 1},  # Azure first, OpenAI after it
+                                {**openai_dep, "id": "sim-openai-standby", "weight": 0}]
 
     def simulator(tree: dict) -> None:
         tree["accounts"].append({"name": "acct-vertex", "api_key": "unused-vertex-key",
                                  "google_client_email": VERTEX_EMAIL, "google_public_key": public})
 
     with running_stack(folder, mutate=gateway, sim_mutate=simulator,
-                       aliases="chat-default,chat-vertex,chat-entra,chat-bedrock-wrong") as st:
+                       aliases="chat-default,chat-vertex,chat-entra,chat-bedrock-wrong,chat-filtered,"
+                               "chat-filtered-failover") as st:
         yield st
 
 
@@ -185,3 +193,19 @@ def test_each_cloud_dialect_is_metered_at_its_own_prices(stack: Stack, client: o
            + (usage.output + usage.reasoning) * Decimal(prices[2])) / 1_000_000
     assert ok[0].cost_micro == int((usd * 88 * 1_000_000).to_integral_value(rounding="ROUND_HALF_EVEN"))
     assert settled[0].cost_micro == ok[0].cost_micro
+
+
+def test_a_filtered_prompt_is_final_unless_the_alias_fails_over_on_it(stack: Stack, client: openai.OpenAI):
+    """Azure's content filter refuses the prompt (a 400 naming the categories); only an alias with
+    content_filter_failover tries the next provider."""
+    _faults(stack, ["sim-azure-mumbai"], "rate_content_policy", 1.0)
+    try:
+        msgs = [{"role": "user", "content": "something the filter dislikes"}]
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(model="chat-filtered", messages=msgs)
+        served = client.chat.completions.with_raw_response.create(model="chat-filtered-failover", messages=msgs)
+    finally:
+        _faults(stack, ["sim-azure-mumbai"], "rate_content_policy", 0.0)
+    assert info.value.code == "content_policy_violation" and "violence (high)" in info.value.message
+    assert info.value.response.headers["x-fb-attempts"] == "1"
+    assert served.headers["x-fb-deployment"] == "sim-openai-standby" and served.headers["x-fb-attempts"] == "2"

@@ -53,3 +53,10 @@ def test_health_factor_falls_with_errors_and_recovers_with_time() -> None:
     assert h.factor(200.0, None) == 1.0  # errors decay
     slow = Health(ttft_ewma_s=2.0)
     assert slow.factor(0.0, 0.2) < 0.3
+
+
+def test_a_content_filter_is_final_unless_the_alias_fails_over_on_it():
+    policy = UpstreamRejected("filtered", code="content_policy_violation")
+    assert not verdict(policy).retry and verdict(policy, True).retry
+    assert not verdict(UpstreamRejected("bad temperature"), True).retry  # only the content filter
+    assert verdict(policy, True).outcome == NEUTRAL  # another provider's filter is tried; no breaker blame
