@@ -122,14 +122,18 @@ class PriceVersion:
                 f"price version {self.version} has no price for deployment {deployment!r}"
             ) from None
 
-    def served(self, deployment: str, tier: str | None) -> Price:
-        """The price of what ``deployment`` served at ``tier``: its ``{deployment}@{tier}`` price when the
-        version has one, else the deployment's own (standard) price."""
+    def served_key(self, deployment: str, tier: str | None) -> str:
+        """The entry what ``deployment`` served at ``tier`` is priced at: ``{deployment}@{tier}`` when the version
+        has it, else the deployment's own (standard) entry."""
         if tier:
-            tiered = self.prices.get(tier_key(deployment, tier))
-            if tiered is not None:
-                return tiered
-        return self.price(deployment)
+            key = tier_key(deployment, tier)
+            if key in self.prices:
+                return key
+        return deployment
+
+    def served(self, deployment: str, tier: str | None) -> Price:
+        """The price of what ``deployment`` served at ``tier`` (``served_key``)."""
+        return self.price(self.served_key(deployment, tier))
 
 
 

@@ -17,7 +17,7 @@ from proxy.snapshot import Deployment
 from proxy.upstream.anthropic_request import build_body
 from proxy.upstream.anthropic_response import AnthropicStreamTranslator, error_from, parse_message
 from proxy.upstream.base import ChatResult, UpstreamRequest
-from proxy.upstream.capabilities import reject_unknown, require_capabilities
+from proxy.upstream.capabilities import refuse_untranslatable, reject_unknown, require_capabilities
 from proxy.upstream.classify import load_json
 from proxy.upstream.sse import SSEParser
 
@@ -74,13 +74,7 @@ class AnthropicDialect:
     def validate(self, body: dict, deployment: Deployment) -> None:
         reject_unknown(body, KNOWN_PARAMS, deployment, "Chat Completions")
         require_capabilities(body, deployment)
-        for param in sorted(NEVER):
-            if body.get(param) is not None:
-                raise UnsupportedParameter(param, deployment.id, "Anthropic has no equivalent")
-        for param, allowed in NOOP_VALUES.items():
-            value = body.get(param)
-            if value is not None and value not in allowed:
-                raise UnsupportedParameter(param, deployment.id, "Anthropic has no equivalent")
+        refuse_untranslatable(body, deployment, NEVER, NOOP_VALUES, "Anthropic")
         temperature = body.get("temperature")
         if isinstance(temperature, (int, float)) and temperature > 1:
             raise UnsupportedParameter("temperature", deployment.id, "Anthropic accepts 0 to 1")

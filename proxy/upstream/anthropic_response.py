@@ -19,7 +19,7 @@ import orjson
 from ledger.usage import TokenUsage
 from proxy.errors import UpstreamError, UpstreamUnavailable
 from proxy.upstream.anthropic_request import JSON_TOOL
-from proxy.upstream.base import ChatResult, SSEEvent, StreamState
+from proxy.upstream.base import ChatResult, SSEEvent, StreamState, chunk
 from proxy.upstream.classify import classify, short_reason
 from proxy.upstream.usage_check import UNREPORTED, InvalidUsage, count, details, invalid, served_tier
 
@@ -153,10 +153,6 @@ def parse_message(data: dict) -> ChatResult:
     return ChatResult(body=body, usage=usage, finish_reason=finish)
 
 
-def _chunk(delta: dict, finish: str | None = None) -> dict:
-    return {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
-
-
 class AnthropicStreamTranslator:
     """One Messages stream, translated event by event."""
 
@@ -190,7 +186,7 @@ class AnthropicStreamTranslator:
             self.usage = usage_from(usage)
         elif usage is not None:
             self.usage = invalid(usage)
-        return [_chunk({"role": "assistant", "content": ""})]
+        return [chunk({"role": "assistant", "content": ""})]
 
     def _block_start(self, data: dict) -> list[dict]:
         index, block = data.get("index", 0), data.get("content_block") or {}
@@ -203,7 +199,7 @@ class AnthropicStreamTranslator:
             return []
         ordinal = self._tools[index] = len(self._tools)
         call = {"index": ordinal, "id": block.get("id"), "type": "function", "function": {"name": block.get("name"), "arguments": ""}}
-        return [_chunk({"tool_calls": [call]})]
+        return [chunk({"tool_calls": [call]})]
 
     def _block_delta(self, data: dict) -> list[dict]:
         index, delta = data.get("index", 0), data.get("delta") or {}
@@ -218,13 +214,13 @@ class AnthropicStreamTranslator:
         if index not in self._tools or not fragment:
             return []
         self._state.emitted(fragment)
-        return [_chunk({"tool_calls": [{"index": self._tools[index], "function": {"arguments": fragment}}]})]
+        return [chunk({"tool_calls": [{"index": self._tools[index], "function": {"arguments": fragment}}]})]
 
     def _content(self, text: str) -> list[dict]:
         if not text:
             return []
         self._state.emitted(text)
-        return [_chunk({"content": text})]
+        return [chunk({"content": text})]
 
     def _message_delta(self, data: dict) -> list[dict]:
         usage = data.get("usage")
@@ -236,7 +232,7 @@ class AnthropicStreamTranslator:
         if stop is None:
             return []
         self.finish_reason = finish_reason(stop, json_mode=bool(self._json_blocks) and not self._tools)
-        return [_chunk({}, self.finish_reason)]
+        return [chunk({}, self.finish_reason)]
 
     def _message_stop(self, data: dict) -> list[dict]:
         self.done = True

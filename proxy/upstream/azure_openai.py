@@ -24,7 +24,6 @@ import orjson
 from proxy.errors import UpstreamError
 from proxy.snapshot import Deployment
 from proxy.upstream.base import ChatResult, Credential, SSEEvent, UpstreamRequest
-from proxy.upstream.classify import load_json
 from proxy.upstream.openai_chat import OpenAIChatDialect, OpenAIStreamTranslator, error_from, headers
 
 PROVIDER = "azure_openai"
@@ -93,22 +92,18 @@ def clean(obj: dict) -> dict:
 
 
 class AzureStreamTranslator(OpenAIStreamTranslator):
-    """OpenAI's translator; an in-stream Azure error keeps Azure's classification, chunks lose annotations."""
+    """OpenAI's translator with Azure's error classification; chunks lose Azure's annotations."""
+
+    def __init__(self) -> None:
+        super().__init__(azure_error)
 
     def feed(self, event: SSEEvent) -> list[dict]:
-        data = event.data.strip()
-        if data.startswith("{") and '"error"' in data:
-            try:
-                obj = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                obj = None
-            if isinstance(obj, dict) and isinstance(obj.get("error"), dict):
-                raise azure_error(obj, None, {})
         return [clean(chunk) for chunk in super().feed(event)]
 
 
 class AzureOpenAIDialect(OpenAIChatDialect):
     name = "azure_openai"
+    error = staticmethod(azure_error)
 
     def chat_request(self, body: dict, deployment: Deployment, secret: Credential, *, max_output_tokens: int,
                      extra_headers: Mapping[str, str] | None = None) -> UpstreamRequest:
@@ -119,15 +114,10 @@ class AzureOpenAIDialect(OpenAIChatDialect):
                                body=req.body)
 
     def parse_chat(self, data: dict) -> ChatResult:
-        if isinstance(data.get("error"), dict) and not data.get("choices"):
-            raise azure_error(data, None, {})
         return super().parse_chat(clean(data))
 
     def stream_translator(self) -> AzureStreamTranslator:
         return AzureStreamTranslator()
-
-    def parse_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamError:
-        return azure_error(load_json(body), status, headers)
 
     def embeddings_request(self, body: dict, deployment: Deployment, secret: Credential, *,
                            extra_headers: Mapping[str, str] | None = None) -> UpstreamRequest:

@@ -136,6 +136,11 @@ class Dialect(Protocol):
     def parse_embeddings(self, data: dict) -> ChatResult: ...
 
 
+def chunk(delta: dict, finish: str | None = None) -> dict:
+    """One translated ``chat.completion.chunk`` body (unstamped) with a single choice."""
+    return {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+
 @dataclass
 class StreamState:
     """Shared bookkeeping for translators (tool-call indices, emitted text)."""

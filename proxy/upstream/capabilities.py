@@ -64,6 +64,19 @@ def require_capabilities(body: dict, deployment: Deployment) -> None:
                 raise UnsupportedParameter(param, deployment.id, "image input is not supported")
 
 
+def refuse_untranslatable(body: dict, deployment: Deployment, never: frozenset[str],
+                          noop_values: dict[str, tuple], provider: str) -> None:
+    """Raise for the first parameter a translating dialect cannot carry: one of ``never`` set to anything, or one
+    of ``noop_values`` set to other than its no-op values."""
+    for param in sorted(never):
+        if body.get(param) is not None:
+            raise UnsupportedParameter(param, deployment.id, f"{provider} has no equivalent")
+    for param, allowed in noop_values.items():
+        value = body.get(param)
+        if value is not None and value not in allowed:
+            raise UnsupportedParameter(param, deployment.id, f"{provider} has no equivalent")
+
+
 def reject_unknown(body: dict, known: frozenset[str], deployment: Deployment, what: str) -> None:
     """Raise for the first top-level parameter not in ``known`` (sorted, so the error is stable)."""
     unknown = sorted(set(body) - known)

@@ -9,7 +9,7 @@ stamps the gateway's own.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 import orjson
 
@@ -56,12 +56,12 @@ def headers(secret: str | None, extra: Mapping[str, str] | None, *, stream: bool
     return headers
 
 
-def _answer_error(data: dict) -> UpstreamError | None:
+def _answer_error(data: dict, classify_error: ErrorOf) -> UpstreamError | None:
     """An error object in a 2xx body (a quirk providers really have): an upstream error, never an answer."""
     if "error" in data and data["error"] is not None and not data.get("choices") and not data.get("data"):
-        return error_from(data, None, {})
+        return classify_error(data, None, {})
     if data.get("object") == "error":
-        return error_from(data, None, {})
+        return classify_error(data, None, {})
     return None
 
 
@@ -103,10 +103,15 @@ def _stream_status(err: dict, code: str | None, etype: str | None) -> int:
     return 500
 
 
-class OpenAIStreamTranslator:
-    """One upstream chat stream: chunks pass through minus stamped keys; usage is recorded."""
+ErrorOf = Callable[[dict, "int | None", Mapping[str, str]], UpstreamError]
 
-    def __init__(self) -> None:
+
+class OpenAIStreamTranslator:
+    """One upstream chat stream: chunks pass through minus stamped keys; usage is recorded. ``error_of``
+    classifies an in-stream error object (a compatible provider's own reading of it: Azure's)."""
+
+    def __init__(self, error_of: ErrorOf = error_from) -> None:
+        self.error_of = error_of
         self.usage: TokenUsage | None = None
         self.finish_reason: str | None = None
         self.done = False
@@ -129,7 +134,7 @@ class OpenAIStreamTranslator:
         if not isinstance(obj, dict):
             raise UpstreamUnavailable(f"Upstream ({PROVIDER}) sent an unexpected stream event.", upstream_status=200)
         if "error" in obj or obj.get("object") == "error":
-            raise error_from(obj, None, {})
+            raise self.error_of(obj, None, {})
         if obj.get("service_tier") is not None:
             self._tier = obj["service_tier"]  # every chunk names the tier that served it
         if obj.get("usage") is not None:
@@ -160,6 +165,11 @@ class OpenAIStreamTranslator:
 class OpenAIChatDialect:
     name = "openai"
 
+    @staticmethod
+    def error(payload: dict, status: int | None, headers: Mapping[str, str]) -> UpstreamError:
+        """Classify an error object of this provider (compatible providers override it)."""
+        return error_from(payload, status, headers)
+
     def validate(self, body: dict, deployment: Deployment) -> None:
         reject_unknown(body, KNOWN_PARAMS, deployment, "Chat Completions")
         require_capabilities(body, deployment)
@@ -189,7 +199,7 @@ class OpenAIChatDialect:
         )
 
     def parse_chat(self, data: dict) -> ChatResult:
-        error = _answer_error(data)
+        error = _answer_error(data, self.error)
         if error is not None:
             raise error
         body = {k: v for k, v in data.items() if k not in _STAMPED}
@@ -202,13 +212,13 @@ class OpenAIChatDialect:
                           finish_reason=finish)
 
     def stream_translator(self) -> OpenAIStreamTranslator:
-        return OpenAIStreamTranslator()
+        return OpenAIStreamTranslator(self.error)
 
     def stream_parser(self) -> SSEParser:
         return SSEParser()
 
     def parse_error(self, status: int, body: bytes, headers: Mapping[str, str]) -> UpstreamError:
-        return error_from(load_json(body), status, headers)
+        return self.error(load_json(body), status, headers)
 
     def embeddings_request(
         self,
@@ -226,7 +236,7 @@ class OpenAIChatDialect:
         )
 
     def parse_embeddings(self, data: dict) -> ChatResult:
-        error = _answer_error(data)
+        error = _answer_error(data, self.error)
         if error is not None:
             raise error
         if not isinstance(data.get("data"), list):

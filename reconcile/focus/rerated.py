@@ -33,7 +33,7 @@ import duckdb
 from ledger.codec import decode
 from ledger.events import RatingCorrected
 from ledger.usage import TOKEN_TYPES
-from pricing.book import FxTable, PriceBook, tier_key
+from pricing.book import FxTable, PriceBook
 from pricing.errors import PricingError
 from reconcile.focus.columns import EXACT, FOCUS_TYPES, FocusError, month_bounds
 from reconcile.focus.corrections import Correction
@@ -150,7 +150,6 @@ def _attempt_corrections(fix: RatingCorrected, n: str, attempt: Mapping, admissi
 def _price_key(book: PriceBook, version: int, deployment: str, tier: str | None) -> str:
     """The price-book entry an attempt is priced at in ``version`` (``PriceVersion.served``'s choice)."""
     try:
-        key = tier_key(deployment, tier) if tier else deployment
-        return key if key in book.get(version).prices else deployment
+        return book.get(version).served_key(deployment, tier)
     except PricingError:
         return deployment  # unit_prices names the missing version

@@ -41,9 +41,10 @@ import duckdb
 import pyarrow as pa
 
 from ledger.usage import TOKEN_TYPES
-from pricing.book import FxTable, PriceBook, tier_key
+from pricing.book import FxTable, PriceBook
 from pricing.errors import PricingError
 from reconcile.focus.columns import EXACT, FOCUS_TYPES, ChargeLine, FocusError
+from reconcile.rerate.sql import TIER
 
 _N = len(FOCUS_TYPES)
 _MAX_SCALE = 24  # tokens x n stays far inside HUGEINT (10^38) at this scale
@@ -103,8 +104,7 @@ _ATTEMPT_COLUMNS = ("id", "request_id", "event_time", "team", "deployment", "pro
                     *(f"{kind}_tokens" for kind in TOKEN_TYPES), "cost_micro", "currency", "price_version",
                     "cost_centre", "tags", "service_tier", "cache_write_1h_tokens")
 # The served tier, read from the event only where it names one (most events do not: no JSON parse for them).
-_TIER = ("CASE WHEN type = 'request.attempted' AND contains(event, '\"service_tier\"') "
-         "THEN json_extract_string(event, '$.usage.service_tier') END AS service_tier")
+_TIER = f"CASE WHEN type = 'request.attempted' THEN {TIER} END AS service_tier"
 _ADMITTED_COLUMNS = ("request_id", "app", "business_unit", "key_id", "alias", "cost_centre", "tags")
 _ONE_HOUR = ("CASE WHEN type = 'request.attempted' AND contains(event, '\"cache_write_1h\"') "
              "THEN TRY_CAST(json_extract(event, '$.usage.cache_write_1h') AS BIGINT) END AS cache_write_1h_tokens")
@@ -221,8 +221,7 @@ def _price_keys(con: duckdb.DuckDBPyConnection, book: PriceBook) -> None:
     keys = {}
     for version, deployment, tier in tiered:
         try:
-            keys[(version, deployment, tier)] = tier_key(deployment, tier) if tier_key(
-                deployment, tier) in book.get(version).prices else deployment
+            keys[(version, deployment, tier)] = book.get(version).served_key(deployment, tier)
         except PricingError:
             keys[(version, deployment, tier)] = deployment  # unpriced: unit_prices names the missing version
     con.register("tier_keys", pa.table({"price_version": [k[0] for k in keys], "deployment": [k[1] for k in keys],

@@ -21,7 +21,7 @@ from proxy.upstream.base import ChatResult, Credential, UpstreamRequest
 from proxy.upstream.bedrock.eventstream import EventStreamParser
 from proxy.upstream.bedrock.request import build_body
 from proxy.upstream.bedrock.response import BedrockStreamTranslator, error_from, parse_converse
-from proxy.upstream.capabilities import reject_unknown, require_capabilities
+from proxy.upstream.capabilities import refuse_untranslatable, reject_unknown, require_capabilities
 from proxy.upstream.classify import load_json
 
 TRANSLATED = frozenset({
@@ -50,13 +50,7 @@ class BedrockConverseDialect:
     def validate(self, body: dict, deployment: Deployment) -> None:
         reject_unknown(body, KNOWN_PARAMS, deployment, "Chat Completions")
         require_capabilities(body, deployment)
-        for param in sorted(NEVER):
-            if body.get(param) is not None:
-                raise UnsupportedParameter(param, deployment.id, "Bedrock Converse has no equivalent")
-        for param, allowed in NOOP_VALUES.items():
-            value = body.get(param)
-            if value is not None and value not in allowed:
-                raise UnsupportedParameter(param, deployment.id, "Bedrock Converse has no equivalent")
+        refuse_untranslatable(body, deployment, NEVER, NOOP_VALUES, "Bedrock Converse")
         build_body(body, deployment, max_output_tokens=1)  # message-level checks: a dry run of the translation
 
     def chat_request(self, body: dict, deployment: Deployment, secret: Credential, *, max_output_tokens: int,

@@ -18,7 +18,7 @@ import orjson
 
 from ledger.usage import TokenUsage
 from proxy.errors import UpstreamError, UpstreamUnavailable
-from proxy.upstream.base import ChatResult, SSEEvent, StreamState
+from proxy.upstream.base import ChatResult, SSEEvent, StreamState, chunk
 from proxy.upstream.bedrock.eventstream import EXCEPTION
 from proxy.upstream.bedrock.request import JSON_TOOL
 from proxy.upstream.classify import classify, header, short_reason
@@ -117,10 +117,6 @@ def parse_converse(data: dict) -> ChatResult:
     return ChatResult(body=body, usage=usage, finish_reason=finish)
 
 
-def _chunk(delta: dict, finish: str | None = None) -> dict:
-    return {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
-
-
 class BedrockStreamTranslator:
     """One ``ConverseStream``, translated event by event."""
 
@@ -151,7 +147,7 @@ class BedrockStreamTranslator:
         return self._state.joined()
 
     def _message_start(self, data: dict) -> list[dict]:
-        return [_chunk({"role": "assistant", "content": ""})]
+        return [chunk({"role": "assistant", "content": ""})]
 
     def _block_start(self, data: dict) -> list[dict]:
         index = data.get("contentBlockIndex", 0)
@@ -164,7 +160,7 @@ class BedrockStreamTranslator:
         ordinal = self._tools[index] = len(self._tools)
         call = {"index": ordinal, "id": use.get("toolUseId"), "type": "function",
                 "function": {"name": use.get("name"), "arguments": ""}}
-        return [_chunk({"tool_calls": [call]})]
+        return [chunk({"tool_calls": [call]})]
 
     def _block_delta(self, data: dict) -> list[dict]:
         index, delta = data.get("contentBlockIndex", 0), data.get("delta") or {}
@@ -179,17 +175,17 @@ class BedrockStreamTranslator:
         if index not in self._tools:
             return []
         self._state.emitted(fragment)
-        return [_chunk({"tool_calls": [{"index": self._tools[index], "function": {"arguments": fragment}}]})]
+        return [chunk({"tool_calls": [{"index": self._tools[index], "function": {"arguments": fragment}}]})]
 
     def _content(self, text: str) -> list[dict]:
         if not text:
             return []
         self._state.emitted(text)
-        return [_chunk({"content": text})]
+        return [chunk({"content": text})]
 
     def _message_stop(self, data: dict) -> list[dict]:
         self.finish_reason = finish_reason(data.get("stopReason"), json_mode=bool(self._json_blocks) and not self._tools)
-        return [_chunk({}, self.finish_reason or "stop")]
+        return [chunk({}, self.finish_reason or "stop")]
 
     def _metadata(self, data: dict) -> list[dict]:
         self.usage = bedrock_usage(data.get("usage")) if "usage" in data else UNREPORTED

@@ -18,7 +18,7 @@ import orjson
 from proxy.errors import InvalidRequest, UnsupportedParameter, UpstreamError
 from proxy.snapshot import Deployment
 from proxy.upstream.base import ChatResult, Credential, UpstreamRequest
-from proxy.upstream.capabilities import reject_unknown, require_capabilities
+from proxy.upstream.capabilities import refuse_untranslatable, reject_unknown, require_capabilities
 from proxy.upstream.classify import load_json
 from proxy.upstream.gemini.request import build_body
 from proxy.upstream.gemini.response import GeminiSSEParser, GeminiStreamTranslator, error_from, parse_generate
@@ -51,13 +51,7 @@ class GeminiDialect:
     def validate(self, body: dict, deployment: Deployment) -> None:
         reject_unknown(body, KNOWN_PARAMS, deployment, "Chat Completions")
         require_capabilities(body, deployment)
-        for param in sorted(NEVER):
-            if body.get(param) is not None:
-                raise UnsupportedParameter(param, deployment.id, "Gemini has no equivalent")
-        for param, allowed in NOOP_VALUES.items():
-            value = body.get(param)
-            if value is not None and value not in allowed:
-                raise UnsupportedParameter(param, deployment.id, "Gemini has no equivalent")
+        refuse_untranslatable(body, deployment, NEVER, NOOP_VALUES, "Gemini")
         build_body(body, deployment, max_output_tokens=1)
 
     def chat_request(self, body: dict, deployment: Deployment, secret: Credential, *, max_output_tokens: int,

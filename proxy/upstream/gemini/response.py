@@ -18,7 +18,7 @@ import orjson
 
 from ledger.usage import TokenUsage
 from proxy.errors import UpstreamError, UpstreamUnavailable
-from proxy.upstream.base import ChatResult, SSEEvent, StreamState
+from proxy.upstream.base import ChatResult, SSEEvent, StreamState, chunk
 from proxy.upstream.classify import classify, short_reason
 from proxy.upstream.sse import SSEParser
 from proxy.upstream.usage_check import gemini_usage
@@ -149,10 +149,6 @@ class GeminiSSEParser(SSEParser):
         return [*super().close(), SSEEvent(event=END, data="")]
 
 
-def _chunk(delta: dict, finish: str | None = None) -> dict:
-    return {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
-
-
 class GeminiStreamTranslator:
     """One ``streamGenerateContent`` SSE stream, chunk by chunk."""
 
@@ -188,20 +184,20 @@ class GeminiStreamTranslator:
         out: list[dict] = []
         if not self._started:
             self._started = True
-            out.append(_chunk({"role": "assistant", "content": ""}))
+            out.append(chunk({"role": "assistant", "content": ""}))
         candidate = _candidate(data)
         for part in _parts(candidate):
             if not isinstance(part, dict) or part.get("thought") is True:
                 continue
             if isinstance(part.get("text"), str) and part["text"]:
                 self._state.emitted(part["text"])
-                out.append(_chunk({"content": part["text"]}))
+                out.append(chunk({"content": part["text"]}))
             elif isinstance(part.get("functionCall"), dict):
                 out.extend(self._call(part["functionCall"]))
         finish = _finish(candidate.get("finishReason"), self._calls > 0)
         if finish is not None:
             self.finish_reason = finish
-            out.append(_chunk({}, finish))
+            out.append(chunk({}, finish))
             if self.usage is not None:
                 self.done = True  # the final chunk: finish reason and final usage together
         return out
@@ -214,8 +210,8 @@ class GeminiStreamTranslator:
         index, self._calls = self._calls, self._calls + 1
         head = {"index": index, "id": _call_id(call), "type": "function", "function": {"name": call.get("name"),
                                                                                       "arguments": ""}}
-        return [_chunk({"tool_calls": [head]}),
-                _chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})]
+        return [chunk({"tool_calls": [head]}),
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})]
 
     def text_so_far(self) -> str:
         return self._state.joined()
