@@ -174,6 +174,7 @@ _UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = 
     ("lease.returned", 1): lambda d: {**d, "schema": 2, "funded_micro": 0},
     ("lease.requested", 1): lambda d: {**d, "schema": 2, "least_micro": 0},
     ("request.attempted", 1): lambda d: {**d, "schema": 2, "usage_received": None},
+    ("request.attempted", 2): lambda d: {**d, "schema": 3, "project": None},
     ("request.settled", 1): lambda d: {**d, "schema": 2, "cache_saved_micro": 0},
     ("request.settled", 2): lambda d: {**d, "schema": 3, "cache_kind": "exact" if d.get("cache_hit") is True else None,
                                        "cache_similarity": None},

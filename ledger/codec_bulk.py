@@ -36,7 +36,7 @@ from ledger.events import ATTEMPT_OUTCOMES, Event, HoldExpired, RequestAdmitted,
 from ledger.request_events import CACHE_KINDS
 from ledger.usage import TOKEN_TYPES, USAGE_SOURCES, TokenUsage
 
-MIRRORED = "5227a716c841ae24fef33294d967cbf603fc68fd55ef99b3cea7ec88c8b4583d"
+MIRRORED = "281f6636b5d57691ee22bda8dd0c069d5ef046b4a5a12f536798a008803743bf"
 
 Columns = Mapping[str, Sequence[Any]]
 _USAGE_KEYS = frozenset({*TOKEN_TYPES, "source"})
@@ -142,7 +142,7 @@ def _admitted(c: Columns) -> bool:
 def _attempted(c: Columns) -> bool:
     return (_request(c) and min(c["attempt"]) >= 1 and set(c["outcome"]) <= ATTEMPT_OUTCOMES
             and all(_counts(c[n]) for n in ("status", "latency_ms", "cost_micro", "price_version"))
-            and _counts([v for v in c["ttft_ms"] if v is not None])
+            and _counts([v for v in c["ttft_ms"] if v is not None]) and _some_non_empty(c["project"])
             and _envelope(c, list(map("{}/attempt/{}".format, c["request_id"], c["attempt"]))))
 
 

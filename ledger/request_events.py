@@ -106,7 +106,7 @@ class RequestAttempted(RequestEvent):
     """One try at one deployment, with provider-reported usage priced at ``price_version``."""
 
     type: ClassVar[str] = "request.attempted"
-    schema: ClassVar[int] = 2  # 2: ``usage_received`` (codec upcasts)
+    schema: ClassVar[int] = 3  # 2: ``usage_received``; 3: ``project`` (codec upcasts)
 
     attempt: int
     deployment: str
@@ -126,9 +126,14 @@ class RequestAttempted(RequestEvent):
     # What the provider reported when it failed the usage boundary (``usage.source`` is then
     # ``provider_invalid`` and the counts are farebox's estimate); None otherwise.
     usage_received: str | None = None
+    # The provider project (sub-account) under ``account`` the deployment bills to, where it names one: an
+    # OpenAI project, an Anthropic workspace, an AWS member account, a Google Cloud project, an Azure subscription.
+    project: str | None = None
 
     def __post_init__(self) -> None:
         RequestEvent.__post_init__(self)
+        if self.project is not None:
+            non_empty(self, "project", self.project)
         if isinstance(self.attempt, bool) or not isinstance(self.attempt, int) or self.attempt < 1:
             raise InvalidEvent(f"{self.type}.attempt counts from 1, got {self.attempt!r}")
         if self.outcome not in ATTEMPT_OUTCOMES:

@@ -148,7 +148,7 @@ def attempt_record(tab: Tab, dep: Deployment, usage: TokenUsage, error: BaseExce
         provider=dep.provider, account=dep.account, model=dep.model, region=dep.region, outcome=outcome,
         status=status, ttft_ms=None if ttft_s is None else int(ttft_s * 1000), latency_ms=latency_ms, usage=usage,
         cost_micro=cost, currency=tab.snapshot.currency, price_version=tab.plan.price_version, error_code=code,
-        usage_received=usage.received if usage.source == "provider_invalid" else None,
+        usage_received=usage.received if usage.source == "provider_invalid" else None, project=dep.project,
     )
     return AttemptRecord(event, cost, outcome, code)
 

@@ -60,7 +60,7 @@ class Deployment:
     dialect: str  # one of DIALECTS
     base_url: str  # e.g. http://127.0.0.1:9090/v1 (openai) or http://127.0.0.1:9090 (anthropic)
     provider: str
-    account: str
+    account: str  # the provider billing account (FOCUS BillingAccountId)
     region: str
     model: str  # pinned provider model id
     context_window: int
@@ -76,6 +76,7 @@ class Deployment:
     auth: str = "key"  # one of AUTH_KINDS[dialect]
     api_version: str | None = None  # Azure OpenAI's api-version (the deployment-name URL form)
     aws_profile: str | None = None  # Bedrock without api_key_env: this botocore profile (roles, SSO) signs
+    project: str | None = None  # the sub-account under ``account`` it bills to (FOCUS SubAccountId)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,26 +7,28 @@ one team/app/key/alias/cost centre/tag set, or one side of a correction.
 Columns, in file order:
 
 * FOCUS 1.2 columns (``FOCUS_COLUMNS``), alphabetical as the spec lists them;
-* the FOCUS 1.0 names that 1.1 renamed (``Provider``, ``Publisher``,
-  ``InvoiceIssuer``), and the names focus-validator 1.0.0's rules still read:
-  ``ResourceID`` (its spelling of ResourceId) and ``ChargeType`` (the
-  pre-1.0 name of ChargeCategory, which its SkuPriceId rule queries); same
-  values as the columns they stand for (``FOCUS_1_0_COLUMNS``);
-* farebox's dimensions (``X_COLUMNS``), after every FOCUS column.
+* farebox's dimensions (``X_COLUMNS``), after every FOCUS column, each with the ``x_`` prefix the spec asks of
+  custom columns.
 
 Values that hold for every row: ChargeCategory ``Usage`` (a correction is
 ``Usage`` with ChargeClass ``Correction``), ChargeFrequency ``Usage-Based``,
 PricingCategory ``Standard``, ServiceCategory ``AI and Machine Learning``,
 ServiceSubcategory ``Generative AI``, ConsumedUnit ``Tokens``, PricingUnit
 ``1000000 Tokens`` (the price book prices per million tokens). Provider,
-publisher and invoice issuer are the deployment's provider; SubAccountId is
-its provider account. SkuId is model x token type; SkuPriceId is deployment x
+publisher and invoice issuer are the deployment's provider. BillingAccountId is
+the deployment's provider ``account`` (the organisation, payer account, billing
+account the provider invoices); SubAccountId is its ``project`` (an OpenAI
+project, an Anthropic workspace, an AWS member account, a Google Cloud project,
+an Azure subscription), null where the deployment names none; both types are
+the provider's own words (``ACCOUNT_TYPES``). InvoiceId is null: no row is tied
+to an invoice the export knows of. SkuId is model x token type; SkuPriceId is deployment x
 model x token type, the same in every price version, so a re-rated charge is
 followed from one version to the next; the version itself is in
 SkuPriceDetails and ``x_price_version``. ListUnitPrice = ContractedUnitPrice =
 the book's price per million tokens converted to the billing currency (the
 book holds the prices farebox pays: there is no separate list price), so
-ListCost = ContractedCost = ListUnitPrice x PricingQuantity exactly.
+ListCost = ContractedCost = ListUnitPrice x PricingQuantity exactly, and
+PricingCurrencyEffectiveCost is the same product in the price book's currency.
 BilledCost = EffectiveCost = the ledger's micro-units (see ``reconcile.focus.export``
 for how they relate).
 
@@ -84,14 +86,22 @@ FOCUS_COLUMNS = (
     "ServiceSubcategory", "SkuId", "SkuMeter", "SkuPriceDetails", "SkuPriceId", "SubAccountId",
     "SubAccountName", "SubAccountType", "Tags",
 )
-FOCUS_1_0_COLUMNS = ("ChargeType", "InvoiceIssuer", "Provider", "Publisher", "ResourceID")
-_SAME_AS = {"ChargeType": "ChargeCategory", "InvoiceIssuer": "InvoiceIssuerName", "Provider": "ProviderName",
-            "Publisher": "PublisherName", "ResourceID": "ResourceId"}
 X_COLUMNS = (
     "x_team", "x_app", "x_business_unit", "x_cost_centre", "x_alias", "x_key_id", "x_requests",
     "x_attempts", "x_token_type", "x_price_version", "x_correction_id", "x_correction_side", "x_service_tier",
 )
-COLUMNS = FOCUS_COLUMNS + FOCUS_1_0_COLUMNS + X_COLUMNS
+COLUMNS = FOCUS_COLUMNS + X_COLUMNS
+assert all(c.startswith("x_") for c in X_COLUMNS)
+
+# provider -> (what it calls the account it invoices, what it calls the sub-account a deployment bills to)
+ACCOUNT_TYPES = {
+    "openai": ("Organization", "Project"),
+    "anthropic": ("Organization", "Workspace"),
+    "azure": ("Billing Account", "Subscription"),
+    "aws": ("Management Account", "Member Account"),
+    "google": ("Cloud Billing Account", "Project"),
+}
+DEFAULT_ACCOUNT_TYPES = ("Billing Account", "Sub Account")
 
 # Inexact traps: an amount that could not be held exactly raises instead of rounding.
 EXACT = Context(prec=80, traps=[Inexact, InvalidOperation])
@@ -139,6 +149,7 @@ class ChargeLine:
     correction_id: str | None = None
     correction_side: str | None = None  # "reversal" | "corrected"
     service_tier: str | None = None  # the non-standard tier the provider served (priced at that tier's prices)
+    project: str | None = None  # the sub-account under ``account`` (SubAccountId)
 
     def sort_key(self) -> tuple:
         """Row order: charge day, usage before corrections, then every dimension (a total order)."""
@@ -146,7 +157,7 @@ class ChargeLine:
                 self.account, self.region, FOCUS_TYPES.index(self.token_type), self.price_version, self.team,
                 self.app or "",
                 self.business_unit or "", self.key_id or "", self.alias or "", self.cost_centre or "", self.tags,
-                self.correction_id or "", self.correction_side or "", self.service_tier or "")
+                self.correction_id or "", self.correction_side or "", self.service_tier or "", self.project or "")
 
 
 def month_bounds(first: date) -> tuple[datetime, datetime]:
@@ -169,15 +180,17 @@ def focus_row(line: ChargeLine, billing_currency: str) -> dict[str, Any]:
     with localcontext(EXACT):
         pricing_quantity = quantity / TOKENS_PER_PRICING_UNIT
         list_cost = line.unit_price * pricing_quantity
+        pricing_cost = line.pricing_unit_price * pricing_quantity
     billed = to_decimal(line.billed_micro)
     meter = SKU_METERS[line.token_type]
     side = f" ({line.correction_side} of correction {line.correction_id})" if line.correction_id else ""
+    account_type, sub_account_type = ACCOUNT_TYPES.get(line.provider, DEFAULT_ACCOUNT_TYPES)
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
     row.update({
         "BilledCost": billed,
-        "BillingAccountId": line.provider,
-        "BillingAccountName": line.provider,
-        "BillingAccountType": "Provider",
+        "BillingAccountId": line.account,
+        "BillingAccountName": line.account,
+        "BillingAccountType": account_type,
         "BillingCurrency": billing_currency,
         "BillingPeriodEnd": billing_end,
         "BillingPeriodStart": billing_start,
@@ -199,6 +212,7 @@ def focus_row(line: ChargeLine, billing_currency: str) -> dict[str, Any]:
         "PricingCategory": "Standard",
         "PricingCurrency": line.pricing_currency,
         "PricingCurrencyContractedUnitPrice": line.pricing_unit_price,
+        "PricingCurrencyEffectiveCost": pricing_cost,
         "PricingCurrencyListUnitPrice": line.pricing_unit_price,
         "PricingQuantity": pricing_quantity,
         "PricingUnit": PRICING_UNIT,
@@ -218,9 +232,9 @@ def focus_row(line: ChargeLine, billing_currency: str) -> dict[str, Any]:
                                       sort_keys=True, separators=(",", ":")),
         "SkuPriceId": f"{line.deployment}:{line.model}:{line.token_type}"
                       + (f"@{line.service_tier}" if line.service_tier else ""),
-        "SubAccountId": line.account,
-        "SubAccountName": line.account,
-        "SubAccountType": "Provider Account",
+        "SubAccountId": line.project,
+        "SubAccountName": line.project,
+        "SubAccountType": sub_account_type if line.project else None,
         "Tags": tags_json(line.tags),
         "x_team": line.team,
         "x_app": line.app,
@@ -236,8 +250,6 @@ def focus_row(line: ChargeLine, billing_currency: str) -> dict[str, Any]:
         "x_correction_side": line.correction_side,
         "x_service_tier": line.service_tier,
     })
-    for alias, column in _SAME_AS.items():
-        row[alias] = row[column]
     return row
 
 

@@ -66,7 +66,9 @@ CORRECTION_SCHEMA = pa.schema([
     ("corrected_tokens", pa.int64()),
     ("corrected_micro", pa.int64()),
     ("reason", pa.string()),
+    ("project", pa.string()),  # optional in a file: older files have no sub-account column
 ])
+_OPTIONAL = frozenset({"project"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,6 +100,7 @@ class Correction:
     cost_centre: str | None = None
     tags: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     reason: str = ""
+    project: str | None = None  # the sub-account under ``account`` the attempt billed to
 
     def __post_init__(self) -> None:
         at = self.recorded_at
@@ -155,7 +158,7 @@ def correction_lines(corrections: Iterable[Correction], billing_month: date,
                 alias=c.alias, cost_centre=c.cost_centre, tags=c.tags, tokens=sign * tokens,
                 billed_micro=sign * micro, requests=sign * c.requests, attempts=sign * c.attempts,
                 unit_price=price.billing, pricing_currency=price.book_currency, pricing_unit_price=price.book,
-                correction_id=c.correction_id, correction_side=side))
+                correction_id=c.correction_id, correction_side=side, project=c.project))
     return lines
 
 
@@ -192,9 +195,11 @@ def read_corrections(folder: str | Path) -> list[Correction]:
     for path in sorted(folder.glob("**/*.parquet")) if folder.is_dir() else []:
         try:
             table = pq.read_table(path)
-            missing = set(CORRECTION_SCHEMA.names) - set(table.schema.names)
+            missing = set(CORRECTION_SCHEMA.names) - set(table.schema.names) - _OPTIONAL
             if missing:
                 raise FocusError(f"{path}: not a corrections file (no column {', '.join(sorted(missing))})")
+            for name in _OPTIONAL - set(table.schema.names):
+                table = table.append_column(name, pa.nulls(table.num_rows, CORRECTION_SCHEMA.field(name).type))
             table = table.select(CORRECTION_SCHEMA.names).cast(CORRECTION_SCHEMA)
         except (pa.ArrowException, OSError) as exc:
             raise FocusError(f"{path}: not a readable corrections file ({exc})") from None

@@ -38,7 +38,7 @@ from pricing.errors import PricingError
 from reconcile.focus.columns import EXACT, FOCUS_TYPES, FocusError, month_bounds
 from reconcile.focus.corrections import Correction
 from reconcile.focus.usage import UnitPrice, unit_prices
-from reconcile.rerate.archive import usage_details
+from reconcile.rerate.archive import event_project, usage_details
 from streams.archive.read import archive_files
 
 _TOKENS = [f"{kind}_tokens" for kind in TOKEN_TYPES]
@@ -143,7 +143,8 @@ def _attempt_corrections(fix: RatingCorrected, n: str, attempt: Mapping, admissi
         original_micro=sides[0][i], corrected_price_version=fix.price_version, corrected_tokens=tokens[i],
         corrected_micro=sides[1][i], requests=1, attempts=1, app=admission.get("app"),
         business_unit=admission.get("business_unit"), key_id=admission.get("key_id"), alias=admission.get("alias"),
-        cost_centre=attempt.get("cost_centre") or admission.get("cost_centre"), tags=tags, reason=fix.reason)
+        cost_centre=attempt.get("cost_centre") or admission.get("cost_centre"), tags=tags, reason=fix.reason,
+        project=event_project(attempt.get("event")))
         for i, kind in enumerate(FOCUS_TYPES) if tokens[i] > 0]
 
 

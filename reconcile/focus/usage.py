@@ -102,13 +102,17 @@ def _scale(prices: Mapping[tuple[int, str, str], UnitPrice]) -> int:
 
 _ATTEMPT_COLUMNS = ("id", "request_id", "event_time", "team", "deployment", "provider", "account", "model", "region",
                     *(f"{kind}_tokens" for kind in TOKEN_TYPES), "cost_micro", "currency", "price_version",
-                    "cost_centre", "tags", "service_tier", "cache_write_1h_tokens")
+                    "cost_centre", "tags", "service_tier", "cache_write_1h_tokens", "project")
 # The served tier, read from the event only where it names one (most events do not: no JSON parse for them).
 _TIER = f"CASE WHEN type = 'request.attempted' THEN {TIER} END AS service_tier"
 _ADMITTED_COLUMNS = ("request_id", "app", "business_unit", "key_id", "alias", "cost_centre", "tags")
 _ONE_HOUR = ("CASE WHEN type = 'request.attempted' AND contains(event, '\"cache_write_1h\"') "
              "THEN TRY_CAST(json_extract(event, '$.usage.cache_write_1h') AS BIGINT) END AS cache_write_1h_tokens")
-_COLUMNS = ("type", *({"service_tier": _TIER, "cache_write_1h_tokens": _ONE_HOUR}.get(c, c) for c in _ATTEMPT_COLUMNS),
+# The sub-account, read from the event only where it names one (``"project":null`` otherwise).
+_PROJECT = ("CASE WHEN type = 'request.attempted' AND contains(event, '\"project\":\"') "
+            "THEN json_extract_string(event, '$.project') END AS project")
+_DERIVED = {"service_tier": _TIER, "cache_write_1h_tokens": _ONE_HOUR, "project": _PROJECT}
+_COLUMNS = ("type", *(_DERIVED.get(c, c) for c in _ATTEMPT_COLUMNS),
             *(c for c in _ADMITTED_COLUMNS if c not in _ATTEMPT_COLUMNS))
 
 
@@ -155,7 +159,7 @@ def _lines_sql() -> str:
         f"WHERE {kind}_tokens > 0" for i, kind in enumerate(FOCUS_TYPES))
     dims = ("day, deployment, provider, account, model, region, token_type, price_version, a.team, "
             "d.app, d.business_unit, d.key_id, d.alias, coalesce(a.cost_centre, d.cost_centre), "
-            "to_json(coalesce(a.tags, d.tags))::VARCHAR, price_key, service_tier")
+            "to_json(coalesce(a.tags, d.tags))::VARCHAR, price_key, service_tier, project")
     return f"""
         SELECT {dims}, sum(tokens)::BIGINT, sum(billed)::BIGINT, count(DISTINCT a.request_id), count(*)
         FROM (SELECT *, CAST(event_time AS DATE) AS day FROM ({arms})) a
@@ -249,11 +253,11 @@ def _check_ledger(con: duckdb.DuckDBPyConnection, scale: int) -> None:
 
 def _line(row: tuple, prices: Mapping[tuple[int, str, str], UnitPrice], billing_month: date) -> ChargeLine:
     (day, deployment, provider, account, model, region, kind, version, team, app, bu, key_id, alias, centre,
-     tags, key, tier, tokens, billed, requests, attempts) = row
+     tags, key, tier, project, tokens, billed, requests, attempts) = row
     price = prices[(version, key, kind)]
     return ChargeLine(
         charge_day=day, billing_month=billing_month, deployment=deployment, provider=provider, account=account,
         model=model, region=region, token_type=kind, price_version=version, team=team, app=app, business_unit=bu,
         key_id=key_id, alias=alias, cost_centre=centre, tags=_tags(tags), tokens=tokens, billed_micro=billed,
         requests=requests, attempts=attempts, unit_price=price.billing, pricing_currency=price.book_currency,
-        pricing_unit_price=price.book, service_tier=tier)
+        pricing_unit_price=price.book, service_tier=tier, project=project)

@@ -59,6 +59,15 @@ def usage_details(event: str | bytes | None) -> dict:
     return out
 
 
+def event_project(event: str | bytes | None) -> str | None:
+    """The project (sub-account) an attempt's event names, read only when it names one."""
+    text = event.decode() if isinstance(event, bytes) else event
+    if not text or '"project":"' not in text:
+        return None
+    project = orjson.loads(text).get("project")
+    return project if isinstance(project, str) else None
+
+
 def archived_days(root: Path) -> list[date]:
     """The event dates the archive has folders for, oldest first."""
     days = []

@@ -5,7 +5,7 @@ import pytest
 from event_strategies import any_event
 from hypothesis import given
 
-from ledger.codec import decode, encode, format_time, parse_time, to_dict
+from ledger.codec import decode, encode, format_time, from_dict, parse_time, to_dict
 from ledger.errors import CodecError, InvalidEvent, UnknownEventType
 from ledger.events import (
     EVENT_TYPES,
@@ -80,13 +80,22 @@ def test_usage_must_be_token_usage():
 def test_wire_shape():
     wire = orjson.loads(encode(attempted()))
     assert wire["type"] == "request.attempted"
-    assert wire["schema"] == 2
+    assert wire["schema"] == 3
+    assert wire["project"] is None
     assert wire["id"] == "req-1/attempt/1"
     assert wire["key"] == "payments"
     assert wire["request_id"] == "req-1"
     assert wire["time"] == "2026-10-03T10:15:02.123456Z"
     assert wire["usage"] == {"input": 338, "cached_input": 1536, "cache_write": 0, "output": 212, "reasoning": 0, "source": "provider"}
     assert wire["cost_micro"] == 273_082
+
+
+def test_an_attempt_names_its_project_or_none():
+    assert orjson.loads(encode(attempted(project="proj-search")))["project"] == "proj-search"
+    with pytest.raises(InvalidEvent, match="project"):
+        attempted(project="")
+    old = {k: v for k, v in to_dict(attempted()).items() if k != "project"} | {"schema": 2}
+    assert from_dict(old).project is None  # schema 2 is read as naming no project
 
 
 def test_times_are_normalised_to_utc_with_microseconds():

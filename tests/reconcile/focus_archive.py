@@ -33,6 +33,7 @@ DEPLOYMENTS = {  # id: (provider, account, model, region)
     "azure-eu": ("azure", "sub-eu-7", "gpt-4o", "westeurope"),
     "claude-us": ("anthropic", "acct-anth", "claude-sonnet", "us-east-1"),
 }
+PROJECTS = {"oai-mumbai": "proj-retail-in", "azure-eu": "sub-eu-7-prod"}  # claude-us names no sub-account
 TEAMS = {  # team: (business unit, apps)
     "payments": ("retail", ("checkout-bot", "fraud-notes")),
     "platform": ("shared", ("gateway-tests",)),
@@ -110,7 +111,7 @@ def request(i: int, at: datetime, rng: random.Random, *, book: PriceBook = BOOK,
             account=account, model=model, region=region,
             outcome=("interrupted" if i % 2 else "rate_limited") if failed else "ok",
             status=200 if not failed else 429, ttft_ms=300, latency_ms=900, usage=usage, cost_micro=cost,
-            currency=CURRENCY, price_version=version, error_code=None))
+            currency=CURRENCY, price_version=version, error_code=None, project=PROJECTS.get(deployment)))
     events.append(RequestSettled(
         time=at + timedelta(seconds=2), request_id=rid, team=team, final_status=200, attempts=len(plan),
         deployment=plan[-1], usage=TokenUsage(), cost_micro=total, currency=CURRENCY,

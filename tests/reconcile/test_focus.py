@@ -23,7 +23,7 @@ from ledger.events import RequestAttempted
 from ledger.usage import TOKEN_TYPES, TokenUsage
 from pricing.book import FxTable, Price, PriceBook, PriceVersion
 from pricing.rating import exact_cost, rate
-from reconcile.focus.columns import COLUMNS, FOCUS_COLUMNS, FOCUS_TYPES, SKU_METERS, X_COLUMNS
+from reconcile.focus.columns import ACCOUNT_TYPES, COLUMNS, FOCUS_COLUMNS, FOCUS_TYPES, SKU_METERS, X_COLUMNS
 from reconcile.focus.export import FocusError, export_focus
 from streams.archive.schema import SCHEMA, SCHEMA_METADATA_KEY, typed_row
 from streams.archive.write import ArchiveWriter, Record
@@ -31,8 +31,10 @@ from tests.reconcile.focus_archive import (
     BOOK,
     CURRENCY,
     DEC,
+    DEPLOYMENTS,
     FX,
     NOV,
+    PROJECTS,
     UTC,
     V1,
     attempts_in,
@@ -84,8 +86,14 @@ def test_one_row_per_day_deployment_token_type_and_owner_with_tokens_as_quantiti
         start = datetime.fromisoformat(r["ChargePeriodStart"])
         assert datetime.fromisoformat(r["ChargePeriodEnd"]) - start == timedelta(days=1)
         assert (r["BillingPeriodStart"], r["BillingPeriodEnd"]) == ("2026-11-01T00:00:00Z", "2026-12-01T00:00:00Z")
-        assert r["ProviderName"] == r["PublisherName"] == r["InvoiceIssuerName"] == r["Provider"]
-        assert r["ResourceID"] == r["ResourceId"] and r["x_app"] and r["x_business_unit"]
+        assert r["ProviderName"] == r["PublisherName"] == r["InvoiceIssuerName"]
+        assert r["x_app"] and r["x_business_unit"] and r["InvoiceId"] == ""
+        _, account, _, _ = DEPLOYMENTS[r["ResourceId"]]
+        assert r["BillingAccountId"] == r["BillingAccountName"] == account
+        project = PROJECTS.get(r["ResourceId"], "")
+        assert r["SubAccountId"] == r["SubAccountName"] == project
+        assert r["BillingAccountType"] == ACCOUNT_TYPES[r["ProviderName"]][0]
+        assert r["SubAccountType"] == (ACCOUNT_TYPES[r["ProviderName"]][1] if project else "")
     tokens: dict[str, int] = defaultdict(int)
     for a in attempts_in(events, NOV, DEC):
         for kind in TOKEN_TYPES:
