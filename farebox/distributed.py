@@ -100,7 +100,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     budget_use: list[tuple[str, int, int, int]] = []  # refreshed from the worker's projection by _follow_budgets
     state.budget_use = lambda: budget_use
     app = serve_pod(start, runtime, recorder)
-    attach_usage(app, settings.archive_root)  # the archiver consumer (`farebox archiver`) keeps this archive
+    attach_usage(app, settings.archive_root, state=state)  # the archiver consumer (`farebox archiver`) keeps this archive
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         await limits.start()

@@ -95,7 +95,7 @@ async def local_gateway_app(settings: Settings, socket: Path, processes: int,
     state.budget_use = lambda: [tuple(row) for row in owner["budget_use"]]
     state.archive_lag = lambda: tuple(owner["archive_lag"])
     app = serve_pod(start, runtime, recorder)
-    attach_usage(app, settings.archive_root)  # the owner's archiver keeps this archive
+    attach_usage(app, settings.archive_root, state=state)  # the owner's archiver keeps this archive
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         yield

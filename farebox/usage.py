@@ -25,13 +25,14 @@ from proxy.control.usage_port import USAGE, UsageTable, UsageUnavailable
 from reconcile.dimensions import USAGE_DIMENSIONS
 
 if TYPE_CHECKING:
+    from proxy.observe.metrics_state import PodStateCollector
     from reconcile.usage_report import UsageReport
 
 # reconcile (DuckDB, pyarrow) is imported at the first query, not when a pod starts: most pods never get one.
 
 
 def _table(report: UsageReport) -> UsageTable:
-    return UsageTable(report.columns, report.rows, report.totals)
+    return UsageTable(report.columns, report.rows, report.totals, report.warnings)
 
 
 class WarehouseUsage:
@@ -42,6 +43,11 @@ class WarehouseUsage:
     def __init__(self, root: Path, catch_up: Callable[[], Awaitable[object]] | None = None) -> None:
         self.root = root
         self.catch_up = catch_up
+        self.left_out = 0  # archive files the last answer left out (the farebox_archive_files_left_out gauge)
+
+    def _seen(self, table: UsageTable) -> UsageTable:
+        self.left_out = sum(1 for w in table.warnings if not w.startswith(("missing:", "the manifest")))
+        return table
 
     async def _fresh(self) -> None:
         if self.catch_up is not None:
@@ -53,7 +59,7 @@ class WarehouseUsage:
 
         await self._fresh()
         try:
-            return _table(await asyncio.to_thread(usage_report, self.root, start, end, by, tz=tz))
+            return self._seen(_table(await asyncio.to_thread(usage_report, self.root, start, end, by, tz=tz)))
         except WarehouseError as exc:
             raise UsageUnavailable(f"The usage warehouse cannot answer: {exc}") from None
 
@@ -63,14 +69,18 @@ class WarehouseUsage:
 
         await self._fresh()
         try:
-            return _table(await asyncio.to_thread(budget_events, self.root, start, end, tz=tz, limit=limit))
+            return self._seen(_table(await asyncio.to_thread(budget_events, self.root, start, end, tz=tz,
+                                                             limit=limit)))
         except WarehouseError as exc:
             raise UsageUnavailable(f"The usage warehouse cannot answer: {exc}") from None
 
 
-def attach_usage(app: web.Application, root: Path,
-                 catch_up: Callable[[], Awaitable[object]] | None = None) -> WarehouseUsage:
-    """Wire the port into a gateway app (``GET /admin/v1/usage`` answers 501 without it)."""
+def attach_usage(app: web.Application, root: Path, catch_up: Callable[[], Awaitable[object]] | None = None, *,
+                 state: PodStateCollector | None = None) -> WarehouseUsage:
+    """Wire the port into a gateway app (``GET /admin/v1/usage`` answers 501 without it), and its count of
+    left-out archive files into the pod's gauges."""
     port = WarehouseUsage(root, catch_up)
     app[USAGE] = port
+    if state is not None:
+        state.archive_left_out = lambda: port.left_out
     return port

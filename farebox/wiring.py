@@ -104,7 +104,7 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
         await events.flush()  # every event accepted so far is in the log file
         await archiver.catch_up()
 
-    attach_usage(app, settings.archive_root, fresh_archive)  # GET /admin/v1/usage sees what was just served
+    attach_usage(app, settings.archive_root, fresh_archive, state=recorder.metrics.state)  # GET /admin/v1/usage sees what was just served
     app.cleanup_ctx.append(functools.partial(follow_ctx, follower=follower, emit=recorder.emit, db=db))
     return app
 

@@ -42,6 +42,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from streams.archive.vouch import vouched
+
 SUMMARY_DIR = "summary"
 TABLE_FORMAT = 3
 """Bump when the columns of ``request_base`` or ``corrections`` change: a table of another format is not used."""
@@ -65,10 +67,11 @@ class RequestTable:
 
 
 def archive_sources(root: Path) -> Sources:
-    """Every archive file the views read (``date=*/**/*.parquet``) as (path under root, size), in name order.
-    A file removed while listing (compaction, retention) is left out: the list then matches no table."""
+    """Every archive file the views read (``date=*/**/*.parquet`` the manifest vouches for) as (path under root,
+    size), in name order. A file removed while listing (compaction, retention) is left out: the list then
+    matches no table."""
     out: Sources = []
-    for path in sorted(root.glob("date=*/**/*.parquet")):
+    for path in sorted(vouched(root).files):
         try:
             out.append((path.relative_to(root).as_posix(), path.stat().st_size))
         except FileNotFoundError:
@@ -93,11 +96,16 @@ def _read_meta(path: Path) -> dict[bytes, bytes] | None:
         return None  # unreadable: not used (``farebox archive verify`` names it)
 
 
-def usable_table(root: str | Path, tz: str, sources: Sources | None = None) -> RequestTable | None:
+def usable_table(root: str | Path, tz: str, sources: Sources | None = None, *,
+                 vouched: frozenset[str] | None = None) -> RequestTable | None:
     """The table computed in ``tz`` from archive files that are all still present (``sources``: the files
-    present now, listed if not given), with the files it does not cover; None: read the raw events."""
+    present now, listed if not given), with the files it does not cover; None: read the raw events. With
+    ``vouched`` (summary paths under the root the manifest vouches for), only a table whose three files are
+    among them."""
     root = Path(root)
     candidates = sorted((root / SUMMARY_DIR).glob("requests-*.parquet"))
+    if vouched is not None:
+        candidates = [p for p in candidates if p.relative_to(root).as_posix() in vouched]
     if not candidates:
         return None
     current = archive_sources(root) if sources is None else sources
@@ -116,6 +124,8 @@ def usable_table(root: str | Path, tz: str, sources: Sources | None = None) -> R
             continue  # a file it was computed from is gone (compacted, expired): it describes other files
         corrections = root / SUMMARY_DIR / meta.get(META_CORRECTIONS, b"").decode()
         entries = root / SUMMARY_DIR / meta.get(META_ENTRIES, b"").decode()
+        if vouched is not None and not all(f.relative_to(root).as_posix() in vouched for f in (corrections, entries)):
+            continue
         if all(f.is_file() and _read_meta(f) is not None for f in (corrections, entries)):
             fresh = tuple(root / p for p, size in current if (p, size) not in covered)
             return RequestTable(path, corrections, entries, fresh)

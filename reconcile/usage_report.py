@@ -70,6 +70,7 @@ class UsageReport:
     columns: tuple[str, ...]
     rows: list[dict[str, Any]]
     totals: dict[str, Any] | None
+    warnings: tuple[str, ...] = ()  # archive files left out of every view (``streams.archive.vouch``)
 
 
 def _totals(warehouse: Warehouse, rows: list[dict[str, Any]], columns: Sequence[str],
@@ -94,7 +95,7 @@ def usage_report(root: str | Path, start: date, end: date, by: Sequence[str], *,
     with Warehouse(root, tz=tz) as warehouse:
         base = usage_rows(warehouse, start, end, dims)
         if not base.rows:
-            return UsageReport((*base.columns, *STATS_COLUMNS), [], None)
+            return UsageReport((*base.columns, *STATS_COLUMNS), [], None, warehouse.warnings)
         stats = warehouse.query(_STATS.format(dims=", ".join(dims), first=dims[0]), {"start": start, "end": end})
         by_group: dict[tuple[Any, ...], dict[str, Any]] = {}
         whole: dict[str, Any] = {}
@@ -106,7 +107,7 @@ def usage_report(root: str | Path, start: date, end: date, by: Sequence[str], *,
                 by_group[tuple(row[d] for d in dims)] = figures
         rows = [{**row, **by_group[tuple(row[d] for d in dims)]} for row in base.dicts()]
         totals = {**_totals(warehouse, base.dicts(), base.columns, dims), **whole}
-        return UsageReport((*base.columns, *STATS_COLUMNS), rows, totals)
+        return UsageReport((*base.columns, *STATS_COLUMNS), rows, totals, warehouse.warnings)
 
 
 def budget_events(root: str | Path, start: date, end: date, *, tz: str, limit: int = 50) -> UsageReport:
@@ -117,4 +118,4 @@ def budget_events(root: str | Path, start: date, end: date, *, tz: str, limit: i
         return UsageReport(EVENT_COLUMNS, [], None)
     with Warehouse(root, tz=tz) as warehouse:
         result = warehouse.query(_EVENTS, {"start": start, "end": end, "limit": limit})
-        return UsageReport(result.columns, result.dicts(), None)
+        return UsageReport(result.columns, result.dicts(), None, warehouse.warnings)

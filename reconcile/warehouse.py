@@ -12,6 +12,20 @@ them and turns every way the archive can be unreadable into one
 * a corrupt or truncated file (DuckDB names it; when it does not, every file
   is read with pyarrow to find the first that fails).
 
+The views read only the files the manifest vouches for (``streams.archive.vouch``:
+listed live, with the listed SHA-256), as an explicit list (``archive_paths``);
+a file dropped in, rewritten, or listed after a break in the chain is left out
+of every view and named in ``Warehouse.warnings``. The per-request table is used
+only when its files are vouched for too.
+
+``locked=True`` is the finance shell's warehouse (``farebox finance sql|shell``):
+once the views are loaded, DuckDB's file access is turned off except for the
+files the views read (``allowed_paths``, ``enable_external_access = false``,
+``lock_configuration``), and ``query`` runs only statements that cannot write
+(``READ_ONLY_STATEMENTS``): so user SQL reads the ledger and nothing else, never
+``/etc``, never a ``COPY`` over an archive file. Results leave through the CLI
+(``--out``).
+
 When the per-request table (``reconcile.request_table``) was built from exactly
 the archive files present and in the same budget zone, ``request_base`` and
 ``corrections`` read it instead of the raw events (same rows, much faster);
@@ -36,6 +50,7 @@ import pyarrow.parquet as pq
 
 from reconcile.errors import ReconcileError
 from reconcile.request_table import RequestTable, usable_table
+from streams.archive.vouch import Vouched, vouched
 
 VIEWS_SQL = Path(__file__).with_name("sql") / "views.sql"
 ARCHIVE_GLOB = "date=*/**/*.parquet"
@@ -65,9 +80,16 @@ class Result:
         return [dict(zip(self.columns, row)) for row in self.rows]
 
 
+READ_ONLY_STATEMENTS = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN,
+                                  duckdb.StatementType.CREATE, duckdb.StatementType.DROP})
+"""What a locked warehouse runs: queries, and views or tables of this in-memory session (never COPY, EXPORT,
+ATTACH, LOAD, PRAGMA, CALL or SET)."""
+
+
 def archive_files(root: str | Path) -> list[Path]:
-    """Every archive file the views read, in name order (hourly and compacted daily files alike)."""
-    return sorted(Path(root).glob(ARCHIVE_GLOB))
+    """Every archive file the views read: those the manifest vouches for, in name order (hourly and compacted
+    daily files alike)."""
+    return sorted(vouched(root).files)
 
 
 def sql_string(value: str) -> str:
@@ -75,9 +97,13 @@ def sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def views_preamble(root: str | Path, tz: str) -> list[str]:
-    """The statements that point ``views.sql`` at an archive and a budget zone (before it is read)."""
-    return [f"SET VARIABLE archive_root = {sql_string(str(root))}", f"SET VARIABLE budget_tz = {sql_string(tz)}"]
+def views_preamble(root: str | Path, tz: str, files: Sequence[Path] | None = None) -> list[str]:
+    """The statements that point ``views.sql`` at an archive (``files``: exactly these files, else every file
+    under its date folders) and a budget zone (before it is read)."""
+    out = [f"SET VARIABLE archive_root = {sql_string(str(root))}", f"SET VARIABLE budget_tz = {sql_string(tz)}"]
+    if files is not None:
+        out.append(f"SET VARIABLE archive_paths = {_file_list(files)}")
+    return out
 
 
 def _file_list(files: Sequence[Path]) -> str:
@@ -98,35 +124,76 @@ class Warehouse:
     """DuckDB over one archive root, views loaded; ``tz`` is ``budgets.timezone`` (budget months)."""
 
     def __init__(self, root: str | Path, *, tz: str = "Asia/Kolkata", threads: int | None = None,
-                 request_table: bool = True, files: Sequence[Path] | None = None) -> None:
+                 request_table: bool = True, files: Sequence[Path] | None = None, locked: bool = False) -> None:
         self.root = Path(root)
         self.tz = tz
-        self.files = archive_files(self.root)
+        self.locked = locked
+        self.vouched: Vouched = vouched(self.root)
+        self.files = sorted(self.vouched.files) if files is None else [Path(f) for f in files]
         if not self.files:
+            left = (f"; {self.vouched.left_out} file(s) there are not vouched for by its manifest "
+                    f"({self.vouched.warnings[0]})") if self.vouched.left_out else ""
             raise WarehouseError(
-                f"the archive at {self.root} is empty: no Parquet files match {self.root}/{ARCHIVE_GLOB}. "
+                f"the archive at {self.root} is empty: no Parquet files match {self.root}/{ARCHIVE_GLOB}{left}. "
                 "Archive the event log first (embedded mode: streams.archive.write.archive_from_log; distributed "
                 "mode: the archiver consumer), or pass the right archive folder.")
         self._snapshot_state: tuple[tuple[str, int, int], ...] | None = None  # what requests_snapshot was read from
+        self._fixed = files is not None or locked  # never re-listed (``refresh``)
+        self._request_table = request_table and files is None
         self._con = duckdb.connect(config={"threads": threads} if threads else {})
         try:
             self._con.execute("SET enable_progress_bar = false")  # output is the result, nothing else
-            for statement in views_preamble(self.root, tz):
-                self._con.execute(statement)
-            self._con.execute(VIEWS_SQL.read_text())
-            self._con.execute("SELECT ok FROM archive_guard").fetchall()
-            # checked once: every later query reads the rows without paying for the footers again
-            self._con.execute("CREATE OR REPLACE VIEW archive_rows AS SELECT * FROM archive_scan")
-            if files is not None:  # only these files (the per-request table is computed over closed days)
-                self._con.execute(f"CREATE OR REPLACE VIEW archive_rows AS SELECT *, (log_partition::HUGEINT << 64) "
-                                  f"+ log_offset AS pos FROM read_parquet({_file_list(files)}, "
-                                  f"hive_partitioning = false)")
-            self.table = usable_table(self.root, tz) if request_table and files is None else None
-            if self.table is not None:
-                self._read_table(self.table)
+            self._load_views()
+            if locked:
+                self._lock()
         except duckdb.Error as exc:
             self._con.close()
             raise self._explain(exc) from None
+
+    def _load_views(self) -> None:
+        """Point the views at ``self.files`` (and the per-request table, when it is usable and vouched for)."""
+        for statement in views_preamble(self.root, self.tz, self.files):
+            self._con.execute(statement)
+        self._con.execute(VIEWS_SQL.read_text())
+        self._con.execute("SELECT ok FROM archive_guard").fetchall()
+        # checked once: every later query reads the rows without paying for the footers again
+        self._con.execute("CREATE OR REPLACE VIEW archive_rows AS SELECT * FROM archive_scan")
+        self.table = None
+        if self._request_table:
+            sources = [(p.relative_to(self.root).as_posix(), p.stat().st_size) for p in self.files]
+            self.table = usable_table(self.root, self.tz, sources, vouched=self.vouched.summary)
+        if self.table is not None:
+            self._read_table(self.table)
+
+    def refresh(self) -> bool:
+        """List the vouched-for files again and re-point the views if they changed (a file archived, compacted
+        or expired since); True if they did. A locked warehouse, or one given its files, never changes."""
+        if self._fixed:
+            return False
+        now = vouched(self.root)
+        files = sorted(now.files)
+        if files == self.files or not files:
+            return False
+        self.vouched, self.files = now, files
+        try:
+            self._load_views()
+        except duckdb.Error as exc:
+            raise self._explain(exc) from None
+        return True
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The archive files left out of every view (or missing), one line each naming the file."""
+        return self.vouched.warnings
+
+    def _lock(self) -> None:
+        """File access off except the files the views read; the configuration locked (see the module docstring)."""
+        paths = [str(p) for p in self.files]
+        if self.table is not None:
+            paths += [str(self.table.requests), str(self.table.corrections), str(self.table.entries)]
+        self._con.execute(f"SET allowed_paths = {_file_list([Path(p) for p in paths])}")
+        self._con.execute("SET enable_external_access = false")
+        self._con.execute("SET lock_configuration = true")
 
     def _read_table(self, table: RequestTable) -> None:
         """Point ``request_base``, ``request_entries`` and ``corrections`` at the per-request table, recomputing
@@ -170,6 +237,8 @@ class Warehouse:
 
     def query(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> Result:
         """Run one SQL statement over the views; ``WarehouseError`` (naming the file, if one is at fault)."""
+        if self.locked:
+            self._check_read_only(sql)
         try:
             cursor = self._con.execute(sql, params) if params is not None else self._con.execute(sql)
             if cursor.description is None:
@@ -179,8 +248,22 @@ class Warehouse:
         except duckdb.Error as exc:
             raise self._explain(exc) from None
 
+    @staticmethod
+    def _check_read_only(sql: str) -> None:
+        try:
+            statements = duckdb.extract_statements(sql)
+        except duckdb.Error as exc:
+            raise WarehouseError(str(exc).strip()) from None
+        for statement in statements:
+            if statement.type not in READ_ONLY_STATEMENTS:
+                kind = statement.type.name.replace("_", " ")
+                raise WarehouseError(f"the finance shell reads the ledger only: a {kind} statement is not run "
+                                     f"(export a result with --out FILE)")
+
     def arrow(self, sql: str) -> pa.Table:
         """Run one SQL statement over the views; its answer as an Arrow table."""
+        if self.locked:
+            self._check_read_only(sql)
         try:
             return self._con.sql(sql).to_arrow_table()
         except duckdb.Error as exc:
@@ -191,11 +274,12 @@ class Warehouse:
         self._con.register(name, table)
 
     def archive_state(self) -> tuple[tuple[str, int, int], ...]:
-        """What the views would read now: every archive file's name, size and modification time. Archive files
-        are immutable (written once, then only listed, replaced by compaction or expired), so an equal state
-        means equal rows."""
+        """What the views would read now (``refresh`` first): every vouched file's name, size and modification
+        time. Archive files are immutable (written once, then only listed, replaced by compaction or expired),
+        so an equal state means equal rows."""
+        self.refresh()
         out = []
-        for path in archive_files(self.root):
+        for path in self.files:
             try:
                 st = path.stat()
             except FileNotFoundError:  # removed by compaction or retention while listing: not part of the state
@@ -238,6 +322,8 @@ class Warehouse:
 
     def _explain(self, exc: duckdb.Error) -> WarehouseError:
         message = str(exc).strip()
+        if isinstance(exc, duckdb.PermissionException):
+            return WarehouseError(f"the finance shell reads the archive's vouched-for files only: {message}")
         if isinstance(exc, _QUERY_ERRORS) or "archive schema" in message:
             return WarehouseError(message)
         if not any(str(path) in message for path in self.files):  # DuckDB did not say which file

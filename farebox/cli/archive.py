@@ -2,7 +2,9 @@
 
     farebox archiver --config PATH                       distributed: requests topic -> archive until SIGTERM
     farebox archive flush --config PATH                  embedded: archive the pending log events now
-    farebox archive verify --config PATH [--archive R]   every file and the manifest chain; exit 0 only if intact
+    farebox archive verify --config PATH [--archive R] [--expect-head H]
+                                                         every file and the manifest chain (and that the head a
+                                                         second system kept is still in it); exit 0 only if intact
     farebox archive compact --config PATH [--archive R] [--before YYYY-MM-DD]
                                                          closed days -> daily files, then retention
     (farebox replay: farebox/cli/replay.py)
@@ -29,6 +31,16 @@ def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 def _root(args: argparse.Namespace, settings) -> Path:  # type: ignore[no-untyped-def]
     return Path(args.archive) if getattr(args, "archive", None) else settings.archive_root
+
+
+def warn_left_out(root: Path) -> int:
+    """Print on stderr every archive file the readers leave out or miss (``streams.archive.vouch``); how many."""
+    from streams.archive.read import archive_warnings
+
+    warnings = archive_warnings(root)
+    for line in warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    return len(warnings)
 
 
 def _archiver(args: argparse.Namespace) -> int:
@@ -62,7 +74,7 @@ def _verify(args: argparse.Namespace) -> int:
     from streams.archive.manifest import verify
 
     root = _root(args, _settings(args))
-    verdict = verify(root)
+    verdict = verify(root, expect_head=args.expect_head)
     if verdict.empty:
         print(f"error: the archive at {root} is empty: no manifest and no files to verify", file=sys.stderr)
         return 2
@@ -71,8 +83,9 @@ def _verify(args: argparse.Namespace) -> int:
     for line in verdict.notes:
         print(f"note: {line}")
     if verdict.intact:
-        print(f"archive {root}: intact — {verdict.files} file(s), {verdict.entries} manifest entries, chain unbroken, "
-              f"head {verdict.head}")
+        anchored = ", the expected head is in the chain" if args.expect_head else ""
+        print(f"archive {root}: intact — {verdict.files} file(s), {verdict.entries} manifest entries, chain unbroken"
+              f"{anchored}, head {verdict.head} (entry {verdict.head_seq})")
         return 0
     print(f"archive {root}: NOT intact — {len(verdict.problems)} problem(s) in {verdict.files} listed file(s) and "
           f"{verdict.entries} manifest entries")
@@ -131,6 +144,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         s = archive.add_parser(name, help=text)
         s.add_argument("--config", required=True)
         s.add_argument("--archive", help="the archive root (default: archive.path or <state_dir>/archive)")
+        if name == "verify":
+            s.add_argument("--expect-head", help="a head hash published earlier (the farebox_archive_head metric, "
+                                                 "a previous verify): fail unless it is still in the chain")
         if name == "compact":
             s.add_argument("--before", help="compact event dates before this one, YYYY-MM-DD (default: today, "
                                             "UTC), and skip retention")

@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from farebox.cli.archive import warn_left_out
+
 if TYPE_CHECKING:
     pass
 
@@ -49,6 +51,7 @@ def export_focus_command(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     snapshot = read_snapshot(settings)
     archive = Path(args.archive) if args.archive else settings.archive_root
+    warn_left_out(archive)  # files the manifest does not vouch for are not exported: named here
     corrections = read_corrections(Path(args.corrections) if args.corrections
                                    else settings.state_dir / "corrections")
     corrections += archived_corrections(archive, parse_month(args.month), snapshot.price_book, snapshot.fx,

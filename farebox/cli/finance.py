@@ -1,6 +1,6 @@
 """The finance commands: SQL over the warehouse, its shell, and the showback report.
 
-    farebox finance sql "SELECT ..." [--config PATH | --archive DIR] [--format table|csv|json]
+    farebox finance sql "SELECT ..." [--config PATH | --archive DIR] [--format table|csv|json] [--out FILE]
     farebox finance shell [--config PATH | --archive DIR]
     farebox report showback --config PATH --month YYYY-MM [--by team,app,alias,model,cost_centre]
                             [--format table|csv|json] [--archive DIR]
@@ -10,14 +10,18 @@ The composition root's part: find the archive (``--archive``, else
 config snapshot in the config database, as ``farebox budgets set`` left it),
 and hand them to ``reconcile`` as plain values. Every failure the warehouse
 names (empty archive, unreadable or newer file, unknown column, a month with
-no data) is one line on stderr and exit 1.
+no data) is one line on stderr and exit 1. Archive files the manifest does not
+vouch for are left out of every view and each named on stderr (``warning:``).
+
+``finance sql`` and ``finance shell`` run user SQL on a locked warehouse: file
+access off except the vouched-for archive files, read-only statements only
+(``reconcile.warehouse``); a result leaves through ``--out FILE`` (``.out`` in
+the shell), written by this process.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,42 +68,31 @@ def context(args: argparse.Namespace, *, need_budgets: bool = False) -> FinanceC
     return FinanceContext(archive, policy.timezone, budgets)
 
 
-def duckdb_cli() -> str:
-    """The ``duckdb`` shell: beside this Python (a virtualenv's bin), else on PATH."""
-    from reconcile.warehouse import WarehouseError
-
-    beside = Path(sys.executable).with_name("duckdb")
-    found = str(beside) if beside.exists() else shutil.which("duckdb")
-    if found is None:
-        raise WarehouseError("the duckdb shell is not installed (pip install duckdb-cli)")
-    return found
-
-
-def shell_argv(binary: str, archive: Path, tz: str) -> list[str]:
-    """The duckdb command line that opens the views over ``archive`` (the README's command, made explicit)."""
-    from reconcile.warehouse import VIEWS_SQL, views_preamble
-
-    argv = [binary]
-    for statement in views_preamble(archive, tz):
-        argv += ["-cmd", statement]
-    return [*argv, "-cmd", f".read {VIEWS_SQL}"]
+def _warn(warnings: tuple[str, ...]) -> None:
+    for line in warnings:
+        print(f"warning: {line}", file=sys.stderr)
 
 
 def _sql(args: argparse.Namespace) -> int:
+    from farebox.cli.finance_shell import write_result
     from reconcile.warehouse import Warehouse
 
     ctx = context(args)
-    with Warehouse(ctx.archive, tz=ctx.tz) as warehouse:
-        sys.stdout.write(render(warehouse.query(args.query), args.format))
+    with Warehouse(ctx.archive, tz=ctx.tz, locked=True) as warehouse:
+        _warn(warehouse.warnings)
+        if args.out:
+            rows = write_result(warehouse, args.query, Path(args.out), args.format)
+            print(f"{rows} row(s) written to {args.out}", file=sys.stderr)
+        else:
+            sys.stdout.write(render(warehouse.query(args.query), args.format))
     return 0
 
 
 def _shell(args: argparse.Namespace) -> int:
-    from reconcile.warehouse import Warehouse
+    from farebox.cli.finance_shell import shell
 
     ctx = context(args)
-    Warehouse(ctx.archive, tz=ctx.tz).close()  # an empty or unreadable archive fails here, clearly
-    return subprocess.run(shell_argv(duckdb_cli(), ctx.archive, ctx.tz), check=False).returncode
+    return shell(ctx.archive, ctx.tz)
 
 
 def _showback(args: argparse.Namespace) -> int:
@@ -109,6 +102,7 @@ def _showback(args: argparse.Namespace) -> int:
     ctx = context(args, need_budgets=True)
     by = [name.strip() for name in args.by.split(",") if name.strip()]
     with Warehouse(ctx.archive, tz=ctx.tz) as warehouse:
+        _warn(warehouse.warnings)
         result = showback(warehouse, args.month, by, ctx.budgets)
         sys.stdout.write(render(result, args.format))
     corrected = [row for row in result.dicts() if row.get("corrected_micro")]
@@ -133,8 +127,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _where(s)
     s.add_argument("--tz", help=f"budget time zone with --archive alone (default {DEFAULT_TZ})")
     s.add_argument("--format", choices=FORMATS, default="table")
+    s.add_argument("--out", help="write the result to this file (in --format; .parquet: Parquet) instead of stdout")
     s.set_defaults(func=_sql)
-    s = finance.add_parser("shell", help="open the duckdb shell with the warehouse views loaded")
+    s = finance.add_parser("shell", help="an SQL prompt over the warehouse views (read-only, archive files only)")
     _where(s)
     s.add_argument("--tz", help=f"budget time zone with --archive alone (default {DEFAULT_TZ})")
     s.set_defaults(func=_shell)

@@ -32,6 +32,7 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from farebox.cli.archive import warn_left_out
 from streams.archive.manifest import file_lock
 
 if TYPE_CHECKING:
@@ -125,6 +126,7 @@ async def _run(settings: Settings, snapshot: Any, plans: list[ExportPlan], day: 
     if settings.mode == "embedded":
         await _archive_embedded(settings, archive)
     require_archive(archive, day)
+    warn_left_out(archive)  # files the manifest does not vouch for are not reconciled: named here
     async with aiohttp.ClientSession() as session:
         usage, costs = await fetch_exports(plans, day, session)
     ours = await asyncio.to_thread(our_side, archive, day, snapshot.price_book, snapshot.fx, currencies(costs))

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 from zoneinfo import ZoneInfo
 
-from farebox.cli.archive import guarded
+from farebox.cli.archive import guarded, warn_left_out
 
 if TYPE_CHECKING:
     from farebox.settings import Settings
@@ -78,6 +78,7 @@ def replay_distributed(settings: Settings, start: str, end: str, *, source: str 
 
         root = Path(archive) if archive else settings.archive_root
         require_archive(root)
+        warn_left_out(root)
         events: Iterable[Event] = archived_events(root, first, last)
         unreadable = read_unreadable(root).num_rows
     else:
@@ -117,6 +118,7 @@ def replay_embedded(settings: Settings, start: str, end: str, *, archive: str | 
         print(f"archived {archive_log_once(settings.event_log_path, root, settings.archive.flush_events)} "
               f"pending event(s) first")
     require_archive(root)
+    warn_left_out(root)
     archived = archived_events(root, first, last)
     unreadable = read_unreadable(root).num_rows
     live_events, head = asyncio.run(log_events(settings.event_log_path, first, last))

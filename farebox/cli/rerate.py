@@ -33,6 +33,8 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from farebox.cli.archive import warn_left_out
+
 if TYPE_CHECKING:
     pass
 
@@ -86,6 +88,7 @@ def rerate_command(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     snapshot = read_snapshot(settings)
     archive = Path(args.archive) if args.archive else settings.archive_root
+    warn_left_out(archive)  # files the manifest does not vouch for are not re-rated: named here
     log_path = settings.event_log_path if settings.mode == "embedded" else None
     pending = asyncio.run(unarchived_corrections(log_path, archive))
     result = plan_rerate(archive, start, end, snapshot.price_book, snapshot.fx, args.price_version,

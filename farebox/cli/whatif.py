@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
+from farebox.cli.archive import warn_left_out
+
 if TYPE_CHECKING:  # imported when the command runs: the archive reader pulls in pyarrow
     from reconcile.whatif import Proposal
 
@@ -88,6 +90,7 @@ def whatif_command(args: argparse.Namespace) -> int:
     snapshot = read_snapshot(settings)
     proposal = load_proposal(args.budgets, snapshot)  # every problem at once, before anything runs
     archive = Path(args.archive) if args.archive else settings.archive_root
+    warn_left_out(archive)  # files the manifest does not vouch for are not replayed: named here
     events = read_traffic(archive, start, end, ZoneInfo(proposal.timezone))
     result = replay(events, proposal, start=start, end=end)
     if args.format == "json":

@@ -33,6 +33,7 @@ class UsageTable:
     columns: tuple[str, ...]
     rows: list[dict[str, Any]]
     totals: dict[str, Any] | None = None
+    warnings: tuple[str, ...] = ()  # archive files left out of the answer (not vouched for by the manifest)
 
 
 class UsageUnavailable(GatewayError):

@@ -32,6 +32,8 @@ class PodStateCollector(Collector):
         self.budget_use: Callable[[], Iterable[tuple[str, int, int, int]]] | None = None
         # serve --workers: (events, seconds) the owner's archive is behind its log, as the owner last said
         self.archive_lag: Callable[[], tuple[int, float]] | None = None
+        # archive files the last finance answer left out (not vouched for by the manifest)
+        self.archive_left_out: Reader | None = None
 
     def describe(self) -> list:  # families vary with the wiring: nothing described up front
         return []
@@ -60,6 +62,11 @@ class PodStateCollector(Collector):
                 g = GaugeMetricFamily(name, what)
                 g.add_metric([], value)
                 yield g
+        if self.archive_left_out is not None:
+            g = GaugeMetricFamily("farebox_archive_files_left_out", "Archive files the last finance query left "
+                                  "out: unlisted in the manifest, changed, or listed after a break in its chain.")
+            g.add_metric([], self.archive_left_out())
+            yield g
         for name, reader, what in (("farebox_lease_grants", self.lease_grants, "Budget leases granted to this pod."),
                                    ("farebox_lease_returns", self.lease_returns, "Budget leases this pod returned.")):
             if reader is not None:

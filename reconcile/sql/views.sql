@@ -14,7 +14,10 @@
 --            -cmd ".read reconcile/sql/views.sql"
 --
 -- (`-init` runs before `-cmd`, too early to set a variable.) Views bind again at every query, so
--- `SET VARIABLE archive_root = '...'` later in a session re-points them all. An empty archive has no files for
+-- `SET VARIABLE archive_root = '...'` later in a session re-points them all. The plain CLI reads every file
+-- under the archive's date folders; farebox (`farebox finance sql|shell`, reports, the admin API) sets
+-- `archive_paths` to the list of files the manifest vouches for instead (streams/archive/vouch.py), so a file
+-- dropped in or rewritten is never read there. An empty archive has no files for
 -- the views to bind to: loading them fails with "No files found that match the pattern".
 --
 -- Order and months, as the budget ledger (ledger/balances.py) defines them:
@@ -37,7 +40,7 @@ CREATE OR REPLACE VIEW archive_files AS
 SELECT file_name AS file,
        coalesce(max(try_cast(decode(value) AS INTEGER)) FILTER (WHERE decode(key) = 'farebox.archive_schema'), 1)
            AS archive_schema
-FROM parquet_kv_metadata(getvariable('archive_root') || '/date=*/**/*.parquet')
+FROM parquet_kv_metadata(coalesce(getvariable('archive_paths'), [getvariable('archive_root') || '/date=*/**/*.parquet']))
 GROUP BY file_name;
 
 -- archive_guard: one row, true when every file is of the schema these views read (2); otherwise the query
@@ -55,7 +58,8 @@ FROM archive_files;
 -- order. Read archive_rows instead: the same rows behind archive_guard.
 CREATE OR REPLACE VIEW archive_scan AS
 SELECT *, (log_partition::HUGEINT << 64) + log_offset AS pos
-FROM read_parquet(getvariable('archive_root') || '/date=*/**/*.parquet', hive_partitioning = false);
+FROM read_parquet(coalesce(getvariable('archive_paths'), [getvariable('archive_root') || '/date=*/**/*.parquet']),
+                  hive_partitioning = false);
 
 -- archive_rows: archive_scan, once archive_guard passes (farebox's Warehouse checks the guard once when it
 -- opens and then reads archive_scan directly: reconcile/warehouse.py).

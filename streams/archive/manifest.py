@@ -20,8 +20,12 @@ Invariants:
   same path (a batch rewritten after a crash) supersedes the earlier hash.
 
 The chain shows any edit of history; a manifest rewritten as a whole with
-fresh hashes is caught by comparing its head (the last entry's hash, printed
-by ``farebox archive verify``) with one recorded earlier, outside the archive.
+fresh hashes, or cut short together with the files its last entries listed, is
+caught by the anchored head: the last entry's hash (``Manifest.head``, printed
+by ``farebox archive verify``, published by the archivers as the
+``farebox_archive_head`` metric) kept by a second system and given back to
+``farebox archive verify --expect-head H``, which fails unless that entry is
+still in the chain.
 
 A crash while appending leaves at most an incomplete last line (no newline);
 the next writer drops it before appending (``repair``), and the files it would
@@ -76,6 +80,12 @@ class Replayed:
     removed: dict[str, tuple[int, str | None]] = field(default_factory=dict)  # path -> (entry seq, last sha256)
     chain_problems: list[str] = field(default_factory=list)
     torn_tail: bool = False
+    broken_at: int | None = None  # the first entry (seq) at which the chain breaks; None: it does not
+
+    def _problem(self, n: int, text: str) -> None:
+        self.chain_problems.append(text)
+        if self.broken_at is None:
+            self.broken_at = n
 
     @property
     def last_hash(self) -> str:
@@ -98,17 +108,17 @@ def replay_manifest(text: bytes) -> Replayed:
             if not isinstance(entry, dict):
                 raise ValueError("not a JSON object")
         except ValueError as exc:
-            out.chain_problems.append(f"manifest entry {n} is not a valid entry ({exc}): chain broken")
+            out._problem(n, f"manifest entry {n} is not a valid entry ({exc}): chain broken")
             prev = ""
             continue
         if entry.get("seq") != n:
-            out.chain_problems.append(f"manifest entry {n} has seq {entry.get('seq')!r}: entries were "
+            out._problem(n, f"manifest entry {n} has seq {entry.get('seq')!r}: entries were "
                                       f"removed or inserted, chain broken")
         if entry.get("prev") != prev:
-            out.chain_problems.append(f"manifest entry {n} does not chain to the entry before it "
+            out._problem(n, f"manifest entry {n} does not chain to the entry before it "
                                       f"(prev {str(entry.get('prev'))[:12]}… != {prev[:12] or '?'}…): chain broken")
         if entry.get("hash") != entry_hash(entry):
-            out.chain_problems.append(f"manifest entry {n} was edited (its hash does not match its content): "
+            out._problem(n, f"manifest entry {n} was edited (its hash does not match its content): "
                                       f"chain broken")
         prev = str(entry.get("hash"))
         out.entries.append(entry)
@@ -205,6 +215,20 @@ class Manifest:
             raise ValueError(f"{self.path}: the last manifest entry is unreadable ({exc}); nothing appended — "
                              f"run `farebox archive verify`") from None
 
+    def head(self) -> tuple[int, str]:
+        """The last complete entry's (seq, hash), read from the end without the lock; (0, GENESIS) for none."""
+        try:
+            f = open(self.path, "rb")
+        except FileNotFoundError:
+            return 0, GENESIS
+        with f:
+            line, _ = _last_line(f, f.seek(0, os.SEEK_END))
+        try:
+            last = orjson.loads(line) if line else None
+            return (int(last["seq"]), str(last["hash"])) if last else (0, GENESIS)
+        except (ValueError, KeyError, TypeError):
+            return 0, GENESIS  # unreadable: verify says why
+
     def last_entry_of(self, source: str) -> dict[str, Any] | None:
         """The newest entry written by ``source``, read backwards from the end (recovery: is the journaled
         batch, always that source's newest, already listed?)."""
@@ -287,7 +311,8 @@ class Verdict:
     root: Path
     files: int = 0
     entries: int = 0
-    head: str = GENESIS  # the last entry's hash: record it elsewhere to detect a wholly rewritten manifest
+    head: str = GENESIS  # the last entry's hash: record it elsewhere to detect a rewritten or cut manifest
+    head_seq: int = 0
     empty: bool = False
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -297,23 +322,36 @@ class Verdict:
         return not self.empty and not self.problems
 
 
-def verify(root: str | Path) -> Verdict:
-    """Check the chain, every listed file's SHA-256, and that every Parquet file on disk is listed.
+def verify(root: str | Path, expect_head: str | None = None) -> Verdict:
+    """Check the chain, every listed file's SHA-256, and that every Parquet file on disk is listed; with
+    ``expect_head`` (a head published earlier and kept elsewhere), that its entry is still in the chain.
 
     Names each changed, missing or unlisted file. A file whose removal is
     recorded (compaction, retention) but which is still on disk (a crash
     before the delete; the next compaction deletes it) is a note while its
-    hash is the one listed, and a problem otherwise.
+    hash is the one listed, and a problem otherwise. The manifest may have
+    grown since ``expect_head`` (a note says by how much); an ``expect_head``
+    that no entry carries means entries were cut off or rewritten.
     """
     root = Path(root)
     verdict = Verdict(root)
     state = Manifest(root).read()
     on_disk = {p.relative_to(root).as_posix() for p in root.rglob("*.parquet")} if root.is_dir() else set()
     verdict.entries, verdict.files, verdict.head = len(state.entries), len(state.live), state.last_hash
+    verdict.head_seq = len(state.entries)
     if not state.entries and not on_disk and not state.torn_tail:
         verdict.empty = True
         return verdict
     verdict.problems += state.chain_problems
+    if expect_head is not None:
+        at = next((n for n, e in enumerate(state.entries, 1) if e.get("hash") == expect_head), None)
+        if at is None:
+            verdict.problems.append(f"the expected head {expect_head[:16]}… is in no manifest entry: entries were "
+                                    f"cut off or the manifest was rewritten since it was published")
+        elif at < len(state.entries):
+            verdict.notes.append(f"the expected head is entry {at}; the manifest has grown by "
+                                 f"{len(state.entries) - at} entr{'y' if len(state.entries) - at == 1 else 'ies'} "
+                                 f"since")
     if state.torn_tail:
         verdict.notes.append("the manifest ends in an incomplete entry (a crash while appending); "
                              "the next archiver run drops it")

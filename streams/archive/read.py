@@ -2,9 +2,10 @@
 
 ``archive_files`` is the one way to list the live files: the batch and hour
 files under ``date=YYYY-MM-DD/hour=HH/`` and the daily files under
-``date=YYYY-MM-DD/``, less any file whose
-removal the manifest records (compaction or retention, crashed before its
-delete). Readers refuse a file of a newer archive schema or one that is not
+``date=YYYY-MM-DD/`` that the manifest vouches for (``streams.archive.vouch``:
+listed live, with the listed SHA-256), so a file whose removal the manifest
+records (compaction or retention, crashed before its delete), a file no entry
+lists and a rewritten file are never read; ``archive_warnings`` names them. Readers refuse a file of a newer archive schema or one that is not
 readable Parquet, naming it (``ArchiveError``); nothing is rewritten.
 """
 
@@ -17,8 +18,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from streams.archive.manifest import HOUSEKEEPING_JOURNAL, Manifest
+from streams.archive.manifest import Manifest
 from streams.archive.schema import ARCHIVE_SCHEMA_VERSION, SCHEMA, schema_version_of
+from streams.archive.vouch import vouched
 from streams.archive.write import UNREADABLE_SCHEMA
 
 
@@ -32,16 +34,20 @@ def day_files(root: Path, day: date) -> list[Path]:
 
 
 def archive_files(root: str | Path, start: date, end: date) -> list[Path]:
-    """The live Parquet files whose event date is in [start, end], by date, then name."""
+    """The vouched-for Parquet files whose event date is in [start, end], by date, then name."""
     root = Path(root)
-    # a removed file outlives its manifest entry only while the housekeeping journal is there (crash safety)
-    removed = Manifest(root).removed_paths() if (root / HOUSEKEEPING_JOURNAL).exists() else set()
+    good = set(vouched(root).files)
     files: list[Path] = []
     day = start
     while day <= end:
-        files += [p for p in day_files(root, day) if p.relative_to(root).as_posix() not in removed]
+        files += [p for p in day_files(root, day) if p in good]
         day += timedelta(days=1)
     return files
+
+
+def archive_warnings(root: str | Path) -> tuple[str, ...]:
+    """The files every reader leaves out (or misses), one line each: see ``streams.archive.vouch``."""
+    return vouched(root).warnings
 
 
 def require_archive(root: str | Path) -> None:

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, AsyncIterator, Callable, Optional
 from prometheus_client import CollectorRegistry, Gauge
 
 from streams.archive.config import ArchiveSettings
-from streams.archive.manifest import archived_offset, file_lock
+from streams.archive.manifest import Manifest, archived_offset, file_lock
 from streams.orphans import leave_with
 
 if TYPE_CHECKING:
@@ -218,6 +218,17 @@ class EmbeddedArchiver:
                   registry=registry).set_function(self.lag_events)
             Gauge("farebox_archive_lag_seconds", "Seconds since the archive last held the whole log (0: caught up).",
                   registry=registry).set_function(self.lag_seconds)
+        self.head_gauge = Gauge("farebox_archive_head", "The archive manifest's head: its last entry's number, "
+                                "labelled with that entry's hash (keep it elsewhere; `farebox archive verify "
+                                "--expect-head`).", ["head"], registry=registry) if registry is not None else None
+        self.publish_head()
+
+    def publish_head(self) -> None:
+        """Set ``farebox_archive_head`` to the manifest's current head (one labelled series)."""
+        if self.head_gauge is not None:
+            seq, head = Manifest(self.root).head()
+            self.head_gauge.clear()
+            self.head_gauge.labels(head=head).set(seq)
 
     def lag_events(self) -> int:
         return max(self.last_offset() - self.archived, 0)
@@ -244,6 +255,7 @@ class EmbeddedArchiver:
         finally:
             self.archived = archived_offset(self.root)
             self.last_pass = time.monotonic()
+            self.publish_head()
         if self.archived >= self.last_offset():
             self.caught_up_at = started  # every event appended before the pass began is archived
         return archived

@@ -8,9 +8,11 @@ import os
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
+import orjson
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 
 from farebox.archiver import RequestTable, embedded_archiver
 from farebox.cli import main
@@ -19,12 +21,13 @@ from ledger.events import RequestAdmitted, RequestSettled
 from ledger.usage import TokenUsage
 from proxy.control.problems import ConfigError
 from reconcile.request_table import usable_table
-from streams.archive.manifest import verify
+from streams.archive.manifest import Manifest, verify
 from streams.archive.read import archive_files, read_archive
 from streams.archive.schema import SCHEMA_METADATA_KEY
 from streams.archive.service import Housekeeper, archive_log_once
 from streams.sqlite_log import SqliteEventLog
 from tests.farebox.test_settings import write
+from tests.streams.relist import relist
 
 DAY = date(2026, 11, 20)
 
@@ -107,6 +110,36 @@ def test_a_tampered_archive_is_a_difference_and_verify_names_it(config, capsys) 
     assert "NOT intact" in out
 
 
+def test_cutting_the_chain_with_its_files_passes_alone_and_fails_against_the_published_head(config, capsys) -> None:
+    """Truncating the archive (the last batches' files and their manifest entries) leaves a chain that verifies;
+    the head the archiver published (farebox_archive_head) and a second system kept catches it."""
+    settings = load_settings(config)
+    append(settings.event_log_path, requests(20))
+    main(["archive", "flush", "--config", str(config)])
+    registry = CollectorRegistry()
+    embedded_archiver(settings, lambda: 40, registry)  # publishes the head it finds
+    assert all(orjson.loads(line)["action"] == "add"
+               for line in (settings.archive_root / "_manifest.jsonl").read_bytes().splitlines())
+    seq = registry.get_sample_value("farebox_archive_head", {"head": Manifest(settings.archive_root).head()[1]})
+    [published] = [s.labels["head"] for m in registry.collect() if m.name == "farebox_archive_head" for s in m.samples]
+    assert seq == Manifest(settings.archive_root).head()[0] >= 3
+    code, out, _ = run(capsys, "archive", "verify", "--config", str(config), "--expect-head", published)
+    assert code == 0 and "the expected head is in the chain" in out
+    manifest = settings.archive_root / "_manifest.jsonl"
+    lines = manifest.read_bytes().splitlines(keepends=True)
+    for line in lines[-2:]:  # the last two batches go, files and entries together
+        for f in orjson.loads(line)["files"]:
+            (settings.archive_root / f["path"]).unlink()
+    manifest.write_bytes(b"".join(lines[:-2]))
+    code, out, _ = run(capsys, "archive", "verify", "--config", str(config))
+    assert code == 0 and "intact" in out, out  # alone, the cut is invisible
+    code, out, _ = run(capsys, "archive", "verify", "--config", str(config), "--expect-head", published)
+    assert code == 1 and "is in no manifest entry: entries were cut off" in out
+    code, out, _ = run(capsys, "archive", "verify", "--config", str(config), "--expect-head",
+                       orjson.loads(lines[-3])["hash"])
+    assert code == 0
+
+
 def test_bad_archives_are_clear_errors_and_nothing_is_rewritten(config, capsys) -> None:
     settings = load_settings(config)
     code, _, err = replay(capsys, config)
@@ -121,10 +154,14 @@ def test_bad_archives_are_clear_errors_and_nothing_is_rewritten(config, capsys) 
     path = archive_files(settings.archive_root, DAY, DAY)[0]
     newer = pq.read_table(path).replace_schema_metadata({SCHEMA_METADATA_KEY: b"99"})
     pq.write_table(newer, path)
+    code, _, err = replay(capsys, config)  # rewritten in place: the manifest does not vouch for it
+    assert code == 1 and f"warning: changed: {path.relative_to(settings.archive_root).as_posix()}" in err
+    relist(settings.archive_root, path)  # as a newer farebox would list it
     written = path.read_bytes()
     code, _, err = replay(capsys, config)
     assert code == 2 and "archive schema 99 is newer" in err and str(path) in err
-    path.write_bytes(written[: len(written) // 3])  # truncated
+    path.write_bytes(written[: len(written) // 3])  # truncated, and listed so (a writer that listed a bad file)
+    relist(settings.archive_root, path)
     for argv in (["replay", "--config", str(config), "--from", str(DAY), "--to", str(DAY)],
                  ["archive", "compact", "--config", str(config), "--before", "2026-11-30"]):
         code, _, err = run(capsys, *argv)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from farebox.cli import main
 from tests.harness import test_config as write_config
 from tests.reconcile.warehouse_fixtures import write_archive
+from tests.streams.relist import relist
 
 
 @pytest.fixture
@@ -78,8 +80,20 @@ def test_finance_sql(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_finance_sql_names_a_truncated_file(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = sorted((config.parent / "archive").glob("date=*/**/*.parquet"))[-1]
+    """Truncated in place: the manifest no longer vouches for it, so it is left out and named; listed so (a
+    writer that listed a bad file), reading it fails naming it."""
+    root = config.parent / "archive"
+    path = sorted(root.glob("date=*/**/*.parquet"))[-1]
+    code, whole, _ = _run(capsys, "finance", "sql", "SELECT count(*) FROM events", "--config", str(config),
+                          "--format", "csv")
+    assert code == 0
+    rows = pq.read_metadata(path).num_rows
     path.write_bytes(path.read_bytes()[:-50])
+    code, out, err = _run(capsys, "finance", "sql", "SELECT count(*) FROM events", "--config", str(config),
+                          "--format", "csv")
+    assert code == 0 and f"warning: changed: {path.relative_to(root).as_posix()}" in err
+    assert int(out.split()[-1]) == int(whole.split()[-1]) - rows
+    relist(root, path)
     code, _, err = _run(capsys, "finance", "sql", "SELECT count(*) FROM events", "--config", str(config))
     assert code == 1 and str(path) in err
 

@@ -17,13 +17,13 @@ import httpx
 import openai
 import pytest
 
-from farebox.cli.finance import duckdb_cli
 from reconcile.warehouse import VIEWS_SQL, views_preamble
 from streams.archive.manifest import file_lock
 from streams.archive.read import read_archive
 from streams.archive.write import archive_from_log
 from streams.sqlite_log import SqliteEventLog
 from tests.harness import ROOT, Stack, admin_token, running_stack
+from tests.reconcile.duckdb_shell import duckdb_cli
 
 pytestmark = pytest.mark.e2e
 

@@ -3,8 +3,12 @@ DuckDB's totals; an empty archive answers the same columns and no row."""
 
 from __future__ import annotations
 
+import json
 from datetime import date
 from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from reconcile.showback import usage
 from reconcile.usage_report import SHOWBACK_USAGE_COLUMNS, STATS_COLUMNS, budget_events, usage_report
@@ -48,3 +52,33 @@ def test_budget_events_in_range(tmp_path: Path) -> None:
     events = budget_events(root, *DEC, tz="Asia/Kolkata", limit=10)
     assert events.columns[:3] == ("at", "type", "scope")
     assert all(e["type"] in ("budget.threshold_crossed", "request.refused") for e in events.rows)
+
+
+async def test_a_forged_file_never_reaches_the_usage_api_and_is_named_there_and_in_the_metric(tmp_path: Path) -> None:
+    """A Parquet file dropped into the archive (a forged request) is left out of the admin usage answer, named in
+    its ``archive_warnings``, and counted by ``farebox_archive_files_left_out``."""
+    from aiohttp import web
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from farebox.usage import attach_usage
+    from proxy.control.admin.usage import answer
+    from proxy.control.usage_port import UsageAsk
+    from proxy.observe.metrics_state import PodStateCollector
+
+    root = write_archive(tmp_path / "archive")
+    state = PodStateCollector()
+    registry = CollectorRegistry()
+    registry.register(state)
+    port = attach_usage(web.Application(), root, state=state)
+    clean = await port.usage(*DEC, ["team"], "Asia/Kolkata")
+    victim = sorted(root.glob("date=*/**/*.parquet"))[0]
+    table = pq.read_table(victim)
+    forged = table.set_column(table.schema.get_field_index("id"), "id",
+                              pa.array([f"forged-{n}" for n in range(table.num_rows)]))
+    pq.write_table(forged, victim.with_name("part-9-forged.parquet"))
+    after = await port.usage(*DEC, ["team"], "Asia/Kolkata")
+    assert after.rows == clean.rows and after.totals == clean.totals
+    assert len(after.warnings) == 1 and after.warnings[0].startswith("unlisted: ") and "part-9-forged" in after.warnings[0]
+    assert b"farebox_archive_files_left_out 1.0" in generate_latest(registry)
+    body = answer(after, UsageAsk(*DEC, ("team",)), "Asia/Kolkata", "INR", "usage").body
+    assert json.loads(body)["archive_warnings"] == list(after.warnings)

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from farebox.cli.finance import duckdb_cli, shell_argv
 from ledger.balances import Ledger
 from reconcile.warehouse import VIEWS, VIEWS_ARCHIVE_SCHEMA, VIEWS_SQL, Warehouse, WarehouseError, views_preamble
 from streams.archive.schema import ARCHIVE_SCHEMA_VERSION, SCHEMA_METADATA_KEY
+from tests.reconcile.duckdb_shell import duckdb_cli
 from tests.reconcile.warehouse_fixtures import month_events, write_archive
 from tests.reconcile.warehouse_streams import IST
+from tests.streams.relist import relist
 
 
 @pytest.fixture
@@ -84,10 +87,38 @@ def test_duplicates_across_hourly_and_compacted_files_count_once(archive: Path) 
         hourly = sorted(day.glob("hour=*/*.parquet"))
         table = pa.concat_tables(pq.ParquetFile(f).read() for f in hourly)
         pq.write_table(table, day / "compacted-0.parquet")
+        relist(archive, day / "compacted-0.parquet")  # listed, as compaction lists its output
     with Warehouse(archive) as wh:
         assert wh.query("SELECT count(*) FROM archive_rows").rows[0][0] == 2 * len(month_events())
         assert wh.query("SELECT count(*) FROM events").rows[0][0] == len(month_events())
         assert wh.query("SELECT * FROM scope_balances ORDER BY scope, balance_period").rows == before
+
+
+def test_files_the_manifest_does_not_vouch_for_are_left_out_and_named(archive: Path) -> None:
+    """A foreign file dropped in (a forged request) and a file rewritten in place (a changed row) are read by no
+    view; the warehouse names both, and the totals are those of the vouched files alone."""
+    with Warehouse(archive) as wh:
+        before = wh.query("SELECT team, sum(cost_micro) FROM requests GROUP BY 1 ORDER BY 1").rows
+        assert wh.warnings == ()
+    victim = _one_file(archive)
+    table = pq.read_table(victim)
+    forged = table.set_column(table.schema.get_field_index("cost_micro"), "cost_micro",
+                              pa.array([9_999_999] * table.num_rows, pa.int64()))
+    foreign = victim.with_name("part-0-forged.parquet")
+    pq.write_table(forged.set_column(forged.schema.get_field_index("id"), "id",
+                                     pa.array([f"forged-{n}" for n in range(table.num_rows)])), foreign)
+    pq.write_table(forged, victim)
+    with Warehouse(archive) as wh:
+        rel = lambda p: p.relative_to(archive).as_posix()  # noqa: E731
+        assert any(w.startswith(f"unlisted: {rel(foreign)}") for w in wh.warnings), wh.warnings
+        assert any(w.startswith(f"changed: {rel(victim)}") for w in wh.warnings), wh.warnings
+        assert wh.vouched.left_out == 2
+        files = {r[0] for r in wh.query("SELECT DISTINCT filename FROM read_parquet(getvariable('archive_paths'), "
+                                        "filename = true)").rows}
+        assert str(foreign) not in files and str(victim) not in files
+        after = wh.query("SELECT team, sum(cost_micro) FROM requests GROUP BY 1 ORDER BY 1").rows
+        assert 9_999_999 not in {v for _, v in after}
+        assert sum(v for _, v in after) <= sum(v for _, v in before)
 
 
 def test_an_empty_archive_is_refused(tmp_path: Path) -> None:
@@ -96,8 +127,10 @@ def test_an_empty_archive_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_truncated_file_is_named(archive: Path) -> None:
+    """A file listed as it is (a writer that listed a bad file) but unreadable is named."""
     path = _one_file(archive)
     path.write_bytes(path.read_bytes()[:200])
+    relist(archive, path)
     with pytest.raises(WarehouseError, match=str(path)):
         Warehouse(archive).query("SELECT count(*) FROM requests")
 
@@ -108,6 +141,7 @@ def test_a_corrupt_data_page_is_named(archive: Path) -> None:
     for at in range(100, len(data) // 2, 97):  # flip bytes in the column chunks, leave the footer readable
         data[at] ^= 0xFF
     path.write_bytes(bytes(data))
+    relist(archive, path)
     with pytest.raises(WarehouseError, match=str(path)):
         Warehouse(archive).query("SELECT sum(cost_micro), max(event) FROM events")
 
@@ -122,6 +156,7 @@ def test_a_file_of_another_archive_schema_is_named(archive: Path, version: int |
         metadata[SCHEMA_METADATA_KEY] = str(version).encode()
     other = path.with_name("part-9-other.parquet")
     pq.write_table(table.replace_schema_metadata(metadata), other)
+    relist(archive, other)  # as a newer (or an older) farebox would list it
     with pytest.raises(WarehouseError, match=f"{other}.*{words}"):
         Warehouse(archive).query("SELECT count(*) FROM requests")
 
@@ -138,12 +173,51 @@ def test_the_plain_duckdb_cli_gives_the_same_numbers(archive: Path) -> None:
     assert out.stdout.split() == expected
 
 
-def test_finance_shell_opens_duckdb_with_the_views(archive: Path, tmp_path: Path) -> None:
-    argv = shell_argv(duckdb_cli(), archive, "Asia/Kolkata")
-    out = subprocess.run([*argv, "-csv"], input="SELECT settled_micro FROM scope_balances "
-                         "WHERE scope = 'team:payments' AND balance_period = '2026-12';\n",
-                         capture_output=True, text=True, check=True, cwd=tmp_path)  # any folder: paths are absolute
-    assert out.stdout.split()[-1] == "32000"
+def test_finance_shell_answers_from_the_views_and_reaches_nothing_else(archive: Path, tmp_path: Path) -> None:
+    """``farebox finance shell``: multi-line statements, .format and .out; a COPY, a read outside the archive and a
+    setting change are refused with one line each, and the session goes on."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("provider-key-123\n")
+    script = (".format csv\nSELECT settled_micro FROM scope_balances\n"
+              "WHERE scope = 'team:payments' AND balance_period = '2026-12';\n"
+              f"SELECT * FROM read_text('{secret}');\n"
+              f"COPY (SELECT 1) TO '{tmp_path / 'copy.csv'}';\n"
+              f"COPY (SELECT 2 AS a) TO '{_one_file(archive)}' (FORMAT parquet, USE_TMP_FILE false);\n"
+              "SET enable_external_access = true;\n"
+              f".out {tmp_path / 'teams.csv'}\nSELECT team, count(*) AS n FROM requests GROUP BY 1 ORDER BY 1;\n"
+              "SELECT 41 + 1 AS answer;\n")
+    before = _one_file(archive).read_bytes()
+    out = subprocess.run([sys.executable, "-m", "farebox", "finance", "shell", "--archive", str(archive)],
+                         input=script, capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "32000" in out.stdout.split() and "42" in out.stdout.split()
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 4, out.stderr
+    assert "vouched-for files only" in errors[0] and "provider-key-123" not in out.stdout + out.stderr
+    assert all("COPY statement is not run" in e for e in errors[1:3]) and "SET statement is not run" in errors[3]
+    assert not (tmp_path / "copy.csv").exists() and _one_file(archive).read_bytes() == before
+    assert (tmp_path / "teams.csv").read_text().splitlines()[0] == "team,n"
+
+
+def test_finance_sql_is_locked_and_exports_through_out(archive: Path, tmp_path: Path) -> None:
+    """``farebox finance sql``: reads outside the archive and writes anywhere are refused (exit 1, one line);
+    ``--out`` writes the result as CSV, JSON or Parquet."""
+    def sql(query: str, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "farebox", "finance", "sql", query, "--archive",
+                               str(archive), *extra], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+
+    for query in ("SELECT * FROM read_text('/etc/hostname')", "SELECT * FROM read_csv('/etc/passwd')",
+                  f"COPY (SELECT * FROM events) TO '{tmp_path / 'all.parquet'}'",
+                  f"ATTACH '{tmp_path / 'x.duckdb'}'", "INSTALL httpfs", "SELECT 1; COPY (SELECT 1) TO 'y.csv'"):
+        done = sql(query)
+        assert done.returncode == 1 and done.stderr.startswith("error: "), (query, done.stderr)
+    assert [p.name for p in tmp_path.iterdir()] == ["archive"]  # nothing written beside it
+    done = sql("SELECT team, sum(cost_micro) AS spend_micro FROM requests GROUP BY 1 ORDER BY 1", "--format", "json",
+               "--out", str(tmp_path / "spend.json"))
+    assert done.returncode == 0 and "row(s) written" in done.stderr
+    assert json.loads((tmp_path / "spend.json").read_text())[0]["team"]
+    assert sql("SELECT * FROM events", "--out", str(tmp_path / "events.parquet")).returncode == 0
+    assert pq.read_table(tmp_path / "events.parquet").num_rows == len(month_events())
 
 
 def test_views_are_re_pointed_by_the_variable(archive: Path, tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from ledger.codec import encode
 from ledger.events import Event, HoldExpired, RatingCorrected, RequestAdmitted, RequestAttempted, RequestSettled
 from ledger.usage import TokenUsage
 from streams.archive.write import ArchiveWriter, Record
+from tests.streams.relist import relist
 
 IST = ZoneInfo("Asia/Kolkata")
 START = datetime(2026, 11, 30, 18, 0, tzinfo=timezone.utc)  # 23:30 IST: December is 30 minutes away
@@ -160,3 +161,4 @@ def archive_stream(root: Path, events: list[Event], *, batch_sizes: list[int], c
                 table = pa.concat_tables(pq.ParquetFile(f).read() for f in hourly)
                 pq.write_table(table.replace_schema_metadata(pq.read_schema(hourly[0]).metadata),
                                day / "compacted-0.parquet")
+                relist(root, day / "compacted-0.parquet")  # listed, as compaction lists its output

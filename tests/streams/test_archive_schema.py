@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 from ledger.codec import encode, to_dict
 from ledger.events import Event, RequestAdmitted
 from ledger.usage import TOKEN_TYPES
-from streams.archive.read import ArchiveError, read_archive
+from streams.archive.read import ArchiveError, archive_warnings, read_archive
 from streams.archive.schema import SCHEMA, SCHEMA_METADATA_KEY, typed_row, typed_table
 from streams.archive.write import ArchiveWriter, Record
 from tests.ledger.event_strategies import any_event
+from tests.streams.relist import relist
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
 
@@ -83,19 +84,42 @@ def test_rows_round_trip_through_parquet(tmp_path) -> None:
         e.cost_micro for e in events if e.type == "request.settled")
 
 
-def test_a_newer_or_corrupt_file_is_refused_by_name(tmp_path) -> None:
+def test_a_newer_or_corrupt_listed_file_is_refused_by_name(tmp_path) -> None:
+    """A file the manifest vouches for (here listed again as a newer writer would) of a newer schema, or one
+    that is not Parquet, is refused by name."""
     events = request_events(1)
     [path] = [p for p in ArchiveWriter(tmp_path, "log").write([Record(0, 1, encode(events[0]))], now=NOW)]
     newer = pq.read_table(path)
     newer = newer.replace_schema_metadata({SCHEMA_METADATA_KEY: b"99"})
     pq.write_table(newer, path)
+    relist(tmp_path, path)
     with pytest.raises(ArchiveError, match=r"archive schema 99 is newer") as info:
         read_archive(tmp_path, date(2026, 11, 1), date(2026, 12, 31))
     assert str(path) in str(info.value)
     path.write_bytes(path.read_bytes()[:40])  # truncated
+    relist(tmp_path, path)
     with pytest.raises(ArchiveError, match="not a readable archive file") as info:
         read_archive(tmp_path, date(2026, 11, 1), date(2026, 12, 31))
     assert str(path) in str(info.value)
+
+
+def test_a_rewritten_or_unlisted_file_is_left_out_and_named(tmp_path) -> None:
+    """What the manifest does not vouch for is never read: a row rewritten in place, a foreign file dropped in."""
+    events = request_events(2)
+    writer = ArchiveWriter(tmp_path, "log")
+    [kept] = writer.write([Record(0, 1, encode(events[0]))], now=NOW)
+    [forged] = writer.write([Record(0, 2, encode(events[1]))], now=NOW.replace(hour=11))
+    table = pq.read_table(forged)
+    pq.write_table(table.set_column(table.schema.get_field_index("team"), "team",
+                                    pa.array(["someone-else"] * table.num_rows)), forged)
+    foreign = kept.parent / "part-foreign.parquet"
+    pq.write_table(pq.read_table(kept), foreign)
+    rows = read_archive(tmp_path, date(2026, 11, 1), date(2026, 12, 31)).to_pylist()
+    assert [r["id"] for r in rows] == [events[0].id]
+    warnings = archive_warnings(tmp_path)
+    rel = {p: p.relative_to(tmp_path).as_posix() for p in (forged, foreign)}
+    assert any(w.startswith(f"changed: {rel[forged]}") for w in warnings), warnings
+    assert any(w.startswith(f"unlisted: {rel[foreign]}") for w in warnings), warnings
 
 
 @settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow])

@@ -55,10 +55,11 @@ def to_csv(table: UsageTable) -> str:
 def answer(table: UsageTable, ask: UsageAsk, tz: str, currency: str, filename: str, **meta: Any) -> web.Response:
     if ask.fmt == "csv":
         return web.Response(text=to_csv(table), content_type="text/csv", charset="utf-8", headers={
-            "Content-Disposition": f'attachment; filename="{filename}-{ask.start}-{ask.end}.csv"'})
+            "Content-Disposition": f'attachment; filename="{filename}-{ask.start}-{ask.end}.csv"',
+            "X-Farebox-Archive-Warnings": str(len(table.warnings))})
     body = {"object": "usage", "from": ask.start.isoformat(), "to": ask.end.isoformat(), "timezone": tz,
             "currency": currency, **meta, "columns": list(table.columns),
-            "data": [money_strings(row) for row in table.rows]}
+            "data": [money_strings(row) for row in table.rows], "archive_warnings": list(table.warnings)}
     if table.totals is not None:
         body["totals"] = money_strings(table.totals)
     return web.json_response(body)

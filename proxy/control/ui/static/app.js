@@ -248,6 +248,22 @@ async function keys() {
   }
 }
 
+function archiveWarnings(lines) {
+  const host = $("archive-warnings");
+  host.replaceChildren();
+  host.hidden = lines.length === 0;
+  if (!lines.length) return;
+  const head = document.createElement("p");
+  head.textContent = `${lines.length} archive file problem(s): these files are left out of every figure on this page.`;
+  const list = document.createElement("ul");
+  for (const line of lines) {
+    const li = document.createElement("li");
+    li.textContent = line;
+    list.append(li);
+  }
+  host.append(head, list);
+}
+
 async function load() {
   const month = $("month").value;
   const r = range(month);
@@ -259,6 +275,7 @@ async function load() {
     budgetZone = team.timezone;
     cache = { team, teamApp, teamAppAlias };
     kpis(team.totals);
+    archiveWarnings(team.archive_warnings || []);
     const teamRows = await teams(month, r, team.data);
     await burndown(month, r, teamRows, teamDay.data);
     usageTable("apps-table", "top-apps", "Top apps by spend", "app", r, bySpend(app.data).slice(0, 10), { compact: true });
