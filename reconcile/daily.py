@@ -30,6 +30,7 @@ from pricing.errors import PricingError
 from reconcile.drift import OurUsage
 from reconcile.errors import InputError
 from reconcile.exports import (
+    OPENAI_USAGE_KINDS,
     CostRow,
     ExportParseError,
     UsageRow,
@@ -84,8 +85,11 @@ async def _fetch_one(plan: ExportPlan, day: date, session: aiohttp.ClientSession
         key = plan.admin_key or ""
         base = {"base_url": plan.base_url} if plan.base_url else {}
         if plan.source == "openai":
-            pages = await fetch.fetch_openai_usage(session, key, day, **base)
-            usage = parse_openai_usage(pages, plan.account)
+            usage = []
+            for kind in OPENAI_USAGE_KINDS:  # every usage endpoint: a day of embeddings reconciles too
+                what = f"{kind} usage report"
+                usage += parse_openai_usage(await fetch.fetch_openai_usage(session, key, day, kind=kind, **base),
+                                            plan.account, kind)
             what = "cost report"
             return usage, parse_openai_costs(await fetch.fetch_openai_costs(session, key, day, **base), plan.account)
         if plan.source == "anthropic":

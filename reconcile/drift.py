@@ -7,10 +7,15 @@ built from the archive by ``reconcile/sql/our_usage.sql``). Output: one
 ours, ``difference = provider - ours`` and ``percent = difference / provider
 * 100`` (None when the provider reports nothing); a row is flagged when
 ``|percent|`` exceeds the threshold (1% by default) or the provider reports
-nothing where we do. Each flagged row names the likely causes found in our own
-data (:class:`Cause`): usage estimated rather than provider-reported, a token
-type farebox never priced, requests whose hold expired (pod died before
-settling), and, for money, a price version mismatch.
+nothing where we do; a money row whose difference is within one smallest unit
+of its currency (a cent of USD) is never flagged, whatever the percentage (the
+two sides round differently). Every flagged row names at least one cause
+(:class:`Cause`): the likely causes found in our own data (usage estimated
+rather than provider-reported, a provider's invalid usage, a token type farebox
+never priced, requests whose hold expired, a price version mismatch), or, when
+our data shows none, the direction itself (``provider_reports_more``: they
+count more than we recorded; ``provider_reports_less``; ``missing_rows``: one
+side has no row at all).
 
 Rules a reader must keep:
 
@@ -36,7 +41,7 @@ from decimal import Decimal
 from typing import Literal
 
 from reconcile.errors import InputError
-from reconcile.exports.rows import PRICED_TYPES, CostRow, UsageRow
+from reconcile.exports.rows import PRICED_TYPES, CostRow, UsageRow, smallest_unit
 
 DEFAULT_THRESHOLD = Decimal("1")  # percent
 ANY_MODEL = "*"
@@ -94,7 +99,7 @@ class Cause:
     """A likely cause of a flagged row: ``code`` for machines, ``detail`` with our figures for people."""
 
     code: Literal["estimated_usage", "provider_invalid_usage", "unpriced_token_type", "expired_holds",
-                  "price_version_mismatch"]
+                  "price_version_mismatch", "provider_reports_more", "provider_reports_less", "missing_rows"]
     detail: str
 
 
@@ -158,7 +163,7 @@ def compare_tokens(provider_rows: Iterable[UsageRow], ours: Iterable[OurUsage], 
         row = _drift("tokens", provider_of.get(key[0], ""), key, p, o, threshold)
         if row.flagged:
             causes = _usage_causes(key, [our] if our else [], p > o, unattributed_expired or {})
-            row = replace(row, causes=tuple(causes))
+            row = replace(row, causes=tuple(causes) or (_direction(row, "tokens"),))
         rows.append(row)
     return rows
 
@@ -251,6 +256,8 @@ def _drift(measure: Literal["tokens", "money"], provider: str, key: tuple[str, d
     difference = p - o
     percent = difference / p * _HUNDRED if p else None
     flagged = abs(percent) > threshold if percent is not None else o != 0
+    if measure == "money" and currency is not None and abs(difference) <= smallest_unit(currency):
+        flagged = False  # within one lowest unit of the currency: rounding, not drift
     return DriftRow(measure, provider, key[0], key[1], key[2], key[3], p, o, difference, percent, flagged,
                     currency=currency)
 
@@ -272,7 +279,22 @@ def _money_row(provider: str, key: tuple[str, date, str | None, str | None], amo
                                                        f"version {current} is in force"))
     elif current is None and len(versions) > 1:
         causes.append(Cause("price_version_mismatch", f"priced under several versions: {_list(versions)}"))
-    return replace(row, causes=tuple(causes))
+    return replace(row, causes=tuple(causes) or (_direction(row, currency),))
+
+
+def _direction(row: DriftRow, unit: str) -> Cause:
+    """The flagged row's direction, its cause when our data shows no other (so no flagged row is without one)."""
+    what = "tokens" if row.measure == "tokens" else "money"
+    if not row.provider_figure or not row.ours:
+        side = "the provider reports none" if not row.provider_figure else "we recorded none"
+        return Cause("missing_rows", f"{side} of this {what} where the other side has "
+                                     f"{row.ours if row.ours else row.provider_figure}")
+    if row.difference > 0:
+        return Cause("provider_reports_more", f"the provider reports {abs(row.difference)} {unit} more than we "
+                                              f"recorded ({row.provider_figure} against {row.ours})")
+    return Cause("provider_reports_less", f"the provider reports {abs(row.difference)} {unit} less than we recorded "
+                                          f"({row.provider_figure} against {row.ours}): usage we billed that they "
+                                          f"do not, or an under-report on their side")
 
 
 def _usage_causes(key: tuple[str, date, str | None, str | None], matched: list[OurUsage], provider_more: bool,

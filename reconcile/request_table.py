@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 from streams.archive.vouch import vouched
 
 SUMMARY_DIR = "summary"
-TABLE_FORMAT = 3
+TABLE_FORMAT = 4
 """Bump when the columns of ``request_base`` or ``corrections`` change: a table of another format is not used."""
 META_FORMAT = b"farebox.request_table"
 META_TZ = b"farebox.budget_tz"

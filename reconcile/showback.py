@@ -11,7 +11,7 @@ ledger charges them):
   (those corrections' net sum), tokens by type;
 * ``fallbacks`` and ``fallback_rate`` (of the served: after more than one
   attempt, or by a deployment other than the first tried);
-* ``hedge_micro`` (0 until hedging exists) and ``cache_saved_micro`` (what the
+* ``hedge_micro`` (the cost of attempts that lost a hedge race: part of the spend) and ``cache_saved_micro`` (what the
   requests answered from the response cache would have cost upstream; such a
   hit itself costs 0 and counts as served);
 * budget against actual, for the budget scope of the first scope-bearing

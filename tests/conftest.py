@@ -13,7 +13,14 @@ On one process (``TEST_WORKERS=0``) only the order changes.
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
+
+# The archive readers' per-user hash cache (streams.archive.vouch) of the suite's thousands of temporary archives
+# goes to a folder of this run (subprocesses inherit it), never into ~/.cache.
+os.environ.setdefault("FAREBOX_CACHE_DIR", tempfile.mkdtemp(prefix="farebox-test-cache-"))
 
 # plus the chaos file, whose failover is timed against a 0.5 s first-token timeout, and the kill -9 file that
 # loads a gateway with 8 clients: never beside a cluster

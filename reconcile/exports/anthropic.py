@@ -30,6 +30,7 @@ from decimal import Decimal
 from typing import Any
 
 from reconcile.exports.rows import (
+    MINOR_UNITS,
     CostRow,
     ExportParseError,
     UsageRow,
@@ -53,7 +54,6 @@ _UNGROUPED_MODEL = "*"  # results not grouped by model carry model null
 _COST_TOKEN_TYPES = {"uncached_input_tokens": "input", "cache_read_input_tokens": "cached_input",
                      "cache_creation.ephemeral_5m_input_tokens": "cache_write",
                      "cache_creation.ephemeral_1h_input_tokens": "cache_write", "output_tokens": "output"}
-_MINOR_UNITS = {"USD": 2, "EUR": 2, "GBP": 2, "INR": 2, "JPY": 0}  # lowest unit = 10^-n currency units
 
 Pages = bytes | str | Mapping[str, Any] | Iterable[Any]
 
@@ -100,9 +100,9 @@ def parse_anthropic_costs(pages: Pages, account: str) -> list[CostRow]:
     sums: dict[tuple[date, str | None, str | None, str | None, str], Decimal] = {}
     for day, rpath, result in _results(pages):
         currency = text(result, "currency", rpath).upper()
-        if currency not in _MINOR_UNITS:
+        if currency not in MINOR_UNITS:
             raise ExportParseError(f"{rpath}.currency", f"unknown currency {currency!r}: its lowest unit is not known")
-        amount = decimal_amount(result.get("amount"), f"{rpath}.amount").scaleb(-_MINOR_UNITS[currency])
+        amount = decimal_amount(result.get("amount"), f"{rpath}.amount").scaleb(-MINOR_UNITS[currency])
         model = opt_text(result, "model", rpath)
         raw_type = opt_text(result, "token_type", rpath)
         cost_type = opt_text(result, "cost_type", rpath)

@@ -43,12 +43,13 @@ async def fetch_simulator_export(session: aiohttp.ClientSession, base_url: str, 
 
 
 async def fetch_openai_usage(session: aiohttp.ClientSession, admin_key: str, day: date,
-                             base_url: str = "https://api.openai.com") -> list[bytes]:
-    """Every page of one day's completions usage, one bucket per day, grouped by model."""
+                             base_url: str = "https://api.openai.com", kind: str = "completions") -> list[bytes]:
+    """Every page of one day's usage of one endpoint (``reconcile.exports.openai.USAGE_KINDS``: completions,
+    embeddings, moderations, images, audio), one bucket per day, grouped by model."""
     start, end = day_bounds(day)
     params = {"start_time": str(int(start.timestamp())), "end_time": str(int(end.timestamp())),
               "bucket_width": "1d", "group_by": "model", "limit": "31"}
-    return await _pages(session, f"{base_url.rstrip('/')}/v1/organization/usage/completions", params,
+    return await _pages(session, f"{base_url.rstrip('/')}/v1/organization/usage/{kind}", params,
                         {"Authorization": f"Bearer {admin_key}"}, admin_key)
 
 

@@ -1,4 +1,4 @@
-"""Parsers for OpenAI's organization usage (completions) and costs reports.
+"""Parsers for OpenAI's organization usage reports (every endpoint) and costs report.
 
 Usage, ``GET /v1/organization/usage/completions``: pages
 ``{"object": "page", "data": [bucket], "has_more", "next_page"}``; a bucket is
@@ -18,6 +18,15 @@ The report does not split out reasoning tokens (they are inside
 ``cached_input`` and ``output`` rows; ``reconcile.drift.compare_tokens`` folds
 our ``reasoning`` into ``output`` for a group whose provider reports no
 ``reasoning`` row.
+
+The other usage endpoints (``USAGE_KINDS``) share the page and bucket shape,
+with result objects ``organization.usage.<kind>.result``: ``embeddings`` and
+``moderations`` count ``input_tokens`` (farebox's ``input``); ``images``
+counts ``images``, ``audio_speeches`` ``characters`` and
+``audio_transcriptions`` ``seconds``, kept as types of those names (billed
+units farebox does not route or price: traffic that did not pass the gateway
+shows there). All carry ``num_model_requests``. A day with embedding traffic
+therefore reconciles: both sides count the embedding model's input tokens.
 
 Costs, ``GET /v1/organization/costs``: the same page and bucket shape; a
 result is ``{"object": "organization.costs.result", "amount": {"value",
@@ -53,11 +62,21 @@ from reconcile.exports.rows import (
 
 PROVIDER = "openai"
 USAGE_TYPES = ("input", "cached_input", "output")  # what the completions report tells apart
+# endpoint -> (the types it reports, each result field -> the type it counts)
+USAGE_KINDS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
+    "completions": (USAGE_TYPES, {}),
+    "embeddings": (("input",), {"input_tokens": "input"}),
+    "moderations": (("input",), {"input_tokens": "input"}),
+    "images": ((), {"images": "images"}),
+    "audio_speeches": ((), {"characters": "characters"}),
+    "audio_transcriptions": ((), {"seconds": "seconds"}),
+}
 _UNGROUPED_MODEL = "*"  # results not grouped by model (no group_by=model) carry model null
 
 # line-item kinds -> farebox token types
 _LINE_KINDS = {"input": "input", "cached input": "cached_input", "output": "output",
-               "reasoning": "reasoning", "cache write": "cache_write"}
+               "reasoning": "reasoning", "cache write": "cache_write", "cache writes": "cache_write",
+               "cached input tokens": "cached_input", "input tokens": "input", "output tokens": "output"}
 
 Pages = bytes | str | Mapping[str, Any] | Iterable[Any]
 
@@ -81,11 +100,20 @@ def _buckets(pages: Pages, result_object: str) -> Iterable[tuple[date, str, Mapp
                 yield day, rpath, result
 
 
-def parse_openai_usage(pages: Pages, account: str) -> list[UsageRow]:
-    """Completions usage pages (raw or parsed, in order) of one organization -> rows for ``account``."""
-    sums = UsageSums(PROVIDER, account, USAGE_TYPES)
-    for day, rpath, result in _buckets(pages, "organization.usage.completions.result"):
+def parse_openai_usage(pages: Pages, account: str, kind: str = "completions") -> list[UsageRow]:
+    """Usage pages of one endpoint (``USAGE_KINDS``; raw or parsed, in order) of one organization -> rows for
+    ``account``."""
+    if kind not in USAGE_KINDS:
+        raise ExportParseError("<endpoint>", f"unknown OpenAI usage endpoint {kind!r}; known: {', '.join(USAGE_KINDS)}")
+    types, fields = USAGE_KINDS[kind]
+    sums = UsageSums(PROVIDER, account, types)
+    for day, rpath, result in _buckets(pages, f"organization.usage.{kind}.result"):
         model = opt_text(result, "model", rpath) or _UNGROUPED_MODEL
+        if kind != "completions":
+            for name, token_type in fields.items():
+                sums.add(day, model, token_type, count(result, name, rpath))
+            sums.add_requests(day, model, count(result, "num_model_requests", rpath))
+            continue
         total_in = count(result, "input_tokens", rpath)
         cached = count(result, "input_cached_tokens", rpath, required=False)
         if cached > total_in:

@@ -36,6 +36,17 @@ from reconcile.errors import InputError
 
 PRICED_TYPES = frozenset(TOKEN_TYPES)
 
+# ISO 4217 minor units of the currencies provider exports bill in: the lowest unit is 10^-n currency units.
+MINOR_UNITS = {"USD": 2, "EUR": 2, "GBP": 2, "INR": 2, "AUD": 2, "CAD": 2, "CHF": 2, "SGD": 2, "SEK": 2, "NOK": 2,
+               "DKK": 2, "BRL": 2, "MXN": 2, "ZAR": 2, "HKD": 2, "NZD": 2, "CNY": 2, "AED": 2, "SAR": 2, "PLN": 2,
+               "JPY": 0, "KRW": 0, "IDR": 2, "KWD": 3, "BHD": 3, "OMR": 3, "JOD": 3}
+
+
+def smallest_unit(currency: str) -> Decimal:
+    """One lowest unit of ``currency`` in currency units (0.01 USD, 1 JPY); a currency not in ``MINOR_UNITS``
+    is taken to have two decimals, the common case."""
+    return Decimal(1).scaleb(-MINOR_UNITS.get(currency.upper(), 2))
+
 
 class ExportParseError(InputError):
     """A provider export that does not have the documented shape; ``where`` names the field or line."""

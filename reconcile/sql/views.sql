@@ -75,7 +75,7 @@ QUALIFY row_number() OVER (PARTITION BY id ORDER BY pos) = 1;
 CREATE OR REPLACE VIEW request_events_all AS
 SELECT type, request_id, pos, event_time, team, business_unit, app, key_id, run_id, cost_centre, tags,
        alias, data_class, pod, stream, price_version, est_input_tokens, max_output_tokens, holds, currency,
-       attempt, deployment, provider, account, model, region, outcome, status, ttft_ms, latency_ms, attempts,
+       attempt, deployment, provider, account, model, region, outcome, status, error_code, ttft_ms, latency_ms, attempts,
        input_tokens, cached_input_tokens, cache_write_tokens, output_tokens, reasoning_tokens, usage_source,
        cost_micro, scope_costs, overrun_micro, cache_hit,
        CASE WHEN cache_hit THEN coalesce(json_extract(event, '$.cache_saved_micro')::BIGINT, 0) END
@@ -95,7 +95,8 @@ CREATE OR REPLACE VIEW request_events AS SELECT * FROM request_events_all;
 -- * cost_micro: what the request cost: the settled cost, or for an expiry the largest hold it charged in full
 --   (as ledger/rollups.py counts it). scope_costs: the charge per scope; holds: the hold per scope.
 -- * fallback: served (settled below 400) after more than one attempt or by a deployment other than the first
---   tried; never a cache hit (no attempt). hedge_micro is 0 until hedging exists.
+--   tried; never a cache hit (no attempt). hedge_micro: the cost of the request's attempts that lost a hedge
+--   (request.attempted with error_code 'hedge_lost': cut when another deployment answered first; part of cost_micro).
 -- * cache_hit/cache_saved_micro: answered from the response cache, and what that answer would have cost upstream
 --   (request.settled's cache_saved_micro, read from the event JSON of hits only; 0 otherwise).
 -- * ttft_ms_sum/ttft_count: the TTFT of the attempts delivered while the request was open (each attempt
@@ -123,6 +124,7 @@ WITH r AS NOT MATERIALIZED (SELECT * FROM request_events), adm AS MATERIALIZED (
     SELECT r.request_id, r.attempt, any_value(r.deployment) AS deployment, any_value(r.model) AS model,
            any_value(r.provider) AS provider, any_value(r.account) AS account, any_value(r.region) AS region,
            any_value(r.outcome) AS outcome, any_value(r.ttft_ms) AS ttft_ms,
+           any_value(r.cost_micro) FILTER (WHERE r.error_code = 'hedge_lost') AS hedge_micro,
            bool_or(r.pos > adm.admitted_pos AND (cls.closed_pos IS NULL OR r.pos < cls.closed_pos)) AS while_open
     FROM r JOIN adm ON adm.request_id = r.request_id LEFT JOIN cls ON cls.request_id = r.request_id
     WHERE r.type = 'request.attempted' GROUP BY r.request_id, r.attempt
@@ -133,7 +135,8 @@ WITH r AS NOT MATERIALIZED (SELECT * FROM request_events), adm AS MATERIALIZED (
                     'ttft_ms': CASE WHEN outcome = 'ok' THEN ttft_ms END},
                    (outcome = 'ok')::BIGINT * 4294967296 + attempt) AS last,
            coalesce(sum(ttft_ms) FILTER (WHERE while_open), 0)::BIGINT AS ttft_ms_sum,
-           count(ttft_ms) FILTER (WHERE while_open) AS ttft_count
+           count(ttft_ms) FILTER (WHERE while_open) AS ttft_count,
+           coalesce(sum(hedge_micro), 0)::BIGINT AS hedge_micro
     FROM tried GROUP BY request_id
 )
 SELECT adm.request_id, strftime(timezone(getvariable('budget_tz'), a.at), '%Y-%m') AS month,
@@ -155,7 +158,7 @@ SELECT adm.request_id, strftime(timezone(getvariable('budget_tz'), a.at), '%Y-%m
        coalesce(c.type = 'request.settled' AND c.status < 400, false) AS served,
        coalesce(c.type = 'request.settled' AND c.status < 400 AND NOT coalesce(c.cache_hit, false)
                 AND (c.attempts > 1 OR c.deployment IS DISTINCT FROM t.first_deployment), false) AS fallback,
-       0::BIGINT AS hedge_micro, coalesce(c.cache_hit, false) AS cache_hit,
+       coalesce(t.hedge_micro, 0)::BIGINT AS hedge_micro, coalesce(c.cache_hit, false) AS cache_hit,
        coalesce(c.cache_saved_micro, 0)::BIGINT AS cache_saved_micro,
        c.latency_ms, t.last.ttft_ms, coalesce(t.ttft_ms_sum, 0) AS ttft_ms_sum, coalesce(t.ttft_count, 0) AS ttft_count,
        a.currency, adm.request_id || '/admitted' AS admitted_id,

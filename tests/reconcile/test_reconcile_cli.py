@@ -44,6 +44,16 @@ def usage_page(input_tokens: int = 1500, cached: int = 500, output: int = 300) -
             "data": [{"object": "bucket", "start_time": START, "end_time": START + 86400, "results": [result]}]}
 
 
+EMBED_MODEL = "text-embedding-3-small"
+
+
+def kind_page(kind: str, results: list[dict] | None = None) -> dict:
+    """One day's page of another usage endpoint (no traffic unless ``results``)."""
+    return {"object": "page", "has_more": False, "next_page": None,
+            "data": [{"object": "bucket", "start_time": START, "end_time": START + 86400, "results": [
+                {"object": f"organization.usage.{kind}.result", **r} for r in results or ()]}]}
+
+
 def cost_page(output: str = "0.003") -> dict:
     items = {"input": "0.002", "cached input": "0.0001", "output": output}
     results = [{"object": "organization.costs.result", "amount": {"value": v, "currency": "usd"},
@@ -58,6 +68,8 @@ class AdminApi:
     def __init__(self) -> None:
         self.pages: dict[str, bytes] = {"/v1/organization/usage/completions": json.dumps(usage_page()).encode(),
                                         "/v1/organization/costs": json.dumps(cost_page()).encode()}
+        for kind in ("embeddings", "moderations", "images", "audio_speeches", "audio_transcriptions"):
+            self.pages[f"/v1/organization/usage/{kind}"] = json.dumps(kind_page(kind)).encode()
         self.hits = 0
         api = self
 
@@ -95,6 +107,8 @@ def config(tmp_path: Path, admin: AdminApi, monkeypatch: pytest.MonkeyPatch) -> 
     tree["event_log"]["path"] = str(tmp_path / "state" / "events.sqlite")
     dep = tree["deployments"][0]
     dep.update(provider="openai", account="acct-openai", model=MODEL)
+    embed = next(d for d in tree["deployments"] if d["id"] == "sim-embed-mumbai")
+    embed.update(provider="openai", account="acct-openai", model=EMBED_MODEL)
     tree["reconcile"] = {"drift_threshold_pct": "1", "accounts": {
         "acct-openai": {"source": "openai", "admin_key_env": "OPENAI_ADMIN_KEY", "base_url": admin.url}}}
     path = tmp_path / "farebox.yaml"
@@ -103,16 +117,19 @@ def config(tmp_path: Path, admin: AdminApi, monkeypatch: pytest.MonkeyPatch) -> 
     return path
 
 
-def record_usage(config: Path, *usages: TokenUsage) -> None:
-    """Attempts on the OpenAI-dialect deployment at 10:00 UTC of DAY, as the gateway appends them."""
+def record_usage(config: Path, *usages: TokenUsage, embeddings: bool = False) -> None:
+    """Attempts on the OpenAI-dialect deployment (or the embeddings one) at 10:00 UTC of DAY, as the gateway
+    appends them."""
     settings = load_settings(config)
+    deployment, model, prefix = ("sim-embed-mumbai", EMBED_MODEL, "e") if embeddings else (
+        "sim-openai-mumbai", MODEL, "r")
 
     async def write() -> None:
         log = SqliteEventLog.open(settings.event_log_path)
         for i, usage in enumerate(usages):
             await log.append(RequestAttempted(
-                time=datetime.combine(DAY, time(10, i), timezone.utc), request_id=f"r{i}", team="platform",
-                attempt=1, deployment="sim-openai-mumbai", provider="openai", account="acct-openai", model=MODEL,
+                time=datetime.combine(DAY, time(10, i), timezone.utc), request_id=f"{prefix}{i}", team="platform",
+                attempt=1, deployment=deployment, provider="openai", account="acct-openai", model=model,
                 region="ap-south-1", outcome="ok", status=200, ttft_ms=100, latency_ms=500, usage=usage,
                 cost_micro=1, currency="INR", price_version=1, error_code=None))
         await log.close()
@@ -147,19 +164,42 @@ def test_tokens_and_money_agree_exit_0(config, capsys):
     assert (event.id, event.rows, event.flagged) == (report["event_id"], 6, 0)
 
 
+def test_a_day_with_embeddings_reconciles_from_the_embeddings_usage_report(config, admin, capsys):
+    """OpenAI reports embeddings at their own endpoint: read, the day's embedding tokens match ours (no flag,
+    exit 0); traffic the gateway never saw (another endpoint's model) is flagged with a cause."""
+    record_usage(config, TokenUsage(input=1000, cached_input=500, output=300))
+    record_usage(config, TokenUsage(input=700), TokenUsage(input=300), embeddings=True)
+    admin.pages["/v1/organization/usage/embeddings"] = json.dumps(kind_page("embeddings", [
+        {"input_tokens": 1000, "num_model_requests": 2, "model": EMBED_MODEL, "project_id": "proj_a"}])).encode()
+    assert run(config, "--format", "json") == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    embed = [r for r in rows if r["measure"] == "tokens" and r["model"] == EMBED_MODEL]
+    assert [(r["token_type"], r["provider_figure"], r["ours"], r["flagged"]) for r in embed] == [
+        ("input", "1000", "1000", False)]
+    admin.pages["/v1/organization/usage/images"] = json.dumps(kind_page("images", [
+        {"images": 4, "num_model_requests": 2, "model": "gpt-image-1", "size": "1024x1024", "source": "image.generation",
+         "project_id": "proj_b"}])).encode()
+    assert run(config, "--format", "json") == 1
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    (image,) = [r for r in rows if r["flagged"]]
+    assert (image["model"], image["token_type"], image["provider_figure"]) == ("gpt-image-1", "images", "4")
+    assert [c["code"] for c in image["causes"]] == ["unpriced_token_type"]
+
+
 def test_a_money_drift_is_flagged_exit_1_and_a_rerun_is_a_new_version(config, admin, capsys, tmp_path):
     record_usage(config, TokenUsage(input=1000, cached_input=500, output=300))
     out = tmp_path / "first.json"
     assert run(config, "--out", str(out)) == 0
     first = json.loads(out.read_text())
-    admin.pages["/v1/organization/costs"] = json.dumps(cost_page(output="0.00315")).encode()
+    admin.pages["/v1/organization/costs"] = json.dumps(cost_page(output="0.02")).encode()
     capsys.readouterr()
     assert run(config, "--format", "csv") == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("measure,provider,account,day,model,token_type,provider_figure,ours")
     (flagged,) = [line for line in lines if ",yes," in line]
-    assert flagged == "money,openai,acct-openai,2026-11-20,gpt-4o-mini-2024-07-18,output,0.00315,0.003000,0.000150," \
-                      "4.76,yes,,USD"  # 0.00015 / 0.00315; nothing in our data explains it: no cause named
+    assert flagged == "money,openai,acct-openai,2026-11-20,gpt-4o-mini-2024-07-18,output,0.02,0.003000,0.017000," \
+                      "85.00,yes,provider_reports_more: the provider reports 0.017000 USD more than we recorded " \
+                      "(0.02 against 0.003000),USD"  # nothing in our data explains it: the direction is the cause
     ids = [e.id for e in read_events(load_settings(config).event_log_path) if isinstance(e, ReconcileReported)]
     assert len(ids) == 2 and ids[0] == first["event_id"] and len(set(ids)) == 2
 
@@ -183,10 +223,10 @@ def test_each_run_leaves_the_accounts_drift_for_prometheus(config, admin, capsys
     assert clean[("farebox_reconcile_flagged_rows", None)] == 0
     assert clean[("farebox_reconcile_day_seconds", None)] == START
     assert clean[("farebox_reconcile_last_run_timestamp_seconds", None)] > START
-    admin.pages["/v1/organization/costs"] = json.dumps(cost_page(output="0.00315")).encode()
+    admin.pages["/v1/organization/costs"] = json.dumps(cost_page(output="0.02")).encode()
     assert run(config) == 1  # the file is replaced by the latest run's figures
     drifted = _gauges(config)
-    assert drifted[("farebox_reconcile_drift_ratio", "money")] == pytest.approx(0.0476, abs=1e-4)
+    assert drifted[("farebox_reconcile_drift_ratio", "money")] == pytest.approx(0.85, abs=1e-4)
     assert drifted[("farebox_reconcile_drift_ratio", "tokens")] == 0
     assert drifted[("farebox_reconcile_flagged_rows", None)] == 1
 
@@ -207,7 +247,7 @@ def test_an_export_that_does_not_parse_names_the_field_exit_2(config, admin, cap
     admin.pages["/v1/organization/usage/completions"] = json.dumps(page).encode()
     assert run(config) == 2
     err = capsys.readouterr().err
-    assert "account acct-openai: the openai usage export does not parse at data[0].results[0].output_tokens" in err
+    assert "account acct-openai: the openai completions usage report does not parse at data[0].results[0].output_tokens" in err
     assert not (config.parent / "state" / "reconcile").exists()
 
 

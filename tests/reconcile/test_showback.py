@@ -38,6 +38,38 @@ def test_showback_by_team_is_spend_tokens_fallbacks_and_budget(warehouse: Wareho
     assert list(rows) == ["payments", "search"]  # most spend first
 
 
+
+
+def test_hedge_spend_is_the_cost_of_the_legs_that_lost(tmp_path: Path) -> None:
+    """A hedged request: the first leg is cut when the second answers (hedge_lost, its estimated input metered),
+    the second serves. Showback's hedge column is the lost leg's cost, part of the spend; the per-request table
+    gives the same figure."""
+    from dataclasses import replace
+
+    from reconcile.request_table_write import write_request_table
+    from tests.reconcile.warehouse_fixtures import _admit, _attempt
+
+    at = MIDNIGHT_IST + timedelta(days=2)
+    scopes = ["key:payments-k", "team:payments", "bu:retail"]
+    lost = replace(_attempt("h1", at, 1, "d-oai", False, TokenUsage(), 0), outcome="client_closed", status=499,
+                   usage=TokenUsage(input=100, source="estimated"), cost_micro=1_234, error_code="hedge_lost")
+    won = _attempt("h1", at, 2, "d-anth", True, TokenUsage(input=100, output=50), 5_000)
+    failed = _attempt("h2", at, 1, "d-oai", False, TokenUsage(), 0)  # an ordinary failure is no hedge spend
+    events = [_admit("h1", at, 20_000), lost, won, _settle("h1", at + timedelta(seconds=5), 20_000, 6_234, "d-anth", 2,
+                                                           TokenUsage(input=200, output=50), scopes),
+              _admit("h2", at, 20_000), failed,
+              _attempt("h2", at, 2, "d-anth", True, TokenUsage(input=10, output=5), 700),
+              _settle("h2", at + timedelta(seconds=5), 20_000, 700, "d-anth", 2, TokenUsage(input=10, output=5), scopes)]
+    root = write_archive(tmp_path / "archive", events)
+    for build in (False, True):
+        if build:
+            assert write_request_table(root, "Asia/Kolkata") is not None
+        with Warehouse(root) as wh:
+            assert (wh.table is not None) == build
+            [row] = showback(wh, "2026-12", ["team"]).dicts()
+            assert (row["hedge_micro"], row["spend_micro"], row["fallbacks"]) == (1_234, 6_234 + 700, 2)
+
+
 @pytest.mark.parametrize(("limit", "state"), [(100_000, "ok"), (35_000, "exhausted"), (35_001, "soft")])
 def test_budget_state_against_the_limit(warehouse: Warehouse, limit: int, state: str) -> None:
     budgets = {"team:payments": {"limit_micro": limit, "soft_pct": 80}}

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pricing.book import FxTable, Price, PriceBook, PriceVersion
+from streams.archive.manifest import Manifest, file_entry
 from streams.archive.schema import SCHEMA
 
 MONTH = "2026-10"
@@ -186,6 +187,7 @@ def generate(root: Path, events: int, *, days: int = DAYS) -> dict[str, float]:
     con.execute(f"CREATE TEMP VIEW d AS {DEPLOYMENTS}")
     sql = events_sql()
     total = files = size = 0
+    manifest = Manifest(root)
     span_us = int(timedelta(days=1).total_seconds() * 1_000_000) - 1_000_000
     for day in range(days):
         lo, hi = requests * day // days, requests * (day + 1) // days
@@ -194,6 +196,7 @@ def generate(root: Path, events: int, *, days: int = DAYS) -> dict[str, float]:
                     {"lo": lo, "hi": hi, "start": start, "span_us": span_us})
         con.execute(f"CREATE OR REPLACE TEMP TABLE ev AS SELECT * FROM ({sql}) ORDER BY log_offset")
         hours = con.execute("SELECT DISTINCT date_trunc('hour', event_time) AS h FROM ev ORDER BY h").fetchall()
+        listed = []
         for (hour,) in hours:
             rows = con.sql("SELECT * FROM ev WHERE date_trunc('hour', event_time) = $h ORDER BY log_offset",
                            params={"h": hour})
@@ -203,8 +206,10 @@ def generate(root: Path, events: int, *, days: int = DAYS) -> dict[str, float]:
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"part-0-{first:020d}-{last:020d}.parquet"
             pq.write_table(table, path, compression="zstd")
+            listed.append(file_entry(manifest.relative(path), path.read_bytes(), table.num_rows))
             total += table.num_rows
             files += 1
             size += path.stat().st_size
+        manifest.append("add", source="bench", files=listed)  # as the archiver lists what it wrote
     con.close()
     return {"requests": requests, "events": total, "files": files, "bytes": size}

@@ -33,7 +33,9 @@ def test_equal_figures_are_not_flagged_and_the_threshold_is_strict():
     assert one(rows, "input").difference == 0 and one(rows, "input").percent == 0 and not one(rows, "input").flagged
     assert one(rows, "cached_input").percent == Decimal(1) and not one(rows, "cached_input").flagged  # exactly 1%
     out = one(rows, "output")
-    assert out.percent == Decimal("1.1") and out.flagged and out.causes == ()  # 11 / 1000: nothing in our data
+    assert out.percent == Decimal("1.1") and out.flagged  # 11 / 1000: nothing in our data but the direction
+    assert out.causes == (Cause("provider_reports_more",
+                                "the provider reports 11 tokens more than we recorded (1000 against 989)"),)
     assert (out.provider, out.provider_figure, out.ours, out.difference) == ("openai", 1000, 989, 11)
 
 
@@ -74,7 +76,8 @@ def test_expired_holds_are_named_only_where_the_provider_counts_more():
                           [ours("output", 900, expired_requests=2), ours("input", 120, expired_requests=2)])
     assert [c.code for c in one(rows, "output").causes] == ["expired_holds"]
     assert "2 request(s)" in one(rows, "output").causes[0].detail
-    assert one(rows, "input").flagged and one(rows, "input").causes == ()  # we count more: not lost usage
+    assert one(rows, "input").flagged  # we count more: not lost usage, an under-report
+    assert [c.code for c in one(rows, "input").causes] == ["provider_reports_less"]
 
 
 def test_unattributed_expired_requests_of_the_day_are_named():
@@ -127,16 +130,15 @@ def cost(token_type: str | None, amount: str, model: str | None = M, currency: s
 
 
 def test_money_matches_to_the_micro_unit_and_names_a_price_version_mismatch():
-    provider = [cost("input", "0.3"), cost("cached_input", "0.00006"), cost("output", "0.00036")]
+    provider = [cost("input", "0.3"), cost("cached_input", "0.06"), cost("output", "0.37")]
     mine = [ours("input", 500, cost_micro=300_000, price_versions={3}),
-            ours("cached_input", 800, cost_micro=60, price_versions={3}),
-            ours("output", 600, cost_micro=350, price_versions={2})]
+            ours("cached_input", 800, cost_micro=60_000, price_versions={3}),
+            ours("output", 600, cost_micro=350_000, price_versions={2})]
     rows = compare_money(provider, mine, current_price_version=3)
     assert [(r.token_type, r.flagged) for r in rows] == [("cached_input", False), ("input", False), ("output", True)]
     out = one(rows, "output")
-    assert (out.provider_figure, out.ours, out.difference) == (Decimal("0.00036"), Decimal("0.00035"),
-                                                                Decimal("0.00001"))
-    assert out.percent.quantize(Decimal("0.001")) == Decimal("2.778") and out.currency == "USD"
+    assert (out.provider_figure, out.ours, out.difference) == (Decimal("0.37"), Decimal("0.35"), Decimal("0.02"))
+    assert out.percent.quantize(Decimal("0.001")) == Decimal("5.405") and out.currency == "USD"
     assert out.causes == (Cause("price_version_mismatch", "priced under version(s) 2; version 3 is in force"),)
 
 
@@ -146,6 +148,19 @@ def test_money_folds_our_reasoning_into_output_when_the_provider_bills_it_as_out
                                     ours("reasoning", 250, cost_micro=1_000)])
     assert [(r.token_type, r.ours, r.flagged) for r in rows] == [("input", Decimal("0.001"), False),
                                                                  ("output", Decimal("0.003"), False)]
+
+
+def test_money_within_one_smallest_currency_unit_is_never_flagged():
+    """Rounding below a cent is not drift, whatever its percentage (-38.89% on 0.00000216 USD); a yen either."""
+    (row,) = compare_money([cost("output", "0.00000216")], [ours("output", 3, cost_micro=3)])
+    assert row.percent.quantize(Decimal("0.01")) == Decimal("-38.89") and not row.flagged and row.causes == ()
+    (row,) = compare_money([cost("output", "0.01")], [ours("output", 3, cost_micro=0)])
+    assert not row.flagged  # exactly one cent
+    (row,) = compare_money([cost("output", "0.010001")], [ours("output", 3, cost_micro=0)])
+    assert row.flagged and [c.code for c in row.causes] == ["missing_rows"]
+    (row,) = compare_money([cost("output", "101", currency="JPY")], [ours("output", 3, cost_micro=100_000_000,
+                                                                          currency="JPY")])
+    assert not row.flagged  # one yen, the lowest unit of JPY
 
 
 def test_money_with_several_versions_and_no_current_one():
@@ -174,9 +189,9 @@ def test_money_the_provider_billed_for_something_we_never_record():
 
 def test_money_we_charged_that_no_provider_row_covers():
     rows = compare_money([cost("input", "0.3")], [ours("input", 500, cost_micro=300_000),
-                                                  ours("output", 10, cost_micro=2_000, estimated_tokens=10)])
+                                                  ours("output", 10, cost_micro=20_000, estimated_tokens=10)])
     out = one(rows, "output")
-    assert (out.provider_figure, out.ours, out.percent, out.flagged) == (0, Decimal("0.002"), None, True)
+    assert (out.provider_figure, out.ours, out.percent, out.flagged) == (0, Decimal("0.02"), None, True)
     assert [c.code for c in out.causes] == ["estimated_usage"]
 
 

@@ -67,7 +67,8 @@ async def test_a_scaled_simulator_export_is_fetched_parsed_and_flagged(sim):
     # acme: input 50 -> 49 (48.5 half up), cached 30 -> 29, output 320 -> 310; globex untouched
     assert set(flagged) == {("acme", "input"), ("acme", "cached_input"), ("acme", "output")}
     assert (flagged[("acme", "output")].provider_figure, flagged[("acme", "output")].ours) == (310, 320)
-    assert all(r.causes == () for r in flagged.values())  # nothing in our data explains a wrong invoice
+    # nothing in our data explains a wrong invoice: the direction is the cause named
+    assert all([c.code for c in r.causes] == ["provider_reports_less"] for r in flagged.values())
     csv_rows = parse_simulator_csv(await fetch_simulator_export(session, base, "acme", today, csv=True))
     assert {r.tokens for r in csv_rows if r.token_type == "output"} == {310}
 

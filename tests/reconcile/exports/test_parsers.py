@@ -203,3 +203,33 @@ def test_anthropic_cost_with_an_unknown_currency_is_refused():
     page["data"][0]["results"][2]["currency"] = "XTS"
     with pytest.raises(ExportParseError, match=r"^data\[0\]\.results\[2\]\.currency: unknown currency 'XTS'"):
         parse_anthropic_costs(page, "a")
+
+
+def _kind_page(kind: str, results: list[dict]) -> dict:
+    start = 1763596800  # 2025-11-20T00:00:00Z
+    return {"object": "page", "has_more": False, "next_page": None, "data": [
+        {"object": "bucket", "start_time": start, "end_time": start + 86400,
+         "results": [{"object": f"organization.usage.{kind}.result", **r} for r in results]}]}
+
+
+def test_openai_every_usage_endpoint_parses_to_its_units():
+    """Embeddings and moderations count input tokens; images, speech and transcription their own billed units."""
+    day = date(2025, 11, 20)
+    embed = parse_openai_usage(_kind_page("embeddings", [
+        {"input_tokens": 1200, "num_model_requests": 3, "model": "text-embedding-3-small", "project_id": None}]),
+        "org", "embeddings")
+    assert [(r.day, r.model, r.token_type, r.tokens, r.requests) for r in embed] == [
+        (day, "text-embedding-3-small", "input", 1200, 3)]
+    images = parse_openai_usage(_kind_page("images", [
+        {"images": 2, "num_model_requests": 1, "model": "gpt-image-1", "size": "1024x1024", "source": "image.edit"},
+        {"images": 3, "num_model_requests": 2, "model": "gpt-image-1", "size": "512x512", "source": "image.generation"},
+    ]), "org", "images")
+    assert [(r.token_type, r.tokens, r.requests) for r in images] == [("images", 5, 3)]
+    speech = parse_openai_usage(_kind_page("audio_speeches", [
+        {"characters": 4500, "num_model_requests": 2, "model": "tts-1"}]), "org", "audio_speeches")
+    assert [(r.token_type, r.tokens) for r in speech] == [("characters", 4500)]
+    with pytest.raises(ExportParseError, match="organization.usage.embeddings.result"):
+        parse_openai_usage(_kind_page("moderations", [{"input_tokens": 1, "num_model_requests": 1}]), "org",
+                           "embeddings")
+    with pytest.raises(ExportParseError, match="unknown OpenAI usage endpoint 'vector_stores'"):
+        parse_openai_usage(_kind_page("vector_stores", []), "org", "vector_stores")
