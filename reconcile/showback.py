@@ -83,7 +83,8 @@ ORDER BY b.spend_micro DESC, {order}
 """
 
 _USAGE = """
-SELECT {dims}, {totals}, count(*) FILTER (WHERE fallback) AS fallbacks, any_value(currency) AS currency
+SELECT {dims}, {totals}, count(*) FILTER (WHERE fallback) AS fallbacks, sum(hedge_micro)::BIGINT AS hedge_micro,
+       any_value(currency) AS currency
 FROM requests WHERE day BETWEEN $start AND $end GROUP BY {dims} ORDER BY {order}
 """
 

@@ -31,7 +31,8 @@ from reconcile.showback import USAGE_DIMENSIONS, parse_dimensions, usage_rows
 from reconcile.warehouse import Warehouse, WarehouseError, archive_files
 
 SHOWBACK_USAGE_COLUMNS = ("requests", "closed", "served", "spend_micro", "corrected_micro", "input_tokens", "cached_input_tokens",
-                          "cache_write_tokens", "output_tokens", "reasoning_tokens", "fallbacks", "currency")
+                          "cache_write_tokens", "output_tokens", "reasoning_tokens", "fallbacks", "hedge_micro",
+                          "currency")
 """What ``showback.usage_rows`` answers after the group columns (the header of an empty archive's answer; a test
 keeps it equal to what the function returns)."""
 

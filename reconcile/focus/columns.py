@@ -67,6 +67,7 @@ SKU_METERS = {
 }
 assert tuple(SKU_METERS) == FOCUS_TYPES and set(TOKEN_TYPES) <= set(FOCUS_TYPES)
 
+HEDGE_LOST = ", lost leg of a hedged request (cut when another deployment answered first)"
 CONSUMED_UNIT = "Tokens"
 PRICING_UNIT = "1000000 Tokens"
 TOKENS_PER_PRICING_UNIT = Decimal(1_000_000)
@@ -150,6 +151,7 @@ class ChargeLine:
     correction_side: str | None = None  # "reversal" | "corrected"
     service_tier: str | None = None  # the non-standard tier the provider served (priced at that tier's prices)
     project: str | None = None  # the sub-account under ``account`` (SubAccountId)
+    hedge_lost: bool = False  # attempts that lost a hedge race (their own ChargeDescription)
 
     def sort_key(self) -> tuple:
         """Row order: charge day, usage before corrections, then every dimension (a total order)."""
@@ -157,7 +159,8 @@ class ChargeLine:
                 self.account, self.region, FOCUS_TYPES.index(self.token_type), self.price_version, self.team,
                 self.app or "",
                 self.business_unit or "", self.key_id or "", self.alias or "", self.cost_centre or "", self.tags,
-                self.correction_id or "", self.correction_side or "", self.service_tier or "", self.project or "")
+                self.correction_id or "", self.correction_side or "", self.service_tier or "", self.project or "",
+                self.hedge_lost)
 
 
 def month_bounds(first: date) -> tuple[datetime, datetime]:
@@ -184,6 +187,8 @@ def focus_row(line: ChargeLine, billing_currency: str) -> dict[str, Any]:
     billed = to_decimal(line.billed_micro)
     meter = SKU_METERS[line.token_type]
     side = f" ({line.correction_side} of correction {line.correction_id})" if line.correction_id else ""
+    if line.hedge_lost:
+        side += HEDGE_LOST
     account_type, sub_account_type = ACCOUNT_TYPES.get(line.provider, DEFAULT_ACCOUNT_TYPES)
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
     row.update({

@@ -7,6 +7,9 @@ attempt's team/app/key/alias/business unit, cost centre and tags come from its
 request's ``request.admitted`` (read from the day before the month too, so a
 request admitted just before midnight keeps its dimensions).
 
+An attempt that lost a hedge race (``error_code`` ``hedge_lost``: cut when another deployment answered
+first; its estimated input is metered) is a line of its own, described as a hedge's lost leg.
+
 The one-hour cache writes (``usage.cache_write_1h``, read from the event where it names them) are a line type
 of their own at their own price; the ``cache_write`` line keeps the other writes. An attempt served at a tier
 is priced at its tier's entry of the price version (``x_service_tier``).
@@ -102,7 +105,7 @@ def _scale(prices: Mapping[tuple[int, str, str], UnitPrice]) -> int:
 
 _ATTEMPT_COLUMNS = ("id", "request_id", "event_time", "team", "deployment", "provider", "account", "model", "region",
                     *(f"{kind}_tokens" for kind in TOKEN_TYPES), "cost_micro", "currency", "price_version",
-                    "cost_centre", "tags", "service_tier", "cache_write_1h_tokens", "project")
+                    "cost_centre", "tags", "service_tier", "cache_write_1h_tokens", "project", "error_code")
 # The served tier, read from the event only where it names one (most events do not: no JSON parse for them).
 _TIER = f"CASE WHEN type = 'request.attempted' THEN {TIER} END AS service_tier"
 _ADMITTED_COLUMNS = ("request_id", "app", "business_unit", "key_id", "alias", "cost_centre", "tags")
@@ -159,7 +162,8 @@ def _lines_sql() -> str:
         f"WHERE {kind}_tokens > 0" for i, kind in enumerate(FOCUS_TYPES))
     dims = ("day, deployment, provider, account, model, region, token_type, price_version, a.team, "
             "d.app, d.business_unit, d.key_id, d.alias, coalesce(a.cost_centre, d.cost_centre), "
-            "to_json(coalesce(a.tags, d.tags))::VARCHAR, price_key, service_tier, project")
+            "to_json(coalesce(a.tags, d.tags))::VARCHAR, price_key, service_tier, project, "
+            "coalesce(error_code = 'hedge_lost', false)")
     return f"""
         SELECT {dims}, sum(tokens)::BIGINT, sum(billed)::BIGINT, count(DISTINCT a.request_id), count(*)
         FROM (SELECT *, CAST(event_time AS DATE) AS day FROM ({arms})) a
@@ -253,11 +257,11 @@ def _check_ledger(con: duckdb.DuckDBPyConnection, scale: int) -> None:
 
 def _line(row: tuple, prices: Mapping[tuple[int, str, str], UnitPrice], billing_month: date) -> ChargeLine:
     (day, deployment, provider, account, model, region, kind, version, team, app, bu, key_id, alias, centre,
-     tags, key, tier, project, tokens, billed, requests, attempts) = row
+     tags, key, tier, project, hedge_lost, tokens, billed, requests, attempts) = row
     price = prices[(version, key, kind)]
     return ChargeLine(
         charge_day=day, billing_month=billing_month, deployment=deployment, provider=provider, account=account,
         model=model, region=region, token_type=kind, price_version=version, team=team, app=app, business_unit=bu,
         key_id=key_id, alias=alias, cost_centre=centre, tags=_tags(tags), tokens=tokens, billed_micro=billed,
         requests=requests, attempts=attempts, unit_price=price.billing, pricing_currency=price.book_currency,
-        pricing_unit_price=price.book, service_tier=tier, project=project)
+        pricing_unit_price=price.book, service_tier=tier, project=project, hedge_lost=hedge_lost)

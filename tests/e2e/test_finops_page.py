@@ -259,7 +259,7 @@ def test_page_shows_the_usage_apis_numbers_drills_down_and_downloads_csv(env: En
         page.locator('button[data-csv="top-aliases"]').click()
     header = Path(download.value.path()).read_text()
     assert header.splitlines() == ["alias,requests,closed,served,spend_micro,corrected_micro,input_tokens,"
-                                   "cached_input_tokens,cache_write_tokens,output_tokens,reasoning_tokens,fallbacks,currency,ttft_p50_ms,"
+                                   "cached_input_tokens,cache_write_tokens,output_tokens,reasoning_tokens,fallbacks,hedge_micro,currency,ttft_p50_ms,"
                                    "ttft_p95_ms,latency_p50_ms,latency_p95_ms,cache_hits,cache_saved_micro"]
 
 

@@ -97,8 +97,11 @@ def request(i: int, at: datetime, rng: random.Random, *, book: PriceBook = BOOK,
         provider, account, model, region = deployments[deployment]
         when = at + timedelta(milliseconds=400 * n)
         failed = fallback and n == 1
+        hedged = failed and i % 5 == 1  # lost a hedge race: cut, its estimated input metered
         usage = TokenUsage(input=rng.randint(10, 400), output=rng.randint(1, 40)) if failed and i % 2 else (
             TokenUsage() if failed else _usage(rng, deployment))
+        if hedged:
+            usage = TokenUsage(input=rng.randint(10, 400), source="estimated")
         priced = book.get(min(version, book.latest.version))
         if not failed and i % 4 == 1 and f"{deployment}@flex" in priced.prices:  # served at the flex tier
             usage = replace(usage, service_tier="flex")
@@ -109,9 +112,10 @@ def request(i: int, at: datetime, rng: random.Random, *, book: PriceBook = BOOK,
         events.append(RequestAttempted(
             time=when, request_id=rid, team=team, attempt=n, deployment=deployment, provider=provider,
             account=account, model=model, region=region,
-            outcome=("interrupted" if i % 2 else "rate_limited") if failed else "ok",
-            status=200 if not failed else 429, ttft_ms=300, latency_ms=900, usage=usage, cost_micro=cost,
-            currency=CURRENCY, price_version=version, error_code=None, project=PROJECTS.get(deployment)))
+            outcome="client_closed" if hedged else ("interrupted" if i % 2 else "rate_limited") if failed else "ok",
+            status=499 if hedged else 200 if not failed else 429, ttft_ms=300, latency_ms=900, usage=usage,
+            cost_micro=cost, currency=CURRENCY, price_version=version, error_code="hedge_lost" if hedged else None,
+            project=PROJECTS.get(deployment)))
     events.append(RequestSettled(
         time=at + timedelta(seconds=2), request_id=rid, team=team, final_status=200, attempts=len(plan),
         deployment=plan[-1], usage=TokenUsage(), cost_micro=total, currency=CURRENCY,

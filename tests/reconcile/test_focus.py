@@ -23,7 +23,15 @@ from ledger.events import RequestAttempted
 from ledger.usage import TOKEN_TYPES, TokenUsage
 from pricing.book import FxTable, Price, PriceBook, PriceVersion
 from pricing.rating import exact_cost, rate
-from reconcile.focus.columns import ACCOUNT_TYPES, COLUMNS, FOCUS_COLUMNS, FOCUS_TYPES, SKU_METERS, X_COLUMNS
+from reconcile.focus.columns import (
+    ACCOUNT_TYPES,
+    COLUMNS,
+    FOCUS_COLUMNS,
+    FOCUS_TYPES,
+    HEDGE_LOST,
+    SKU_METERS,
+    X_COLUMNS,
+)
 from reconcile.focus.export import FocusError, export_focus
 from streams.archive.schema import SCHEMA, SCHEMA_METADATA_KEY, typed_row
 from streams.archive.write import ArchiveWriter, Record
@@ -138,6 +146,18 @@ def test_billed_cost_equals_the_ledger_and_each_row_is_priced_from_its_own_token
         assert Decimal(r["ListCost"]) == Decimal(r["ContractedCost"]) == unit * Decimal(r["PricingQuantity"])
         assert abs(Decimal(r["BilledCost"]) - Decimal(r["ListCost"])) < int(r["x_attempts"]) * MICRO
         assert r["EffectiveCost"] == r["BilledCost"]
+
+
+def test_the_lost_legs_of_hedged_requests_are_their_own_charge(month):
+    """Attempts that lost a hedge race are rows of their own, described so, billed exactly what the ledger charged
+    them; no other row says so."""
+    events, _, _, rows = month
+    lost = [a for a in attempts_in(events, NOV, DEC) if a.error_code == "hedge_lost"]
+    assert lost and all(a.cost_micro > 0 for a in lost)
+    hedge_rows = [r for r in rows if r["ChargeDescription"].endswith(HEDGE_LOST)]
+    assert sum(Decimal(r["BilledCost"]) for r in hedge_rows) == sum(a.cost_micro for a in lost) * MICRO
+    assert sum(int(r["x_attempts"]) for r in hedge_rows if r["x_token_type"] == "input") == len(lost)
+    assert {r["x_token_type"] for r in hedge_rows} == {"input"}  # an estimate of the input sent, nothing else
 
 
 @settings(max_examples=20, deadline=None)

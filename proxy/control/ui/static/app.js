@@ -57,6 +57,7 @@ const USAGE_COLUMNS = [
   { key: "cost_per_request_micro", label: "Cost / request", kind: "money", value: perRequest },
   { key: "fallback_rate", label: "Fallback rate", kind: "raw", value: (r) => pct(r.fallbacks, r.served) },
   { key: "ttft_p50_ms", label: "TTFT p50", kind: "ms" },
+  { key: "hedge_micro", label: "Hedging spend", kind: "money" },
 ];
 
 function usageTable(hostId, name, caption, by, r, rows, opts = {}) {
