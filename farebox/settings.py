@@ -40,7 +40,7 @@ from proxy.snapshot.secrets import SecretHosts
 SETTINGS_SECTIONS = ("server", "event_log", "state_dir", "secrets_file", "provider_secrets", "control_db", "mode",
                      "distributed",
                      "archive", "reconcile", *OBSERVABILITY_SECTIONS)
-EXPORT_SOURCES = ("simulator", "openai", "anthropic")  # who serves an account's usage export
+EXPORT_SOURCES = ("simulator", "openai", "anthropic", "aws", "google", "azure")  # who serves an account's export
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,9 @@ class ExportSource:
     source: str  # one of EXPORT_SOURCES
     admin_key_env: str | None = None  # required for openai / anthropic
     base_url: str | None = None  # None: the provider's own API (simulator: the deployment's host)
+    path: str | None = None  # aws (invocation logs), google, azure: the export's local copy
+    cur_path: str | None = None  # aws: the CUR 2.0 export's local copy
+    models: Mapping[str, str] = field(default_factory=dict)  # file sources: billing name -> our model id
 
 
 @dataclass(frozen=True)
@@ -344,7 +347,18 @@ def _reconcile_settings(r: Reader, problems: Problems) -> ReconcileSettings:
         key_env = a.str("admin_key_env", None)
         if source in ("openai", "anthropic") and key_env is None:
             problems.add(a.at("admin_key_env"), f"is required for a {source} export (the admin key's name)")
-        accounts[str(name)] = ExportSource(source or "simulator", key_env, a.str("base_url", None))
+        path, cur_path = a.str("path", None), a.str("cur_path", None)
+        if source in ("google", "azure") and path is None:
+            problems.add(a.at("path"), f"is required for a {source} export (the folder or file of its local copy)")
+        if source == "aws" and path is None and cur_path is None:
+            problems.add(a.at("path"), "an aws export needs path (Bedrock invocation logs), cur_path (CUR 2.0) or both")
+        raw_models = a.child("models").data or {}
+        if not isinstance(raw_models, dict) or not all(isinstance(k, str) and isinstance(v, str) and v
+                                                       for k, v in raw_models.items()):
+            problems.add(a.at("models"), "must map billing names to model ids (strings)")
+            raw_models = {}
+        accounts[str(name)] = ExportSource(source or "simulator", key_env, a.str("base_url", None), path, cur_path,
+                                           dict(raw_models))
         a.reject_unknown()
     r.reject_unknown()
     return ReconcileSettings(threshold or Decimal(1), accounts)

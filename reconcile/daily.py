@@ -15,6 +15,7 @@ request headers: ``ExportPlan`` never shows it in its repr.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
@@ -41,6 +42,7 @@ from reconcile.exports import (
     parse_openai_usage,
     parse_simulator_export,
 )
+from reconcile.file_exports import FILE_SOURCES, read_file_export
 from reconcile.our_usage import our_usage_rows, unattributed_expired
 from streams.archive.read import ArchiveError, archive_files, read_archive
 
@@ -53,13 +55,18 @@ class ReconcileInputError(InputError):
 
 @dataclass(frozen=True, slots=True)
 class ExportPlan:
-    """Where one account's export comes from: ``source`` simulator | openai | anthropic."""
+    """Where one account's export comes from: ``source`` simulator | openai | anthropic, or a file source
+    (``reconcile.file_exports``: aws | google | azure, read from ``path``/``cur_path``)."""
 
     account: str
     provider: str  # the name its rows carry (the deployments' ``provider``)
     source: str
     base_url: str | None = None  # None: the provider's own API
     admin_key: str | None = field(default=None, repr=False)
+    path: str | None = None  # file sources: the local copy of the export (aws: the invocation logs)
+    cur_path: str | None = None  # aws: the CUR 2.0 export's folder
+    models: Mapping[str, str] = field(default_factory=dict)  # billing name -> our model id
+    ours: tuple[str, ...] = ()  # the models our deployments of this account serve
 
 
 async def fetch_exports(plans: Sequence[ExportPlan], day: date,
@@ -78,6 +85,10 @@ async def _fetch_one(plan: ExportPlan, day: date, session: aiohttp.ClientSession
                      ) -> tuple[list[UsageRow], list[CostRow]]:
     what = "usage export"
     try:
+        if plan.source in FILE_SOURCES:
+            what = f"{plan.source} export"
+            return await asyncio.to_thread(read_file_export, plan.source, plan.account, day, plan.path,
+                                           plan.cur_path, plan.models, plan.ours)
         if plan.source == "simulator":
             body = await fetch.fetch_simulator_export(session, plan.base_url or "", plan.account, day)
             rows = [r for r in parse_simulator_export(body, plan.provider) if r.account == plan.account]

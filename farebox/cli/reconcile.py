@@ -74,11 +74,17 @@ def export_plans(settings: Settings, snapshot: Any, only: str | None,
         if configured is None and not dep.provider.startswith("sim"):
             raise ReconcileInputError(
                 f"account {account}: no usage export source; add reconcile.accounts.{account} with source "
-                "openai or anthropic and admin_key_env naming its admin key")
+                "openai or anthropic and admin_key_env naming its admin key, or aws, google or azure and the path "
+                "of the export's local copy")
         if configured is None or configured.source == "simulator":
             origin = urlsplit(dep.base_url)  # the simulator serves its export at its root, whatever the dialect's path
             base = (configured and configured.base_url) or f"{origin.scheme}://{origin.netloc}"
             plans.append(ExportPlan(account, dep.provider, "simulator", base))
+            continue
+        if configured.source in ("aws", "google", "azure"):
+            ours = tuple(sorted({d.model for d in snapshot.deployments.values() if d.account == account}))
+            plans.append(ExportPlan(account, dep.provider, configured.source, path=configured.path,
+                                    cur_path=configured.cur_path, models=configured.models, ours=ours))
             continue
         name = configured.admin_key_env
         found, _ = resolve_secrets(settings, [name], env)

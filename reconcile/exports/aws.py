@@ -1,0 +1,149 @@
+"""AWS Bedrock: model invocation logs (tokens) and the CUR 2.0 data export (money), from local copies of their
+S3 folders.
+
+Invocation logs, as Bedrock delivers them to S3: ``AWSLogs/<account id>/
+BedrockModelInvocationLogs/<region>/YYYY/MM/DD/HH/<name>.json.gz``, each line
+one JSON record ``{"schemaType": "ModelInvocationLog", "schemaVersion",
+"timestamp" (RFC 3339), "accountId", "identity": {"arn"}, "region",
+"requestId", "operation" (Converse, ConverseStream, InvokeModel, ...),
+"modelId" (a model id, an inference profile id, or either's ARN), "input":
+{"inputTokenCount", "cacheReadInputTokenCount", "cacheWriteInputTokenCount"},
+"output": {"outputTokenCount"}}``. ``inputTokenCount`` excludes the cache reads
+and writes, as Converse's ``usage.inputTokens`` does (the gateway's
+``bedrock_converse`` dialect reads the same split). One record is one request;
+the day is the record's UTC ``timestamp`` (the folder hour only narrows what is
+read). An ARN's model is the part after its last ``/``.
+
+CUR 2.0 (Data Exports, CSV, plain or gzipped): ``<export>/data/
+BILLING_PERIOD=YYYY-MM/*.csv[.gz]`` with the documented columns, of which
+this reads ``line_item_usage_start_date``, ``line_item_product_code``,
+``line_item_line_item_type``, ``line_item_usage_type``,
+``line_item_usage_amount``, ``pricing_unit``, ``line_item_unblended_cost``,
+``line_item_currency_code``, ``line_item_usage_account_id``,
+``line_item_iam_principal`` and ``bill_invoice_id``. Bedrock's token usage
+types read ``<REGION>-<model>-<kind>`` (``USE1-Claude3.5Sonnet-v2-input-tokens``,
+``…-cache-read-input-token-count``): the region code is dropped and the rest
+read by ``billing_text.token_kind``; another Bedrock usage type is money of a
+type of its own, with no token count. Rows of other products, and lines that are not usage (tax,
+credits, refunds: ``line_item_line_item_type`` not ``Usage``), are not model
+charges and are skipped. Money is the CSV's decimal text, exact.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Iterable
+from datetime import date, datetime, timezone
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+import orjson
+
+from reconcile.exports.billing_text import Models, export_files, read_text, token_kind, unit_tokens, whole
+from reconcile.exports.rows import CostRow, ExportParseError, UsageRow, UsageSums
+
+PROVIDER = "aws"
+LOG_TYPES = ("input", "cached_input", "cache_write", "output")
+BEDROCK_PRODUCTS = ("AmazonBedrock", "AmazonBedrockService")
+CUR_COLUMNS = ("line_item_usage_start_date", "line_item_product_code", "line_item_line_item_type",
+               "line_item_usage_type", "line_item_usage_amount", "pricing_unit", "line_item_unblended_cost",
+               "line_item_currency_code")
+_REGION = re.compile(r"^[A-Z]{2,4}\d?-")
+_LOG_FIELDS = (("input", "inputTokenCount", "input"), ("input", "cacheReadInputTokenCount", "cached_input"),
+               ("input", "cacheWriteInputTokenCount", "cache_write"), ("output", "outputTokenCount", "output"))
+
+
+def invocation_log_files(root: Path, day: date) -> list[Path]:
+    """The log files of ``day`` (its UTC hour folders) under a local copy of the bucket's ``AWSLogs`` folder."""
+    return export_files(root, [f"**/BedrockModelInvocationLogs/*/{day:%Y/%m/%d}/*/*.json*"])
+
+
+def parse_invocation_logs(files: Iterable[Path], account: str, day: date, models: Models) -> list[UsageRow]:
+    """Token counts and requests per model of ``day`` from invocation log files."""
+    sums = UsageSums(PROVIDER, account, LOG_TYPES)
+    for path in files:
+        for n, line in enumerate(read_text(path).splitlines(), 1):
+            if not line.strip():
+                continue
+            where = f"{path.name} line {n}"
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise ExportParseError(where, f"not JSON ({exc})") from None
+            if not isinstance(record, dict) or record.get("schemaType") != "ModelInvocationLog":
+                raise ExportParseError(where, "not a ModelInvocationLog record")
+            when = _time(record.get("timestamp"), f"{where}.timestamp")
+            if when.date() != day:
+                continue
+            model_id = record.get("modelId")
+            if not isinstance(model_id, str) or not model_id:
+                raise ExportParseError(f"{where}.modelId", f"must be a model id, got {model_id!r}")
+            model = models(model_id.rsplit("/", 1)[-1])
+            for part, name, kind in _LOG_FIELDS:
+                section = record.get(part) or {}
+                value = section.get(name, 0) if isinstance(section, dict) else None
+                if type(value) is not int or value < 0:
+                    raise ExportParseError(f"{where}.{part}.{name}", f"must be a non-negative integer, got {value!r}")
+                sums.add(day, model, kind, value)
+            sums.add_requests(day, model, 1)
+    return sums.rows()
+
+
+def cur_files(root: Path, day: date) -> list[Path]:
+    """The CUR 2.0 files of ``day``'s billing period under a local copy of the export's folder."""
+    return export_files(root, [f"**/BILLING_PERIOD={day:%Y-%m}/*.csv", f"**/BILLING_PERIOD={day:%Y-%m}/*.csv.gz"])
+
+
+def parse_cur(files: Iterable[Path], account: str, day: date, models: Models) -> tuple[list[UsageRow], list[CostRow]]:
+    """Bedrock usage (tokens) and money of ``day`` from CUR 2.0 files; money per (model, token type, invoice)."""
+    sums = UsageSums(PROVIDER, account, ())
+    money: dict[tuple[str, str, str | None, str], Decimal] = {}
+    for path in files:
+        reader = csv.DictReader(io.StringIO(read_text(path)))
+        missing = set(CUR_COLUMNS) - set(reader.fieldnames or ())
+        if missing:
+            raise ExportParseError(path.name, f"not a CUR 2.0 file: no column {', '.join(sorted(missing))}")
+        for n, row in enumerate(reader, 2):
+            where = f"{path.name} line {n}"
+            if row["line_item_product_code"] not in BEDROCK_PRODUCTS or row["line_item_line_item_type"] != "Usage":
+                continue
+            if _time(row["line_item_usage_start_date"], f"{where}.line_item_usage_start_date").date() != day:
+                continue
+            usage_type = _REGION.sub("", row["line_item_usage_type"])
+            kind = token_kind(usage_type)
+            model, token_type = (models(kind[0]), kind[1]) if kind else ("*", usage_type)
+            amount = _decimal(row["line_item_usage_amount"], f"{where}.line_item_usage_amount")
+            if kind is not None:  # another usage type (provisioned hours, ...): money of its own, no token count
+                sums.add(day, model, token_type, whole(amount * unit_tokens(row.get("pricing_unit"), where), where))
+            cost = _decimal(row["line_item_unblended_cost"], f"{where}.line_item_unblended_cost")
+            currency = row["line_item_currency_code"].strip().upper()
+            if not currency:
+                raise ExportParseError(f"{where}.line_item_currency_code", "is empty")
+            key = (model, token_type, row.get("bill_invoice_id") or None, currency)
+            money[key] = money.get(key, Decimal(0)) + cost
+    costs = [CostRow(PROVIDER, account, day, None if model == "*" else model, token_type, amount, currency,
+                     f"invoice {invoice}" if invoice else None)
+             for (model, token_type, invoice, currency), amount in sorted(money.items(), key=lambda kv: str(kv[0]))]
+    return sums.rows(), costs
+
+
+def _decimal(text: str | None, where: str) -> Decimal:
+    try:
+        value = Decimal((text or "").strip())
+    except InvalidOperation:
+        raise ExportParseError(where, f"must be a decimal number, got {text!r}") from None
+    if not value.is_finite():
+        raise ExportParseError(where, f"must be a finite number, got {text!r}")
+    return value
+
+
+def _time(value: object, where: str) -> datetime:
+    try:
+        at = datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else None
+    except ValueError:
+        at = None
+    if at is None or at.utcoffset() is None:
+        raise ExportParseError(where, f"must be an ISO 8601 time with an offset, got {value!r}")
+    return at.astimezone(timezone.utc)
