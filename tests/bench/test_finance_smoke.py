@@ -39,7 +39,11 @@ def test_the_bench_reports_every_figure(tmp_path: Path, capsys) -> None:  # type
     assert rc["day"] == "2026-10-01" and rc["exact"]["rows"] > 0 and rc["exact"]["flagged"] == 0
     assert rc["scaled"]["flagged"] == rc["scaled"]["rows"] == rc["exact"]["rows"]
     assert 2.5 <= rc["scaled"]["flagged_pct_min"] <= rc["scaled"]["flagged_pct_max"] <= 3.5
+    cx = rep["connectors"]  # the same day as each export connector would export it, exactly: nothing flagged
+    assert all(cx[name]["rows"] > 0 and cx[name]["flagged"] == 0 for name in ("openai", "anthropic", "aws",
+                                                                               "google", "azure")), cx
     printed = capsys.readouterr().out
+    assert "one day's reconciliation per export connector" in printed
     assert "events/s" in printed and "showback" in printed and "FOCUS export" in printed
     assert "re-rating the month" in printed
     assert "one day's reconciliation (2026-10-01, simulator usage export)" in printed and "0 flagged" in printed

@@ -301,11 +301,15 @@ def test_an_account_with_no_export_source_exit_2(config, capsys):
 def test_reconcile_settings_are_validated_together(config, capsys):
     tree = yaml.safe_load(config.read_text())
     tree["reconcile"] = {"drift_threshold_pct": "0", "typo": 1,
-                         "accounts": {"a": {"source": "openai"}, "b": {"source": "azure", "admin_key_env": "K"}}}
+                         "accounts": {"a": {"source": "openai"}, "b": {"source": "oracle", "admin_key_env": "K"},
+                                      "c": {"source": "azure"}, "d": {"source": "aws", "models": ["x"]}}}
     config.write_text(yaml.safe_dump(tree))
     assert main(["config", "check", str(config)]) == 2
     err = capsys.readouterr().err
     for problem in ("reconcile.drift_threshold_pct: must be > 0", "reconcile.typo: unknown field",
                     "reconcile.accounts.a.admin_key_env: is required for a openai export",
-                    "reconcile.accounts.b.source: must be one of"):
+                    "reconcile.accounts.b.source: must be one of",
+                    "reconcile.accounts.c.path: is required for a azure export",
+                    "reconcile.accounts.d.path: an aws export needs path (Bedrock invocation logs), cur_path",
+                    "reconcile.accounts.d.models: expected a mapping"):
         assert problem in err

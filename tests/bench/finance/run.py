@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench.finance.measure import archive_throughput, focus_export_time, request_table, showback_times
+from tests.bench.finance.measure_connectors import reconcile_connectors
 from tests.bench.finance.measure_reconcile import reconcile_time
 from tests.bench.finance.measure_rerate import CHANGED, rerate_time
 from tests.bench.finance.synthetic import DAYS, MONTH, generate, price_book
@@ -18,6 +19,7 @@ from tests.bench.output import finish
 from tests.harness import ROOT
 
 OUT = ROOT / "var" / "bench"
+CONNECTORS = ("openai", "anthropic", "aws", "google", "azure")
 GOALS = {"archive_events_per_s": 50_000, "showback_s": 2.0, "rerate_s": 60.0}
 GENERATOR = 3  # 3: files listed in the manifest; bump when synthetic.py changes what it writes: a kept month of another generator is made again
 
@@ -88,6 +90,12 @@ def report(rep: dict[str, Any]) -> list[str]:
         f"{rc['scaled']['seconds']} s, {rc['scaled']['flagged']:,} of {rc['scaled']['rows']:,} rows flagged at "
         f"{rc['scaled']['flagged_pct_min']}-{rc['scaled']['flagged_pct_max']}%",
     ]
+    cx = rep.get("connectors")
+    if cx:
+        lines.append(f"one day's reconciliation per export connector ({cx['day']}, {cx['attempts']:,} attempts, "
+                     f"parse + our side + report, median of 3): " + "; ".join(
+                         f"{name} {cx[name]['seconds']} s ({cx[name]['rows']} rows, {cx[name]['flagged']} flagged)"
+                         for name in CONNECTORS))
     if "raw_cold_s" in show:
         lines.append(f"showback by team cold over the raw events (one run): {show['raw_cold_s']} s, same balances: "
                      f"{show['raw_agrees']}")
@@ -114,6 +122,11 @@ def problems(rep: dict[str, Any], asked: int) -> list[str]:
         out.append(f"reconciling {rc['day']} against its export x{rc['scaled']['factor']} flagged "
                    f"{rc['scaled']['flagged']} of {rc['scaled']['rows']} rows at {rc['scaled']['flagged_pct_min']}-"
                    f"{rc['scaled']['flagged_pct_max']}%, expected every row at about 3%")
+    for name in CONNECTORS if rep.get("connectors") else ():
+        got = rep["connectors"][name]
+        if not got["rows"] or got["flagged"]:
+            out.append(f"reconciling {rep['connectors']['day']} against its exact {name} export flagged "
+                       f"{got['flagged']} of {got['rows']} rows, expected 0 of some")
     if abs(rep["month"]["events"] - asked) > asked * 0.05 + 100:
         out.append(f"generated {rep['month']['events']} events, asked {asked}")
     return out
@@ -146,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                         focus_export_time(folder / "archive", MONTH, Path(tmp) / "focus", *price_book()))
     rep["rerate"] = rerate_time(folder / "archive", *price_book())
     rep["reconcile"] = reconcile_time(folder / "archive", *price_book())
+    rep["connectors"] = reconcile_connectors(folder / "archive", *price_book())
     rep["goals"] = GOALS
     rep["elapsed_s"] = round(time.monotonic() - started, 1)
     for line in report(rep):
