@@ -93,7 +93,8 @@ async def run_kafka_archiver(settings: Settings, stop: asyncio.Event | None = No
     alerts = settings.observability.alerts  # one archiver per cluster: the one process that raises alerts
     try:
         async with running_alerts(alerts, lambda feed: follow_topics(d.bootstrap, (d.requests_topic, d.scope_topic),
-                                                                     feed), config_db_keys(settings)):
+                                                                     feed), config_db_keys(settings),
+                                  archive_root=settings.archive_root):
             return await archiver.run(stop)
     finally:
         stop.set()

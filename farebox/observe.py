@@ -19,6 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import AsyncIterator
 from urllib.parse import urlsplit
 
@@ -27,6 +28,7 @@ from aiohttp import web
 
 from farebox.settings_observe import AlertSettings, TracingSettings
 from proxy.observe.metrics import Metrics
+from streams.archive.manifest import Manifest
 from streams.eventlog import EventLog
 from streams.notify.alerts import CostAnomaly, ExpiringKey, keys_near_expiry
 from streams.notify.notifier import AlertFeed, Dispatcher, follow_alerts
@@ -76,15 +78,17 @@ Feed = Callable[[AlertFeed], Awaitable[None]]  # runs until cancelled, handing e
 
 @asynccontextmanager
 async def running_alerts(settings: AlertSettings, feed: Feed, keys: Callable[[], Iterable[ExpiringKey]],
-                         *, key_check_s: float = 3600.0) -> AsyncIterator[Dispatcher | None]:
+                         *, key_check_s: float = 3600.0, archive_root: Path | None = None
+                         ) -> AsyncIterator[Dispatcher | None]:
     """The notifier's tasks while the block runs (none without ``alerts.webhook_url``): the event feed, the
     dispatcher, and the hourly key-expiry check (``keys`` runs in a thread: it may read the config database)."""
     if settings.webhook_url is None:
         yield None
         return
     session = aiohttp.ClientSession()
+    head = Manifest(archive_root).head if archive_root is not None else None  # every alert carries the head
     notifier = WebhookNotifier(settings.webhook_url, session, secret=settings.webhook_secret,
-                               timeout_s=settings.timeout_s, setting="alerts.webhook_url")
+                               timeout_s=settings.timeout_s, setting="alerts.webhook_url", archive_head=head)
     dispatcher = Dispatcher(notifier, retries=settings.retries, backoff_s=settings.backoff_s)
     within = timedelta(days=settings.key_expiry_days)
 
@@ -110,11 +114,13 @@ async def running_alerts(settings: AlertSettings, feed: Feed, keys: Callable[[],
         await session.close()
 
 
-def alerts_ctx(settings: AlertSettings, events: EventLog, keys: Callable[[], Iterable[ExpiringKey]]):
+def alerts_ctx(settings: AlertSettings, events: EventLog, keys: Callable[[], Iterable[ExpiringKey]],
+               archive_root: Path | None = None):
     """Embedded mode's cleanup context: alerts from tailing the pod's own event log (never the request path)."""
 
     async def ctx(app: web.Application) -> AsyncIterator[None]:
-        async with running_alerts(settings, lambda feed: follow_alerts(events, feed), keys) as dispatcher:
+        async with running_alerts(settings, lambda feed: follow_alerts(events, feed), keys,
+                                  archive_root=archive_root) as dispatcher:
             if dispatcher is not None:
                 app[DISPATCHER] = dispatcher
             yield

@@ -79,7 +79,8 @@ async def gateway_app(settings: Settings, secrets: Secrets | None = None) -> web
     recorder.metrics.state.queue_depth = budgets.queue.depth  # read at scrape time
     recorder.metrics.state.budget_use = lambda: budgets.usage(pod.snapshot, runtime.clock())
     app = serve_pod(start, runtime, recorder)
-    app.cleanup_ctx.append(alerts_ctx(settings.observability.alerts, events, lambda: expiring_keys(pod.snapshot)))
+    app.cleanup_ctx.append(alerts_ctx(settings.observability.alerts, events, lambda: expiring_keys(pod.snapshot),
+                                      settings.archive_root))
 
     async def event_log_ctx(app: web.Application) -> AsyncIterator[None]:
         follower = asyncio.create_task(runner.follow())

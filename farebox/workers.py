@@ -178,7 +178,8 @@ def owner_app(settings: Settings, limits: Limits, events: SqliteEventLog, runner
 
     app.cleanup_ctx.append(embedded_archive_ctx(archiver))  # unwinds after the log closed
     app.cleanup_ctx.append(event_log_ctx)
-    app.cleanup_ctx.append(alerts_ctx(settings.observability.alerts, events, lambda: expiring_keys(limits.snapshot)))
+    app.cleanup_ctx.append(alerts_ctx(settings.observability.alerts, events,
+                                      lambda: expiring_keys(limits.snapshot), settings.archive_root))
     return app
 
 

@@ -58,7 +58,8 @@ class Receiver:
         return web.Response(status=204)
 
 
-async def running(receiver: Receiver, log: SqliteEventLog, keys: list[ExpiringKey], **settings):
+async def running(receiver: Receiver, log: SqliteEventLog, keys: list[ExpiringKey], archive_root: Path | None = None,
+                  **settings):
     app = web.Application()
     app.router.add_post("/hook", receiver.handle)
     server = TestServer(app)
@@ -66,7 +67,7 @@ async def running(receiver: Receiver, log: SqliteEventLog, keys: list[ExpiringKe
     cfg = AlertSettings(webhook_url=str(server.make_url("/hook")), webhook_secret=SECRET, timeout_s=0.3,
                         backoff_s=0.01, anomaly_min_micro=1_000, **settings)
     pod = web.Application()
-    ctx = alerts_ctx(cfg, log, lambda: keys)(pod)
+    ctx = alerts_ctx(cfg, log, lambda: keys, archive_root)(pod)
     await ctx.__anext__()
     return server, pod, ctx
 
@@ -107,6 +108,26 @@ async def test_each_alert_is_received_once_signed(tmp_path: Path) -> None:
     assert len({p["id"] for p in receiver.posts}) == 5 and receiver.tries == 5
     assert next(p for p in receiver.posts if p["kind"] == "key.near_expiry")["details"]["key_id"] == "fb-soon"
     assert SECRET not in str(receiver.posts)
+
+
+async def test_every_alert_carries_the_archive_head_a_receiver_can_keep(tmp_path: Path) -> None:
+    """The head at send time (``farebox archive verify --expect-head`` checks the archive against it)."""
+    from ledger.codec import encode
+    from streams.archive.manifest import Manifest
+    from streams.archive.write import ArchiveWriter, Record
+
+    root = tmp_path / "archive"
+    ArchiveWriter(root, "log").write([Record(0, 1, encode(crossed()))])
+    log = SqliteEventLog.open(tmp_path / "events.sqlite")
+    receiver = Receiver()
+    server, pod, ctx = await running(receiver, log, [], root)
+    try:
+        await log.append(crossed())
+        await until(lambda: len(receiver.posts) >= 1)
+    finally:
+        await _stop(ctx, server, log)
+    entry, head = Manifest(root).head()
+    assert receiver.posts[0]["archive_head"] == {"entry": entry, "hash": head} and entry == 1
 
 
 async def _again(log: SqliteEventLog):
