@@ -46,6 +46,7 @@ def export_focus_command(args: argparse.Namespace) -> int:
     from reconcile.focus.corrections import read_corrections
     from reconcile.focus.export import export_focus, parse_month
     from reconcile.focus.rerated import archived_corrections
+    from reconcile.invoices import invoice_ids, invoices_path, read_invoices
 
     parse_month(args.month)  # a bad month is refused before anything is opened
     settings = load_settings(args.config)
@@ -56,7 +57,8 @@ def export_focus_command(args: argparse.Namespace) -> int:
                                    else settings.state_dir / "corrections")
     corrections += archived_corrections(archive, parse_month(args.month), snapshot.price_book, snapshot.fx,
                                         snapshot.currency)
+    invoices = invoice_ids(read_invoices(invoices_path(settings.state_dir)))  # what reconciliation has seen
     summary = export_focus(archive, args.month, snapshot.price_book, snapshot.fx, args.out, corrections,
-                           currency=snapshot.currency)
+                           currency=snapshot.currency, invoices=invoices)
     print(summary.describe(), file=sys.stderr)
     return 0

@@ -126,6 +126,7 @@ async def _run(settings: Settings, snapshot: Any, plans: list[ExportPlan], day: 
 
     from farebox.cli.events import append_events
     from reconcile.daily import currencies, fetch_exports, our_side, require_archive
+    from reconcile.invoices import invoices_path, record_invoices
     from reconcile.report import build_report, report_json, reported_event
 
     archive = Path(args.archive) if args.archive else settings.archive_root
@@ -147,6 +148,7 @@ async def _run(settings: Settings, snapshot: Any, plans: list[ExportPlan], day: 
     tmp.write_bytes(report_json(report, event.id))
     tmp.replace(path)
     write_metrics(report, Path(args.metrics_dir) if args.metrics_dir else settings.state_dir / "reconcile" / "metrics")
+    record_invoices(invoices_path(settings.state_dir), costs)  # the FOCUS export's InvoiceId
     # after the file: a failed append is redone by re-running (same id)
     if await append_events(settings, [event], "reconcile"):
         print(f"warning: Kafka was unreachable: the report event waits in the spool under "

@@ -124,7 +124,7 @@ def parse_cur(files: Iterable[Path], account: str, day: date, models: Models) ->
             key = (model, token_type, row.get("bill_invoice_id") or None, currency)
             money[key] = money.get(key, Decimal(0)) + cost
     costs = [CostRow(PROVIDER, account, day, None if model == "*" else model, token_type, amount, currency,
-                     f"invoice {invoice}" if invoice else None)
+                     f"invoice {invoice}" if invoice else None, invoice)
              for (model, token_type, invoice, currency), amount in sorted(money.items(), key=lambda kv: str(kv[0]))]
     return sums.rows(), costs
 

@@ -82,7 +82,7 @@ def parse_cost_export(files: Iterable[Path], account: str, day: date, models: Mo
             key = (model, token_type, invoice, currency)
             money[key] = money.get(key, Decimal(0)) + _decimal(row[cost_col], f"{where}.{cost_col}", signed=True)
     costs = [CostRow(PROVIDER, account, day, None if model == "*" else model, token_type, amount, currency,
-                     f"invoice {invoice}" if invoice else None)
+                     f"invoice {invoice}" if invoice else None, invoice)
              for (model, token_type, invoice, currency), amount in sorted(money.items(), key=lambda kv: str(kv[0]))]
     return sums.rows(), costs
 

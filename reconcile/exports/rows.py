@@ -96,6 +96,7 @@ class CostRow:
     amount: Decimal
     currency: str
     description: str | None = None
+    invoice: str | None = None  # the provider invoice the charge is on, where the export names it
 
 
 def load_json(raw: bytes | str | Any, where: str = "<export>") -> Any:

@@ -20,8 +20,9 @@ the deployment's provider ``account`` (the organisation, payer account, billing
 account the provider invoices); SubAccountId is its ``project`` (an OpenAI
 project, an Anthropic workspace, an AWS member account, a Google Cloud project,
 an Azure subscription), null where the deployment names none; both types are
-the provider's own words (``ACCOUNT_TYPES``). InvoiceId is null: no row is tied
-to an invoice the export knows of. SkuId is model x token type; SkuPriceId is deployment x
+the provider's own words (``ACCOUNT_TYPES``). InvoiceId is the provider invoice
+of the row's account and billing month where reconciliation has seen exactly one
+(``reconcile.invoices``), else null. SkuId is model x token type; SkuPriceId is deployment x
 model x token type, the same in every price version, so a re-rated charge is
 followed from one version to the next; the version itself is in
 SkuPriceDetails and ``x_price_version``. ListUnitPrice = ContractedUnitPrice =
@@ -175,8 +176,9 @@ def tags_json(tags: tuple[tuple[str, str], ...]) -> str:
     return json.dumps(dict(tags), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def focus_row(line: ChargeLine, billing_currency: str) -> dict[str, Any]:
-    """The FOCUS row of one charge line: every column of ``COLUMNS``, None where FOCUS allows null."""
+def focus_row(line: ChargeLine, billing_currency: str, invoice: str | None = None) -> dict[str, Any]:
+    """The FOCUS row of one charge line: every column of ``COLUMNS``, None where FOCUS allows null; ``invoice`` is
+    the provider invoice its account's billing month sits on, where reconciliation has seen exactly one."""
     charge_start = datetime.combine(line.charge_day, time(), timezone.utc)
     billing_start, billing_end = month_bounds(line.billing_month)
     quantity = Decimal(line.tokens)
@@ -211,6 +213,7 @@ def focus_row(line: ChargeLine, billing_currency: str) -> dict[str, Any]:
         "ContractedCost": list_cost,
         "ContractedUnitPrice": line.unit_price,
         "EffectiveCost": billed,
+        "InvoiceId": invoice,
         "InvoiceIssuerName": line.provider,
         "ListCost": list_cost,
         "ListUnitPrice": line.unit_price,

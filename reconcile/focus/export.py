@@ -41,7 +41,7 @@ import csv
 import io
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
@@ -137,7 +137,8 @@ def _correction_prices(corrections: Sequence[Correction], first: date, book: Pri
 
 
 def export_focus(archive_root: str | Path, month: str, book: PriceBook, fx: FxTable, out: str | Path,
-                 corrections: Iterable[Correction] = (), *, currency: str | None = None) -> ExportSummary:
+                 corrections: Iterable[Correction] = (), *, currency: str | None = None,
+                 invoices: Mapping[tuple[str, str], str] | None = None) -> ExportSummary:
     """Write the FOCUS file of ``month`` (UTC) to ``out`` (``.csv`` or ``.parquet``); see the module docstring.
 
     ``currency`` is the billing currency (the budget currency the ledger charges in); when given, the
@@ -172,7 +173,8 @@ def export_focus(archive_root: str | Path, month: str, book: PriceBook, fx: FxTa
                          f"{first}..{last} (UTC) in {root}, none with tokens, and no corrections billed in "
                          f"{month}; check --month and the archive path")
     lines = sorted(usage.lines + fix_lines, key=ChargeLine.sort_key)
-    rows = [focus_row(line, billing) for line in lines]
+    rows = [focus_row(line, billing, (invoices or {}).get((line.account, f"{line.billing_month:%Y-%m}")))
+            for line in lines]
     _write_atomic(out, _parquet(rows) if out.suffix == ".parquet" else _csv(rows))
     return ExportSummary(
         month=month, path=out, currency=billing, rows=len(rows), usage_rows=len(usage.lines),

@@ -25,10 +25,12 @@ from ledger.usage import TokenUsage
 from reconcile.errors import SourceUnavailable
 from reconcile.exports.rows import ExportParseError
 from reconcile.file_exports import read_file_export
+from reconcile.invoices import invoice_ids, invoices_path, read_invoices, record_invoices
 from streams.sqlite_log import SqliteEventLog
 from tests.reconcile.exports.cloud_fixtures import write_aws, write_azure, write_google
 
 ROOT = Path(__file__).resolve().parents[3]
+INVOICES = {"acct-retail-aws": "EUINUS26-1234567", "acct-retail-azure": "G012345678"}  # Google names none
 DAY = date(2026, 11, 20)
 CLOUDS = {  # account: (deployment, our model, billing name, tokens, prices)
     "acct-retail-aws": ("sim-bedrock-mumbai", "sim.nova-mid-v1:0", "NovaMid",
@@ -105,6 +107,8 @@ def test_a_clean_day_reconciles_and_a_three_percent_under_report_is_flagged(acco
     assert not [r for r in rows if r["flagged"]]
     measured = {(r["measure"], r["token_type"]) for r in rows if r["model"] == CLOUDS[account][1]}
     assert {("tokens", kind) for kind in tokens} <= measured and {("money", kind) for kind in tokens} <= measured
+    invoices = read_invoices(invoices_path(load_settings(config).state_dir))  # for the FOCUS export's InvoiceId
+    assert invoices == ({account: {"2026-11": [INVOICES[account]]}} if account in INVOICES else {})
 
     under = dict(tokens, output=tokens["output"] * 97 // 100)  # the provider under-reports output by 3%
     config = config_for(tmp_path, account, write_export(account, tmp_path / "under", under))
@@ -151,3 +155,15 @@ def test_a_missing_or_malformed_export_is_a_clear_error(tmp_path):
                     '"cost": 1, "currency": "USD"}\n')
     with pytest.raises(ExportParseError, match=r"rows.json line 1.usage.amount: must be a non-negative number"):
         read_file_export("google", "g", DAY, str(line.parent), None, {}, [])
+
+
+def test_invoices_are_merged_and_only_a_single_one_is_given_to_focus(tmp_path):
+    from reconcile.exports.rows import CostRow
+
+    path = tmp_path / "invoices.json"
+    row = lambda account, day, invoice: CostRow("aws", account, day, "m", "input", Decimal(1), "USD",  # noqa: E731
+                                                None, invoice)
+    record_invoices(path, [row("a", DAY, "I-1"), row("a", DAY, "I-1"), row("b", DAY, None)])
+    record_invoices(path, [row("a", date(2026, 12, 1), "I-2"), row("c", DAY, "J-1"), row("c", DAY, "J-2")])
+    assert read_invoices(path) == {"a": {"2026-11": ["I-1"], "2026-12": ["I-2"]}, "c": {"2026-11": ["J-1", "J-2"]}}
+    assert invoice_ids(read_invoices(path)) == {("a", "2026-11"): "I-1", ("a", "2026-12"): "I-2"}  # c: two
