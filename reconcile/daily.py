@@ -145,9 +145,9 @@ def our_side(archive_root: str | Path, day: date, book: PriceBook, fx: FxTable,
         con.close()
     at = datetime.combine(day, time(12), timezone.utc)
 
-    def price_of(version: int, deployment: str, currency: str) -> tuple[Price, Decimal]:
+    def price_of(version: int, deployment: str, currency: str, tier: str | None = None) -> tuple[Price, Decimal]:
         try:
-            price = book.get(version).price(deployment)
+            price = book.get(version).served(deployment, tier)
             return price, fx.rate(price.currency, currency, at)
         except PricingError as exc:
             raise ReconcileInputError(f"our usage of {day.isoformat()} cannot be priced: {exc}") from None

@@ -31,8 +31,9 @@ from reconcile.drift import DriftInputError, OurUsage
 _PER = Decimal(1_000_000)
 _OWN_PRICE_OPTIONAL = ("cached_input", "cache_write", "reasoning")
 
-# (price version, deployment, budget currency) -> (the price, FX from its currency to the budget currency)
-PriceOf = Callable[[int, str, str], tuple[Price, Decimal]]
+# (price version, deployment, budget currency, served tier or None) -> (the price, FX from its currency to the
+# budget currency): the served tier's price where the version has one (``PriceVersion.served``)
+PriceOf = Callable[[int, str, str, str | None], tuple[Price, Decimal]]
 
 
 @dataclass(slots=True)
@@ -54,7 +55,7 @@ def our_usage_rows(records: Iterable[Mapping[str, Any]], price_of: PriceOf) -> l
         key = (rec["account"], rec["day"], rec["model"], rec["token_type"])
         if any(part is None for part in key):
             raise DriftInputError(f"our_usage row {i}: account, day, model and token_type must be set, got {key}")
-        price, fx = price_of(rec["price_version"], rec["deployment"], rec["currency"])
+        price, fx = price_of(rec["price_version"], rec["deployment"], rec["currency"], rec.get("service_tier"))
         a = acc.setdefault(key, _Acc(currency=rec["currency"]))
         if a.currency != rec["currency"]:
             raise DriftInputError(f"our_usage row {i}: {key} in both {a.currency} and {rec['currency']}")

@@ -13,12 +13,14 @@ FROM events x
 LEFT JOIN events a ON a.type = 'request.admitted' AND a.request_id = x.request_id
 WHERE x.type = 'hold.expired';
 
--- One row: one provider attempt's tokens of one type (input is uncached input only).
+-- One row: one provider attempt's tokens of one type (input is uncached input only); service_tier is the tier
+-- the provider served it at, where the event names one (priced at that tier's prices), else NULL.
 CREATE OR REPLACE TEMP VIEW our_attempt_tokens AS
-SELECT request_id, account, model, deployment, price_version, currency, usage_source,
+SELECT request_id, account, model, deployment, price_version, currency, usage_source, service_tier,
        CAST(timezone('UTC', event_time) AS DATE) AS day, token_type, tokens
 FROM (
-    UNPIVOT (SELECT * FROM events WHERE type = 'request.attempted')
+    UNPIVOT (SELECT *, CASE WHEN contains(event, '"service_tier"') THEN json_extract_string(event, '$.usage.service_tier')
+                       END AS service_tier FROM events WHERE type = 'request.attempted')
     ON input_tokens AS 'input', cached_input_tokens AS 'cached_input', cache_write_tokens AS 'cache_write',
        output_tokens AS 'output', reasoning_tokens AS 'reasoning'
     INTO NAME token_type VALUE tokens
@@ -34,7 +36,7 @@ WITH expired_here AS (
     FROM our_expired x JOIN our_attempt_tokens t USING (request_id)
     GROUP BY ALL
 )
-SELECT t.account, t.day, t.model, t.deployment, t.price_version, t.currency, t.token_type,
+SELECT t.account, t.day, t.model, t.deployment, t.price_version, t.currency, t.service_tier, t.token_type,
        SUM(t.tokens)::BIGINT AS tokens,
        SUM(CASE WHEN t.usage_source IN ('estimated', 'provider_invalid') THEN t.tokens ELSE 0 END)::BIGINT
            AS estimated_tokens,
@@ -42,7 +44,7 @@ SELECT t.account, t.day, t.model, t.deployment, t.price_version, t.currency, t.t
        COALESCE(ANY_VALUE(e.expired_requests), 0)::BIGINT AS expired_requests
 FROM our_attempt_tokens t
 LEFT JOIN expired_here e ON e.account = t.account AND e.day = t.day AND e.model = t.model
-GROUP BY t.account, t.day, t.model, t.deployment, t.price_version, t.currency, t.token_type;
+GROUP BY t.account, t.day, t.model, t.deployment, t.price_version, t.currency, t.service_tier, t.token_type;
 
 -- One row: a UTC day and how many of its expired requests never recorded an attempt (account and model unknown).
 CREATE OR REPLACE TEMP VIEW our_expired_unattributed AS

@@ -20,12 +20,14 @@ from streams.archive.schema import SCHEMA, typed_row
 SQL = Path(__file__).parents[3] / "reconcile" / "sql" / "our_usage.sql"
 NOV30, DEC1 = date(2026, 11, 30), date(2026, 12, 1)
 PRICES = {(2, "d1"): Price(input=Decimal("1.00"), output=Decimal("2.00"), cached_input=Decimal("0.50")),
-          (3, "d2"): Price(input=Decimal("3"), output=Decimal("6"), cache_write=Decimal("3.75"))}
+          (3, "d2"): Price(input=Decimal("3"), output=Decimal("6"), cache_write=Decimal("3.75")),
+          (2, "d1@flex"): Price(input=Decimal("0.50"), output=Decimal("1.00"))}
 
 
-def price_of(version: int, deployment: str, currency: str) -> tuple[Price, Decimal]:
+def price_of(version: int, deployment: str, currency: str, tier: str | None = None) -> tuple[Price, Decimal]:
     assert currency == "USD"
-    return PRICES[(version, deployment)], Decimal(1)
+    served = f"{deployment}@{tier}" if tier and (version, f"{deployment}@{tier}") in PRICES else deployment
+    return PRICES[(version, served)], Decimal(1)
 
 
 def _event(kind: str, request_id: str, at: str, **fields: object) -> dict:
@@ -35,11 +37,12 @@ def _event(kind: str, request_id: str, at: str, **fields: object) -> dict:
                      text=orjson.dumps(wire).decode())
 
 
-def _attempt(request_id: str, at: str, deployment: str, version: int, source: str = "provider", **usage: int) -> dict:
+def _attempt(request_id: str, at: str, deployment: str, version: int, source: str = "provider",
+             tier: str | None = None, **usage: int) -> dict:
     tokens = {"input": 0, "cached_input": 0, "cache_write": 0, "output": 0, "reasoning": 0, **usage}
     return _event("request.attempted", request_id, at, attempt=1, deployment=deployment, provider="openai",
                   account="acme", model="gpt-sim", cost_micro=1, currency="USD", price_version=version,
-                  usage={**tokens, "source": source})
+                  usage={**tokens, "source": source, **({"service_tier": tier} if tier else {})})
 
 
 @pytest.fixture
@@ -103,6 +106,19 @@ def test_ours_against_a_provider_export_names_estimated_and_expired(con):
     out = next(r for r in rows if r.flagged)
     assert (out.provider_figure, out.ours, out.difference) == (240, 215, 25)
     assert [c.code for c in out.causes] == ["estimated_usage", "expired_holds", "expired_holds"]
+
+
+def test_an_attempt_served_at_a_tier_is_priced_at_that_tiers_prices():
+    """Ours is what the provider should bill: flex-served tokens at the flex price, the rest at the standard."""
+    rows = [_attempt("f1", "2026-11-30T10:00:00.000000Z", "d1", 2, tier="flex", input=1_000_000, output=1_000_000),
+            _attempt("s1", "2026-11-30T11:00:00.000000Z", "d1", 2, input=1_000_000)]
+    db = duckdb.connect()
+    db.register("events", pa.Table.from_pylist(rows, schema=SCHEMA))
+    db.execute(SQL.read_text())
+    ours = {r.token_type: r for r in our_usage_rows(_records(db, "our_usage"), price_of)}
+    db.close()
+    assert (ours["input"].tokens, ours["input"].cost_micro) == (2_000_000, 500_000 + 1_000_000)  # $0.50 + $1.00
+    assert (ours["output"].tokens, ours["output"].cost_micro) == (1_000_000, 1_000_000)  # flex $1/1M, not $2
 
 
 def test_rows_without_a_key_part_are_refused():
