@@ -60,8 +60,12 @@ def run_shell(warehouse: Warehouse, stdin: TextIO, stdout: TextIO, stderr: TextI
     while True:
         try:
             line = input("finance> " if not pending else "    ...> ") if interactive else stdin.readline()
-        except EOFError:
-            line = ""
+        except EOFError:  # Ctrl-D at the prompt
+            break
+        except KeyboardInterrupt:  # Ctrl-C: drop the statement being typed, keep the session
+            print(file=stdout)
+            pending = []
+            continue
         if not line and not interactive:
             break
         if interactive and line == "" and not pending:
