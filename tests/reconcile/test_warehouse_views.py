@@ -226,3 +226,41 @@ def test_views_are_re_pointed_by_the_variable(archive: Path, tmp_path: Path) -> 
     with Warehouse(archive) as wh:
         wh.query("SET VARIABLE archive_root = ?", [str(other)])
         assert wh.query("SELECT count(*) FROM events").rows[0][0] == len(month_events())
+
+
+def test_finance_shell_at_a_terminal_answers_and_ends_at_ctrl_d(archive: Path, tmp_path: Path) -> None:
+    """On a terminal (a pseudo-terminal here): the prompt, an answer, and Ctrl-D ends the session with 0."""
+    import os
+    import pty
+    import select
+    import time
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "farebox", "finance", "shell", "--archive", str(archive)],
+                            stdin=follower, stdout=follower, stderr=follower, cwd=tmp_path, close_fds=True)
+    os.close(follower)
+    seen = b""
+
+    def read_until(marker: bytes, timeout: float = 30.0) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while marker not in seen and time.monotonic() < deadline:
+            if select.select([leader], [], [], 0.2)[0]:
+                try:
+                    seen += os.read(leader, 65536)
+                except OSError:
+                    break
+        assert marker in seen, seen.decode(errors="replace")
+
+    try:
+        read_until(b"finance> ")
+        os.write(leader, b".format csv\nSELECT 40 + 2 AS answer;\n")
+        read_until(b"42")
+        seen = seen[seen.index(b"42"):]
+        read_until(b"finance> ")  # the next prompt: the shell is reading again
+        os.write(leader, b"\x04")  # Ctrl-D
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(leader)
