@@ -77,6 +77,7 @@ class OurUsage:
     price_versions: frozenset[int] = field(default_factory=frozenset)
     priced: bool = True
     invalid_tokens: int = 0
+    tier: str | None = None  # the service tier the provider served these at (None: standard)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "price_versions", frozenset(self.price_versions))
@@ -99,7 +100,8 @@ class Cause:
     """A likely cause of a flagged row: ``code`` for machines, ``detail`` with our figures for people."""
 
     code: Literal["estimated_usage", "provider_invalid_usage", "unpriced_token_type", "expired_holds",
-                  "price_version_mismatch", "provider_reports_more", "provider_reports_less", "missing_rows"]
+                  "price_version_mismatch", "provider_reports_more", "provider_reports_less", "missing_rows",
+                  "tier_mismatch"]
     detail: str
 
 
@@ -120,6 +122,7 @@ class DriftRow:
     flagged: bool
     causes: tuple[Cause, ...] = ()
     currency: str | None = None
+    tier: str | None = None  # the service tier compared, where the provider reports by tier
 
     def to_dict(self) -> dict[str, object]:
         """JSON-safe form for reports: Decimals as exact strings, the day as ``YYYY-MM-DD``."""
@@ -129,10 +132,11 @@ class DriftRow:
                 "difference": str(self.difference),
                 "percent": None if self.percent is None else str(self.percent.quantize(Decimal("0.01"))),
                 "flagged": self.flagged, "causes": [{"code": c.code, "detail": c.detail} for c in self.causes],
-                "currency": self.currency}
+                "currency": self.currency, "tier": self.tier}
 
 
-Key = tuple[str, date, str, str]  # account, day, model, token type
+Key = tuple[str, date, str, str, str | None]  # account, day, model, token type, tier (None: not reported by tier)
+STANDARD = "standard"
 
 
 def compare_tokens(provider_rows: Iterable[UsageRow], ours: Iterable[OurUsage], *,
@@ -147,22 +151,26 @@ def compare_tokens(provider_rows: Iterable[UsageRow], ours: Iterable[OurUsage], 
     theirs: dict[Key, int] = {}
     provider_of: dict[str, str] = {}
     reported: dict[tuple[str, date, str], set[str]] = {}
-    for usage in provider_rows:
-        key = (usage.account, usage.day, usage.model, usage.token_type)
+    rows_in = list(provider_rows)
+    tiered = {(u.account, u.day, u.model) for u in rows_in if u.tier is not None}
+    for usage in rows_in:
+        tier = (usage.tier or STANDARD) if (usage.account, usage.day, usage.model) in tiered else None
+        key = (usage.account, usage.day, usage.model, usage.token_type, tier)
         theirs[key] = theirs.get(key, 0) + usage.tokens
         provider_of.setdefault(usage.account, usage.provider)
         reported.setdefault((usage.account, usage.day, usage.model), set()).add(usage.token_type)
     scope = set(provider_of) | set(accounts or ())
-    mine = _fold_to_provider_grain({k: r for k, r in _index(ours).items() if r.account in scope}, reported)
+    mine = _fold_to_provider_grain({k: r for k, r in _index(ours).items() if r.account in scope}, reported, tiered)
     rows = []
-    for key in sorted(set(theirs) | set(mine)):
+    for key in sorted(set(theirs) | set(mine), key=_order):
         our = mine.get(key)
         p, o = Decimal(theirs.get(key, 0)), Decimal(our.tokens if our else 0)
         if not p and not o:
             continue
         row = _drift("tokens", provider_of.get(key[0], ""), key, p, o, threshold)
         if row.flagged:
-            causes = _usage_causes(key, [our] if our else [], p > o, unattributed_expired or {})
+            causes = _tier_causes(key, theirs, {k: Decimal(r.tokens) for k, r in mine.items()}, threshold, "tokens")
+            causes += _usage_causes(key, [our] if our else [], p > o, unattributed_expired or {})
             row = replace(row, causes=tuple(causes) or (_direction(row, "tokens"),))
         rows.append(row)
     return rows
@@ -177,10 +185,13 @@ def compare_money(provider_costs: Iterable[CostRow], ours: Iterable[OurUsage], *
     ``current_price_version``, when given, is the version that should have
     priced the day; rows priced under any other are named as a cause.
     """
-    theirs: dict[tuple[str, date, str | None, str | None], tuple[Decimal, str]] = {}
+    theirs: dict[tuple[str, date, str | None, str | None, str | None], tuple[Decimal, str]] = {}
     provider_of: dict[str, str] = {}
-    for cost in provider_costs:
-        key = (cost.account, cost.day, cost.model, cost.token_type)
+    costs = list(provider_costs)
+    tiered = {(c.account, c.day, c.model) for c in costs if c.tier is not None and c.model is not None}
+    for cost in costs:
+        tier = (cost.tier or STANDARD) if (cost.account, cost.day, cost.model) in tiered else None
+        key = (cost.account, cost.day, cost.model, cost.token_type, tier)
         amount, currency = theirs.get(key, (Decimal(0), cost.currency))
         if currency != cost.currency:
             raise DriftInputError(f"{key}: provider rows in both {currency} and {cost.currency}")
@@ -188,53 +199,63 @@ def compare_money(provider_costs: Iterable[CostRow], ours: Iterable[OurUsage], *
         provider_of.setdefault(cost.account, cost.provider)
     scope = set(provider_of) | set(accounts or ())
     typed: dict[tuple[str, date, str], set[str]] = {}
-    for account, day, model, token_type in theirs:
+    for account, day, model, token_type, _ in theirs:
         if model is not None and token_type is not None:
             typed.setdefault((account, day, model), set()).add(token_type)
     mine = list(_fold_to_provider_grain({k: r for k, r in _index(ours).items() if r.account in scope},
-                                        typed).values())
+                                        typed, tiered).values())
     covered: set[Key] = set()
     rows = []
     for key, (amount, currency) in theirs.items():
         matched = [r for r in mine if _covers(key, r)]
-        covered.update((r.account, r.day, r.model, r.token_type) for r in matched)
+        covered.update(_key_of(r) for r in matched)
         rows.append(_money_row(provider_of[key[0]], key, amount, currency, matched, threshold,
                                current_price_version, unattributed_expired or {}))
     for r in mine:
-        if (r.account, r.day, r.model, r.token_type) not in covered and r.cost_micro:
-            key = (r.account, r.day, r.model, r.token_type)
-            rows.append(_money_row(provider_of.get(r.account, ""), key, Decimal(0), r.currency, [r], threshold,
+        if _key_of(r) not in covered and r.cost_micro:
+            rows.append(_money_row(provider_of.get(r.account, ""), _key_of(r), Decimal(0), r.currency, [r], threshold,
                                    current_price_version, unattributed_expired or {}))
-    return sorted(rows, key=lambda d: (d.account, d.day, d.model or "", d.token_type or ""))
+    return sorted(rows, key=lambda d: (d.account, d.day, d.model or "", d.token_type or "", d.tier or ""))
+
+
+def _key_of(r: OurUsage) -> Key:
+    return (r.account, r.day, r.model, r.token_type, r.tier)
+
+
+def _order(key: Key) -> tuple:
+    return (*key[:4], key[4] or "")
 
 
 def _index(ours: Iterable[OurUsage]) -> dict[Key, OurUsage]:
     out: dict[Key, OurUsage] = {}
     for r in ours:
-        key = (r.account, r.day, r.model, r.token_type)
+        key = _key_of(r)
         if key in out:
-            raise DriftInputError(f"our rows repeat the key {r._key()}: aggregate them first")
+            raise DriftInputError(f"our rows repeat the key {r._key()}{'@' + r.tier if r.tier else ''}: aggregate "
+                                  "them first")
         out[key] = r
     return out
 
 
-def _fold_to_provider_grain(mine: dict[Key, OurUsage],
-                            reported: Mapping[tuple[str, date, str], set[str]]) -> dict[Key, OurUsage]:
-    """Collapse ours to model ``*`` where the provider did not group by model; fold reasoning into output."""
+def _fold_to_provider_grain(mine: dict[Key, OurUsage], reported: Mapping[tuple[str, date, str], set[str]],
+                            tiered: set[tuple[str, date, str]] = frozenset()) -> dict[Key, OurUsage]:
+    """Collapse ours to model ``*`` where the provider did not group by model; fold reasoning into output; keep
+    our tiers (standard when we record none) where the provider reports by tier, else sum over tiers."""
     ungrouped = {(acct, day) for acct, day, model in reported if model == ANY_MODEL}
     out: dict[Key, OurUsage] = {}
-    for (acct, day, model, token_type), r in mine.items():
+    for (acct, day, model, token_type, tier), r in mine.items():
         model = ANY_MODEL if (acct, day) in ungrouped else model
         types = reported.get((acct, day, model))
         if token_type == "reasoning" and types is not None and "reasoning" not in types:
             token_type = "output"
-        key = (acct, day, model, token_type)
-        out[key] = _merge(out[key], r, model, token_type) if key in out else replace(r, model=model,
-                                                                                       token_type=token_type)
+        tier = (tier or STANDARD) if (acct, day, model) in tiered else None
+        key = (acct, day, model, token_type, tier)
+        out[key] = _merge(out[key], r, model, token_type, tier) if key in out else replace(
+            r, model=model, token_type=token_type, tier=tier)
     return out
 
 
-def _merge(a: OurUsage, b: OurUsage, model: str, token_type: str) -> OurUsage:
+def _merge(a: OurUsage, b: OurUsage, model: str, token_type: str, tier: str | None) -> OurUsage:
     if a.currency != b.currency:
         raise DriftInputError(f"{a._key()}: our rows in both {a.currency} and {b.currency}")
     same_group = a.model == b.model  # the expired count is per (account, day, model): add it once per model
@@ -242,16 +263,16 @@ def _merge(a: OurUsage, b: OurUsage, model: str, token_type: str) -> OurUsage:
                     a.estimated_tokens + b.estimated_tokens,
                     max(a.expired_requests, b.expired_requests) if same_group else a.expired_requests + b.expired_requests,
                     a.cost_micro + b.cost_micro, a.currency, a.price_versions | b.price_versions, a.priced and b.priced,
-                    a.invalid_tokens + b.invalid_tokens)
+                    a.invalid_tokens + b.invalid_tokens, tier)
 
 
-def _covers(key: tuple[str, date, str | None, str | None], r: OurUsage) -> bool:
-    account, day, model, token_type = key
+def _covers(key: tuple[str, date, str | None, str | None, str | None], r: OurUsage) -> bool:
+    account, day, model, token_type, tier = key
     return (r.account == account and r.day == day and (model is None or model == r.model)
-            and (token_type is None or token_type == r.token_type))
+            and (token_type is None or token_type == r.token_type) and (tier is None or tier == r.tier))
 
 
-def _drift(measure: Literal["tokens", "money"], provider: str, key: tuple[str, date, str | None, str | None],
+def _drift(measure: Literal["tokens", "money"], provider: str, key: tuple[str, date, str | None, str | None, str | None],
            p: Decimal, o: Decimal, threshold: Decimal, currency: str | None = None) -> DriftRow:
     difference = p - o
     percent = difference / p * _HUNDRED if p else None
@@ -259,10 +280,30 @@ def _drift(measure: Literal["tokens", "money"], provider: str, key: tuple[str, d
     if measure == "money" and currency is not None and abs(difference) <= smallest_unit(currency):
         flagged = False  # within one lowest unit of the currency: rounding, not drift
     return DriftRow(measure, provider, key[0], key[1], key[2], key[3], p, o, difference, percent, flagged,
-                    currency=currency)
+                    currency=currency, tier=key[4])
 
 
-def _money_row(provider: str, key: tuple[str, date, str | None, str | None], amount: Decimal, currency: str,
+def _tier_causes(key: Key, theirs: Mapping[Key, object], ours: Mapping[Key, Decimal], threshold: Decimal,
+                 unit: str) -> list[Cause]:
+    """``tier_mismatch`` when a per-tier row is off but the same account, day, model and type agree over every
+    tier: the usage is there, billed at another tier than we recorded."""
+    if key[4] is None:
+        return []
+    same = [k for k in {*theirs, *ours} if k[:4] == key[:4]]
+    p = sum(Decimal(_figure(theirs[k])) for k in same if k in theirs)
+    o = sum(ours.get(k, Decimal(0)) for k in same)
+    if not p or abs((p - o) / p * _HUNDRED) > threshold:
+        return []
+    by_tier = ", ".join(f"{k[4]}: {_figure(theirs.get(k, 0))} against our {ours.get(k, 0)}" for k in
+                        sorted(same, key=_order))
+    return [Cause("tier_mismatch", f"over every tier the {unit} agree ({p} against our {o}); by tier {by_tier}")]
+
+
+def _figure(value: object) -> Decimal:
+    return value[0] if isinstance(value, tuple) else Decimal(value)  # type: ignore[arg-type,index]
+
+
+def _money_row(provider: str, key: tuple[str, date, str | None, str | None, str | None], amount: Decimal, currency: str,
                matched: list[OurUsage], threshold: Decimal, current: int | None,
                unattributed: Mapping[date, int]) -> DriftRow:
     for r in matched:
@@ -297,7 +338,7 @@ def _direction(row: DriftRow, unit: str) -> Cause:
                                           f"do not, or an under-report on their side")
 
 
-def _usage_causes(key: tuple[str, date, str | None, str | None], matched: list[OurUsage], provider_more: bool,
+def _usage_causes(key: tuple[str, date, str | None, str | None, str | None], matched: list[OurUsage], provider_more: bool,
                   unattributed: Mapping[date, int]) -> list[Cause]:
     """Causes visible in our own rows: estimated share, unpriced type, expired holds.
 

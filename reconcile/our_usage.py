@@ -50,11 +50,11 @@ class _Acc:
 
 def our_usage_rows(records: Iterable[Mapping[str, Any]], price_of: PriceOf) -> list[OurUsage]:
     """``our_usage`` view rows (mappings by column name) -> one ``OurUsage`` per (account, day, model, type)."""
-    acc: dict[tuple[str, date, str, str], _Acc] = {}
+    acc: dict[tuple[str, date, str, str, str], _Acc] = {}
     for i, rec in enumerate(records):
-        key = (rec["account"], rec["day"], rec["model"], rec["token_type"])
+        key = (rec["account"], rec["day"], rec["model"], rec["token_type"], rec.get("service_tier") or "")
         if any(part is None for part in key):
-            raise DriftInputError(f"our_usage row {i}: account, day, model and token_type must be set, got {key}")
+            raise DriftInputError(f"our_usage row {i}: account, day, model and token_type must be set, got {key[:4]}")
         price, fx = price_of(rec["price_version"], rec["deployment"], rec["currency"], rec.get("service_tier"))
         a = acc.setdefault(key, _Acc(currency=rec["currency"]))
         if a.currency != rec["currency"]:
@@ -72,8 +72,8 @@ def our_usage_rows(records: Iterable[Mapping[str, Any]], price_of: PriceOf) -> l
             if key[3] in _OWN_PRICE_OPTIONAL and getattr(price, key[3]) is None:
                 a.priced = False
     return [OurUsage(account, day, model, token_type, a.tokens, a.estimated, a.expired, round_up_micro(a.exact),
-                     a.currency, frozenset(a.versions), a.priced, a.invalid)
-            for (account, day, model, token_type), a in sorted(acc.items())]
+                     a.currency, frozenset(a.versions), a.priced, a.invalid, tier or None)
+            for (account, day, model, token_type, tier), a in sorted(acc.items())]
 
 
 def unattributed_expired(records: Iterable[Mapping[str, Any]]) -> dict[date, int]:

@@ -38,7 +38,7 @@ _HUNDRED = Decimal(100)
 
 Format = Literal["table", "csv", "json"]
 FORMATS: tuple[Format, ...] = ("table", "csv", "json")
-CSV_COLUMNS = ("measure", "provider", "account", "day", "model", "token_type", "provider_figure", "ours",
+CSV_COLUMNS = ("measure", "provider", "account", "day", "model", "token_type", "tier", "provider_figure", "ours",
                "difference", "percent", "flagged", "causes", "currency")
 
 
@@ -156,7 +156,7 @@ def _cells(row: DriftRow) -> dict[str, str]:
         "flagged": "yes" if row.flagged else "", "causes": causes}
 
 
-_TABLE = (("measure", "measure"), ("account", "account"), ("model", "model"), ("token_type", "type"),
+_TABLE = (("measure", "measure"), ("account", "account"), ("model", "model"), ("token_type", "type"), ("tier", "tier"),
           ("provider_figure", "provider"), ("ours", "ours"), ("difference", "difference"), ("percent", "%"),
           ("flagged", "flagged"))
 

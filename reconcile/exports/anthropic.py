@@ -78,26 +78,27 @@ def parse_anthropic_usage(pages: Pages, account: str) -> list[UsageRow]:
     sums = UsageSums(PROVIDER, account, USAGE_TYPES)
     for day, rpath, result in _results(pages):
         model = opt_text(result, "model", rpath) or _UNGROUPED_MODEL
-        sums.add(day, model, "input", count(result, "uncached_input_tokens", rpath))
-        sums.add(day, model, "cached_input", count(result, "cache_read_input_tokens", rpath, required=False))
+        tier = opt_text(result, "service_tier", rpath)  # standard, priority, batch (when grouped by it)
+        sums.add(day, model, "input", count(result, "uncached_input_tokens", rpath), tier)
+        sums.add(day, model, "cached_input", count(result, "cache_read_input_tokens", rpath, required=False), tier)
         creation = result.get("cache_creation")
         if creation is not None:
             cpath = f"{rpath}.cache_creation"
             creation = obj(creation, cpath)
             for lifetime in ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"):
-                sums.add(day, model, "cache_write", count(creation, lifetime, cpath, required=False))
-        sums.add(day, model, "output", count(result, "output_tokens", rpath))
+                sums.add(day, model, "cache_write", count(creation, lifetime, cpath, required=False), tier)
+        sums.add(day, model, "output", count(result, "output_tokens", rpath), tier)
         tools = result.get("server_tool_use")
         if tools is not None:
             tpath = f"{rpath}.server_tool_use"
             for name in obj(tools, tpath):
-                sums.add(day, model, name, count(tools, name, tpath, required=False))
+                sums.add(day, model, name, count(tools, name, tpath, required=False), tier)
     return sums.rows()
 
 
 def parse_anthropic_costs(pages: Pages, account: str) -> list[CostRow]:
     """Cost report pages -> money rows in currency units, summed per (day, model, token type, description)."""
-    sums: dict[tuple[date, str | None, str | None, str | None, str], Decimal] = {}
+    sums: dict[tuple[date, str | None, str | None, str | None, str, str | None], Decimal] = {}
     for day, rpath, result in _results(pages):
         currency = text(result, "currency", rpath).upper()
         if currency not in MINOR_UNITS:
@@ -113,8 +114,8 @@ def parse_anthropic_costs(pages: Pages, account: str) -> list[CostRow]:
         else:
             token_type = None
         description = opt_text(result, "description", rpath)
-        key = (day, model, token_type, description, currency)
+        key = (day, model, token_type, description, currency, opt_text(result, "service_tier", rpath))
         sums[key] = sums.get(key, Decimal(0)) + amount
     ordered = sorted(sums.items(), key=lambda kv: tuple("" if x is None else str(x) for x in kv[0]))
-    return [CostRow(PROVIDER, account, day, model, token_type, amount, currency, description)
-            for (day, model, token_type, description, currency), amount in ordered]
+    return [CostRow(PROVIDER, account, day, model, token_type, amount, currency, description, tier=tier)
+            for (day, model, token_type, description, currency, tier), amount in ordered]

@@ -114,17 +114,19 @@ def parse_openai_usage(pages: Pages, account: str, kind: str = "completions") ->
                 sums.add(day, model, token_type, count(result, name, rpath))
             sums.add_requests(day, model, count(result, "num_model_requests", rpath))
             continue
+        # the tier served, when the report is grouped by it (``service_tier``), else a batch's (``batch: true``)
+        tier = opt_text(result, "service_tier", rpath) or ("batch" if result.get("batch") is True else None)
         total_in = count(result, "input_tokens", rpath)
         cached = count(result, "input_cached_tokens", rpath, required=False)
         if cached > total_in:
             raise ExportParseError(f"{rpath}.input_cached_tokens",
                                    f"{cached} exceeds input_tokens {total_in}, which include them")
-        sums.add(day, model, "input", total_in - cached)
-        sums.add(day, model, "cached_input", cached)
-        sums.add(day, model, "output", count(result, "output_tokens", rpath))
+        sums.add(day, model, "input", total_in - cached, tier)
+        sums.add(day, model, "cached_input", cached, tier)
+        sums.add(day, model, "output", count(result, "output_tokens", rpath), tier)
         for audio in ("input_audio_tokens", "output_audio_tokens"):
-            sums.add(day, model, audio, count(result, audio, rpath, required=False))
-        sums.add_requests(day, model, count(result, "num_model_requests", rpath))
+            sums.add(day, model, audio, count(result, audio, rpath, required=False), tier)
+        sums.add_requests(day, model, count(result, "num_model_requests", rpath), tier)
     return sums.rows()
 
 

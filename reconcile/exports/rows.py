@@ -73,6 +73,7 @@ class UsageRow:
     token_type: str
     tokens: int
     requests: int | None = None
+    tier: str | None = None  # the service tier the provider says it served (None: the report does not say)
 
     @property
     def priced(self) -> bool:
@@ -97,6 +98,7 @@ class CostRow:
     currency: str
     description: str | None = None
     invoice: str | None = None  # the provider invoice the charge is on, where the export names it
+    tier: str | None = None  # the service tier billed (None: the report does not say)
 
 
 def load_json(raw: bytes | str | Any, where: str = "<export>") -> Any:
@@ -213,27 +215,27 @@ class UsageSums:
         self.provider = provider
         self.account = account
         self.types = types  # the priced types this report tells apart; each is emitted even when zero
-        self._tokens: dict[tuple[date, str, str], int] = {}
-        self._requests: dict[tuple[date, str], int] = {}
+        self._tokens: dict[tuple[date, str, str, str | None], int] = {}
+        self._requests: dict[tuple[date, str, str | None], int] = {}
         self._has_requests = False
 
-    def add(self, day: date, model: str, token_type: str, tokens: int) -> None:
-        key = (day, model, token_type)
+    def add(self, day: date, model: str, token_type: str, tokens: int, tier: str | None = None) -> None:
+        key = (day, model, token_type, tier)
         self._tokens[key] = self._tokens.get(key, 0) + tokens
 
-    def add_requests(self, day: date, model: str, requests: int) -> None:
+    def add_requests(self, day: date, model: str, requests: int, tier: str | None = None) -> None:
         self._has_requests = True
-        self._requests[(day, model)] = self._requests.get((day, model), 0) + requests
+        self._requests[(day, model, tier)] = self._requests.get((day, model, tier), 0) + requests
 
     def rows(self) -> list[UsageRow]:
-        """Each of ``types`` for every (day, model) seen (zeros included), other types only when non-zero."""
-        groups = {(day, model) for day, model, _ in self._tokens} | set(self._requests)
+        """Each of ``types`` for every (day, model, tier) seen (zeros included), other types only when non-zero."""
+        groups = {(day, model, tier) for day, model, _, tier in self._tokens} | set(self._requests)
         out = []
-        for day, model in sorted(groups):
-            requests = self._requests.get((day, model), 0) if self._has_requests else None
-            extra = sorted(t for d, m, t in self._tokens if (d, m) == (day, model) and t not in self.types)
+        for day, model, tier in sorted(groups, key=lambda g: (g[0], g[1], g[2] or "")):
+            requests = self._requests.get((day, model, tier), 0) if self._has_requests else None
+            extra = sorted(t for d, m, t, r in self._tokens if (d, m, r) == (day, model, tier) and t not in self.types)
             for token_type in (*self.types, *extra):
-                tokens = self._tokens.get((day, model, token_type), 0)
+                tokens = self._tokens.get((day, model, token_type, tier), 0)
                 if tokens or token_type in self.types:
-                    out.append(UsageRow(self.provider, self.account, day, model, token_type, tokens, requests))
+                    out.append(UsageRow(self.provider, self.account, day, model, token_type, tokens, requests, tier))
         return out

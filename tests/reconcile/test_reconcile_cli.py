@@ -195,9 +195,9 @@ def test_a_money_drift_is_flagged_exit_1_and_a_rerun_is_a_new_version(config, ad
     capsys.readouterr()
     assert run(config, "--format", "csv") == 1
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("measure,provider,account,day,model,token_type,provider_figure,ours")
+    assert lines[0].startswith("measure,provider,account,day,model,token_type,tier,provider_figure,ours")
     (flagged,) = [line for line in lines if ",yes," in line]
-    assert flagged == "money,openai,acct-openai,2026-11-20,gpt-4o-mini-2024-07-18,output,0.02,0.003000,0.017000," \
+    assert flagged == "money,openai,acct-openai,2026-11-20,gpt-4o-mini-2024-07-18,output,,0.02,0.003000,0.017000," \
                       "85.00,yes,provider_reports_more: the provider reports 0.017000 USD more than we recorded " \
                       "(0.02 against 0.003000),USD"  # nothing in our data explains it: the direction is the cause
     ids = [e.id for e in read_events(load_settings(config).event_log_path) if isinstance(e, ReconcileReported)]

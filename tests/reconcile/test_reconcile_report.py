@@ -97,8 +97,8 @@ def test_json_csv_and_table():
                                                                                   "estimated_usage:")]
     table = render(report, "table").splitlines()
     assert table[0] == ("reconciliation 2026-11-20: 4 rows, 1 flagged beyond 1% (acct-oai, acct-sim)")
-    assert table[1].split() == ["measure", "account", "model", "type", "provider", "ours", "difference", "%",
-                                "flagged"]
+    assert table[1].split() == ["measure", "account", "model", "type", "tier", "provider", "ours", "difference",
+                                "%", "flagged"]
     assert any(line.startswith("    cause estimated_usage: 10.00% of our 1000 tokens (100)") for line in table)
 
 
@@ -106,6 +106,6 @@ def test_usage_a_provider_reported_invalidly_is_named_as_such():
     from reconcile.drift import _usage_causes  # the causes of a flagged row, from our rows alone
 
     invalid = replace(ours("acct-sim", "output", 1000, 880_000, estimated=100), invalid_tokens=60)
-    causes = _usage_causes(("acct-sim", DAY, "m1", "output"), [invalid], True, {})
+    causes = _usage_causes(("acct-sim", DAY, "m1", "output", None), [invalid], True, {})
     assert [c.code for c in causes] == ["estimated_usage", "provider_invalid_usage"]
     assert "60 of them replace usage the provider reported invalidly" in causes[1].detail

@@ -59,7 +59,8 @@ def test_estimated_share_is_named():
     assert row.to_dict() == {
         "measure": "tokens", "provider": "openai", "account": "acme", "day": "2026-11-30", "model": M,
         "token_type": "output", "provider_figure": "1000", "ours": "800", "difference": "200", "percent": "20.00",
-        "flagged": True, "causes": [{"code": "estimated_usage", "detail": row.causes[0].detail}], "currency": None}
+        "flagged": True, "causes": [{"code": "estimated_usage", "detail": row.causes[0].detail}], "currency": None,
+        "tier": None}
 
 
 def test_a_type_we_never_price_is_flagged_with_its_cause():
@@ -198,3 +199,26 @@ def test_money_we_charged_that_no_provider_row_covers():
 def test_money_in_another_currency_is_refused():
     with pytest.raises(DriftInputError, match="ours in INR, the provider's in USD; convert first"):
         compare_money([cost("input", "0.3")], [ours("input", 1, cost_micro=1, currency="INR")])
+
+
+def test_a_provider_reporting_by_tier_is_compared_by_tier_and_a_moved_tier_is_named():
+    """Anthropic reports by service tier: ours is kept by tier (standard where we record none); a provider that
+    bills at priority what we recorded at standard is flagged on both tiers with ``tier_mismatch``, the totals
+    agreeing; a provider that does not report tiers is compared on the sum of ours."""
+    def tiered(token_type: str, tokens: int, tier: str) -> UsageRow:
+        return UsageRow("anthropic", "acme", DAY, M, token_type, tokens, None, tier)
+
+    mine = [ours("output", 700), ours("output", 300, tier="priority"), ours("input", 1000)]
+    rows = compare_tokens([tiered("output", 700, "standard"), tiered("output", 300, "priority"),
+                           tiered("input", 1000, "standard")], mine)
+    assert [(r.token_type, r.tier, r.flagged) for r in rows] == [
+        ("input", "standard", False), ("output", "priority", False), ("output", "standard", False)]
+    moved = compare_tokens([tiered("output", 600, "standard"), tiered("output", 400, "priority"),
+                            tiered("input", 1000, "standard")], mine)
+    flagged = {r.tier: r for r in moved if r.flagged}
+    assert set(flagged) == {"standard", "priority"}
+    assert all([c.code for c in r.causes] == ["tier_mismatch"] for r in flagged.values())
+    assert "over every tier the tokens agree (1000 against our 1000)" in flagged["priority"].causes[0].detail
+    untiered = compare_tokens([theirs("output", 1000), theirs("input", 1000)], mine)
+    assert [(r.token_type, r.tier, r.ours, r.flagged) for r in untiered] == [("input", None, 1000, False),
+                                                                             ("output", None, 1000, False)]

@@ -115,10 +115,11 @@ def test_an_attempt_served_at_a_tier_is_priced_at_that_tiers_prices():
     db = duckdb.connect()
     db.register("events", pa.Table.from_pylist(rows, schema=SCHEMA))
     db.execute(SQL.read_text())
-    ours = {r.token_type: r for r in our_usage_rows(_records(db, "our_usage"), price_of)}
+    ours = {(r.token_type, r.tier): r for r in our_usage_rows(_records(db, "our_usage"), price_of)}
     db.close()
-    assert (ours["input"].tokens, ours["input"].cost_micro) == (2_000_000, 500_000 + 1_000_000)  # $0.50 + $1.00
-    assert (ours["output"].tokens, ours["output"].cost_micro) == (1_000_000, 1_000_000)  # flex $1/1M, not $2
+    assert (ours[("input", "flex")].tokens, ours[("input", "flex")].cost_micro) == (1_000_000, 500_000)  # $0.50
+    assert (ours[("input", None)].tokens, ours[("input", None)].cost_micro) == (1_000_000, 1_000_000)  # $1.00
+    assert (ours[("output", "flex")].tokens, ours[("output", "flex")].cost_micro) == (1_000_000, 1_000_000)  # not $2
 
 
 def test_rows_without_a_key_part_are_refused():
