@@ -27,6 +27,7 @@ in ``ledger.lease_events``, re-rating corrections in
 
 from __future__ import annotations
 
+from ledger.archive_events import ArchiveHead
 from ledger.correction_events import RatingCorrected
 from ledger.envelope import Event
 from ledger.lease_events import LeaseEvent, LeaseExpired, LeaseGranted, LeaseRequested, LeaseReturned
@@ -61,6 +62,7 @@ __all__ = [
     "RequestSettled",
     "RequestRefused",
     "ReconcileReported",
+    "ArchiveHead",
 ]
 
 # Every event type the codec reads and writes.
@@ -78,4 +80,5 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     RequestRefused,
     ReconcileReported,
     RatingCorrected,
+    ArchiveHead,
 )

@@ -2,7 +2,7 @@
 
     farebox archiver --config PATH                       distributed: requests topic -> archive until SIGTERM
     farebox archive flush --config PATH                  embedded: archive the pending log events now
-    farebox archive verify --config PATH [--archive R] [--expect-head H]
+    farebox archive verify --config PATH [--archive R] [--expect-head H] [--publish]
                                                          every file and the manifest chain (and that the head a
                                                          second system kept is still in it); exit 0 only if intact
     farebox archive compact --config PATH [--archive R] [--before YYYY-MM-DD]
@@ -73,7 +73,8 @@ def _flush(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from streams.archive.manifest import verify
 
-    root = _root(args, _settings(args))
+    settings = _settings(args)
+    root = _root(args, settings)
     verdict = verify(root, expect_head=args.expect_head)
     if verdict.empty:
         print(f"error: the archive at {root} is empty: no manifest and no files to verify", file=sys.stderr)
@@ -82,6 +83,14 @@ def _verify(args: argparse.Namespace) -> int:
         print(line)
     for line in verdict.notes:
         print(f"note: {line}")
+    if verdict.intact and args.publish:
+        from farebox.cli.events import append_events
+        from ledger.events import ArchiveHead
+
+        event = ArchiveHead(time=datetime.now(timezone.utc), entry=verdict.head_seq, head=verdict.head,
+                            files=verdict.files)
+        spooled = asyncio.run(append_events(settings, [event], "archive"))
+        print(f"published {event.id} to the event log" + (" (spooled: Kafka was unreachable)" if spooled else ""))
     if verdict.intact:
         anchored = ", the expected head is in the chain" if args.expect_head else ""
         print(f"archive {root}: intact — {verdict.files} file(s), {verdict.entries} manifest entries, chain unbroken"
@@ -146,7 +155,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         s.add_argument("--archive", help="the archive root (default: archive.path or <state_dir>/archive)")
         if name == "verify":
             s.add_argument("--expect-head", help="a head hash published earlier (the farebox_archive_head metric, "
-                                                 "a previous verify): fail unless it is still in the chain")
+                                                 "an alert, an archive.head event): fail unless it is still in the "
+                                                 "chain")
+            s.add_argument("--publish", action="store_true", help="when intact, append an archive.head event (the "
+                                                                  "head) to the event log, for a second system")
         if name == "compact":
             s.add_argument("--before", help="compact event dates before this one, YYYY-MM-DD (default: today, "
                                             "UTC), and skip retention")

@@ -2,7 +2,7 @@
 
 Routing: request events, hold expiries, re-rating corrections
 (``rating.corrected``) and daily reconciliation reports
-(``reconcile.reported``) go to the requests topic, lease
+(``reconcile.reported``) and the archive's published head (``archive.head``) go to the requests topic, lease
 events and budget notices to the scope-entries topic, config events to the
 config topic (names are constructor arguments). The Kafka key is ``event.key``
 (team or scope; config events, which have none, use their id because the
@@ -105,7 +105,7 @@ class KafkaEventLog(SpoolReplay):
         self.bootstrap = bootstrap
         # rating.corrected (re-rating) goes with its request's events: fb.requests, keyed by team
         self._topics = {"request": requests_topic, "hold": requests_topic, "rating": requests_topic,
-                        "reconcile": requests_topic,
+                        "reconcile": requests_topic, "archive": requests_topic,
                         "lease": scope_topic, "budget": scope_topic, "config": config_topic}
         self._read_tp = TopicPartition(read_topic or requests_topic, 0)
         self._linger_ms = linger_ms

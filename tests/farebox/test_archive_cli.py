@@ -292,3 +292,24 @@ def test_housekeeper_merges_an_hour_after_its_grace_and_a_day_from_compact_hour(
     table = usable_table(root, "Asia/Kolkata")  # the per-request table of the closed days, listed in the manifest
     assert table is not None and not table.fresh
     assert main(["archive", "verify", "--config", str(config)]) == 0
+
+
+def test_verify_publish_appends_the_head_once_as_an_event(config, capsys) -> None:
+    """`verify --publish` on an intact archive: an archive.head event in the log with the head verify printed; an
+    unchanged head published again appends nothing (same id); an archive that is not intact publishes nothing."""
+    from ledger.events import ArchiveHead
+    from tests.harness import read_events
+
+    settings = load_settings(config)
+    append(settings.event_log_path, requests(10))
+    main(["archive", "flush", "--config", str(config)])
+    for _ in range(2):
+        code, out, _ = run(capsys, "archive", "verify", "--config", str(config), "--publish")
+        assert code == 0 and "published archive/head/" in out
+    heads = [e for e in read_events(settings.event_log_path) if isinstance(e, ArchiveHead)]
+    entry, head = Manifest(settings.archive_root).head()
+    assert [(e.entry, e.head) for e in heads] == [(entry, head)] and heads[0].files >= 1
+    victim = archive_files(settings.archive_root, DAY, DAY)[0]
+    victim.unlink()
+    code, out, _ = run(capsys, "archive", "verify", "--config", str(config), "--publish")
+    assert code == 1 and "published" not in out

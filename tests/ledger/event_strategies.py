@@ -63,6 +63,8 @@ def events_of(cls: type[Event]) -> st.SearchStrategy[Event]:
     }
     if cls.type == "lease.granted":
         kwargs["expires_at"] = times
+    if cls.type == "archive.head":  # a SHA-256 in lower-case hex
+        kwargs["head"] = st.binary(min_size=32, max_size=32).map(bytes.hex)
     if cls.type == "request.admitted":  # a lease funds a scope's hold: only scopes with a hold
         kwargs.pop("leases")
         return st.builds(cls, **kwargs).flatmap(
