@@ -128,7 +128,8 @@ class Warehouse:
         self.root = Path(root)
         self.tz = tz
         self.locked = locked
-        self.vouched: Vouched = vouched(self.root)
+        # given files (the per-request table's build, over files it just listed as vouched): no second check
+        self.vouched: Vouched = vouched(self.root) if files is None else Vouched(self.root, tuple(files), frozenset())
         self.files = sorted(self.vouched.files) if files is None else [Path(f) for f in files]
         if not self.files:
             left = (f"; {self.vouched.left_out} file(s) there are not vouched for by its manifest "

@@ -36,12 +36,22 @@ import io
 import re
 from collections.abc import Iterable
 from datetime import date, datetime, timezone
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import orjson
 
-from reconcile.exports.billing_text import Models, export_files, read_text, token_kind, unit_tokens, whole
+from reconcile.exports.billing_text import (
+    Models,
+    Money,
+    add_money,
+    cost_rows,
+    export_files,
+    quantity,
+    read_text,
+    token_kind,
+    unit_tokens,
+    whole,
+)
 from reconcile.exports.rows import CostRow, ExportParseError, UsageRow, UsageSums
 
 PROVIDER = "aws"
@@ -99,7 +109,7 @@ def cur_files(root: Path, day: date) -> list[Path]:
 def parse_cur(files: Iterable[Path], account: str, day: date, models: Models) -> tuple[list[UsageRow], list[CostRow]]:
     """Bedrock usage (tokens) and money of ``day`` from CUR 2.0 files; money per (model, token type, invoice)."""
     sums = UsageSums(PROVIDER, account, ())
-    money: dict[tuple[str, str, str | None, str], Decimal] = {}
+    money: Money = {}
     for path in files:
         reader = csv.DictReader(io.StringIO(read_text(path)))
         missing = set(CUR_COLUMNS) - set(reader.fieldnames or ())
@@ -114,29 +124,17 @@ def parse_cur(files: Iterable[Path], account: str, day: date, models: Models) ->
             usage_type = _REGION.sub("", row["line_item_usage_type"])
             kind = token_kind(usage_type)
             model, token_type = (models(kind[0]), kind[1]) if kind else ("*", usage_type)
-            amount = _decimal(row["line_item_usage_amount"], f"{where}.line_item_usage_amount")
+            amount = quantity(row["line_item_usage_amount"], f"{where}.line_item_usage_amount")
             if kind is not None:  # another usage type (provisioned hours, ...): money of its own, no token count
                 sums.add(day, model, token_type, whole(amount * unit_tokens(row.get("pricing_unit"), where), where))
-            cost = _decimal(row["line_item_unblended_cost"], f"{where}.line_item_unblended_cost")
+            cost = quantity(row["line_item_unblended_cost"], f"{where}.line_item_unblended_cost", signed=True)
             currency = row["line_item_currency_code"].strip().upper()
             if not currency:
                 raise ExportParseError(f"{where}.line_item_currency_code", "is empty")
-            key = (model, token_type, row.get("bill_invoice_id") or None, currency)
-            money[key] = money.get(key, Decimal(0)) + cost
-    costs = [CostRow(PROVIDER, account, day, None if model == "*" else model, token_type, amount, currency,
-                     f"invoice {invoice}" if invoice else None, invoice)
-             for (model, token_type, invoice, currency), amount in sorted(money.items(), key=lambda kv: str(kv[0]))]
-    return sums.rows(), costs
+            add_money(money, (model, token_type, row.get("bill_invoice_id") or None, currency), cost)
+    return sums.rows(), cost_rows(PROVIDER, account, day, money, "invoice")
 
 
-def _decimal(text: str | None, where: str) -> Decimal:
-    try:
-        value = Decimal((text or "").strip())
-    except InvalidOperation:
-        raise ExportParseError(where, f"must be a decimal number, got {text!r}") from None
-    if not value.is_finite():
-        raise ExportParseError(where, f"must be a finite number, got {text!r}")
-    return value
 
 
 def _time(value: object, where: str) -> datetime:

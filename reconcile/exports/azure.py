@@ -25,10 +25,20 @@ import csv
 import io
 from collections.abc import Iterable
 from datetime import date, datetime
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from reconcile.exports.billing_text import Models, export_files, read_text, token_kind, unit_tokens, whole
+from reconcile.exports.billing_text import (
+    Models,
+    Money,
+    add_money,
+    cost_rows,
+    export_files,
+    quantity,
+    read_text,
+    token_kind,
+    unit_tokens,
+    whole,
+)
 from reconcile.exports.rows import CostRow, ExportParseError, UsageRow, UsageSums
 
 PROVIDER = "azure"
@@ -46,7 +56,7 @@ def parse_cost_export(files: Iterable[Path], account: str, day: date, models: Mo
                       ) -> tuple[list[UsageRow], list[CostRow]]:
     """Azure OpenAI token usage and money of ``day`` per model and token type (money also per invoice)."""
     sums = UsageSums(PROVIDER, account, ())
-    money: dict[tuple[str, str, str | None, str], Decimal] = {}
+    money: Money = {}
     for path in files:
         reader = csv.DictReader(io.StringIO(read_text(path)))
         header = set(reader.fieldnames or ())
@@ -68,33 +78,22 @@ def parse_cost_export(files: Iterable[Path], account: str, day: date, models: Mo
                 continue
             meter = row["MeterName"].strip()
             kind = token_kind(meter)
-            quantity = _decimal(row["Quantity"], f"{where}.Quantity")
+            count = quantity(row["Quantity"], f"{where}.Quantity")
             if kind is not None:
                 model, token_type = models(kind[0]), kind[1]
-                quantity *= unit_tokens(row["UnitOfMeasure"], f"{where}.UnitOfMeasure")
-                sums.add(day, model, token_type, whole(quantity, f"{where}.Quantity"))
+                count *= unit_tokens(row["UnitOfMeasure"], f"{where}.UnitOfMeasure")
+                sums.add(day, model, token_type, whole(count, f"{where}.Quantity"))
             else:
                 model, token_type = "*", meter  # hours, transactions: money of its own, no token count
             currency = row[currency_col].strip().upper()
             if not currency:
                 raise ExportParseError(f"{where}.{currency_col}", "is empty")
             invoice = (row.get(invoice_col) or "").strip() or None if invoice_col else None
-            key = (model, token_type, invoice, currency)
-            money[key] = money.get(key, Decimal(0)) + _decimal(row[cost_col], f"{where}.{cost_col}", signed=True)
-    costs = [CostRow(PROVIDER, account, day, None if model == "*" else model, token_type, amount, currency,
-                     f"invoice {invoice}" if invoice else None, invoice)
-             for (model, token_type, invoice, currency), amount in sorted(money.items(), key=lambda kv: str(kv[0]))]
-    return sums.rows(), costs
+            add_money(money, (model, token_type, invoice, currency),
+                      quantity(row[cost_col], f"{where}.{cost_col}", signed=True))
+    return sums.rows(), cost_rows(PROVIDER, account, day, money, "invoice")
 
 
-def _decimal(text: str | None, where: str, *, signed: bool = False) -> Decimal:
-    try:
-        value = Decimal((text or "").strip())
-    except InvalidOperation:
-        raise ExportParseError(where, f"must be a decimal number, got {text!r}") from None
-    if not value.is_finite() or (value < 0 and not signed):
-        raise ExportParseError(where, f"must be a {'' if signed else 'non-negative '}number, got {text!r}")
-    return value
 
 
 def _day(text: str, where: str) -> date:

@@ -24,10 +24,13 @@ from __future__ import annotations
 import gzip
 import re
 from collections.abc import Iterable, Mapping
+from datetime import date
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
-from reconcile.exports.rows import ExportParseError
+from reconcile.exports.rows import CostRow, ExportParseError, decimal_amount
+
+Money = dict[tuple[str, str, str | None, str], Decimal]  # (model or "*", token type, invoice, currency) -> amount
 
 # keyword (a regular expression over lower-case words) -> token type; the first found wins, in this order
 KINDS: tuple[tuple[str, str], ...] = (
@@ -84,6 +87,27 @@ def whole(amount: Decimal, where: str) -> int:
     if amount < 0:
         raise ExportParseError(where, f"must not be negative, got {amount}")
     return int(amount.to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def quantity(value: object, where: str, *, signed: bool = False) -> Decimal:
+    """An export's number (decimal text, surrounding spaces allowed, or a JSON number read as Decimal), exact;
+    negative only where ``signed`` (money: credits, refunds)."""
+    amount = decimal_amount(value.strip() if isinstance(value, str) else value, where)
+    if amount < 0 and not signed:
+        raise ExportParseError(where, f"must be a non-negative number, got {value!r}")
+    return amount
+
+
+def add_money(money: Money, key: tuple[str, str, str | None, str], amount: Decimal) -> None:
+    money[key] = money.get(key, Decimal(0)) + amount
+
+
+def cost_rows(provider: str, account: str, day: date, money: Money, label: str) -> list[CostRow]:
+    """The money summed per (model, token type, invoice, currency) as cost rows in a stable order; model ``*``
+    (a charge of no model) is None; ``label`` names the invoice in the description ("invoice", "invoice month")."""
+    return [CostRow(provider, account, day, None if model == "*" else model, token_type, amount, currency,
+                    f"{label} {invoice}" if invoice else None, invoice if label == "invoice" else None)
+            for (model, token_type, invoice, currency), amount in sorted(money.items(), key=lambda kv: str(kv[0]))]
 
 
 def export_files(root: Path, patterns: Iterable[str]) -> list[Path]:

@@ -33,7 +33,18 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from reconcile.exports.billing_text import Models, export_files, read_text, token_kind, unit_tokens, whole
+from reconcile.exports.billing_text import (
+    Models,
+    Money,
+    add_money,
+    cost_rows,
+    export_files,
+    quantity,
+    read_text,
+    token_kind,
+    unit_tokens,
+    whole,
+)
 from reconcile.exports.rows import CostRow, ExportParseError, UsageRow, UsageSums
 
 PROVIDER = "google"
@@ -50,7 +61,7 @@ def parse_billing_export(files: Iterable[Path], account: str, day: date, models:
                          ) -> tuple[list[UsageRow], list[CostRow]]:
     """Token usage and net money of ``day`` per model and token type (money also per invoice month)."""
     sums = UsageSums(PROVIDER, account, ())
-    money: dict[tuple[str, str, str | None, str], Decimal] = {}
+    money: Money = {}
     for path in files:
         for n, line in enumerate(read_text(path).splitlines(), 1):
             if not line.strip():
@@ -75,24 +86,20 @@ def parse_billing_export(files: Iterable[Path], account: str, day: date, models:
             kind = token_kind(sku)
             if kind is not None:
                 model, token_type = models(kind[0]), kind[1]
-                quantity = _number(usage.get("amount"), f"{where}.usage.amount") * unit_tokens(usage.get("unit"),
-                                                                                               f"{where}.usage.unit")
-                sums.add(day, model, token_type, whole(quantity, f"{where}.usage"))
+                count = quantity(usage.get("amount"), f"{where}.usage.amount") * unit_tokens(usage.get("unit"),
+                                                                                             f"{where}.usage.unit")
+                sums.add(day, model, token_type, whole(count, f"{where}.usage"))
             else:
                 model, token_type = "*", sku  # searches, grounding, hosting: money of its own, no token count
-            cost = _number(row.get("cost"), f"{where}.cost", signed=True)
+            cost = quantity(row.get("cost"), f"{where}.cost", signed=True)
             for c, credit in enumerate(row.get("credits") or ()):
-                cost += _number((credit or {}).get("amount"), f"{where}.credits[{c}].amount", signed=True)
+                cost += quantity((credit or {}).get("amount"), f"{where}.credits[{c}].amount", signed=True)
             currency = row.get("currency")
             if not isinstance(currency, str) or not currency.strip():
                 raise ExportParseError(f"{where}.currency", f"must be a currency code, got {currency!r}")
             invoice = (row.get("invoice") or {}).get("month") if isinstance(row.get("invoice"), dict) else None
-            key = (model, token_type, str(invoice) if invoice else None, currency.strip().upper())
-            money[key] = money.get(key, Decimal(0)) + cost
-    costs = [CostRow(PROVIDER, account, day, None if model == "*" else model, token_type, amount, currency,
-                     f"invoice month {invoice}" if invoice else None)
-             for (model, token_type, invoice, currency), amount in sorted(money.items(), key=lambda kv: str(kv[0]))]
-    return sums.rows(), costs
+            add_money(money, (model, token_type, str(invoice) if invoice else None, currency.strip().upper()), cost)
+    return sums.rows(), cost_rows(PROVIDER, account, day, money, "invoice month")
 
 
 def _field(row: dict[str, Any], record: str, name: str, where: str) -> str:
@@ -103,15 +110,6 @@ def _field(row: dict[str, Any], record: str, name: str, where: str) -> str:
     return text
 
 
-def _number(value: Any, where: str, *, signed: bool = False) -> Decimal:
-    if isinstance(value, str):
-        try:
-            value = Decimal(value)
-        except ArithmeticError:
-            value = None
-    if not isinstance(value, Decimal) or not value.is_finite() or (value < 0 and not signed):
-        raise ExportParseError(where, f"must be a {'' if signed else 'non-negative '}number, got {value!r}")
-    return value
 
 
 def _time(value: Any, where: str) -> datetime:
