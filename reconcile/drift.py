@@ -12,7 +12,9 @@ of its currency (a cent of USD) is never flagged, whatever the percentage (the
 two sides round differently). Every flagged row names at least one cause
 (:class:`Cause`): the likely causes found in our own data (usage estimated
 rather than provider-reported, a provider's invalid usage, a token type farebox
-never priced, requests whose hold expired, a price version mismatch), or, when
+never priced, requests whose hold expired, a price version mismatch), a tier
+the provider billed otherwise, a price mismatch (the provider's billed quantity
+agrees with our tokens, the money does not), or, when
 our data shows none, the direction itself (``provider_reports_more``: they
 count more than we recorded; ``provider_reports_less``; ``missing_rows``: one
 side has no row at all).
@@ -40,8 +42,11 @@ from datetime import date
 from decimal import Decimal
 from typing import Literal
 
+from reconcile.drift_causes import Cause, Key, direction, listing, order, price_causes, tier_causes, usage_causes
 from reconcile.errors import InputError
-from reconcile.exports.rows import PRICED_TYPES, CostRow, UsageRow, smallest_unit
+from reconcile.exports.rows import CostRow, UsageRow, smallest_unit
+
+__all__ = ["Cause", "DriftInputError", "DriftRow", "OurUsage", "compare_money", "compare_tokens"]
 
 DEFAULT_THRESHOLD = Decimal("1")  # percent
 ANY_MODEL = "*"
@@ -96,16 +101,6 @@ class OurUsage:
 
 
 @dataclass(frozen=True, slots=True)
-class Cause:
-    """A likely cause of a flagged row: ``code`` for machines, ``detail`` with our figures for people."""
-
-    code: Literal["estimated_usage", "provider_invalid_usage", "unpriced_token_type", "expired_holds",
-                  "price_version_mismatch", "provider_reports_more", "provider_reports_less", "missing_rows",
-                  "tier_mismatch"]
-    detail: str
-
-
-@dataclass(frozen=True, slots=True)
 class DriftRow:
     """One compared key; money figures are in currency units of ``currency``, token figures are counts."""
 
@@ -135,7 +130,6 @@ class DriftRow:
                 "currency": self.currency, "tier": self.tier}
 
 
-Key = tuple[str, date, str, str, str | None]  # account, day, model, token type, tier (None: not reported by tier)
 STANDARD = "standard"
 
 
@@ -162,16 +156,16 @@ def compare_tokens(provider_rows: Iterable[UsageRow], ours: Iterable[OurUsage], 
     scope = set(provider_of) | set(accounts or ())
     mine = _fold_to_provider_grain({k: r for k, r in _index(ours).items() if r.account in scope}, reported, tiered)
     rows = []
-    for key in sorted(set(theirs) | set(mine), key=_order):
+    for key in sorted(set(theirs) | set(mine), key=order):
         our = mine.get(key)
         p, o = Decimal(theirs.get(key, 0)), Decimal(our.tokens if our else 0)
         if not p and not o:
             continue
         row = _drift("tokens", provider_of.get(key[0], ""), key, p, o, threshold)
         if row.flagged:
-            causes = _tier_causes(key, theirs, {k: Decimal(r.tokens) for k, r in mine.items()}, threshold, "tokens")
-            causes += _usage_causes(key, [our] if our else [], p > o, unattributed_expired or {})
-            row = replace(row, causes=tuple(causes) or (_direction(row, "tokens"),))
+            causes = tier_causes(key, theirs, {k: Decimal(r.tokens) for k, r in mine.items()}, threshold, "tokens")
+            causes += usage_causes(key, [our] if our else [], p > o, unattributed_expired or {})
+            row = replace(row, causes=tuple(causes) or (direction(row, "tokens"),))
         rows.append(row)
     return rows
 
@@ -185,17 +179,18 @@ def compare_money(provider_costs: Iterable[CostRow], ours: Iterable[OurUsage], *
     ``current_price_version``, when given, is the version that should have
     priced the day; rows priced under any other are named as a cause.
     """
-    theirs: dict[tuple[str, date, str | None, str | None, str | None], tuple[Decimal, str]] = {}
+    theirs: dict[tuple[str, date, str | None, str | None, str | None], tuple[Decimal, str, int | None]] = {}
     provider_of: dict[str, str] = {}
     costs = list(provider_costs)
     tiered = {(c.account, c.day, c.model) for c in costs if c.tier is not None and c.model is not None}
     for cost in costs:
         tier = (cost.tier or STANDARD) if (cost.account, cost.day, cost.model) in tiered else None
         key = (cost.account, cost.day, cost.model, cost.token_type, tier)
-        amount, currency = theirs.get(key, (Decimal(0), cost.currency))
+        amount, currency, billed = theirs.get(key, (Decimal(0), cost.currency, 0))
         if currency != cost.currency:
             raise DriftInputError(f"{key}: provider rows in both {currency} and {cost.currency}")
-        theirs[key] = (amount + cost.amount, currency)
+        billed = None if billed is None or cost.quantity is None else billed + cost.quantity
+        theirs[key] = (amount + cost.amount, currency, billed)
         provider_of.setdefault(cost.account, cost.provider)
     scope = set(provider_of) | set(accounts or ())
     typed: dict[tuple[str, date, str], set[str]] = {}
@@ -206,24 +201,20 @@ def compare_money(provider_costs: Iterable[CostRow], ours: Iterable[OurUsage], *
                                         typed, tiered).values())
     covered: set[Key] = set()
     rows = []
-    for key, (amount, currency) in theirs.items():
+    for key, (amount, currency, billed) in theirs.items():
         matched = [r for r in mine if _covers(key, r)]
         covered.update(_key_of(r) for r in matched)
         rows.append(_money_row(provider_of[key[0]], key, amount, currency, matched, threshold,
-                               current_price_version, unattributed_expired or {}))
+                               current_price_version, unattributed_expired or {}, billed))
     for r in mine:
         if _key_of(r) not in covered and r.cost_micro:
             rows.append(_money_row(provider_of.get(r.account, ""), _key_of(r), Decimal(0), r.currency, [r], threshold,
-                                   current_price_version, unattributed_expired or {}))
+                                   current_price_version, unattributed_expired or {}, None))
     return sorted(rows, key=lambda d: (d.account, d.day, d.model or "", d.token_type or "", d.tier or ""))
 
 
 def _key_of(r: OurUsage) -> Key:
     return (r.account, r.day, r.model, r.token_type, r.tier)
-
-
-def _order(key: Key) -> tuple:
-    return (*key[:4], key[4] or "")
 
 
 def _index(ours: Iterable[OurUsage]) -> dict[Key, OurUsage]:
@@ -283,29 +274,9 @@ def _drift(measure: Literal["tokens", "money"], provider: str, key: tuple[str, d
                     currency=currency, tier=key[4])
 
 
-def _tier_causes(key: Key, theirs: Mapping[Key, object], ours: Mapping[Key, Decimal], threshold: Decimal,
-                 unit: str) -> list[Cause]:
-    """``tier_mismatch`` when a per-tier row is off but the same account, day, model and type agree over every
-    tier: the usage is there, billed at another tier than we recorded."""
-    if key[4] is None:
-        return []
-    same = [k for k in {*theirs, *ours} if k[:4] == key[:4]]
-    p = sum(Decimal(_figure(theirs[k])) for k in same if k in theirs)
-    o = sum(ours.get(k, Decimal(0)) for k in same)
-    if not p or abs((p - o) / p * _HUNDRED) > threshold:
-        return []
-    by_tier = ", ".join(f"{k[4]}: {_figure(theirs.get(k, 0))} against our {ours.get(k, 0)}" for k in
-                        sorted(same, key=_order))
-    return [Cause("tier_mismatch", f"over every tier the {unit} agree ({p} against our {o}); by tier {by_tier}")]
-
-
-def _figure(value: object) -> Decimal:
-    return value[0] if isinstance(value, tuple) else Decimal(value)  # type: ignore[arg-type,index]
-
-
 def _money_row(provider: str, key: tuple[str, date, str | None, str | None, str | None], amount: Decimal, currency: str,
                matched: list[OurUsage], threshold: Decimal, current: int | None,
-               unattributed: Mapping[date, int]) -> DriftRow:
+               unattributed: Mapping[date, int], billed_tokens: int | None) -> DriftRow:
     for r in matched:
         if r.currency != currency:
             raise DriftInputError(f"{r._key()}: ours in {r.currency}, the provider's in {currency}; convert first")
@@ -313,69 +284,14 @@ def _money_row(provider: str, key: tuple[str, date, str | None, str | None, str 
     row = _drift("money", provider, key, amount, ours, threshold, currency)
     if not row.flagged:
         return row
-    causes = _usage_causes(key, matched, amount > ours, unattributed)
+    causes = price_causes(key, billed_tokens, amount, matched, currency, threshold)
+    causes += usage_causes(key, matched, amount > ours, unattributed)
     versions = frozenset().union(*(r.price_versions for r in matched)) if matched else frozenset()
     if current is not None and versions - {current}:
-        causes.append(Cause("price_version_mismatch", f"priced under version(s) {_list(versions)}; "
+        causes.append(Cause("price_version_mismatch", f"priced under version(s) {listing(versions)}; "
                                                        f"version {current} is in force"))
     elif current is None and len(versions) > 1:
-        causes.append(Cause("price_version_mismatch", f"priced under several versions: {_list(versions)}"))
-    return replace(row, causes=tuple(causes) or (_direction(row, currency),))
+        causes.append(Cause("price_version_mismatch", f"priced under several versions: {listing(versions)}"))
+    return replace(row, causes=tuple(causes) or (direction(row, currency),))
 
 
-def _direction(row: DriftRow, unit: str) -> Cause:
-    """The flagged row's direction, its cause when our data shows no other (so no flagged row is without one)."""
-    what = "tokens" if row.measure == "tokens" else "money"
-    if not row.provider_figure or not row.ours:
-        side = "the provider reports none" if not row.provider_figure else "we recorded none"
-        return Cause("missing_rows", f"{side} of this {what} where the other side has "
-                                     f"{row.ours if row.ours else row.provider_figure}")
-    if row.difference > 0:
-        return Cause("provider_reports_more", f"the provider reports {abs(row.difference)} {unit} more than we "
-                                              f"recorded ({row.provider_figure} against {row.ours})")
-    return Cause("provider_reports_less", f"the provider reports {abs(row.difference)} {unit} less than we recorded "
-                                          f"({row.provider_figure} against {row.ours}): usage we billed that they "
-                                          f"do not, or an under-report on their side")
-
-
-def _usage_causes(key: tuple[str, date, str | None, str | None, str | None], matched: list[OurUsage], provider_more: bool,
-                  unattributed: Mapping[date, int]) -> list[Cause]:
-    """Causes visible in our own rows: estimated share, unpriced type, expired holds.
-
-    Expired holds lose usage, so they are named only where the provider counts more than we do."""
-    causes: list[Cause] = []
-    tokens = sum(r.tokens for r in matched)
-    estimated = sum(r.estimated_tokens for r in matched)
-    if estimated:
-        share = Decimal(estimated) / Decimal(tokens) * _HUNDRED
-        causes.append(Cause("estimated_usage", f"{_pct(share)}% of our {tokens} tokens ({estimated}) were "
-                                               "estimated, not provider-reported"))
-    invalid = sum(r.invalid_tokens for r in matched)
-    if invalid:
-        causes.append(Cause("provider_invalid_usage", f"{invalid} of them replace usage the provider reported "
-                                                      "invalidly (negative, non-integer or beyond the request's "
-                                                      "bound; each attempt's usage_received says what it sent)"))
-    token_type = key[3]
-    unpriced = [r.token_type for r in matched if not r.priced]
-    if token_type is not None and token_type not in PRICED_TYPES:
-        causes.append(Cause("unpriced_token_type", f"the provider billed {token_type!r}, a type farebox never "
-                                                   "prices or records"))
-    elif unpriced:
-        causes.append(Cause("unpriced_token_type", f"{_list(unpriced)} had no price of its own in our price book"))
-    expired = sum({r.model: r.expired_requests for r in matched}.values())  # repeated per token type
-    if expired and provider_more:
-        causes.append(Cause("expired_holds", f"{expired} request(s) here expired before settling (pod died); "
-                                             "usage after the pod died is not in our figures"))
-    loose = unattributed.get(key[1], 0)
-    if loose and provider_more:
-        causes.append(Cause("expired_holds", f"{loose} request(s) that day expired before any attempt was "
-                                             "recorded; their account and model are unknown to us"))
-    return causes
-
-
-def _pct(value: Decimal) -> str:
-    return str(value.quantize(Decimal("0.01")))
-
-
-def _list(values: Iterable[object]) -> str:
-    return ", ".join(str(v) for v in sorted(values))  # type: ignore[type-var]

@@ -125,13 +125,15 @@ def parse_cur(files: Iterable[Path], account: str, day: date, models: Models) ->
             kind = token_kind(usage_type)
             model, token_type = (models(kind[0]), kind[1]) if kind else ("*", usage_type)
             amount = quantity(row["line_item_usage_amount"], f"{where}.line_item_usage_amount")
-            if kind is not None:  # another usage type (provisioned hours, ...): money of its own, no token count
-                sums.add(day, model, token_type, whole(amount * unit_tokens(row.get("pricing_unit"), where), where))
+            tokens = None  # another usage type (provisioned hours, ...): money of its own, no token count
+            if kind is not None:
+                tokens = whole(amount * unit_tokens(row.get("pricing_unit"), where), where)
+                sums.add(day, model, token_type, tokens)
             cost = quantity(row["line_item_unblended_cost"], f"{where}.line_item_unblended_cost", signed=True)
             currency = row["line_item_currency_code"].strip().upper()
             if not currency:
                 raise ExportParseError(f"{where}.line_item_currency_code", "is empty")
-            add_money(money, (model, token_type, row.get("bill_invoice_id") or None, currency), cost)
+            add_money(money, (model, token_type, row.get("bill_invoice_id") or None, currency), cost, tokens)
     return sums.rows(), cost_rows(PROVIDER, account, day, money, "invoice")
 
 

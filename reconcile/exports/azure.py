@@ -79,10 +79,12 @@ def parse_cost_export(files: Iterable[Path], account: str, day: date, models: Mo
             meter = row["MeterName"].strip()
             kind = token_kind(meter)
             count = quantity(row["Quantity"], f"{where}.Quantity")
+            tokens = None
             if kind is not None:
                 model, token_type = models(kind[0]), kind[1]
                 count *= unit_tokens(row["UnitOfMeasure"], f"{where}.UnitOfMeasure")
-                sums.add(day, model, token_type, whole(count, f"{where}.Quantity"))
+                tokens = whole(count, f"{where}.Quantity")
+                sums.add(day, model, token_type, tokens)
             else:
                 model, token_type = "*", meter  # hours, transactions: money of its own, no token count
             currency = row[currency_col].strip().upper()
@@ -90,7 +92,7 @@ def parse_cost_export(files: Iterable[Path], account: str, day: date, models: Mo
                 raise ExportParseError(f"{where}.{currency_col}", "is empty")
             invoice = (row.get(invoice_col) or "").strip() or None if invoice_col else None
             add_money(money, (model, token_type, invoice, currency),
-                      quantity(row[cost_col], f"{where}.{cost_col}", signed=True))
+                      quantity(row[cost_col], f"{where}.{cost_col}", signed=True), tokens)
     return sums.rows(), cost_rows(PROVIDER, account, day, money, "invoice")
 
 

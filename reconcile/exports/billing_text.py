@@ -30,7 +30,8 @@ from pathlib import Path
 
 from reconcile.exports.rows import CostRow, ExportParseError, decimal_amount
 
-Money = dict[tuple[str, str, str | None, str], Decimal]  # (model or "*", token type, invoice, currency) -> amount
+# (model or "*", token type, invoice, currency) -> (amount, tokens billed; None once any line gives none)
+Money = dict[tuple[str, str, str | None, str], tuple[Decimal, int | None]]
 
 # keyword (a regular expression over lower-case words) -> token type; the first found wins, in this order
 KINDS: tuple[tuple[str, str], ...] = (
@@ -98,16 +99,23 @@ def quantity(value: object, where: str, *, signed: bool = False) -> Decimal:
     return amount
 
 
-def add_money(money: Money, key: tuple[str, str, str | None, str], amount: Decimal) -> None:
-    money[key] = money.get(key, Decimal(0)) + amount
+def add_money(money: Money, key: tuple[str, str, str | None, str], amount: Decimal, tokens: int | None) -> None:
+    """Add one line's money and the tokens it bills (None: a line of no token count, so the sum has none)."""
+    if key not in money:
+        money[key] = (amount, tokens)
+        return
+    total, counted = money[key]
+    money[key] = (total + amount, None if counted is None or tokens is None else counted + tokens)
 
 
 def cost_rows(provider: str, account: str, day: date, money: Money, label: str) -> list[CostRow]:
     """The money summed per (model, token type, invoice, currency) as cost rows in a stable order; model ``*``
     (a charge of no model) is None; ``label`` names the invoice in the description ("invoice", "invoice month")."""
     return [CostRow(provider, account, day, None if model == "*" else model, token_type, amount, currency,
-                    f"{label} {invoice}" if invoice else None, invoice if label == "invoice" else None)
-            for (model, token_type, invoice, currency), amount in sorted(money.items(), key=lambda kv: str(kv[0]))]
+                    f"{label} {invoice}" if invoice else None, invoice if label == "invoice" else None,
+                    quantity=tokens)
+            for (model, token_type, invoice, currency), (amount, tokens) in sorted(money.items(),
+                                                                                  key=lambda kv: str(kv[0]))]
 
 
 def export_files(root: Path, patterns: Iterable[str]) -> list[Path]:

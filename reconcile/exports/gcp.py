@@ -84,11 +84,13 @@ def parse_billing_export(files: Iterable[Path], account: str, day: date, models:
             if not isinstance(usage, dict):
                 raise ExportParseError(f"{where}.usage", "must be an object")
             kind = token_kind(sku)
+            tokens = None
             if kind is not None:
                 model, token_type = models(kind[0]), kind[1]
                 count = quantity(usage.get("amount"), f"{where}.usage.amount") * unit_tokens(usage.get("unit"),
                                                                                              f"{where}.usage.unit")
-                sums.add(day, model, token_type, whole(count, f"{where}.usage"))
+                tokens = whole(count, f"{where}.usage")
+                sums.add(day, model, token_type, tokens)
             else:
                 model, token_type = "*", sku  # searches, grounding, hosting: money of its own, no token count
             cost = quantity(row.get("cost"), f"{where}.cost", signed=True)
@@ -98,7 +100,8 @@ def parse_billing_export(files: Iterable[Path], account: str, day: date, models:
             if not isinstance(currency, str) or not currency.strip():
                 raise ExportParseError(f"{where}.currency", f"must be a currency code, got {currency!r}")
             invoice = (row.get("invoice") or {}).get("month") if isinstance(row.get("invoice"), dict) else None
-            add_money(money, (model, token_type, str(invoice) if invoice else None, currency.strip().upper()), cost)
+            add_money(money, (model, token_type, str(invoice) if invoice else None, currency.strip().upper()), cost,
+                      tokens)
     return sums.rows(), cost_rows(PROVIDER, account, day, money, "invoice month")
 
 

@@ -30,10 +30,14 @@ therefore reconciles: both sides count the embedding model's input tokens.
 
 Costs, ``GET /v1/organization/costs``: the same page and bucket shape; a
 result is ``{"object": "organization.costs.result", "amount": {"value",
-"currency"}, "line_item", "project_id"}`` with ``value`` a JSON number (read
-as Decimal) and ``currency`` lower case (``"usd"``). A ``line_item`` of the
-form ``"<model>, <kind>"`` (``"gpt-4o-2024-08-06, cached input"``) gives the
-model and token type; any other line item is kept as its own unpriced type.
+"currency"}, "line_item", "project_id", "quantity"}`` with ``value`` a JSON
+number (read as Decimal) and ``currency`` lower case (``"usd"``). A
+``line_item`` of the form ``"<model>, <kind>"`` (``"gpt-4o-2024-08-06, cached
+input"``, ``"…, cache writes"``) gives the model and token type; any other line
+item is kept as its own unpriced type. ``quantity``, where given, is the units
+the line item bills (tokens for a token line item): summed per row, it lets the
+drift report tell a price mismatch (tokens agree, money does not) from a usage
+difference. A row of the key without it leaves the key's quantity unknown.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
+from reconcile.exports.billing_text import quantity, whole
 from reconcile.exports.rows import (
     CostRow,
     ExportParseError,
@@ -132,17 +137,21 @@ def parse_openai_usage(pages: Pages, account: str, kind: str = "completions") ->
 
 def parse_openai_costs(pages: Pages, account: str) -> list[CostRow]:
     """Costs pages -> money rows summed per (day, model, token type, line item), in upper-case currency."""
-    sums: dict[tuple[date, str | None, str | None, str | None, str], Decimal] = {}
+    sums: dict[tuple[date, str | None, str | None, str | None, str], tuple[Decimal, int | None]] = {}
     for day, rpath, result in _buckets(pages, "organization.costs.result"):
         amount = obj(result.get("amount"), f"{rpath}.amount")
         value = decimal_amount(amount.get("value"), f"{rpath}.amount.value")
         currency = text(amount, "currency", f"{rpath}.amount")
         line_item = opt_text(result, "line_item", rpath)
         model, token_type = _line_item(line_item)
+        billed = None if result.get("quantity") is None else whole(quantity(result["quantity"], f"{rpath}.quantity"),
+                                                                   f"{rpath}.quantity")
         key = (day, model, token_type, line_item, currency.upper())
-        sums[key] = sums.get(key, Decimal(0)) + value
-    return [CostRow(PROVIDER, account, day, model, token_type, amount, currency, line_item)
-            for (day, model, token_type, line_item, currency), amount in sorted(sums.items(), key=_cost_order)]
+        total, counted = sums.get(key, (Decimal(0), 0))
+        sums[key] = (total + value, None if counted is None or billed is None else counted + billed)
+    return [CostRow(PROVIDER, account, day, model, token_type, amount, currency, line_item, quantity=billed)
+            for (day, model, token_type, line_item, currency), (amount, billed) in sorted(sums.items(),
+                                                                                         key=_cost_order)]
 
 
 def _line_item(line_item: str | None) -> tuple[str | None, str | None]:
@@ -155,5 +164,5 @@ def _line_item(line_item: str | None) -> tuple[str | None, str | None]:
     return None, line_item
 
 
-def _cost_order(item: tuple[tuple[Any, ...], Decimal]) -> tuple[str, ...]:
+def _cost_order(item: tuple[tuple[Any, ...], object]) -> tuple[str, ...]:
     return tuple("" if part is None else str(part) for part in item[0])

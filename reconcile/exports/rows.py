@@ -87,6 +87,9 @@ class CostRow:
 
     ``model`` and ``token_type`` are None when the report was not grouped that
     finely; ``description`` keeps the provider's own label (line item, cost type).
+    ``quantity`` is the number of tokens the provider says it billed for this
+    money (OpenAI Costs ``quantity``, CUR ``line_item_usage_amount``, ...): with
+    it a money difference on agreeing tokens is told apart as a price mismatch.
     """
 
     provider: str
@@ -99,6 +102,7 @@ class CostRow:
     description: str | None = None
     invoice: str | None = None  # the provider invoice the charge is on, where the export names it
     tier: str | None = None  # the service tier billed (None: the report does not say)
+    quantity: int | None = None  # the tokens the charge bills, where the export gives them (None: it does not)
 
 
 def load_json(raw: bytes | str | Any, where: str = "<export>") -> Any:

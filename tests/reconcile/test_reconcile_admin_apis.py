@@ -44,6 +44,7 @@ def usd(tokens: int, per_million: str) -> Decimal:
 
 
 def openai_pages(model: str, tokens: dict[str, int], prices: dict[str, str]) -> dict[str, bytes]:
+    """The usage endpoints and the costs report (with each line item's billed ``quantity``) of one day."""
     def page(results: list) -> bytes:
         return json.dumps({"object": "page", "has_more": False, "next_page": None, "data": [
             {"object": "bucket", "start_time": START, "end_time": START + 86400, "results": results}]}).encode()
@@ -57,7 +58,7 @@ def openai_pages(model: str, tokens: dict[str, int], prices: dict[str, str]) -> 
         "api_key_id": None, "model": model, "batch": False}])
     out["/v1/organization/costs"] = page([
         {"object": "organization.costs.result", "amount": {"value": float(usd(tokens[k], prices[k])), "currency": "usd"},
-         "line_item": f"{model}, {label}", "project_id": "proj_a"}
+         "line_item": f"{model}, {label}", "project_id": "proj_a", "quantity": tokens[k]}
         for k, label in (("input", "input"), ("cached_input", "cached input"), ("output", "output"))])
     return out
 
@@ -161,3 +162,26 @@ def test_a_clean_day_reconciles_and_a_three_percent_under_report_is_flagged(acco
     for row in flagged.values():
         assert Decimal(row["percent"]) == Decimal("-3.09")
         assert [c["code"] for c in row["causes"]] == ["provider_reports_less"]
+
+
+@pytest.mark.parametrize("account", sorted(ACCOUNTS))
+def test_the_same_tokens_at_another_rate(account, apis, tmp_path, capsys, monkeypatch):
+    """OpenAI's costs give each line item's quantity, so a dearer rate on agreeing tokens is a price mismatch;
+    Anthropic's cost report gives no quantity, so the same case is named by its direction."""
+    source, _, model, prices = ACCOUNTS[account]
+    monkeypatch.setenv("ADMIN_KEY_FOR_TEST", KEY)
+    config = config_for(tmp_path, account, {"source": source, "admin_key_env": "ADMIN_KEY_FOR_TEST",
+                                            "base_url": apis.url})
+    record(config, account)
+    build = openai_pages if source == "openai" else anthropic_pages
+    apis.pages = build(model, TOKENS[account], dict(prices, output=str(Decimal(prices["output"]) * Decimal("1.1"))))
+    code, rows = reconcile(config, account, capsys)
+    assert code == 1
+    flagged = [r for r in rows if r["flagged"]]
+    assert [(r["measure"], r["token_type"]) for r in flagged] == [("money", "output")], flagged
+    (cause,) = flagged[0]["causes"]
+    if source == "openai":
+        assert cause["code"] == "price_mismatch"
+        assert cause["detail"].endswith("charged 11 USD per 1M against our price book's 10"), cause
+    else:
+        assert cause["code"] == "provider_reports_more"

@@ -103,7 +103,7 @@ def test_json_csv_and_table():
 
 
 def test_usage_a_provider_reported_invalidly_is_named_as_such():
-    from reconcile.drift import _usage_causes  # the causes of a flagged row, from our rows alone
+    from reconcile.drift_causes import usage_causes as _usage_causes  # the causes of a flagged row, from our rows alone
 
     invalid = replace(ours("acct-sim", "output", 1000, 880_000, estimated=100), invalid_tokens=60)
     causes = _usage_causes(("acct-sim", DAY, "m1", "output", None), [invalid], True, {})

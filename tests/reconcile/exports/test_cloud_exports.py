@@ -121,6 +121,25 @@ def test_a_clean_day_reconciles_and_a_three_percent_under_report_is_flagged(acco
         assert [c["code"] for c in row["causes"]] == ["provider_reports_less"]
 
 
+@pytest.mark.parametrize("account", sorted(CLOUDS))
+def test_the_same_tokens_billed_at_another_rate_is_a_price_mismatch(account, tmp_path, capsys):
+    """Every cloud export gives the tokens each charge bills: money off on agreeing tokens is the rate."""
+    _, _, _, tokens, prices = CLOUDS[account]
+    CLOUDS[account] = (*CLOUDS[account][:4], dict(prices, output=str(Decimal(prices["output"]) * Decimal("1.05"))))
+    try:
+        config = config_for(tmp_path, account, write_export(account, tmp_path / "dearer", tokens))
+    finally:
+        CLOUDS[account] = (*CLOUDS[account][:4], prices)
+    record(config, account)
+    code, rows = reconcile(config, account, capsys)
+    assert code == 1
+    flagged = [r for r in rows if r["flagged"]]
+    assert [(r["measure"], r["token_type"]) for r in flagged] == [("money", "output")], flagged
+    (cause,) = flagged[0]["causes"]
+    assert cause["code"] == "price_mismatch", cause
+    assert f"({tokens['output']} billed against our {tokens['output']})" in cause["detail"]
+
+
 def test_the_parsers_skip_what_is_not_model_usage_and_net_credits(tmp_path):
     _, model, billing, tokens, prices = CLOUDS["acct-retail-gemini"]
     folder = write_google(tmp_path, DAY, billing, tokens, prices, credit=Decimal("0.40"), search=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import date
 from decimal import Decimal
 
@@ -194,6 +195,23 @@ def test_money_we_charged_that_no_provider_row_covers():
     out = one(rows, "output")
     assert (out.provider_figure, out.ours, out.percent, out.flagged) == (0, Decimal("0.02"), None, True)
     assert [c.code for c in out.causes] == ["estimated_usage"]
+
+
+def test_a_billed_quantity_tells_a_price_mismatch_from_a_usage_difference():
+    """The tokens a charge bills, summed over its rows: agreeing with ours (within the threshold) makes the money
+    difference the rate; disagreeing leaves it to the usage causes; a row without a quantity makes it unknown."""
+    def billed(amount: str, *quantities: int | None) -> list[CostRow]:
+        share = Decimal(amount) / len(quantities)
+        return [replace(cost("output", str(share)), quantity=q) for q in quantities]
+
+    mine = [ours("output", 1_000_000, cost_micro=10_000_000)]  # 10 USD per 1M
+    (row,) = compare_money(billed("12", 600_000, 400_000), mine)
+    assert row.flagged and [c.code for c in row.causes] == ["price_mismatch"]
+    assert row.causes[0].detail.endswith("charged 12 USD per 1M against our price book's 10")
+    (row,) = compare_money(billed("12", 1_200_000), mine)  # more tokens billed: not the rate
+    assert [c.code for c in row.causes] == ["provider_reports_more"]
+    (row,) = compare_money(billed("12", 600_000, None), mine)
+    assert [c.code for c in row.causes] == ["provider_reports_more"]
 
 
 def test_money_in_another_currency_is_refused():
