@@ -27,6 +27,12 @@ read by ``billing_text.token_kind``; another Bedrock usage type is money of a
 type of its own, with no token count. Rows of other products, and lines that are not usage (tax,
 credits, refunds: ``line_item_line_item_type`` not ``Usage``), are not model
 charges and are skipped. Money is the CSV's decimal text, exact.
+
+CUR 2.0 in Parquet (``*.parquet``, the Data Exports default) has the same
+columns, typed: amounts and costs are doubles, the usage start a timestamp
+(UTC; a timestamp without a zone is read as UTC). A double is read through its
+shortest round-trip text (``repr``) into a Decimal, so the figure is the one
+AWS wrote, and no arithmetic is ever done on a float.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 
 import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from reconcile.exports.billing_text import (
     Models,
@@ -60,6 +68,7 @@ BEDROCK_PRODUCTS = ("AmazonBedrock", "AmazonBedrockService")
 CUR_COLUMNS = ("line_item_usage_start_date", "line_item_product_code", "line_item_line_item_type",
                "line_item_usage_type", "line_item_usage_amount", "pricing_unit", "line_item_unblended_cost",
                "line_item_currency_code")
+_CUR_OPTIONAL = ("bill_invoice_id", "line_item_usage_account_id", "line_item_iam_principal")
 _REGION = re.compile(r"^[A-Z]{2,4}\d?-")
 _LOG_FIELDS = (("input", "inputTokenCount", "input"), ("input", "cacheReadInputTokenCount", "cached_input"),
                ("input", "cacheWriteInputTokenCount", "cache_write"), ("output", "outputTokenCount", "output"))
@@ -103,7 +112,7 @@ def parse_invocation_logs(files: Iterable[Path], account: str, day: date, models
 
 def cur_files(root: Path, day: date) -> list[Path]:
     """The CUR 2.0 files of ``day``'s billing period under a local copy of the export's folder."""
-    return export_files(root, [f"**/BILLING_PERIOD={day:%Y-%m}/*.csv", f"**/BILLING_PERIOD={day:%Y-%m}/*.csv.gz"])
+    return export_files(root, [f"**/BILLING_PERIOD={day:%Y-%m}/*.{ext}" for ext in ("csv", "csv.gz", "parquet")])
 
 
 def parse_cur(files: Iterable[Path], account: str, day: date, models: Models) -> tuple[list[UsageRow], list[CostRow]]:
@@ -111,12 +120,7 @@ def parse_cur(files: Iterable[Path], account: str, day: date, models: Models) ->
     sums = UsageSums(PROVIDER, account, ())
     money: Money = {}
     for path in files:
-        reader = csv.DictReader(io.StringIO(read_text(path)))
-        missing = set(CUR_COLUMNS) - set(reader.fieldnames or ())
-        if missing:
-            raise ExportParseError(path.name, f"not a CUR 2.0 file: no column {', '.join(sorted(missing))}")
-        for n, row in enumerate(reader, 2):
-            where = f"{path.name} line {n}"
+        for where, row in _cur_lines(path):
             if row["line_item_product_code"] not in BEDROCK_PRODUCTS or row["line_item_line_item_type"] != "Usage":
                 continue
             if _time(row["line_item_usage_start_date"], f"{where}.line_item_usage_start_date").date() != day:
@@ -137,6 +141,42 @@ def parse_cur(files: Iterable[Path], account: str, day: date, models: Models) ->
     return sums.rows(), cost_rows(PROVIDER, account, day, money, "invoice")
 
 
+
+
+def _cur_lines(path: Path) -> Iterable[tuple[str, dict[str, str]]]:
+    """(where, row as text by column) of one CUR 2.0 file, CSV or Parquet; the needed columns checked first."""
+    if path.suffix == ".parquet":
+        try:
+            table = pq.read_table(path)
+        except (pa.ArrowException, OSError) as exc:
+            raise ExportParseError(path.name, f"not a readable Parquet file ({exc})") from None
+        _check_columns(path, table.column_names)
+        names = [c for c in table.column_names if c in CUR_COLUMNS or c in _CUR_OPTIONAL]
+        for n, row in enumerate(table.select(names).to_pylist(), 1):
+            yield f"{path.name} row {n}", {k: _cell(v) for k, v in row.items()}
+        return
+    reader = csv.DictReader(io.StringIO(read_text(path)))
+    _check_columns(path, reader.fieldnames or ())
+    for n, row in enumerate(reader, 2):
+        yield f"{path.name} line {n}", row
+
+
+def _check_columns(path: Path, names: Iterable[str]) -> None:
+    missing = set(CUR_COLUMNS) - set(names)
+    if missing:
+        raise ExportParseError(path.name, f"not a CUR 2.0 file: no column {', '.join(sorted(missing))}")
+
+
+def _cell(value: object) -> str:
+    """A typed Parquet cell as the CSV would carry it: a double by its shortest round-trip text, a time with its
+    offset (UTC when it has none), nothing as the empty string."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).isoformat()
+    return str(value)
 
 
 def _time(value: object, where: str) -> datetime:

@@ -18,6 +18,9 @@ from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 MILLION = Decimal(1_000_000)
 
 
@@ -36,8 +39,9 @@ _AWS_KINDS = {"input": "input-tokens", "cached_input": "cache-read-input-token-c
 
 
 def write_aws(root: Path, day: date, model_id: str, billing_name: str, tokens: Mapping[str, int],
-              prices: Mapping[str, str], *, requests: int = 4) -> tuple[Path, Path]:
-    """Invocation logs under ``root/logs`` (``requests`` records splitting the tokens) and CUR under ``root/cur``."""
+              prices: Mapping[str, str], *, requests: int = 4, parquet: bool = False) -> tuple[Path, Path]:
+    """Invocation logs under ``root/logs`` (``requests`` records splitting the tokens) and CUR under ``root/cur``
+    (gzipped CSV, or ``parquet`` with the columns typed as AWS types them: doubles and a UTC timestamp)."""
     folder = root / "logs" / "AWSLogs" / "123456789012" / "BedrockModelInvocationLogs" / "us-east-1" / \
         f"{day:%Y/%m/%d}" / "10"
     folder.mkdir(parents=True, exist_ok=True)
@@ -80,20 +84,33 @@ def write_aws(root: Path, day: date, model_id: str, billing_name: str, tokens: M
     rows.append({"line_item_line_item_type": "Usage", "line_item_product_code": "AmazonS3",
                  "line_item_usage_type": "USE1-TimedStorage-ByteHrs", "line_item_usage_amount": "12.5",
                  "pricing_unit": "GB-Mo", "line_item_unblended_rate": "0.023", "line_item_unblended_cost": "0.2875"})
+    lines = [{"identity_line_item_id": f"li-{n}", "bill_invoice_id": "EUINUS26-1234567",
+              "bill_payer_account_id": "111122223333", "line_item_usage_account_id": "123456789012",
+              "line_item_usage_start_date": start, "line_item_usage_end_date": end,
+              "line_item_operation": "InvokeModelInference", "line_item_currency_code": "USD",
+              "line_item_iam_principal": "arn:aws:iam::123456789012:role/farebox-gateway",
+              "product_region_code": "us-east-1", **row} for n, row in enumerate(rows)]
+    cur = root / "cur" / "farebox-cur" / "data" / f"BILLING_PERIOD={day:%Y-%m}"
+    cur.mkdir(parents=True, exist_ok=True)
+    if parquet:
+        typed = {name: [_typed(name, line[name]) for line in lines] for name in columns}
+        pq.write_table(pa.table(typed), cur / "farebox-cur-00001.snappy.parquet")
+        return root / "logs", root / "cur"
     out = io.StringIO()
     writer = csv.DictWriter(out, columns)
     writer.writeheader()
-    for n, row in enumerate(rows):
-        writer.writerow({"identity_line_item_id": f"li-{n}", "bill_invoice_id": "EUINUS26-1234567",
-                         "bill_payer_account_id": "111122223333", "line_item_usage_account_id": "123456789012",
-                         "line_item_usage_start_date": start, "line_item_usage_end_date": end,
-                         "line_item_operation": "InvokeModelInference", "line_item_currency_code": "USD",
-                         "line_item_iam_principal": "arn:aws:iam::123456789012:role/farebox-gateway",
-                         "product_region_code": "us-east-1", **row})
-    cur = root / "cur" / "farebox-cur" / "data" / f"BILLING_PERIOD={day:%Y-%m}"
-    cur.mkdir(parents=True, exist_ok=True)
+    writer.writerows(lines)
     (cur / "farebox-cur-00001.csv.gz").write_bytes(gzip.compress(out.getvalue().encode()))
     return root / "logs", root / "cur"
+
+
+def _typed(column: str, text: str) -> object:
+    """A CUR 2.0 cell as the Parquet export types it."""
+    if column.endswith(("_amount", "_rate", "_cost")):
+        return float(text) if text else None
+    if column.endswith("_date"):
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return text
 
 
 # --- Google Cloud ------------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from farebox.settings import load_settings
 from ledger.events import RequestAttempted
 from ledger.usage import TokenUsage
 from reconcile.errors import SourceUnavailable
+from reconcile.exports.aws import cur_files, parse_cur
 from reconcile.exports.rows import ExportParseError
 from reconcile.file_exports import read_file_export
 from reconcile.invoices import invoice_ids, invoices_path, read_invoices, record_invoices
@@ -157,6 +158,23 @@ def test_the_parsers_skip_what_is_not_model_usage_and_net_credits(tmp_path):
         Decimal("10.74")  # no tax line, no S3
     usage, _ = read_file_export("aws", "a", DAY, str(logs), str(cur), {billing: model}, [])
     assert {r.requests for r in usage} == {4}  # the logs count requests; tomorrow's record is not today's
+
+
+def test_cur_in_parquet_reads_as_the_csv_does(tmp_path):
+    """The Data Exports' Parquet CUR (doubles, a UTC timestamp) gives the very rows the CSV gives, to the cent."""
+    _, model, billing, tokens, prices = CLOUDS["acct-retail-aws"]
+    models = lambda name: model if name == billing else name  # noqa: E731
+    _, csv_root = write_aws(tmp_path / "csv", DAY, model, billing, tokens, prices)
+    _, parquet_root = write_aws(tmp_path / "parquet", DAY, model, billing, tokens, prices, parquet=True)
+    (parquet_file,) = cur_files(parquet_root, DAY)
+    assert parquet_file.suffix == ".parquet"
+    from_csv = parse_cur(cur_files(csv_root, DAY), "acct-retail-aws", DAY, models)
+    from_parquet = parse_cur([parquet_file], "acct-retail-aws", DAY, models)
+    assert from_parquet == from_csv and from_csv[0] and from_csv[1]
+    assert {c.token_type: c.amount for c in from_parquet[1]}["output"] == Decimal("9.6")
+    parquet_file.write_bytes(b"PAR1 not really")
+    with pytest.raises(ExportParseError, match="not a readable Parquet file"):
+        parse_cur([parquet_file], "acct-retail-aws", DAY, models)
 
 
 def test_a_missing_or_malformed_export_is_a_clear_error(tmp_path):
