@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SEMANTIC_STAMP := $(VENV)/.semantic-bench
 
-.PHONY: install lock services agents run run-cluster stop-cluster test bench bench-tracing bench-budget bench-distributed bench-availability bench-finance bench-finance-archive bench-sim bench-limits bench-privacy kafka-up kafka-down clean
+.PHONY: install lock services agents run run-cluster stop-cluster test bench bench-overload bench-tracing bench-budget bench-distributed bench-availability bench-finance bench-finance-archive bench-sim bench-limits bench-privacy kafka-up kafka-down clean
 
 LOCK_VENV := .lock-venv
 
@@ -75,6 +75,12 @@ test: install services agents
 ## BENCH_ARGS passes options, e.g. make bench BENCH_ARGS=--py-spy (a py-spy profile of the gateway during the run).
 bench: install
 	$(BIN)/python -m tests.bench.gateway $(BENCH_ARGS)
+
+## Past the knee: the open-loop ladder to the knee, then half the knee and twice the knee for 60 s each (admitted
+## p99 against the p99 below the knee, refusals' latency and Retry-After, client timeouts), the direct run beside.
+## BENCH_ARGS passes options, e.g. make bench-overload BENCH_ARGS="--runs 3" (medians) or "--no-shedding".
+bench-overload: install
+	$(BIN)/python -m tests.bench.overload $(BENCH_ARGS)
 
 ## The same with tracing on (every span built, none exported): compare with `make bench` for tracing's cost.
 bench-tracing: install

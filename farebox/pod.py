@@ -60,7 +60,7 @@ log = logging.getLogger("farebox")
 def options_of(settings: Settings) -> ProxyOptions:
     return ProxyOptions(
         pod_id=settings.pod_id, max_body_bytes=settings.max_body_bytes, hold_ttl_s=settings.hold_ttl_s,
-        max_in_flight=settings.max_in_flight, drain_timeout_s=settings.drain_timeout_s,
+        max_in_flight=settings.max_in_flight, overload=settings.overload, drain_timeout_s=settings.drain_timeout_s,
         auth_failures_per_minute=settings.auth_failures_per_minute, metrics_token=settings.metrics_token,
         idempotency_ttl_s=settings.idempotency_ttl_s,
         idempotency_max_answer_bytes=settings.idempotency_max_answer_bytes,

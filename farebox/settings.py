@@ -29,11 +29,13 @@ from farebox.data_settings import (
     cache_settings,
     stored_responses_settings,
 )
+from farebox.server_settings import overload_settings
 from farebox.settings_observe import OBSERVABILITY_SECTIONS, ObservabilitySettings, parse_observability
 from pricing.errors import PricingError
 from proxy.admission.wallet import WalletPolicy
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.problems import ConfigError, Problems, Reader
+from proxy.overload import OverloadSettings
 from proxy.snapshot import Snapshot
 from proxy.snapshot.secrets import SecretHosts
 
@@ -108,6 +110,7 @@ class Settings:
     hold_ttl_s: int
     sweep_interval_s: float
     max_in_flight: int  # model requests in flight; above it a fast 503 (0: no cap)
+    overload: OverloadSettings  # admission at the measured capacity; past it a fast 503 (``server.overload``)
     auth_failures_per_minute: int  # failed authentications per source address before 429s (0: no throttling)
     metrics_token: str | None = field(repr=False)  # the bearer token GET /metrics asks for (None: open)
     drain_timeout_s: float  # SIGTERM: how long open streams may finish
@@ -183,6 +186,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     hold_ttl = server.int("hold_ttl_s", 900, 1)
     sweep_interval = server.number("sweep_interval_s", 5.0, 0.05)
     max_in_flight = server.int("max_in_flight", 2000, 0)
+    overload = overload_settings(server.child("overload"))
     drain_timeout = server.number("drain_timeout_s", 25.0, 0)
     idem_ttl = server.int("idempotency_ttl_s", 86_400, 1)
     idem_max = server.int("idempotency_max_answer_bytes", 1024 * 1024, 0)
@@ -282,6 +286,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         hold_ttl_s=hold_ttl,
         sweep_interval_s=sweep_interval,
         max_in_flight=max_in_flight,
+        overload=overload,
         auth_failures_per_minute=auth_failures,
         metrics_token=metrics_token,
         drain_timeout_s=drain_timeout,

@@ -29,6 +29,7 @@ from proxy.limits import Buckets
 from proxy.limits.settler import LimitSettler
 from proxy.metering.recorder import Recorder
 from proxy.observe.metrics import Metrics
+from proxy.overload import LoadShedder, OverloadSettings
 from proxy.ports import ControlStore, Rerater
 from proxy.routing.state import RoutingState
 from proxy.snapshot import Secrets, Snapshot
@@ -42,6 +43,9 @@ class ProxyOptions:
     max_body_bytes: int = 4 * 1024 * 1024
     hold_ttl_s: int = 900
     max_in_flight: int = 2000  # model requests in flight per pod; above: fast 503 + Retry-After (0 = no cap)
+    # admission at the measured capacity (``proxy.overload``): a pod built in code sheds only when asked;
+    # ``farebox serve`` reads ``server.overload``, on by default
+    overload: OverloadSettings = OverloadSettings(enabled=False)
     drain_timeout_s: float = 25.0  # SIGTERM: how long streams may finish (below aiohttp's shutdown timeout)
     idempotency_ttl_s: int = 86_400  # how long an Idempotency-Key's stored answer is replayed
     idempotency_max_answer_bytes: int = 1024 * 1024  # larger answers are not stored (a retry runs again)
@@ -74,6 +78,7 @@ class PodState:
     drain_expired: bool = False  # drain deadline passed: end the streams still open
     watches: set[Watch] = field(default_factory=set)  # open client watches, checked by one poller
     watch_task: asyncio.Task[None] | None = None
+    shedder: LoadShedder = field(default_factory=LoadShedder)  # admission at the measured capacity
 
     def swap(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot

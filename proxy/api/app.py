@@ -36,6 +36,7 @@ from proxy.api.responses import handler as responses_handler
 from proxy.errors import AuthenticationFailed, GatewayError, NotFound, PayloadTooLarge, client_headers
 from proxy.observe.access_log import ACCESS, INFO, log_access
 from proxy.observe.metrics import CONTENT_TYPE_LATEST
+from proxy.overload import LoadShedder
 from proxy.runtime import RUNTIME, Runtime
 
 log = logging.getLogger("farebox.proxy")
@@ -199,7 +200,8 @@ async def _ended(request: web.Request, exc: GatewayError, anthropic: bool = Fals
 
 @web.middleware
 async def protection_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Pod protection: a fast 503 + Retry-After when the in-flight cap is reached or the pod is draining.
+    """Pod protection: a fast 503 + Retry-After past the measured admission rate (``proxy.overload``), at the
+    in-flight cap, or while the pod is draining.
 
     Runs before authentication and body parsing, so a full pod sheds load for
     almost nothing. Counts model requests only (``/v1/``); admin and health pass.
@@ -212,7 +214,14 @@ async def protection_middleware(request: web.Request, handler: Handler) -> web.S
         return error_response(GatewayError("This gateway pod is shutting down; retry on another.", status=503,
                                            code="server_shutting_down", headers={"Retry-After": "1", "Connection": "close"}),
                               anthropic=anthropic_surface(request))
+    if not rt.pod.shedder.admit():
+        rt.metrics.overload_refusals.labels("capacity").inc()
+        return error_response(GatewayError("This gateway pod is at the request rate it can serve; retry shortly.",
+                                           status=503, code="server_overloaded",
+                                           headers={"Retry-After": str(rt.pod.shedder.retry_after_s())}),
+                              anthropic=anthropic_surface(request))
     if cap and rt.pod.in_flight >= cap:
+        rt.metrics.overload_refusals.labels("in_flight").inc()
         return error_response(GatewayError(f"This gateway pod is at its limit of {cap} requests in flight; retry shortly.",
                                            status=503, code="server_overloaded", headers={"Retry-After": "1"}),
                               anthropic=anthropic_surface(request))
@@ -226,6 +235,26 @@ async def protection_middleware(request: web.Request, handler: Handler) -> web.S
 
 
 DRAINED = web.AppKey("drained", asyncio.Event)
+LOAD_SAMPLER = web.AppKey("load_sampler", asyncio.Task)
+
+
+async def start_load_sampler(app: web.Application) -> None:
+    """Feed the pod's shedder every tick: its timer's lateness is the loop lag (``proxy.overload``)."""
+    shedder = app[RUNTIME].pod.shedder
+
+    async def sample() -> None:
+        tick = shedder.settings.tick_s
+        while True:
+            due = time.monotonic() + tick
+            await asyncio.sleep(tick)
+            shedder.tick(time.monotonic() - due)
+
+    app[LOAD_SAMPLER] = asyncio.get_running_loop().create_task(sample(), name="load-sampler")
+
+    async def stop(_: web.Application) -> None:
+        app[LOAD_SAMPLER].cancel()
+
+    app.on_cleanup.append(stop)
 
 
 async def drain(app: web.Application) -> None:
@@ -302,6 +331,9 @@ def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSes
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
     runtime.metrics.in_flight.set_function(lambda: runtime.pod.in_flight)
+    runtime.pod.shedder = LoadShedder(runtime.options.overload)
+    runtime.metrics.state.load = runtime.pod.shedder.reading
+    app.on_startup.append(start_load_sampler)
     runtime.metrics.track_snapshot(lambda: runtime.snapshot.version)
     runtime.metrics.state.routing = runtime.routing  # breakers and retry budgets, read at scrape time
     app.router.add_post("/v1/chat/completions", chat.chat_completions)

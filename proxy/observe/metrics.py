@@ -105,6 +105,11 @@ class Metrics:
             "farebox_cost_micro", "Cost settled, in micro-units of the budget currency, by team and alias.",
             ["team", "alias"], registry=r,
         )
+        self.overload_refusals = Counter(
+            "farebox_overload_refusals", "Model requests refused at the door with a fast 503 and Retry-After: "
+            "capacity (over the admission rate the pod measured), in_flight (at server.max_in_flight).",
+            ["reason"], registry=r,
+        )
         self.fallbacks = Counter(
             "farebox_fallbacks", "Requests answered after more than one attempt (failover or hedge).",
             ["alias"], registry=r,

@@ -34,6 +34,7 @@ class PodStateCollector(Collector):
         self.archive_lag: Callable[[], tuple[int, float]] | None = None
         # archive files the last finance answer left out (not vouched for by the manifest)
         self.archive_left_out: Reader | None = None
+        self.load: Callable[[], Any] | None = None  # proxy.overload.LoadReading of this process, read by shape
 
     def describe(self) -> list:  # families vary with the wiring: nothing described up front
         return []
@@ -67,12 +68,29 @@ class PodStateCollector(Collector):
                                   "out: unlisted in the manifest, changed, or listed after a break in its chain.")
             g.add_metric([], self.archive_left_out())
             yield g
+        if self.load is not None:
+            yield from _load(self.load())
         for name, reader, what in (("farebox_lease_grants", self.lease_grants, "Budget leases granted to this pod."),
                                    ("farebox_lease_returns", self.lease_returns, "Budget leases this pod returned.")):
             if reader is not None:
                 c = CounterMetricFamily(name, what)
                 c.add_metric([], reader())
                 yield c
+
+
+def _load(reading: Any) -> Iterator:
+    """This process's event loop and admission rate (``proxy.overload``)."""
+    for name, value, what in (
+            ("farebox_loop_utilisation", reading.utilisation, "Share of the event loop thread's time on CPU, smoothed."),
+            ("farebox_loop_lag_seconds", reading.loop_lag_s, "How late the event loop runs a due timer, smoothed."),
+            ("farebox_admission_limited", 0 if reading.limit_rps is None else 1,
+             "1 while the pod admits at a measured rate and refuses the rest, else 0."),
+            ("farebox_admission_limit_rps", reading.limit_rps or 0.0,
+             "The admission rate in force while limited (0 when not limiting)."),
+            ("farebox_admitted_rps", reading.admitted_rps, "Model requests admitted per second, smoothed.")):
+        g = GaugeMetricFamily(name, what)
+        g.add_metric([], value)
+        yield g
 
 
 def _routing(state: RoutingState) -> Iterator:

@@ -159,6 +159,16 @@ def test_usage_needs_an_admin_token(env: Env) -> None:
     assert env.get("/admin/v1/usage", token=env.revoked).status_code == 401
 
 
+def test_the_door_of_the_answering_process(env: Env) -> None:
+    """GET /admin/v1/load: the serving process's loop, admission rate and refusals; admin tokens only."""
+    load = env.get("/admin/v1/load").json()
+    assert load["object"] == "gateway.load" and load["limited"] is False and load["admission_limit_rps"] is None
+    assert load["refused_total"] == 0 and load["admitted_total"] > 0 and 0 <= load["loop_utilisation"] <= 1
+    assert load["max_in_flight"] == 2000 and load["settings"]["target_utilisation"] == 0.8
+    assert load["settings"]["enabled"] is False  # the suite's stacks do not shed (tests/harness.py)
+    assert env.get("/admin/v1/load", token=env.stack.key).status_code == 401
+
+
 def test_the_page_is_static_files_under_a_strict_policy(env: Env) -> None:
     page = httpx.get(env.stack.gateway_url + "/ui/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
@@ -212,6 +222,9 @@ def test_page_shows_the_usage_apis_numbers_drills_down_and_downloads_csv(env: En
 
     assert page.locator("#kpi-spend").get_attribute("data-micro") == api["team"]["totals"]["spend_micro"]
     assert page.locator("#kpi-ttft-p95").inner_text() == f'{api["team"]["totals"]["ttft_p95_ms"]} ms'
+    assert page.locator("#door-state").inner_text() == "open"  # the door of the process that answered
+    assert page.locator("#door-refused").inner_text() == "0"
+    assert page.locator("#door-in-flight").inner_text().endswith("of 2000")
     for row in api["team"]["data"]:
         assert _cell(page, "teams-budget", row["team"], "spend_micro").get_attribute("data-micro") == row["spend_micro"]
     assert _cell(page, "teams-budget", "platform", "settled_micro").get_attribute("data-micro") == str(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from proxy.control.admin import approvals, bodies, budgets, config, keys, rerate, usage
+from proxy.control.admin import approvals, bodies, budgets, config, keys, load, rerate, usage
 
 
 def add_routes(app: web.Application) -> None:
@@ -20,3 +20,4 @@ def add_routes(app: web.Application) -> None:
     bodies.add_routes(app)
     rerate.add_routes(app)
     approvals.add_routes(app)
+    load.add_routes(app)

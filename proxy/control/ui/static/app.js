@@ -82,6 +82,11 @@ function kpis(totals) {
     ["TTFT p95", t.ttft_p95_ms != null ? `${t.ttft_p95_ms} ms` : "—", "kpi-ttft-p95"],
     ["Cache savings", money(t.cache_saved_micro ?? "0", currency), "kpi-cache"],
   ];
+  definitions(host, items);
+  $("kpi-spend").dataset.micro = t.spend_micro ?? "0";
+}
+
+function definitions(host, items) {
   for (const [label, value, id] of items) {
     const div = document.createElement("div");
     const dt = document.createElement("dt");
@@ -89,10 +94,26 @@ function kpis(totals) {
     dt.textContent = label;
     dd.textContent = value;
     dd.id = id;
-    if (id === "kpi-spend") dd.dataset.micro = t.spend_micro ?? "0";
     div.append(dt, dd);
     host.append(div);
   }
+}
+
+// The door of the gateway process that answered (GET /admin/v1/load): its event loop, and whether it is
+// admitting at a measured rate and refusing the rest with a fast 503.
+async function door() {
+  const d = await api("/admin/v1/load");
+  const host = $("door");
+  host.replaceChildren();
+  definitions(host, [
+    ["Admission", d.limited ? `limited to ${d.admission_limit_rps}/s` : "open", "door-state"],
+    ["Admitted", `${d.admitted_rps}/s`, "door-admitted"],
+    ["Refused so far", Number(d.refused_total).toLocaleString("en-US"), "door-refused"],
+    ["Event loop busy", `${Math.round(d.loop_utilisation * 100)}% (target ${Math.round(d.settings.target_utilisation * 100)}%)`, "door-loop"],
+    ["Loop lag", `${d.loop_lag_ms} ms`, "door-lag"],
+    ["In flight", `${d.in_flight} of ${d.max_in_flight || "no cap"}`, "door-in-flight"],
+  ]);
+  $("door-title").textContent = `Gateway door (pod ${d.pod}, process ${d.pid})`;
 }
 
 // Today (YYYY-MM-DD) in the budgets' time zone (the usage API's `timezone`), not the browser's: budget
@@ -284,7 +305,7 @@ async function load() {
     usageTable("models-table", "top-models", "Top models by spend", "model", r, bySpend(model.data).slice(0, 10), { compact: true });
     costPerRequest(r, day.data);
     renderDrill(r);
-    await Promise.all([events(r), keys()]);
+    await Promise.all([events(r), keys(), door()]);
     $("status").textContent = `Showing ${r.from} to ${r.to} (${team.timezone})`;
     document.body.dataset.loaded = month;
   } catch (err) {

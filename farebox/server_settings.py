@@ -1,0 +1,34 @@
+"""``server.overload``: the gateway's admission at the rate it measures it can serve (``proxy.overload``).
+
+::
+
+    server:
+      max_in_flight: 2000          # a hard cap on model requests in flight (0: none)
+      overload: {enabled: true, target_utilisation: 0.8, max_loop_lag_ms: 5, min_rate: 5, release_s: 2}
+
+Past the knee new requests get a fast 503 ``server_overloaded`` (529 on the
+Messages surface) with ``Retry-After`` before any work. The capacity is not a
+number to configure: the gateway measures its event loop's utilisation and lag
+and admits at the rate that keeps them under these targets.
+"""
+
+from __future__ import annotations
+
+from proxy.control.problems import Reader
+from proxy.overload import OverloadSettings
+
+
+def overload_settings(r: Reader) -> OverloadSettings:
+    d = OverloadSettings()
+    out = OverloadSettings(
+        enabled=r.bool("enabled", d.enabled),
+        target_utilisation=r.number("target_utilisation", d.target_utilisation, 0.05),
+        max_loop_lag_ms=r.number("max_loop_lag_ms", d.max_loop_lag_ms, 1),
+        min_rate=r.number("min_rate", d.min_rate, 1),
+        release_s=r.number("release_s", d.release_s, 0.1),
+    )
+    if out.target_utilisation > 1:
+        r.problems.add(r.at("target_utilisation"),
+                       f"must be at most 1 (a share of the event loop's one core), got {out.target_utilisation:g}")
+    r.reject_unknown()
+    return out
