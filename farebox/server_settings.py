@@ -8,8 +8,8 @@
 
 Past the knee new requests get a fast 503 ``server_overloaded`` (529 on the
 Messages surface) with ``Retry-After`` before any work. The capacity is not a
-number to configure: the gateway measures its event loop's utilisation and lag
-and admits at the rate that keeps them under these targets.
+number to configure: the gateway measures its CPU utilisation and its event
+loop's lag and admits at the rate that keeps them under these targets.
 """
 
 from __future__ import annotations
@@ -29,6 +29,6 @@ def overload_settings(r: Reader) -> OverloadSettings:
     )
     if out.target_utilisation > 1:
         r.problems.add(r.at("target_utilisation"),
-                       f"must be at most 1 (a share of the event loop's one core), got {out.target_utilisation:g}")
+                       f"must be at most 1 (a share of one core), got {out.target_utilisation:g}")
     r.reject_unknown()
     return out

@@ -4,17 +4,20 @@ Past its knee a gateway that admits everything queues without bound: every
 request's latency grows until clients time out. :class:`LoadShedder` keeps the
 event loop out of that state by measuring, every ``tick_s`` (50 ms):
 
-* the **loop utilisation**: the CPU the event-loop thread used over the last
-  ``window_ticks`` ticks divided by their wall time (``time.thread_time``: the
-  loop's own thread, so the event-log writer's and other threads' CPU does not
-  count);
+* the **utilisation**: the CPU the process used over the last ``window_ticks``
+  ticks divided by their wall time (``time.process_time``: every thread, since
+  the event-log writer's Python work holds the interpreter lock the event loop
+  needs; measured on the loop thread alone, a loop at 80% queued requests for
+  hundreds of milliseconds behind a busy writer);
 * the **loop lag**: how late the sampler's own timer fired, the smallest over
   the same window (a standing queue of ready work, not one slow callback); it
   counts only while the loop is at least half as busy as its target (a loop
   behind while idle is starved of a core by others, and refusing would not help).
 
 While both are under their targets nothing is limited and :meth:`admit` is
-one comparison. Once either is over, the shedder sets an admission rate from
+one comparison. Once either is over (or the process was saturated on the last
+two ticks: past the knee, waiting for the window would let a queue build), the
+shedder sets an admission rate from
 what it measured: the rate it admitted over the window scaled by
 ``target / utilisation`` (the rate that would have kept the loop at its
 target at the CPU per request just measured, never below half; a lag over its
@@ -49,7 +52,7 @@ class OverloadSettings:
     """``server.overload`` in the config; ``enabled`` false leaves only the in-flight cap."""
 
     enabled: bool = True
-    target_utilisation: float = 0.8  # of the event-loop thread, 0-1
+    target_utilisation: float = 0.8  # of one core, by the whole process, 0-1
     max_loop_lag_ms: float = 5.0  # the sampler's timer late by more than this on every tick of a window
     tick_s: float = 0.05
     window_ticks: int = 5  # the signals are read over this many ticks (250 ms)
@@ -74,7 +77,7 @@ class LoadShedder:
     """Token-bucket admission at a rate measured from the event loop's utilisation and lag (module docstring)."""
 
     def __init__(self, settings: OverloadSettings = OverloadSettings(),
-                 clock: Callable[[], float] = time.monotonic, cpu: Callable[[], float] = time.thread_time) -> None:
+                 clock: Callable[[], float] = time.monotonic, cpu: Callable[[], float] = time.process_time) -> None:
         self.settings = settings
         self._clock, self._cpu = clock, cpu
         now = clock()
@@ -137,6 +140,14 @@ class LoadShedder:
             self.limit = None
             return
         hot = self.utilisation > s.target_utilisation
+        recent = list(self._window)[-2:]
+        if self.limit is None and all(w[1] >= 0.95 * w[0] for w in recent):
+            # saturated on the last two ticks: act now on them, not once the window's average catches up (at
+            # twice the capacity a queue of ~0.1 s more would build while it does)
+            span = sum(w[0] for w in recent)
+            self.utilisation = min(1.0, sum(w[1] for w in recent) / span)
+            self._admitted_rate = sum(w[2] for w in recent) / span
+            hot = True
         # a loop behind while mostly idle is starved by others (a noisy neighbour), not overloaded by us
         lagging = self.lag_s * 1000 > s.max_loop_lag_ms and self.utilisation >= s.target_utilisation / 2
         if hot or lagging:

@@ -81,7 +81,7 @@ class PodStateCollector(Collector):
 def _load(reading: Any) -> Iterator:
     """This process's event loop and admission rate (``proxy.overload``)."""
     for name, value, what in (
-            ("farebox_loop_utilisation", reading.utilisation, "Share of the event loop thread's time on CPU, smoothed."),
+            ("farebox_cpu_utilisation", reading.utilisation, "Share of one core the process used (every thread), over the last 250 ms."),
             ("farebox_loop_lag_seconds", reading.loop_lag_s, "How late the event loop runs a due timer, smoothed."),
             ("farebox_admission_limited", 0 if reading.limit_rps is None else 1,
              "1 while the pod admits at a measured rate and refuses the rest, else 0."),

@@ -163,7 +163,7 @@ def test_the_door_of_the_answering_process(env: Env) -> None:
     """GET /admin/v1/load: the serving process's loop, admission rate and refusals; admin tokens only."""
     load = env.get("/admin/v1/load").json()
     assert load["object"] == "gateway.load" and load["limited"] is False and load["admission_limit_rps"] is None
-    assert load["refused_total"] == 0 and load["admitted_total"] > 0 and 0 <= load["loop_utilisation"] <= 1
+    assert load["refused_total"] == 0 and load["admitted_total"] > 0 and 0 <= load["cpu_utilisation"] <= 1
     assert load["max_in_flight"] == 2000 and load["settings"]["target_utilisation"] == 0.8
     assert load["settings"]["enabled"] is False  # the suite's stacks do not shed (tests/harness.py)
     assert env.get("/admin/v1/load", token=env.stack.key).status_code == 401

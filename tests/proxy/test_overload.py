@@ -76,6 +76,14 @@ def test_past_its_target_it_admits_at_the_rate_that_keeps_the_loop_there() -> No
     assert s.refused_total == refused and s.retry_after_s() == 1
 
 
+def test_two_saturated_ticks_are_enough_to_start_limiting() -> None:
+    m = Machine()
+    s = shedder(m)
+    m.run(s, ticks=10, busy=0.3, arrivals_per_tick=10)
+    m.run(s, ticks=2, busy=1.0, arrivals_per_tick=40)  # the window's average is still under the target
+    assert s.limit == pytest.approx(800 * 0.8, rel=0.02)
+
+
 def test_the_limit_grows_back_and_is_lifted_after_a_quiet_spell() -> None:
     m = Machine()
     s = shedder(m, release_s=1.0)
@@ -144,7 +152,7 @@ async def test_past_the_rate_a_request_is_refused_at_once_with_retry_after(path,
         assert no_key.status == status
         metrics = await (await client.get("/metrics")).text()
         assert 'farebox_overload_refusals_total{reason="capacity"} 2.0' in metrics
-        assert "farebox_loop_utilisation" in metrics and "farebox_admission_limited" in metrics
+        assert "farebox_cpu_utilisation" in metrics and "farebox_admission_limited" in metrics
         assert (await client.get("/health")).status == 200  # only model requests are shed
     finally:
         await client.close()

@@ -2,8 +2,8 @@
 
     GET /admin/v1/load                        admin, finance, auditor
 
-What the process serving the call measured last: the event loop's utilisation
-and lag, the admission rate in force (null while not limiting), the requests
+What the process serving the call measured last: its CPU utilisation (a share
+of one core) and its event loop's lag, the admission rate in force (null while not limiting), the requests
 admitted per second, the refusals so far (at the measured rate, and at
 ``server.max_in_flight``), the requests in flight, and the settings. Under
 ``farebox serve --workers N`` each process sheds for itself: the answer names
@@ -28,7 +28,7 @@ async def get_load(request: web.Request) -> web.Response:
     settings = shedder.settings
     return web.json_response({
         "object": "gateway.load", "pod": rt.options.pod_id, "pid": os.getpid(),
-        "loop_utilisation": round(reading.utilisation, 4), "loop_lag_ms": round(reading.loop_lag_s * 1000, 3),
+        "cpu_utilisation": round(reading.utilisation, 4), "loop_lag_ms": round(reading.loop_lag_s * 1000, 3),
         "limited": reading.limit_rps is not None,
         "admission_limit_rps": None if reading.limit_rps is None else round(reading.limit_rps, 1),
         "admitted_rps": round(reading.admitted_rps, 1), "admitted_total": reading.admitted_total,

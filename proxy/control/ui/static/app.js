@@ -99,7 +99,7 @@ function definitions(host, items) {
   }
 }
 
-// The door of the gateway process that answered (GET /admin/v1/load): its event loop, and whether it is
+// The door of the gateway process that answered (GET /admin/v1/load): its CPU and event loop, and whether it is
 // admitting at a measured rate and refusing the rest with a fast 503.
 async function door() {
   const d = await api("/admin/v1/load");
@@ -109,7 +109,7 @@ async function door() {
     ["Admission", d.limited ? `limited to ${d.admission_limit_rps}/s` : "open", "door-state"],
     ["Admitted", `${d.admitted_rps}/s`, "door-admitted"],
     ["Refused so far", Number(d.refused_total).toLocaleString("en-US"), "door-refused"],
-    ["Event loop busy", `${Math.round(d.loop_utilisation * 100)}% (target ${Math.round(d.settings.target_utilisation * 100)}%)`, "door-loop"],
+    ["CPU busy", `${Math.round(d.cpu_utilisation * 100)}% of a core (target ${Math.round(d.settings.target_utilisation * 100)}%)`, "door-cpu"],
     ["Loop lag", `${d.loop_lag_ms} ms`, "door-lag"],
     ["In flight", `${d.in_flight} of ${d.max_in_flight || "no cap"}`, "door-in-flight"],
   ]);

@@ -1,0 +1,3 @@
+module farebox/bench/loadgen
+
+go 1.26
