@@ -2,7 +2,7 @@
 
 Past its knee a gateway that admits everything queues without bound: every
 request's latency grows until clients time out. :class:`LoadShedder` keeps the
-event loop out of that state by measuring, every ``tick_s`` (50 ms):
+event loop out of that state by measuring, every ``tick_s`` (20 ms):
 
 * the **utilisation**: the CPU the process used over the last ``window_ticks``
   ticks divided by their wall time (``time.process_time``: every thread, since
@@ -16,7 +16,7 @@ event loop out of that state by measuring, every ``tick_s`` (50 ms):
 
 While both are under their targets nothing is limited and :meth:`admit` is
 one comparison. Once either is over (or the process was saturated on the last
-two ticks: past the knee, waiting for the window would let a queue build), the
+three ticks: past the knee, waiting for the window would let a queue build), the
 shedder sets an admission rate from
 what it measured: the rate it admitted over the window scaled by
 ``target / utilisation`` (the rate that would have kept the loop at its
@@ -54,8 +54,9 @@ class OverloadSettings:
     enabled: bool = True
     target_utilisation: float = 0.8  # of one core, by the whole process, 0-1
     max_loop_lag_ms: float = 5.0  # the sampler's timer late by more than this on every tick of a window
-    tick_s: float = 0.05
-    window_ticks: int = 5  # the signals are read over this many ticks (250 ms)
+    tick_s: float = 0.02
+    window_ticks: int = 12  # the signals are read over this many ticks (240 ms)
+    saturated_ticks: int = 3  # this many ticks in a row at >= 95% CPU start limiting at once
     burst_s: float = 0.05  # the token bucket holds this many seconds of the admission rate
     release_s: float = 2.0  # this long limiting with no refusal: the limit is lifted
     min_rate: float = 5.0  # requests/s always admitted, however loaded
@@ -95,12 +96,18 @@ class LoadShedder:
         self.refused_total = 0
 
     def admit(self) -> bool:
-        """Whether to serve a new request now; counts it either way."""
+        """Whether to serve a new request now; counts it either way.
+
+        A sampler tick overdue by more than one tick means the loop is behind (its timer cannot fire): the
+        request that noticed takes the sample itself, so a sudden surge is met within a tick or two, not once
+        the loop gets round to the timer."""
+        now = self._clock()
+        if now - self._last_tick > 2 * self.settings.tick_s:
+            self.tick(now - self._last_tick - self.settings.tick_s)
         if self.limit is None:
             self._admitted_tick += 1
             self.admitted_total += 1
             return True
-        now = self._clock()
         cap = max(1.0, self.limit * self.settings.burst_s)
         self._tokens = min(cap, self._tokens + (now - self._refill_at) * self.limit)
         self._refill_at = now
@@ -140,10 +147,11 @@ class LoadShedder:
             self.limit = None
             return
         hot = self.utilisation > s.target_utilisation
-        recent = list(self._window)[-2:]
-        if self.limit is None and all(w[1] >= 0.95 * w[0] for w in recent):
-            # saturated on the last two ticks: act now on them, not once the window's average catches up (at
-            # twice the capacity a queue of ~0.1 s more would build while it does)
+        recent = list(self._window)[-s.saturated_ticks:]
+        if len(recent) == s.saturated_ticks and all(w[1] >= 0.95 * w[0] for w in recent):
+            # saturated on the last ticks: act on them, not on the window's average, which lags (at twice the
+            # capacity what is admitted meanwhile is a queue the admitted requests wait behind); while it stays
+            # saturated the limit keeps falling, a fifth a tick
             span = sum(w[0] for w in recent)
             self.utilisation = min(1.0, sum(w[1] for w in recent) / span)
             self._admitted_rate = sum(w[2] for w in recent) / span
