@@ -15,8 +15,9 @@ event loop out of that state by measuring, every ``tick_s`` (20 ms):
   behind while idle is starved of a core by others, and refusing would not help).
 
 While both are under their targets nothing is limited and :meth:`admit` is
-one comparison. Once either is over (or the process was saturated on the last
-three ticks: past the knee, waiting for the window would let a queue build), the
+one comparison. Once either is over (or the event-loop thread itself was on CPU
+through the last three ticks: past the knee, waiting for the window would let a
+queue build), the
 shedder sets an admission rate from
 what it measured: the rate it admitted over the window scaled by
 ``target / utilisation`` (the rate that would have kept the loop at its
@@ -78,12 +79,14 @@ class LoadShedder:
     """Token-bucket admission at a rate measured from the event loop's utilisation and lag (module docstring)."""
 
     def __init__(self, settings: OverloadSettings = OverloadSettings(),
-                 clock: Callable[[], float] = time.monotonic, cpu: Callable[[], float] = time.process_time) -> None:
+                 clock: Callable[[], float] = time.monotonic, cpu: Callable[[], float] = time.process_time,
+                 loop_cpu: Callable[[], float] = time.thread_time) -> None:
         self.settings = settings
-        self._clock, self._cpu = clock, cpu
+        self._clock, self._cpu, self._loop_cpu = clock, cpu, loop_cpu
         now = clock()
-        self._last_tick, self._last_cpu = now, cpu()
-        self._window: deque[tuple[float, float, int, float]] = deque()  # (wall, cpu, admitted, lag) per tick
+        self._last_tick, self._last_cpu, self._last_loop_cpu = now, cpu(), loop_cpu()
+        # (wall, process cpu, admitted, lag, loop-thread cpu) per tick
+        self._window: deque[tuple[float, float, int, float, float]] = deque()
         self.utilisation = 0.0
         self.lag_s = 0.0
         self.limit: float | None = None
@@ -131,12 +134,13 @@ class LoadShedder:
         the lag its smallest sample (a standing queue, not one stall: a single slow callback or a moment without
         a core is no reason to refuse anyone)."""
         s = self.settings
-        now, cpu = self._clock(), self._cpu()
+        now, cpu, loop_cpu = self._clock(), self._cpu(), self._loop_cpu()
         wall = now - self._last_tick
         if wall <= 0:
             return
-        self._window.append((wall, cpu - self._last_cpu, self._admitted_tick, max(0.0, lag_s)))
-        self._last_tick, self._last_cpu, self._admitted_tick = now, cpu, 0
+        self._window.append((wall, cpu - self._last_cpu, self._admitted_tick, max(0.0, lag_s),
+                             loop_cpu - self._last_loop_cpu))
+        self._last_tick, self._last_cpu, self._last_loop_cpu, self._admitted_tick = now, cpu, loop_cpu, 0
         if len(self._window) > s.window_ticks:
             self._window.popleft()
         span = sum(w[0] for w in self._window)
@@ -148,8 +152,9 @@ class LoadShedder:
             return
         hot = self.utilisation > s.target_utilisation
         recent = list(self._window)[-s.saturated_ticks:]
-        if len(recent) == s.saturated_ticks and all(w[1] >= 0.95 * w[0] for w in recent):
-            # saturated on the last ticks: act on them, not on the window's average, which lags (at twice the
+        if len(recent) == s.saturated_ticks and all(w[4] >= 0.95 * w[0] for w in recent):
+            # the loop thread itself saturated on the last ticks (the process's CPU can reach a core with two
+            # threads half busy, so it is not the test here): act on them, not on the window's average, which lags (at twice the
             # capacity what is admitted meanwhile is a queue the admitted requests wait behind); while it stays
             # saturated the limit keeps falling, a fifth a tick
             span = sum(w[0] for w in recent)

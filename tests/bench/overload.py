@@ -199,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--serve-args", default="", help="extra farebox serve arguments, e.g. '--workers 2'")
     ap.add_argument("--ladder-only", action="store_true", help="the whole ladder, no stop at the knee, no 2x run")
     ap.add_argument("--json", type=Path, default=OUT_JSON)
+    ap.add_argument("--target", type=float, default=None, help="server.overload.target_utilisation (default: "
+                    "the gateway's own default)")
     ap.add_argument("--no-shedding", action="store_true", help="server.overload.enabled false: the gateway "
                     "admits everything (up to max_in_flight), to compare")
     args = ap.parse_args(argv)
@@ -208,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.no_shedding:
         OVERLOAD["enabled"] = False
+    if args.target is not None:
+        OVERLOAD["target_utilisation"] = args.target
 
     runs = []
     for n in range(args.runs):

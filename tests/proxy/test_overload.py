@@ -48,7 +48,8 @@ class Machine:
 
 
 def shedder(machine: Machine, **settings: object) -> LoadShedder:
-    return LoadShedder(OverloadSettings(**settings), clock=lambda: machine.now, cpu=lambda: machine.cpu)
+    return LoadShedder(OverloadSettings(**settings), clock=lambda: machine.now, cpu=lambda: machine.cpu,
+                       loop_cpu=lambda: machine.cpu)  # one thread: the loop's CPU is the process's
 
 
 def test_serve_sheds_by_default_a_pod_built_in_code_only_when_asked() -> None:
