@@ -15,12 +15,31 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from reconcile.exports.rows import PRICED_TYPES
 
-if TYPE_CHECKING:
-    from reconcile.drift import DriftRow, OurUsage
+
+class Ours(Protocol):
+    """What the causes read of ``reconcile.drift.OurUsage`` (by shape: drift imports this module)."""
+
+    model: str
+    token_type: str
+    tokens: int
+    estimated_tokens: int
+    invalid_tokens: int
+    expired_requests: int
+    cost_micro: int
+    priced: bool
+
+
+class Compared(Protocol):
+    """What ``direction`` reads of a ``reconcile.drift.DriftRow``."""
+
+    measure: str
+    provider_figure: Decimal
+    ours: Decimal
+    difference: Decimal
 
 Key = tuple[str, date, str, str, str | None]  # account, day, model, token type, tier (None: not reported by tier)
 _HUNDRED = Decimal(100)
@@ -62,7 +81,7 @@ def _figure(value: object) -> Decimal:
     return value[0] if isinstance(value, tuple) else Decimal(value)  # type: ignore[arg-type,index]
 
 
-def direction(row: DriftRow, unit: str) -> Cause:
+def direction(row: Compared, unit: str) -> Cause:
     """The flagged row's direction, its cause when our data shows no other (so no flagged row is without one)."""
     what = "tokens" if row.measure == "tokens" else "money"
     if not row.provider_figure or not row.ours:
@@ -77,7 +96,7 @@ def direction(row: DriftRow, unit: str) -> Cause:
                                           f"do not, or an under-report on their side")
 
 
-def usage_causes(key: tuple[str, date, str | None, str | None, str | None], matched: list[OurUsage], provider_more: bool,
+def usage_causes(key: tuple[str, date, str | None, str | None, str | None], matched: list[Ours], provider_more: bool,
                   unattributed: Mapping[date, int]) -> list[Cause]:
     """Causes visible in our own rows: estimated share, unpriced type, expired holds.
 
@@ -121,7 +140,7 @@ def listing(values: Iterable[object]) -> str:
 
 
 def price_causes(key: tuple[str, date, str | None, str | None, str | None], billed_tokens: int | None,
-                 amount: Decimal, matched: list[OurUsage], currency: str, threshold: Decimal) -> list[Cause]:
+                 amount: Decimal, matched: list[Ours], currency: str, threshold: Decimal) -> list[Cause]:
     """``price_mismatch`` when the provider says how many tokens the money bills and they agree with ours (within
     the threshold): the difference is then the rate, given per million tokens on both sides."""
     if billed_tokens is None or key[3] is None or key[3] not in PRICED_TYPES or not billed_tokens:
