@@ -14,19 +14,18 @@ event loop out of that state by measuring, every ``tick_s`` (20 ms):
   counts only while the loop is at least half as busy as its target (a loop
   behind while idle is starved of a core by others, and refusing would not help).
 
-While both are under their targets nothing is limited and :meth:`admit` is
-one comparison. Once either is over (or the event-loop thread itself was on CPU
-through the last three ticks: past the knee, waiting for the window would let a
-queue build), the
-shedder sets an admission rate from
-what it measured: the rate it admitted over the window scaled by
-``target / utilisation`` (the rate that would have kept the loop at its
-target at the CPU per request just measured, never below half; a lag over its
-target cuts a further 20%), and from then on admits through a token bucket of that
-rate (a burst of ``burst_s`` worth). While limiting and under target the rate
-grows (at most 5% a tick); after ``release_s`` with no refusal the limit is
-lifted. So the capacity is measured, not configured: it follows the request
-mix, the machine and whatever else shares the cores.
+While both are under their targets nothing is limited and :meth:`admit` costs
+a clock read and a comparison. Once either is over (or the event-loop thread
+itself was on CPU through the last three ticks: past the knee, waiting for the
+window would let a queue build), the shedder sets an admission rate from what
+it measured: the rate it admitted scaled by ``target / utilisation`` (the rate
+that would have kept the process at its target at the CPU per request just
+measured, never below half; a lag over its target cuts a further 20%), and
+from then on admits through a token bucket of that rate (a burst of ``burst_s``
+worth). While limiting and under target the rate grows (at most 5% a tick);
+after ``release_s`` with no refusal the limit is lifted. So the capacity is
+measured, not configured: it follows the request mix, the machine and whatever
+else shares the cores.
 
 A refused request costs almost nothing: the caller answers it with a 503
 (``server_overloaded``, Anthropic's 529 on that surface) and ``Retry-After``
@@ -153,10 +152,10 @@ class LoadShedder:
         hot = self.utilisation > s.target_utilisation
         recent = list(self._window)[-s.saturated_ticks:]
         if len(recent) == s.saturated_ticks and all(w[4] >= 0.95 * w[0] for w in recent):
-            # the loop thread itself saturated on the last ticks (the process's CPU can reach a core with two
-            # threads half busy, so it is not the test here): act on them, not on the window's average, which lags (at twice the
-            # capacity what is admitted meanwhile is a queue the admitted requests wait behind); while it stays
-            # saturated the limit keeps falling, a fifth a tick
+            # the loop thread itself saturated on the last ticks (the process's CPU reaches a core with two
+            # threads half busy, so it is not the test here): act on those ticks, not on the window's average,
+            # which lags (past the knee what is admitted meanwhile is a queue the admitted requests wait
+            # behind); while the saturation lasts the limit keeps falling, a fifth a tick
             span = sum(w[0] for w in recent)
             self.utilisation = min(1.0, sum(w[1] for w in recent) / span)
             self._admitted_rate = sum(w[2] for w in recent) / span
