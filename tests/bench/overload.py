@@ -208,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
 
     build_loadgen()
 
+    OVERLOAD.clear()
     if args.no_shedding:
         OVERLOAD["enabled"] = False
     if args.target is not None:
