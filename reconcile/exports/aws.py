@@ -58,6 +58,7 @@ from reconcile.exports.billing_text import (
     read_text,
     token_kind,
     unit_tokens,
+    utc_time,
     whole,
 )
 from reconcile.exports.rows import CostRow, ExportParseError, UsageRow, UsageSums
@@ -93,7 +94,7 @@ def parse_invocation_logs(files: Iterable[Path], account: str, day: date, models
                 raise ExportParseError(where, f"not JSON ({exc})") from None
             if not isinstance(record, dict) or record.get("schemaType") != "ModelInvocationLog":
                 raise ExportParseError(where, "not a ModelInvocationLog record")
-            when = _time(record.get("timestamp"), f"{where}.timestamp")
+            when = utc_time(record.get("timestamp"), f"{where}.timestamp")
             if when.date() != day:
                 continue
             model_id = record.get("modelId")
@@ -123,7 +124,7 @@ def parse_cur(files: Iterable[Path], account: str, day: date, models: Models) ->
         for where, row in _cur_lines(path):
             if row["line_item_product_code"] not in BEDROCK_PRODUCTS or row["line_item_line_item_type"] != "Usage":
                 continue
-            if _time(row["line_item_usage_start_date"], f"{where}.line_item_usage_start_date").date() != day:
+            if utc_time(row["line_item_usage_start_date"], f"{where}.line_item_usage_start_date").date() != day:
                 continue
             usage_type = _REGION.sub("", row["line_item_usage_type"])
             kind = token_kind(usage_type)
@@ -177,13 +178,3 @@ def _cell(value: object) -> str:
     if isinstance(value, datetime):
         return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).isoformat()
     return str(value)
-
-
-def _time(value: object, where: str) -> datetime:
-    try:
-        at = datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else None
-    except ValueError:
-        at = None
-    if at is None or at.utcoffset() is None:
-        raise ExportParseError(where, f"must be an ISO 8601 time with an offset, got {value!r}")
-    return at.astimezone(timezone.utc)

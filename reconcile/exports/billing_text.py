@@ -24,7 +24,7 @@ from __future__ import annotations
 import gzip
 import re
 from collections.abc import Iterable, Mapping
-from datetime import date
+from datetime import date, datetime, timezone
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
@@ -97,6 +97,20 @@ def quantity(value: object, where: str, *, signed: bool = False) -> Decimal:
     if amount < 0 and not signed:
         raise ExportParseError(where, f"must be a non-negative number, got {value!r}")
     return amount
+
+
+def utc_time(value: object, where: str, *, naive_is_utc: bool = False) -> datetime:
+    """An export's timestamp as an aware UTC time: ISO 8601 (``Z`` or an offset; BigQuery's `` UTC`` suffix too);
+    one without an offset is an error unless ``naive_is_utc`` (an export documented to write UTC)."""
+    try:
+        at = datetime.fromisoformat(value.replace(" UTC", "+00:00").replace("Z", "+00:00")) if isinstance(
+            value, str) else None
+    except ValueError:
+        at = None
+    if at is None or (at.utcoffset() is None and not naive_is_utc):
+        raise ExportParseError(where, f"must be an ISO 8601 time{'' if naive_is_utc else ' with an offset'}, "
+                                      f"got {value!r}")
+    return (at if at.utcoffset() is not None else at.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
 
 
 def add_money(money: Money, key: tuple[str, str, str | None, str], amount: Decimal, tokens: int | None) -> None:

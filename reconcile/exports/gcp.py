@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from datetime import date, datetime, timezone
+from datetime import date
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from reconcile.exports.billing_text import (
     read_text,
     token_kind,
     unit_tokens,
+    utc_time,
     whole,
 )
 from reconcile.exports.rows import CostRow, ExportParseError, UsageRow, UsageSums
@@ -77,7 +78,7 @@ def parse_billing_export(files: Iterable[Path], account: str, day: date, models:
                 continue
             if (row.get("cost_type") or "regular") != "regular":
                 continue
-            if _time(row.get("usage_start_time"), f"{where}.usage_start_time").date() != day:
+            if utc_time(row.get("usage_start_time"), f"{where}.usage_start_time", naive_is_utc=True).date() != day:
                 continue
             sku = _field(row, "sku", "description", where)
             usage = row.get("usage") or {}
@@ -111,16 +112,3 @@ def _field(row: dict[str, Any], record: str, name: str, where: str) -> str:
     if not isinstance(text, str):
         raise ExportParseError(f"{where}.{record}.{name}", f"must be a string, got {text!r}")
     return text
-
-
-
-
-def _time(value: Any, where: str) -> datetime:
-    try:
-        at = datetime.fromisoformat(value.replace(" UTC", "+00:00").replace("Z", "+00:00")) if isinstance(
-            value, str) else None
-    except ValueError:
-        at = None
-    if at is None:
-        raise ExportParseError(where, f"must be a timestamp, got {value!r}")
-    return (at if at.utcoffset() is not None else at.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
