@@ -44,7 +44,7 @@ from typing import Literal
 
 from reconcile.drift_causes import Cause, Key, direction, listing, order, price_causes, tier_causes, usage_causes
 from reconcile.errors import InputError
-from reconcile.exports.rows import CostRow, UsageRow, smallest_unit
+from reconcile.exports.rows import CostRow, UsageRow, billed_sum, smallest_unit
 
 __all__ = ["Cause", "DriftInputError", "DriftRow", "OurUsage", "compare_money", "compare_tokens"]
 
@@ -189,8 +189,7 @@ def compare_money(provider_costs: Iterable[CostRow], ours: Iterable[OurUsage], *
         amount, currency, billed = theirs.get(key, (Decimal(0), cost.currency, 0))
         if currency != cost.currency:
             raise DriftInputError(f"{key}: provider rows in both {currency} and {cost.currency}")
-        billed = None if billed is None or cost.quantity is None else billed + cost.quantity
-        theirs[key] = (amount + cost.amount, currency, billed)
+        theirs[key] = (amount + cost.amount, currency, billed_sum(billed, cost.quantity))
         provider_of.setdefault(cost.account, cost.provider)
     scope = set(provider_of) | set(accounts or ())
     typed: dict[tuple[str, date, str], set[str]] = {}

@@ -215,13 +215,13 @@ async def protection_middleware(request: web.Request, handler: Handler) -> web.S
                                            code="server_shutting_down", headers={"Retry-After": "1", "Connection": "close"}),
                               anthropic=anthropic_surface(request))
     if not rt.pod.shedder.admit():
-        rt.metrics.overload_refusals.labels("capacity").inc()
+        rt.metrics.refused_capacity.inc()
         return error_response(GatewayError("This gateway pod is at the request rate it can serve; retry shortly.",
                                            status=503, code="server_overloaded",
                                            headers={"Retry-After": str(rt.pod.shedder.retry_after_s())}),
                               anthropic=anthropic_surface(request))
     if cap and rt.pod.in_flight >= cap:
-        rt.metrics.overload_refusals.labels("in_flight").inc()
+        rt.metrics.refused_in_flight.inc()
         return error_response(GatewayError(f"This gateway pod is at its limit of {cap} requests in flight; retry shortly.",
                                            status=503, code="server_overloaded", headers={"Retry-After": "1"}),
                               anthropic=anthropic_surface(request))

@@ -110,6 +110,9 @@ class Metrics:
             "capacity (over the admission rate the pod measured), in_flight (at server.max_in_flight).",
             ["reason"], registry=r,
         )
+        # the door's two children, looked up once: a refusal must cost as little as possible
+        self.refused_capacity = self.overload_refusals.labels("capacity")
+        self.refused_in_flight = self.overload_refusals.labels("in_flight")
         self.fallbacks = Counter(
             "farebox_fallbacks", "Requests answered after more than one attempt (failover or hedge).",
             ["alias"], registry=r,

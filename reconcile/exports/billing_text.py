@@ -27,8 +27,9 @@ from collections.abc import Iterable, Mapping
 from datetime import date, datetime, timezone
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
+from typing import Any
 
-from reconcile.exports.rows import CostRow, ExportParseError, decimal_amount
+from reconcile.exports.rows import CostRow, ExportParseError, billed_sum, decimal_amount
 
 # (model or "*", token type, invoice, currency) -> (amount, tokens billed; None once any line gives none)
 Money = dict[tuple[str, str, str | None, str], tuple[Decimal, int | None]]
@@ -113,13 +114,14 @@ def utc_time(value: object, where: str, *, naive_is_utc: bool = False) -> dateti
     return (at if at.utcoffset() is not None else at.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
 
 
-def add_money(money: Money, key: tuple[str, str, str | None, str], amount: Decimal, tokens: int | None) -> None:
-    """Add one line's money and the tokens it bills (None: a line of no token count, so the sum has none)."""
+def add_money(money: dict[Any, tuple[Decimal, int | None]], key: tuple, amount: Decimal, tokens: int | None) -> None:
+    """Add one line's money and the tokens it bills to ``money[key]`` (None: a line of no token count, so the
+    sum has none)."""
     if key not in money:
         money[key] = (amount, tokens)
         return
     total, counted = money[key]
-    money[key] = (total + amount, None if counted is None or tokens is None else counted + tokens)
+    money[key] = (total + amount, billed_sum(counted, tokens))
 
 
 def cost_rows(provider: str, account: str, day: date, money: Money, label: str) -> list[CostRow]:

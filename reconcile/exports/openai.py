@@ -47,7 +47,7 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
-from reconcile.exports.billing_text import quantity, whole
+from reconcile.exports.billing_text import add_money, quantity, whole
 from reconcile.exports.rows import (
     CostRow,
     ExportParseError,
@@ -146,9 +146,7 @@ def parse_openai_costs(pages: Pages, account: str) -> list[CostRow]:
         model, token_type = _line_item(line_item)
         billed = None if result.get("quantity") is None else whole(quantity(result["quantity"], f"{rpath}.quantity"),
                                                                    f"{rpath}.quantity")
-        key = (day, model, token_type, line_item, currency.upper())
-        total, counted = sums.get(key, (Decimal(0), 0))
-        sums[key] = (total + value, None if counted is None or billed is None else counted + billed)
+        add_money(sums, (day, model, token_type, line_item, currency.upper()), value, billed)
     return [CostRow(PROVIDER, account, day, model, token_type, amount, currency, line_item, quantity=billed)
             for (day, model, token_type, line_item, currency), (amount, billed) in sorted(sums.items(),
                                                                                          key=_cost_order)]

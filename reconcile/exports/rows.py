@@ -105,6 +105,11 @@ class CostRow:
     quantity: int | None = None  # the tokens the charge bills, where the export gives them (None: it does not)
 
 
+def billed_sum(total: int | None, more: int | None) -> int | None:
+    """Tokens billed by two charges summed: unknown (None) once either is (one line gave no count)."""
+    return None if total is None or more is None else total + more
+
+
 def load_json(raw: bytes | str | Any, where: str = "<export>") -> Any:
     """Parse JSON text with every non-integer number as ``Decimal``; parsed JSON passes through."""
     if not isinstance(raw, (bytes, bytearray, str)):
