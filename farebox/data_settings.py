@@ -21,6 +21,16 @@ what one lookup scans, in both modes.
 
     stored_responses: {url: sqlite:///var/responses.sqlite, ttl_s: 2592000, max_record_bytes: 8388608}
 
+``batches:`` (the Files and Batches API; its own database, SQLite under ``state_dir`` by default; distributed
+pods default to the config database's URL, so every pod sees every batch: give it a database of its own by URL
+to keep batch content out of config backups)::
+
+    batches: {url: sqlite:///var/batches.sqlite, max_file_bytes: 209715200, max_lines: 50000, concurrency: 4,
+              claim_s: 600}
+
+``concurrency`` is how many batch lines each gateway process runs at once; ``claim_s`` how long a process
+holds a line it took before another may take it (longer than any request may last).
+
 The body log's master key is read here, once, from the environment variable
 ``key_env`` names (urlsafe base64 of at least 32 random bytes, e.g. what
 ``Fernet.generate_key()`` prints). Without it there is no body log; a team
@@ -71,6 +81,25 @@ class StoredResponsesSettings:
     url: str = ""  # embedded and --workers: its own database; default sqlite under state_dir
     ttl_s: int = 30 * 86_400  # how long a stored response can be read and continued
     max_record_bytes: int = 8 * 1024 * 1024  # a larger response and its context is answered, not kept
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    url: str = ""  # default: sqlite under state_dir (distributed: the config database)
+    max_file_bytes: int = 200 * 1024 * 1024  # an uploaded file (OpenAI's limit)
+    max_lines: int = 50_000  # requests in one batch (OpenAI's limit)
+    concurrency: int = 4  # lines each gateway process runs at once
+    claim_s: int = 600  # how long a process holds a line before another may take it
+
+
+def batch_settings(r: Reader, state_dir: Path, shared_url: str | None) -> BatchSettings:
+    d = BatchSettings()
+    out = BatchSettings(
+        url=r.str("url", None) or shared_url or f"sqlite:///{(state_dir / 'batches.sqlite').resolve()}",
+        max_file_bytes=r.int("max_file_bytes", d.max_file_bytes, 1024), max_lines=r.int("max_lines", d.max_lines, 1),
+        concurrency=r.int("concurrency", d.concurrency, 1), claim_s=r.int("claim_s", d.claim_s, 30))
+    r.reject_unknown()
+    return out
 
 
 def stored_responses_settings(r: Reader, state_dir: Path) -> StoredResponsesSettings:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from aiohttp import web
 
 from farebox.config_topic import follower_of
 from farebox.control import open_config_db
+from farebox.internal_socket import internal_socket
 from farebox.observe import build_tracing, tracing_ctx
 from farebox.secrets import load_secrets
 from farebox.settings import Settings
@@ -34,6 +36,8 @@ from ledger.events import Event
 from pricing.book import FxTable, PriceBook
 from proxy.admission.budget_port import BudgetPort
 from proxy.api.app import Tracer, create_app
+from proxy.batches.runner import Runner
+from proxy.batches.sql_store import SqlBatches
 from proxy.bodylog import BodyLog, BodyStore, TeamCipher
 from proxy.cache import CachePort, MemoryCache, MemoryVectors, VectorStore
 from proxy.control import admin, ui
@@ -69,6 +73,7 @@ def options_of(settings: Settings) -> ProxyOptions:
         cache_max_entry_bytes=settings.cache.max_entry_bytes,
         stored_responses_ttl_s=settings.stored_responses.ttl_s,
         stored_responses_max_bytes=settings.stored_responses.max_record_bytes,
+        batch_max_file_bytes=settings.batches.max_file_bytes, batch_max_lines=settings.batches.max_lines,
     )
 
 
@@ -92,7 +97,7 @@ def build_runtime(settings: Settings, secrets: Secrets, pod: PodState, *, record
                                          miss_wait_s=1.0 if responses_shared else 0.0,
                                          on_failure=lambda reason: recorder.metrics.responses_not_stored.labels(
                                              reason).inc()),
-                   body_log=body_log_of(settings), rerater=rerater)
+                   body_log=body_log_of(settings), rerater=rerater, batches=SqlBatches(settings.batches.url))
 
 
 def body_log_of(settings: Settings) -> BodyLog | None:
@@ -121,6 +126,24 @@ async def stored_responses_ctx(app: web.Application, runtime: Runtime) -> AsyncI
     """Close the stored-response store once requests have finished."""
     yield
     await runtime.responses.close()
+
+
+async def batch_runner_ctx(app: web.Application, runtime: Runtime, settings: Settings) -> AsyncIterator[None]:
+    """This process's batch runner (``proxy.batches.runner``), sending lines to its own private socket; on
+    shutdown it claims nothing more and lets the lines in flight finish, then the store closes."""
+    if runtime.batches is None:
+        yield
+        return
+    b = settings.batches
+    runner = Runner(runtime.batches, str(internal_socket()), f"{settings.pod_id}:{os.getpid()}",
+                    concurrency=b.concurrency, claim_s=b.claim_s)
+    runtime.pod.batch_token, runtime.pod.wake_batches = runner.token, runner.wake
+    task = asyncio.get_running_loop().create_task(runner.run(), name="batch-runner")
+    yield
+    await runner.stop(settings.drain_timeout_s)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await runtime.batches.close()
 
 
 def first_snapshot(settings: Settings, follower: SnapshotFollower) -> Snapshot:
@@ -180,6 +203,7 @@ def serve_pod(start: PodStart, runtime: Runtime, recorder: Recorder) -> web.Appl
     app.cleanup_ctx.append(tracing_ctx(tracing))
     app.cleanup_ctx.append(functools.partial(body_log_ctx, runtime=runtime))
     app.cleanup_ctx.append(functools.partial(stored_responses_ctx, runtime=runtime))
+    app.cleanup_ctx.append(functools.partial(batch_runner_ctx, runtime=runtime, settings=start.settings))
     return app
 
 

@@ -22,9 +22,11 @@ from sqlalchemy.engine import make_url
 
 from farebox.archive_settings import ArchiveSettings, archive_settings
 from farebox.data_settings import (
+    BatchSettings,
     BodyLogSettings,
     CacheSettings,
     StoredResponsesSettings,
+    batch_settings,
     body_log_settings,
     cache_settings,
     stored_responses_settings,
@@ -133,6 +135,7 @@ class Settings:
     cache: CacheSettings = field(default_factory=CacheSettings)  # the exact response cache
     body_log: BodyLogSettings = field(default_factory=BodyLogSettings)  # opt-in encrypted bodies per team
     stored_responses: StoredResponsesSettings = field(default_factory=StoredResponsesSettings)  # Responses ``store``
+    batches: BatchSettings = field(default_factory=BatchSettings)  # the Files and Batches API
     # the provider secrets deployments may name, and the hosts each may be sent to (``proxy.snapshot.secrets``)
     secret_hosts: SecretHosts = field(default_factory=lambda: SecretHosts({}))
 
@@ -262,6 +265,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     observability = parse_observability(root, env, problems)
     cache, body_log_section = cache_settings(root.child("cache")), root.child("body_log")
     stored = stored_responses_settings(root.child("stored_responses"), state_dir)
+    batches = batch_settings(root.child("batches"), state_dir, db_url if mode == "distributed" else None)
     declared = tree.get("provider_secrets") if isinstance(tree, dict) else None
     root.skip(*CONTROL_SECTIONS, "provider_secrets")
     root.reject_unknown()
@@ -311,6 +315,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         cache=cache,
         body_log=body_log,
         stored_responses=stored,
+        batches=batches,
         secret_hosts=secret_hosts,
     )
 

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 from aiohttp import web
 
 from farebox.archiver import embedded_archiver
+from farebox.internal_socket import internal_socket
 from farebox.logs import configure_logging
 from farebox.observe import alerts_ctx, expiring_keys
 from farebox.pod import ArchiveRerater, build_runtime, serve_pod, start_pod
@@ -162,4 +163,5 @@ def serve(settings: Settings, secrets: Secrets | None = None, *, gateway_of: Pat
         shutdown_timeout=settings.drain_timeout_s + 10.0,  # longer than the drain, which ends streams itself
         backlog=1024,  # aiohttp's default 128 overflows under bursts; a full queue costs 1-3 s client retries
         reuse_port=gateway_of is not None,
+        path=str(internal_socket()),  # the batch runner's way to this process's own gateway
     )

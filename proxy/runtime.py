@@ -22,6 +22,7 @@ from aiohttp import web
 from ledger.output_sketch import OutputLearner
 from pricing.calibration import Estimator
 from proxy.admission.budget_port import BudgetPort
+from proxy.batches.records import BatchStore
 from proxy.bodylog import BodyLog
 from proxy.cache import CachePort, Flights, MemoryCache, MemoryVectors, VectorStore
 from proxy.idempotency import IdempotencyStore, MemoryIdempotency
@@ -56,6 +57,8 @@ class ProxyOptions:
     cache_max_entry_bytes: int = 1024 * 1024  # larger answers are not stored
     stored_responses_ttl_s: int = 30 * 86_400  # how long a stored Responses answer is readable
     stored_responses_max_bytes: int = 8 * 1024 * 1024  # a larger response with its context is not kept
+    batch_max_file_bytes: int = 200 * 1024 * 1024  # a Files API upload
+    batch_max_lines: int = 50_000  # requests in one batch
     auth_failures_per_minute: int = 30  # failed authentications per source before 429s (0: no throttling)
     metrics_token: str | None = field(default=None, repr=False)  # GET /metrics asks for it as a bearer token
 
@@ -79,6 +82,8 @@ class PodState:
     watches: set[Watch] = field(default_factory=set)  # open client watches, checked by one poller
     watch_task: asyncio.Task[None] | None = None
     shedder: LoadShedder = field(default_factory=LoadShedder)  # admission at the measured capacity
+    batch_token: str | None = None  # the batch runner's own requests carry it (``proxy.batches.runner``)
+    wake_batches: Callable[[], None] = lambda: None  # a batch was created or cancelled: the runner looks now
 
     def swap(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
@@ -99,6 +104,7 @@ class Runtime:
     flights: Flights = field(default_factory=Flights)  # identical concurrent cache misses share one call
     vectors: VectorStore = field(default_factory=MemoryVectors)  # semantic cache: in-process, or Redis
     responses: ResponseStore = field(default_factory=MemoryResponses)  # the Responses API's stored responses
+    batches: BatchStore | None = None  # files and batches (None: the Files and Batches API is off)
     body_log: BodyLog | None = None  # opt-in encrypted body logging (None: no master key configured)
     rerater: Rerater | None = None  # re-rating archived requests (None: a pod without an archive to read)
     estimator: Estimator = field(default_factory=Estimator)  # input tokens; calibrated per key

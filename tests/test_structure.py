@@ -112,7 +112,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # The stages of the request path, in order; a stage may import itself and the stages after it.
 STAGES = ("api", "idempotency", "privacy", "cache", "admission", "routing", "upstream", "metering", "observe")
 RANK = {f"proxy.{name}": i for i, name in enumerate(STAGES)} | {"proxy.bodylog": len(STAGES) - 1,
-                                                                 "proxy.stored_responses": 1}
+                                                                 "proxy.stored_responses": 1, "proxy.batches": 1}
 KERNEL = {"proxy.snapshot", "proxy.errors", "proxy.body", "proxy.ports", "proxy.cancellation", "proxy.limits",
           "proxy.outcomes", "proxy.overload"}
 

@@ -31,6 +31,21 @@ def authenticate(snapshot: Snapshot, header: str | None, now: float) -> KeyRecor
     # One message for every failure: a caller learns nothing about which keys exist.
     if key is None:
         raise AuthenticationFailed("Incorrect API key provided.")
+    return usable(key, now)
+
+
+def authenticate_batch_line(snapshot: Snapshot, key_id: str | None, now: float) -> KeyRecord:
+    """The key a batch runner's line runs as (the runner's token already checked): the batch's key, if it is
+    still usable now (revoked or expired since the batch was created: the line fails, as the key's own
+    requests would)."""
+    key = snapshot.keys_by_id.get(key_id or "")
+    if key is None:
+        raise AuthenticationFailed(f"The key {key_id} that created this batch no longer exists.")
+    return usable(key, now)
+
+
+def usable(key: KeyRecord, now: float) -> KeyRecord:
+    """The key, unless it is revoked, expired or spends another environment's budget."""
     if key.revoked:
         raise AuthenticationFailed(f"The key {key.key_id} has been revoked.", code="revoked_api_key")
     if key.expires_at is not None and now >= key.expires_at:

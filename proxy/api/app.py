@@ -26,13 +26,14 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from proxy.admission.auth import authenticate, authenticate_admin
+from proxy.admission.auth import authenticate, authenticate_admin, authenticate_batch_line
 from proxy.admission.auth_throttle import AuthThrottle
-from proxy.api import chat, embeddings, models, protocol_errors, watch
+from proxy.api import batches, chat, embeddings, files, models, protocol_errors, watch
 from proxy.api.messages import handler as messages_handler
 from proxy.api.messages.response import error_body as messages_error_body
 from proxy.api.messages.response import error_status as messages_error_status
 from proxy.api.responses import handler as responses_handler
+from proxy.batches.runner import BATCH_HEADER, KEY_HEADER, TOKEN_HEADER
 from proxy.errors import AuthenticationFailed, GatewayError, NotFound, PayloadTooLarge, client_headers
 from proxy.observe.access_log import ACCESS, INFO, log_access
 from proxy.observe.metrics import CONTENT_TYPE_LATEST
@@ -146,7 +147,11 @@ async def _gateway(request: web.Request, handler: Handler) -> web.StreamResponse
         elif request.path not in OPEN_ROUTES and not _open(request):
             rt = request.app[RUNTIME]
             with _throttled(request):
-                request["key"] = authenticate(rt.snapshot, _credential(request), rt.clock())
+                line_token = request.headers.get(TOKEN_HEADER)
+                if line_token is None:
+                    request["key"] = authenticate(rt.snapshot, _credential(request), rt.clock())
+                else:  # one of the batch runner's lines (``proxy.batches.runner``), as the batch's key
+                    request["key"] = _batch_line(rt, request, line_token)
         resp = await handler(request)
     except GatewayError as exc:
         return await _ended(request, exc, anthropic) or error_response(exc, echo, rid, anthropic)
@@ -168,6 +173,14 @@ async def _gateway(request: web.Request, handler: Handler) -> web.StreamResponse
         resp.headers["x-request-id"] = echo
         resp.headers["x-fb-request-id"] = rid
     return resp
+
+
+def _batch_line(rt: Runtime, request: web.Request, token: str):  # type: ignore[no-untyped-def]
+    expected = rt.pod.batch_token
+    if expected is None or not hmac.compare_digest(token.encode(), expected.encode()):
+        raise AuthenticationFailed("Incorrect batch runner token.", code="invalid_batch_token")
+    request["batch_id"] = request.headers.get(BATCH_HEADER)
+    return authenticate_batch_line(rt.snapshot, request.headers.get(KEY_HEADER), rt.clock())
 
 
 @contextmanager
@@ -345,6 +358,8 @@ def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSes
     app.router.add_get("/v1/responses/{id}", responses_handler.get_response)
     app.router.add_delete("/v1/responses/{id}", responses_handler.delete_response)
     app.router.add_get("/v1/responses/{id}/input_items", responses_handler.list_input_items)
+    files.add_routes(app)
+    batches.add_routes(app)
     app.router.add_get("/v1/models", models.list_models)
     app.router.add_get("/v1/models/{model}", models.get_model)
     for mount in mounts:

@@ -23,7 +23,7 @@ from aiohttp import web
 from proxy.admission.auth import allowed_alias
 from proxy.admission.budget_port import max_wait_s
 from proxy.admission.plan import chat_input_estimates
-from proxy.api.tags import HEADER, parse_tags
+from proxy.api.tags import BATCH_TAG, HEADER, parse_tags
 from proxy.metering.meter import Meter, open_meter
 from proxy.privacy.classify import classify_chat
 from proxy.privacy.redact import Redaction
@@ -38,9 +38,12 @@ from proxy.upstream.token_count import provider_count
 def meter_for(rt: Runtime, snap: Snapshot, request: web.Request, key: KeyRecord, alias: Alias, *,
               run_id: str | None, data_class: str, stream: bool, **tab: Any) -> Meter:
     """The request's meter; ``tab`` passes ``retry_of``, ``privacy`` and ``estimates`` through."""
+    tags = parse_tags(request.headers.get(HEADER))
+    if (batch_id := request.get("batch_id")) is not None:  # a batch line: its events name the batch
+        tags[BATCH_TAG] = batch_id
     meter = open_meter(
         rt, snap, request["request_id"], key, alias, run_id=run_id, data_class=data_class, stream=stream,
-        tags=parse_tags(request.headers.get(HEADER)), trace=request.get("trace"),
+        tags=tags, trace=request.get("trace"),
         max_wait_s=max_wait_s(request.headers.get("x-fb-max-wait-ms"), rt.options.budget_wait_s,
                               rt.options.budget_wait_max_s), **tab)
     request["meter"] = meter  # the access line reads the settled request from it

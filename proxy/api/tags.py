@@ -9,7 +9,8 @@ is always a small, plain value finance can group by:
 * a key starts with a letter and holds letters, digits and ``_ . : / -``;
   a value holds letters, digits and ``_ . : / @ + -`` (no spaces, quotes or
   separators), and neither may be empty;
-* a key appears once.
+* a key appears once;
+* a key starting ``fb.`` is farebox's own (``fb.batch``: the batch a request is a line of), never a caller's.
 
 Anything else is a 400 naming the header (``param: x-fb-tags``). The message
 names the pair by position and quotes only text that passed the charset, so
@@ -23,6 +24,8 @@ import re
 from proxy.errors import InvalidRequest
 
 HEADER = "x-fb-tags"
+RESERVED = "fb."  # farebox's own tags
+BATCH_TAG = "fb.batch"
 MAX_TAGS = 10
 MAX_KEY = 64
 MAX_VALUE = 128
@@ -58,6 +61,8 @@ def parse_tags(header: str | None) -> dict[str, str]:
         if len(value) > MAX_VALUE or not _VALUE.fullmatch(value):
             raise InvalidTags(f"the value of {key!r} is longer than {MAX_VALUE} characters" if len(value) > MAX_VALUE
                               else f"the value of {key!r} has a character outside the allowed set")
+        if key.startswith(RESERVED):
+            raise InvalidTags(f"pair {n} has a key starting {RESERVED!r}, which farebox keeps for its own tags")
         if key in tags:
             raise InvalidTags(f"the key {key!r} appears more than once")
         tags[key] = value

@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import cached_property
+from types import MappingProxyType
 from typing import Mapping
 
 from pricing.book import FxTable, PriceBook
@@ -241,6 +243,11 @@ class Snapshot:
 
     def key_by_secret(self, presented: str) -> KeyRecord | None:
         return self.keys.get(hash_key(presented))
+
+    @cached_property
+    def keys_by_id(self) -> Mapping[str, KeyRecord]:
+        """The keys by their display id (built once per snapshot, on first use: the batch runner's lines)."""
+        return MappingProxyType({k.key_id: k for k in self.keys.values()})
 
 
 def hash_key(presented: str) -> str:

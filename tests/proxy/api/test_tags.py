@@ -38,6 +38,7 @@ def test_valid_tags(header: str | None, tags: dict[str, str]) -> None:
     ('project="atlas"', "the value of 'project' has a character outside"),
     ("project=atlas\x00", "the value of 'project' has a character outside"),
     ("env=prod,env=dev", "the key 'env' appears more than once"),
+    ("fb.batch=batch_forged", "pair 1 has a key starting 'fb.'"),  # farebox's own tags: never a caller's
 ])
 def test_invalid_tags_are_a_400_naming_the_header(header: str, why: str) -> None:
     with pytest.raises(InvalidTags) as err:

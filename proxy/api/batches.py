@@ -1,0 +1,132 @@
+"""The OpenAI Batch API: ``POST /v1/batches``, ``GET /v1/batches``, ``GET /v1/batches/{id}``,
+``POST /v1/batches/{id}/cancel``.
+
+Creating a batch reads its input file (``proxy.batches.lines``) and checks every line before anything runs: the
+shape, the endpoint, and that each line's ``model`` is an alias the key may use for that endpoint. A bad file
+gives a batch that is ``failed`` at once with every problem in ``errors`` (OpenAI's behaviour), never a batch
+half run. A good one is ``in_progress`` and the gateway's runners (``proxy.batches.runner``) feed its lines
+through the request path as the key that created it. Reading a batch never bills: only its lines' requests
+do, each once. A batch is its team's (another team's id is a 404). Errors are OpenAI-shaped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from proxy.admission.auth import allowed_alias
+from proxy.api.files import _limit, store_of, visible_file
+from proxy.batches.lines import ENDPOINTS, Line, Problem, read_lines
+from proxy.batches.objects import WINDOWS, batch_object, list_object, new_batch_id
+from proxy.batches.records import BatchRecord
+from proxy.body import parse_json_object
+from proxy.errors import GatewayError, InvalidRequest, NotFound
+from proxy.runtime import RUNTIME, Runtime
+from proxy.snapshot import KeyRecord, Snapshot
+
+KIND = {"/v1/chat/completions": "chat", "/v1/embeddings": "embeddings"}  # the alias kind each endpoint takes
+_MAX_METADATA = 16
+
+
+async def create_batch(request: web.Request) -> web.Response:
+    rt = request.app[RUNTIME]
+    store, key = store_of(rt), request["key"]
+    body = parse_json_object(await request.read())
+    endpoint, window = body.get("endpoint"), body.get("completion_window")
+    file_id = body.get("input_file_id")
+    if not isinstance(file_id, str) or not file_id:
+        raise InvalidRequest("Missing required parameter: 'input_file_id'.", param="input_file_id",
+                             code="missing_required_parameter")
+    if endpoint not in ENDPOINTS:
+        raise InvalidRequest(f"'endpoint' must be one of {list(ENDPOINTS)}.", param="endpoint", code="invalid_value")
+    if window not in WINDOWS:
+        raise InvalidRequest(f"'completion_window' must be one of {list(WINDOWS)}.", param="completion_window",
+                             code="invalid_value")
+    metadata = _metadata(body.get("metadata"))
+    unknown = set(body) - {"input_file_id", "endpoint", "completion_window", "metadata", "output_expires_after"}
+    if unknown:
+        raise InvalidRequest(f"Unknown parameter: '{sorted(unknown)[0][:64]}'.", param=sorted(unknown)[0][:64],
+                             code="unknown_parameter")
+    source = await visible_file(rt, request, file_id, "input_file_id")
+    if source.purpose != "batch":
+        raise InvalidRequest(f"The file {file_id} was not uploaded with purpose 'batch'.", param="input_file_id",
+                             code="invalid_value")
+    content = await store.file_content(source.id) or b""
+    lines, problems = read_lines(content, endpoint, rt.options.batch_max_lines)
+    if not problems:
+        problems = _unusable_models(rt.pod.snapshot, key, lines, KIND[endpoint])
+    now = int(rt.clock())
+    times = {"failed_at": now} if problems else {"in_progress_at": now}
+    record = BatchRecord(new_batch_id(), key.team, key.key_id, endpoint, source.id, window,
+                         "failed" if problems else "in_progress", now, now + WINDOWS[window], metadata,
+                         [p.to_dict() for p in problems], times)
+    await store.create_batch(record, [] if problems else lines)
+    rt.pod.wake_batches()
+    created = await store.get_batch(record.id)
+    assert created is not None
+    return web.json_response(batch_object(created))
+
+
+def _unusable_models(snap: Snapshot, key: KeyRecord, lines: list[Line], kind: str) -> list[Problem]:
+    """A problem for each model (first line naming it) the key may not use for the endpoint."""
+    problems: list[Problem] = []
+    checked: set[str] = set()
+    for line in lines:
+        if line.model in checked:
+            continue
+        checked.add(line.model)
+        try:
+            allowed_alias(snap, key, line.model, kind)
+        except GatewayError as exc:
+            problems.append(Problem(exc.code or "invalid_value", exc.message, line.number, "body.model"))
+    return problems
+
+
+def _metadata(raw: Any) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if (not isinstance(raw, dict) or len(raw) > _MAX_METADATA
+            or not all(isinstance(k, str) and isinstance(v, str) and len(k) <= 64 and len(v) <= 512
+                       for k, v in raw.items())):
+        raise InvalidRequest(f"'metadata' must be an object of at most {_MAX_METADATA} string pairs (keys up to 64 "
+                             "characters, values up to 512).", param="metadata", code="invalid_value")
+    return dict(raw)
+
+
+async def _visible(rt: Runtime, request: web.Request) -> BatchRecord:
+    batch_id = request.match_info["id"]
+    record = await store_of(rt).get_batch(batch_id)
+    if record is None or record.team != request["key"].team:
+        raise NotFound(f"No batch found with id '{batch_id}'.", param="batch_id", code="batch_not_found")
+    return record
+
+
+async def get_batch(request: web.Request) -> web.Response:
+    return web.json_response(batch_object(await _visible(request.app[RUNTIME], request)))
+
+
+async def list_batches(request: web.Request) -> web.Response:
+    rt = request.app[RUNTIME]
+    limit = _limit(request.query.get("limit"), 20, 100)
+    found = await store_of(rt).list_batches(request["key"].team, request.query.get("after"), limit + 1)
+    return web.json_response(list_object([batch_object(b) for b in found[:limit]], len(found) > limit))
+
+
+async def cancel_batch(request: web.Request) -> web.Response:
+    rt = request.app[RUNTIME]
+    record = await _visible(rt, request)
+    if record.status not in ("in_progress", "cancelling", "cancelled"):
+        raise GatewayError(f"Cannot cancel a batch with status '{record.status}'.", status=409,
+                           code="batch_not_cancellable")
+    cancelled = await store_of(rt).cancel(record.id, int(rt.clock()))
+    rt.pod.wake_batches()
+    assert cancelled is not None
+    return web.json_response(batch_object(cancelled))
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/batches", create_batch)
+    app.router.add_get("/v1/batches", list_batches)
+    app.router.add_get("/v1/batches/{id}", get_batch)
+    app.router.add_post("/v1/batches/{id}/cancel", cancel_batch)

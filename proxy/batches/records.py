@@ -1,0 +1,125 @@
+"""What farebox keeps of files and batches, and the ``BatchStore`` port that keeps them.
+
+A batch's life (OpenAI's statuses): ``in_progress`` from creation (its input is checked first: a bad file makes
+it ``failed`` at once, with the problems in ``errors``), then ``completed`` when every line has an outcome,
+``cancelling`` -> ``cancelled`` when asked (lines not yet started never run; lines in flight finish and are
+kept), or ``expired`` when its completion window passes first (lines that never ran are written to the error
+file as ``batch_expired``). A line is ``pending``, ``claimed`` by one runner until ``claimed_until`` (a claim
+past it, its runner gone, is taken again), or ``done`` with its output line.
+
+Invariants every adapter keeps (``tests/proxy/batches/test_store_contract.py``):
+
+* a claimed line is held by one runner at a time: two runners claiming at once never get the same line;
+* ``done`` by a runner whose claim was taken over changes nothing (the other runner's outcome stands);
+* a batch reaches one final status, once, and its output and error files are written with that change, in one
+  transaction: a finished batch always has its files, and a crash never leaves a half-written one;
+* files and batches are a team's: readers check ``team`` (another team's id is a 404, never a 403).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+from proxy.batches.lines import Line
+
+FINAL = ("completed", "failed", "expired", "cancelled")
+ACTIVE = ("in_progress", "cancelling")
+
+
+@dataclass(frozen=True, slots=True)
+class FileRecord:
+    id: str  # file-<hex>
+    team: str
+    key_id: str
+    purpose: str  # batch | batch_output
+    filename: str
+    bytes: int
+    created_at: int  # unix seconds
+    expires_at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    total: int = 0
+    completed: int = 0  # lines answered 2xx
+    failed: int = 0  # lines answered with an error, or never run before the window passed
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    id: str  # batch_<hex>
+    team: str
+    key_id: str  # the key whose budgets and limits its lines run under
+    endpoint: str
+    input_file_id: str
+    completion_window: str  # "24h"
+    status: str
+    created_at: int
+    expires_at: int
+    metadata: dict[str, str] = field(default_factory=dict)
+    errors: list[dict[str, Any]] = field(default_factory=list)  # why it failed validation
+    times: dict[str, int] = field(default_factory=dict)  # in_progress_at, completed_at, cancelling_at, ...
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    counts: Counts = Counts()
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A line a runner holds: run it, then ``done`` (or ``release`` to try again later)."""
+
+    batch_id: str
+    number: int
+    custom_id: str
+    body: bytes
+    claims: int  # how many times it has been claimed (1: first run)
+    key_id: str = ""  # the batch's key: the line runs under its budgets and limits
+    endpoint: str = ""
+
+
+class BatchStore(Protocol):
+    async def put_file(self, record: FileRecord, content: bytes) -> None: ...
+
+    async def get_file(self, file_id: str) -> FileRecord | None: ...
+
+    async def file_content(self, file_id: str) -> bytes | None: ...
+
+    async def list_files(self, team: str, purpose: str | None, after: str | None, limit: int,
+                         descending: bool) -> list[FileRecord]: ...
+
+    async def delete_file(self, file_id: str) -> bool: ...
+
+    async def create_batch(self, record: BatchRecord, lines: Sequence[Line]) -> None:
+        """Keep the batch and its lines (none for a batch that failed validation)."""
+        ...
+
+    async def get_batch(self, batch_id: str) -> BatchRecord | None: ...
+
+    async def list_batches(self, team: str | None, after: str | None, limit: int) -> list[BatchRecord]: ...
+
+    async def cancel(self, batch_id: str, now: int) -> BatchRecord | None:
+        """``in_progress`` -> ``cancelling`` (any other status is left as it is); the batch as it now is."""
+        ...
+
+    async def claim(self, runner: str, now: int, until: int, limit: int) -> list[Claimed]:
+        """Up to ``limit`` runnable lines (oldest batch first, in line order) for ``runner`` until ``until``."""
+        ...
+
+    async def done(self, line: Claimed, runner: str, ok: bool, result: bytes, request_id: str | None) -> bool:
+        """The line's outcome (``result``: its output-file line); False if ``runner`` no longer holds it."""
+        ...
+
+    async def release(self, line: Claimed, runner: str, not_before: int) -> None:
+        """Give the line back to be run again from ``not_before`` (the gateway was busy; nothing ran)."""
+        ...
+
+    async def finish(self, now: int, new_file_id: Callable[[], str],
+                     unrun: Callable[[str, str], bytes]) -> list[BatchRecord]:
+        """Every batch that can end now ends, its files written (``new_file_id()`` names them): all lines done
+        (``completed``), ``cancelling`` with no line in flight (``cancelled``), past its window with no line in
+        flight (``expired``; ``unrun(final, custom_id)`` is the error line of a line that never ran). The batches
+        ended."""
+        ...
+
+    async def close(self) -> None: ...

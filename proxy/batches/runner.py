@@ -1,0 +1,145 @@
+"""The batch runner: every gateway process feeds batch lines through its own request path, at batch priority.
+
+Each process runs one: it claims up to ``concurrency`` lines at a time from the shared ``BatchStore`` (oldest
+batch first), sends each to its own gateway over a private Unix socket (``internal_socket``; the directory is
+the process owner's alone) as the batch's key, and keeps the answer as the line's output. So a batch line is
+admitted, rate-limited, routed, metered and settled exactly as an interactive request of that key is: holds
+and charges on the key's budgets, one ``request.*`` event trail per line tagged ``fb.batch=<batch id>``, and the
+door's overload protection in front of it.
+
+What the answer means for the line (``outcome``): a 2xx goes to the output file; the gateway saying "not now"
+(429 or 503 that the caller may retry: the key's rate limits, the door's overload, a provider at capacity,
+the pod draining) gives the line back to run later (it does not count as a run); a connection failure to the
+own socket the same; any other answer is the line's final error, in the error file. A refused budget is final
+(``x-should-retry: false``).
+
+The internal request carries a per-process token (``Runner.token``) that the gateway checks before it takes
+``x-fb-batch-key`` as the caller; the token never leaves the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from typing import Callable
+
+import aiohttp
+import orjson
+
+from proxy.batches.objects import new_file_id, output_line, unrun_line
+from proxy.batches.records import BatchStore, Claimed
+
+log = logging.getLogger("farebox.batches")
+
+TOKEN_HEADER = "x-fb-batch-token"
+KEY_HEADER = "x-fb-batch-key"
+BATCH_HEADER = "x-fb-batch-id"
+
+
+def outcome(status: int, headers: dict[str, str] | aiohttp.typedefs.LooseHeaders) -> str:
+    """``ok`` | ``later`` (nothing was served: run it again) | ``error`` (the line's final answer)."""
+    if 200 <= status < 300:
+        return "ok"
+    if status in (429, 503) and headers.get("x-should-retry", "true") != "false":  # type: ignore[union-attr]
+        return "later"
+    return "error"
+
+
+def retry_after_s(headers: dict[str, str] | aiohttp.typedefs.LooseHeaders, floor: int = 1) -> int:
+    raw = headers.get("Retry-After")  # type: ignore[union-attr]
+    try:
+        return max(floor, min(3600, int(float(raw)))) if raw is not None else floor
+    except ValueError:
+        return floor
+
+
+class Runner:
+    """One process's batch runner (module docstring); ``run`` until cancelled, ``wake`` when a batch starts."""
+
+    def __init__(self, store: BatchStore, socket_path: str, runner_id: str, *, concurrency: int = 4,
+                 claim_s: int = 600, poll_s: float = 1.0, clock: Callable[[], float] = time.time) -> None:
+        self.store, self.socket_path, self.runner_id = store, socket_path, runner_id
+        self.concurrency, self.claim_s, self.poll_s, self.clock = concurrency, claim_s, poll_s, clock
+        self.token = secrets.token_urlsafe(32)
+        self.woken = asyncio.Event()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.stopping = False
+        self.session: aiohttp.ClientSession | None = None
+
+    def wake(self) -> None:
+        self.woken.set()
+
+    async def run(self) -> None:
+        self.session = aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=self.socket_path),
+                                             timeout=aiohttp.ClientTimeout(total=None))
+        try:
+            while not self.stopping:
+                try:
+                    await self._round()
+                except Exception:  # noqa: BLE001 - the store is down or a bug: log, wait, go on
+                    log.exception("batch runner round failed; retrying in %.0fs", self.poll_s)
+                    await asyncio.sleep(self.poll_s)
+        finally:
+            await self.session.close()
+
+    async def _round(self) -> None:
+        now = int(self.clock())
+        for ended in await self.store.finish(now, new_file_id, unrun_line):
+            log.info("batch %s %s: %d completed, %d failed", ended.id, ended.status, ended.counts.completed,
+                     ended.counts.failed)
+        free = self.concurrency - len(self.tasks)
+        claimed = await self.store.claim(self.runner_id, now, now + self.claim_s, free) if free > 0 else []
+        for line in claimed:
+            task = asyncio.get_running_loop().create_task(self._line(line), name=f"batch-line-{line.batch_id}")
+            self.tasks.add(task)
+            task.add_done_callback(self._ended)
+        if claimed and len(self.tasks) < self.concurrency:
+            return  # more may be waiting: claim again at once
+        self.woken.clear()
+        try:
+            await asyncio.wait_for(self.woken.wait(), self.poll_s)
+        except TimeoutError:
+            pass
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("batch line failed", exc_info=task.exception())
+        self.woken.set()  # a slot is free
+
+    async def _line(self, line: Claimed) -> None:
+        assert self.session is not None
+        headers = {TOKEN_HEADER: self.token, KEY_HEADER: line.key_id, BATCH_HEADER: line.batch_id,
+                   "Content-Type": "application/json", "x-request-id": f"{line.batch_id}-{line.number}"}
+        try:
+            async with self.session.post(f"http://farebox{line.endpoint}", data=line.body, headers=headers) as resp:
+                raw = await resp.read()
+                status, got = resp.status, resp.headers
+                request_id = got.get("x-fb-request-id")
+        except (aiohttp.ClientError, OSError) as exc:
+            log.warning("batch line %s/%d not sent (%s); it runs again later", line.batch_id, line.number,
+                        type(exc).__name__)
+            await self.store.release(line, self.runner_id, int(self.clock()) + 1)
+            return
+        verdict = outcome(status, got)
+        if verdict == "later":
+            await self.store.release(line, self.runner_id, int(self.clock()) + retry_after_s(got))
+            return
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            body = raw.decode("utf-8", "replace")
+        kept = await self.store.done(line, self.runner_id, verdict == "ok",
+                                     output_line(line.custom_id, status, request_id, body), request_id)
+        if not kept:
+            log.warning("batch line %s/%d answered after its claim passed to another runner", line.batch_id,
+                        line.number)
+
+    async def stop(self, timeout_s: float) -> None:
+        """Claim nothing more; let the lines in flight finish (up to ``timeout_s``)."""
+        self.stopping = True
+        self.woken.set()
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=timeout_s)

@@ -1,0 +1,344 @@
+"""``SqlBatches``: files, batches and their lines in their own database (a SQLite file by default, PostgreSQL by
+URL: what distributed pods share), through SQLAlchemy Core, blocking calls on a thread.
+
+Tables: ``fb_files`` (metadata and content), ``fb_batches`` (one row per batch; ``doc`` keeps metadata, errors
+and times as JSON), ``fb_batch_lines`` (one row per input line: its request, its state, its output line).
+Claims are one ``UPDATE`` whose ``WHERE`` re-checks the line's state, so on PostgreSQL two runners racing for a
+row see the first one's claim (row lock, then the re-check) and on SQLite writers are serialised: a line is
+never held by two runners. A batch ends in one transaction that moves its status (conditionally: the first to
+end it wins) and writes its output and error files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable, Sequence
+
+import orjson
+import sqlalchemy as sa
+
+from proxy.batches.lines import Line
+from proxy.batches.records import ACTIVE, BatchRecord, Claimed, Counts, FileRecord
+
+_META = sa.MetaData()
+FILES = sa.Table(
+    "fb_files", _META,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("team", sa.String(200), nullable=False, index=True),
+    sa.Column("key_id", sa.String(200), nullable=False),
+    sa.Column("purpose", sa.String(32), nullable=False),
+    sa.Column("filename", sa.String(512), nullable=False),
+    sa.Column("bytes", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("expires_at", sa.BigInteger),
+    sa.Column("content", sa.LargeBinary, nullable=False),
+)
+BATCHES = sa.Table(
+    "fb_batches", _META,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("team", sa.String(200), nullable=False, index=True),
+    sa.Column("key_id", sa.String(200), nullable=False),
+    sa.Column("endpoint", sa.String(64), nullable=False),
+    sa.Column("input_file_id", sa.String(64), nullable=False),
+    sa.Column("completion_window", sa.String(16), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False, index=True),
+    sa.Column("created_at", sa.BigInteger, nullable=False),
+    sa.Column("expires_at", sa.BigInteger, nullable=False),
+    sa.Column("output_file_id", sa.String(64)),
+    sa.Column("error_file_id", sa.String(64)),
+    sa.Column("doc", sa.LargeBinary, nullable=False),  # {"metadata", "errors", "times"}
+)
+LINES = sa.Table(
+    "fb_batch_lines", _META,
+    sa.Column("batch_id", sa.String(64), primary_key=True),
+    sa.Column("number", sa.Integer, primary_key=True),
+    sa.Column("custom_id", sa.String(512), nullable=False),
+    sa.Column("body", sa.LargeBinary, nullable=False),
+    sa.Column("state", sa.String(8), nullable=False),  # pending | claimed | done
+    sa.Column("runner", sa.String(128)),
+    sa.Column("claimed_until", sa.BigInteger),
+    sa.Column("not_before", sa.BigInteger, nullable=False, default=0),
+    sa.Column("claims", sa.Integer, nullable=False, default=0),
+    sa.Column("ok", sa.Boolean),
+    sa.Column("result", sa.LargeBinary),  # the output-file line (None: never ran, the window passed)
+    sa.Column("request_id", sa.String(96)),
+    sa.Index("fb_batch_lines_state", "state", "batch_id"),
+)
+
+
+class SqlBatches:
+    def __init__(self, url: str) -> None:
+        sqlite = url.startswith("sqlite")
+        self.engine = sa.create_engine(url, future=True, connect_args={"timeout": 30} if sqlite else {})
+        if sqlite:
+            sa.event.listen(self.engine, "connect", _wal)
+            sa.event.listen(self.engine, "begin", _immediate)
+        try:
+            _META.create_all(self.engine)
+        except (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError):
+            _META.create_all(self.engine)  # another process created them between check and create
+
+    # files
+
+    def _put_file(self, r: FileRecord, content: bytes) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(FILES.insert(), [_file_row(r, content)])
+
+    def _get_file(self, file_id: str) -> FileRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(*_FILE_COLS).where(FILES.c.id == file_id)).first()
+        return None if row is None else FileRecord(*row)
+
+    def _content(self, file_id: str) -> bytes | None:
+        with self.engine.connect() as conn:
+            raw = conn.scalar(sa.select(FILES.c.content).where(FILES.c.id == file_id))
+        return None if raw is None else bytes(raw)
+
+    def _list_files(self, team: str, purpose: str | None, after: str | None, limit: int,
+                    descending: bool) -> list[FileRecord]:
+        order = (FILES.c.created_at.desc(), FILES.c.id.desc()) if descending else (FILES.c.created_at, FILES.c.id)
+        q = sa.select(*_FILE_COLS).where(FILES.c.team == team).order_by(*order).limit(limit)
+        if purpose is not None:
+            q = q.where(FILES.c.purpose == purpose)
+        with self.engine.connect() as conn:
+            if after is not None:
+                at = conn.execute(sa.select(FILES.c.created_at, FILES.c.id).where(FILES.c.id == after)).first()
+                if at is not None:
+                    key = sa.tuple_(FILES.c.created_at, FILES.c.id)
+                    q = q.where(key < sa.tuple_(*at) if descending else key > sa.tuple_(*at))
+            return [FileRecord(*row) for row in conn.execute(q)]
+
+    def _delete_file(self, file_id: str) -> bool:
+        with self.engine.begin() as conn:
+            return bool(conn.execute(FILES.delete().where(FILES.c.id == file_id)).rowcount)
+
+    # batches
+
+    def _create(self, r: BatchRecord, lines: Sequence[Line]) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(BATCHES.insert(), [{
+                "id": r.id, "team": r.team, "key_id": r.key_id, "endpoint": r.endpoint,
+                "input_file_id": r.input_file_id, "completion_window": r.completion_window, "status": r.status,
+                "created_at": r.created_at, "expires_at": r.expires_at, "output_file_id": None,
+                "error_file_id": None, "doc": orjson.dumps({"metadata": r.metadata, "errors": r.errors,
+                                                            "times": r.times})}])
+            for start in range(0, len(lines), 1000):
+                conn.execute(LINES.insert(), [
+                    {"batch_id": r.id, "number": ln.number, "custom_id": ln.custom_id, "body": ln.body,
+                     "state": "pending", "not_before": 0, "claims": 0} for ln in lines[start:start + 1000]])
+
+    def _get(self, batch_id: str) -> BatchRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(BATCHES).where(BATCHES.c.id == batch_id)).first()
+            return None if row is None else _batch(row, _counts(conn, [batch_id]).get(batch_id, Counts()))
+
+    def _list(self, team: str | None, after: str | None, limit: int) -> list[BatchRecord]:
+        q = sa.select(BATCHES).order_by(BATCHES.c.created_at.desc(), BATCHES.c.id.desc()).limit(limit)
+        if team is not None:
+            q = q.where(BATCHES.c.team == team)
+        with self.engine.connect() as conn:
+            if after is not None:
+                at = conn.execute(sa.select(BATCHES.c.created_at, BATCHES.c.id).where(BATCHES.c.id == after)).first()
+                if at is not None:
+                    q = q.where(sa.tuple_(BATCHES.c.created_at, BATCHES.c.id) < sa.tuple_(*at))
+            rows = list(conn.execute(q))
+            counts = _counts(conn, [row.id for row in rows])
+        return [_batch(row, counts.get(row.id, Counts())) for row in rows]
+
+    def _cancel(self, batch_id: str, now: int) -> BatchRecord | None:
+        with self.engine.begin() as conn:
+            row = conn.execute(sa.select(BATCHES.c.status, BATCHES.c.doc).where(BATCHES.c.id == batch_id)
+                               .with_for_update()).first()
+            if row is not None and row.status == "in_progress":
+                doc = orjson.loads(row.doc)
+                doc["times"]["cancelling_at"] = now
+                conn.execute(BATCHES.update().where(BATCHES.c.id == batch_id)
+                             .values(status="cancelling", doc=orjson.dumps(doc)))
+        return self._get(batch_id)
+
+    # lines
+
+    def _claim(self, runner: str, now: int, until: int, limit: int) -> list[Claimed]:
+        runnable = sa.and_(
+            sa.or_(LINES.c.state == "pending", sa.and_(LINES.c.state == "claimed", LINES.c.claimed_until < now)),
+            LINES.c.not_before <= now)
+        live = sa.select(BATCHES.c.id).where(BATCHES.c.status == "in_progress", BATCHES.c.expires_at > now)
+        with self.engine.begin() as conn:
+            picked = list(conn.execute(
+                sa.select(LINES.c.batch_id, LINES.c.number, BATCHES.c.key_id, BATCHES.c.endpoint)
+                .join(BATCHES, BATCHES.c.id == LINES.c.batch_id)
+                .where(runnable, LINES.c.batch_id.in_(live))
+                .order_by(BATCHES.c.created_at, LINES.c.batch_id, LINES.c.number).limit(limit)))
+            got: list[Claimed] = []
+            for batch_id, number, key_id, endpoint in picked:
+                where = sa.and_(LINES.c.batch_id == batch_id, LINES.c.number == number, runnable)
+                if conn.execute(LINES.update().where(where).values(
+                        state="claimed", runner=runner, claimed_until=until, claims=LINES.c.claims + 1)).rowcount:
+                    row = conn.execute(sa.select(LINES.c.custom_id, LINES.c.body, LINES.c.claims)
+                                       .where(LINES.c.batch_id == batch_id, LINES.c.number == number)).one()
+                    got.append(Claimed(batch_id, number, row.custom_id, bytes(row.body), row.claims, key_id, endpoint))
+        return got
+
+    def _done(self, line: Claimed, runner: str, ok: bool, result: bytes, request_id: str | None) -> bool:
+        with self.engine.begin() as conn:
+            return bool(conn.execute(LINES.update().where(
+                LINES.c.batch_id == line.batch_id, LINES.c.number == line.number, LINES.c.state == "claimed",
+                LINES.c.runner == runner).values(state="done", ok=ok, result=result, request_id=request_id,
+                                                 claimed_until=None)).rowcount)
+
+    def _release(self, line: Claimed, runner: str, not_before: int) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(LINES.update().where(
+                LINES.c.batch_id == line.batch_id, LINES.c.number == line.number, LINES.c.state == "claimed",
+                LINES.c.runner == runner).values(state="pending", runner=None, claimed_until=None,
+                                                 not_before=not_before, claims=LINES.c.claims - 1))
+
+    # ending
+
+    def _finish(self, now: int, new_file_id: Callable[[], str],
+                unrun: Callable[[str, str], bytes]) -> list[BatchRecord]:
+        ended: list[str] = []
+        with self.engine.connect() as conn:
+            candidates = list(conn.execute(sa.select(BATCHES.c.id, BATCHES.c.status, BATCHES.c.expires_at)
+                                           .where(BATCHES.c.status.in_(ACTIVE))))
+        for batch_id, status, expires_at in candidates:
+            if self._end(batch_id, status, expires_at, now, new_file_id, unrun):
+                ended.append(batch_id)
+        return [b for b in (self._get(i) for i in ended) if b is not None]
+
+    def _end(self, batch_id: str, status: str, expires_at: int, now: int, new_file_id: Callable[[], str],
+             unrun: Callable[[str, str], bytes]) -> bool:
+        with self.engine.begin() as conn:
+            row = conn.execute(sa.select(BATCHES).where(BATCHES.c.id == batch_id).with_for_update()).first()
+            if row is None or row.status != status:
+                return False  # another runner ended it (or it was cancelled) meanwhile
+            states = dict(conn.execute(sa.select(LINES.c.state, sa.func.count()).where(LINES.c.batch_id == batch_id)
+                                       .group_by(LINES.c.state)).all())
+            in_flight = conn.scalar(sa.select(sa.func.count()).where(
+                LINES.c.batch_id == batch_id, LINES.c.state == "claimed", LINES.c.claimed_until >= now)) or 0
+            if status == "cancelling" and not in_flight:
+                final = "cancelled"
+            elif not states.get("pending") and not states.get("claimed"):
+                final = "completed"
+            elif expires_at <= now and not in_flight:
+                final = "expired"
+            else:
+                return False
+            ok_lines, error_lines = [], []
+            for number, custom_id, body, ok, result in conn.execute(
+                    sa.select(LINES.c.number, LINES.c.custom_id, LINES.c.body, LINES.c.ok, LINES.c.result)
+                    .where(LINES.c.batch_id == batch_id).order_by(LINES.c.number)):
+                if result is not None:
+                    (ok_lines if ok else error_lines).append(bytes(result))
+                elif final == "expired":
+                    error_lines.append(unrun(final, custom_id))
+            if final == "expired":
+                conn.execute(LINES.update().where(LINES.c.batch_id == batch_id, LINES.c.state != "done")
+                             .values(state="done", ok=False, claimed_until=None))
+            doc = orjson.loads(row.doc)
+            doc["times"][f"{final}_at"] = now
+            values: dict[str, Any] = {"status": final, "doc": orjson.dumps(doc)}
+            for column, lines, purpose in (("output_file_id", ok_lines, "batch_output"),
+                                           ("error_file_id", error_lines, "batch_output")):
+                if lines:
+                    content = b"\n".join(lines) + b"\n"
+                    file_id = new_file_id()
+                    name = f"{batch_id}_{'output' if column == 'output_file_id' else 'error'}.jsonl"
+                    conn.execute(FILES.insert(), [_file_row(FileRecord(file_id, row.team, row.key_id, purpose, name,
+                                                                       len(content), now), content)])
+                    values[column] = file_id
+            conn.execute(BATCHES.update().where(BATCHES.c.id == batch_id).values(**values))
+        return True
+
+    # async port
+
+    async def put_file(self, record: FileRecord, content: bytes) -> None:
+        await asyncio.to_thread(self._put_file, record, content)
+
+    async def get_file(self, file_id: str) -> FileRecord | None:
+        return await asyncio.to_thread(self._get_file, file_id)
+
+    async def file_content(self, file_id: str) -> bytes | None:
+        return await asyncio.to_thread(self._content, file_id)
+
+    async def list_files(self, team: str, purpose: str | None, after: str | None, limit: int,
+                         descending: bool) -> list[FileRecord]:
+        return await asyncio.to_thread(self._list_files, team, purpose, after, limit, descending)
+
+    async def delete_file(self, file_id: str) -> bool:
+        return await asyncio.to_thread(self._delete_file, file_id)
+
+    async def create_batch(self, record: BatchRecord, lines: Sequence[Line]) -> None:
+        await asyncio.to_thread(self._create, record, lines)
+
+    async def get_batch(self, batch_id: str) -> BatchRecord | None:
+        return await asyncio.to_thread(self._get, batch_id)
+
+    async def list_batches(self, team: str | None, after: str | None, limit: int) -> list[BatchRecord]:
+        return await asyncio.to_thread(self._list, team, after, limit)
+
+    async def cancel(self, batch_id: str, now: int) -> BatchRecord | None:
+        return await asyncio.to_thread(self._cancel, batch_id, now)
+
+    async def claim(self, runner: str, now: int, until: int, limit: int) -> list[Claimed]:
+        return await asyncio.to_thread(self._claim, runner, now, until, limit)
+
+    async def done(self, line: Claimed, runner: str, ok: bool, result: bytes, request_id: str | None) -> bool:
+        return await asyncio.to_thread(self._done, line, runner, ok, result, request_id)
+
+    async def release(self, line: Claimed, runner: str, not_before: int) -> None:
+        await asyncio.to_thread(self._release, line, runner, not_before)
+
+    async def finish(self, now: int, new_file_id: Callable[[], str],
+                     unrun: Callable[[str, str], bytes]) -> list[BatchRecord]:
+        return await asyncio.to_thread(self._finish, now, new_file_id, unrun)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.engine.dispose)
+
+
+_FILE_COLS = (FILES.c.id, FILES.c.team, FILES.c.key_id, FILES.c.purpose, FILES.c.filename, FILES.c.bytes,
+              FILES.c.created_at, FILES.c.expires_at)
+
+
+def _file_row(r: FileRecord, content: bytes) -> dict[str, Any]:
+    return {"id": r.id, "team": r.team, "key_id": r.key_id, "purpose": r.purpose, "filename": r.filename,
+            "bytes": r.bytes, "created_at": r.created_at, "expires_at": r.expires_at, "content": content}
+
+
+def _counts(conn: sa.Connection, ids: list[str]) -> dict[str, Counts]:
+    if not ids:
+        return {}
+    out: dict[str, list[int]] = {}
+    for batch_id, ok, n in conn.execute(
+            sa.select(LINES.c.batch_id, LINES.c.ok, sa.func.count()).where(LINES.c.batch_id.in_(ids))
+            .group_by(LINES.c.batch_id, LINES.c.ok)):
+        c = out.setdefault(batch_id, [0, 0, 0])
+        c[0] += n
+        if ok is True:
+            c[1] += n
+        elif ok is False:
+            c[2] += n
+    return {k: Counts(*v) for k, v in out.items()}
+
+
+def _batch(row: Any, counts: Counts) -> BatchRecord:
+    doc = orjson.loads(row.doc)
+    return BatchRecord(row.id, row.team, row.key_id, row.endpoint, row.input_file_id, row.completion_window,
+                       row.status, row.created_at, row.expires_at, doc["metadata"], doc["errors"], doc["times"],
+                       row.output_file_id, row.error_file_id, counts)
+
+
+def _wal(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+    dbapi_connection.isolation_level = None  # transactions begun by _immediate, not by the driver
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def _immediate(conn: sa.Connection) -> None:
+    """SQLite: every transaction takes the write lock when it begins. A read-then-write transaction (a claim, an
+    end) begun deferred fails with SQLITE_BUSY when another process wrote since its read; begun immediate it
+    waits its turn (the ``timeout``)."""
+    conn.exec_driver_sql("BEGIN IMMEDIATE")

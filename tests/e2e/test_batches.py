@@ -1,0 +1,160 @@
+"""Batches end to end through the official ``openai`` SDK: upload a JSONL of 200 lines, create a batch, poll,
+download the results; every line billed exactly once at the price book's price of what was served (worked out
+by hand here), retrieving twice bills nothing more, and a batch cancelled mid-way keeps and bills what ran and
+runs nothing more. Bad input is refused in the Files and Batches API's own shapes."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from decimal import Decimal
+from typing import Iterator
+
+import openai
+import pytest
+
+from ledger.events import RequestAdmitted, RequestAttempted, RequestSettled
+from tests.harness import Stack, mint, read_events, running_stack, wait_key_live
+
+pytestmark = pytest.mark.e2e
+PRICE = (Decimal("2.00"), Decimal("0.20"), Decimal("10.00"))  # sim-openai-mumbai per 1M: input, cached, output
+INR_PER_USD = 88
+
+
+def _jsonl(n: int, model: str = "chat-openai", max_tokens: int = 16) -> bytes:
+    return b"".join(json.dumps({"custom_id": f"line-{i}", "method": "POST", "url": "/v1/chat/completions",
+                                "body": {"model": model, "max_tokens": max_tokens,
+                                         "messages": [{"role": "user", "content": f"Tag ticket {i}."}]}}).encode()
+                    + b"\n" for i in range(n))
+
+
+def _wait(client: openai.OpenAI, batch_id: str, until: tuple[str, ...], timeout: float = 120.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        batch = client.batches.retrieve(batch_id)
+        if batch.status in until or time.monotonic() > deadline:
+            return batch
+        time.sleep(0.2)
+
+
+def _by_batch(events: list, batch_id: str) -> dict[type, list]:
+    mine = {e.request_id for e in events if isinstance(e, RequestAdmitted) and e.tags.get("fb.batch") == batch_id}
+    out: dict[type, list] = {RequestAdmitted: [], RequestAttempted: [], RequestSettled: []}
+    for e in events:
+        if type(e) in out and e.request_id in mine:
+            out[type(e)].append(e)
+    return out
+
+
+def _by_hand(usage) -> int:
+    usd = (usage.input * PRICE[0] + usage.cached_input * PRICE[1] + (usage.output + usage.reasoning) * PRICE[2]) \
+        / 1_000_000
+    return int((usd * INR_PER_USD * 1_000_000).to_integral_value(rounding="ROUND_CEILING"))
+
+
+def test_a_batch_of_200_lines_runs_and_bills_each_line_once(client: openai.OpenAI, stack: Stack) -> None:
+    uploaded = client.files.create(file=("tickets.jsonl", io.BytesIO(_jsonl(200))), purpose="batch")
+    assert uploaded.purpose == "batch" and uploaded.bytes == len(_jsonl(200))
+    assert client.files.retrieve(uploaded.id).filename == "tickets.jsonl"
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                  completion_window="24h", metadata={"job": "nightly-tagger"})
+    assert batch.status == "in_progress" and batch.metadata == {"job": "nightly-tagger"}
+    done = _wait(client, batch.id, ("completed", "failed", "expired", "cancelled"))
+    assert done.status == "completed", done
+    assert (done.request_counts.total, done.request_counts.completed, done.request_counts.failed) == (200, 200, 0)
+    assert done.error_file_id is None
+    lines = [json.loads(line) for line in client.files.content(done.output_file_id).text.splitlines()]
+    assert sorted(line["custom_id"] for line in lines) == sorted(f"line-{i}" for i in range(200))
+    assert all(line["response"]["status_code"] == 200 and line["error"] is None for line in lines)
+    assert all(line["response"]["body"]["choices"][0]["message"]["content"] for line in lines)
+
+    events = _by_batch(read_events(stack.events_path), batch.id)
+    settled = {e.request_id: e for e in events[RequestSettled]}
+    assert len(events[RequestAdmitted]) == len(settled) == len(events[RequestSettled]) == 200  # each once
+    assert {line["response"]["request_id"] for line in lines} == set(settled)
+    for attempt in events[RequestAttempted]:  # the price book's price of what was served, worked out by hand
+        assert attempt.outcome == "ok" and attempt.cost_micro == _by_hand(attempt.usage)
+        assert settled[attempt.request_id].cost_micro == attempt.cost_micro
+
+    for _ in range(2):  # reading the batch and its results again bills nothing
+        assert client.batches.retrieve(batch.id).status == "completed"
+        client.files.content(done.output_file_id).read()
+    time.sleep(0.5)
+    again = _by_batch(read_events(stack.events_path), batch.id)
+    assert len(again[RequestSettled]) == 200 and len(again[RequestAdmitted]) == 200
+    assert batch.id in [b.id for b in client.batches.list(limit=100).data]
+
+
+def test_a_bad_file_fails_the_batch_with_every_problem_and_runs_nothing(client: openai.OpenAI) -> None:
+    bad = _jsonl(3) + b"not json\n" + json.dumps({"custom_id": "line-0", "method": "POST",
+                                                  "url": "/v1/chat/completions",
+                                                  "body": {"model": "chat-openai", "messages": []}}).encode() + b"\n"
+    uploaded = client.files.create(file=("bad.jsonl", io.BytesIO(bad)), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                  completion_window="24h")
+    assert batch.status == "failed" and batch.request_counts.total == 0
+    assert [(e.code, e.line) for e in batch.errors.data] == [("invalid_json_line", 4), ("duplicate_custom_id", 5)]
+    unknown = client.files.create(file=("x.jsonl", io.BytesIO(_jsonl(2, model="no-such-model"))), purpose="batch")
+    failed = client.batches.create(input_file_id=unknown.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert failed.status == "failed" and failed.errors.data[0].code == "model_not_found"
+
+
+def test_files_and_batches_refuse_bad_input_in_their_own_shape(client: openai.OpenAI, stack: Stack) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.files.create(file=("x.jsonl", io.BytesIO(b"{}")), purpose="fine-tune")
+    assert refused.value.body["param"] == "purpose"
+    uploaded = client.files.create(file=("x.jsonl", io.BytesIO(_jsonl(1))), purpose="batch")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="1h")
+    assert refused.value.body["param"] == "completion_window"
+    with pytest.raises(openai.NotFoundError):
+        client.batches.create(input_file_id="file-nope", endpoint="/v1/chat/completions", completion_window="24h")
+    with pytest.raises(openai.NotFoundError):
+        client.batches.retrieve("batch_nope")
+    other = mint(stack.config, "kyc-ops", "kyc-summariser", "chat-openai")
+    wait_key_live(stack.gateway_url, other)
+    with openai.OpenAI(base_url=stack.gateway_url + "/v1", api_key=other, max_retries=0) as stranger:
+        with pytest.raises(openai.NotFoundError):  # another team's file: as if it did not exist
+            stranger.files.retrieve(uploaded.id)
+        assert uploaded.id not in [f.id for f in stranger.files.list().data]
+    deleted = client.files.delete(uploaded.id)
+    assert deleted.deleted is True
+    with pytest.raises(openai.NotFoundError):
+        client.files.retrieve(uploaded.id)
+    with pytest.raises(openai.BadRequestError) as refused:  # farebox's own tags are not a caller's
+        client.chat.completions.create(model="chat-openai", messages=[{"role": "user", "content": "x"}],
+                                       extra_headers={"x-fb-tags": "fb.batch=batch_forged"})
+    assert refused.value.body["param"] == "x-fb-tags"
+
+
+@pytest.fixture(scope="module")
+def slow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    def mutate(tree: dict) -> None:
+        tree["batches"] = {"concurrency": 2}
+
+    with running_stack(tmp_path_factory.mktemp("slow"), aliases="chat-openai", mutate=mutate,
+                       sim_defaults={"ttft_ms": 150}) as st:
+        yield st
+
+
+def test_a_batch_cancelled_midway_keeps_and_bills_what_ran_and_runs_nothing_more(slow_stack: Stack) -> None:
+    with openai.OpenAI(base_url=slow_stack.gateway_url + "/v1", api_key=slow_stack.key, max_retries=0) as client:
+        uploaded = client.files.create(file=("many.jsonl", io.BytesIO(_jsonl(200))), purpose="batch")
+        batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                      completion_window="24h")
+        deadline = time.monotonic() + 30
+        while client.batches.retrieve(batch.id).request_counts.completed < 6 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        cancelling = client.batches.cancel(batch.id)
+        assert cancelling.status in ("cancelling", "cancelled")
+        ended = _wait(client, batch.id, ("cancelled",), timeout=30)
+        assert ended.status == "cancelled" and ended.cancelled_at is not None
+        ran = ended.request_counts.completed
+        assert 6 <= ran < 200
+        lines = client.files.content(ended.output_file_id).text.splitlines()
+        assert len(lines) == ran
+        time.sleep(1.5)  # nothing more runs after the batch is cancelled
+        events = _by_batch(read_events(slow_stack.events_path), batch.id)
+        assert len(events[RequestAdmitted]) == len(events[RequestSettled]) == ran  # no hold left open
+        assert client.batches.retrieve(batch.id).request_counts.completed == ran
