@@ -33,7 +33,7 @@ from proxy.api.messages import handler as messages_handler
 from proxy.api.messages.response import error_body as messages_error_body
 from proxy.api.messages.response import error_status as messages_error_status
 from proxy.api.responses import handler as responses_handler
-from proxy.batches.runner import BATCH_HEADER, KEY_HEADER, TOKEN_HEADER
+from proxy.batches.runner import BATCH_HEADER, KEY_HEADER, LINE_HEADER, LINE_ID, TOKEN_HEADER
 from proxy.errors import AuthenticationFailed, GatewayError, NotFound, PayloadTooLarge, client_headers
 from proxy.observe.access_log import ACCESS, INFO, log_access
 from proxy.observe.metrics import CONTENT_TYPE_LATEST
@@ -152,6 +152,7 @@ async def _gateway(request: web.Request, handler: Handler) -> web.StreamResponse
                     request["key"] = authenticate(rt.snapshot, _credential(request), rt.clock())
                 else:  # one of the batch runner's lines (``proxy.batches.runner``), as the batch's key
                     request["key"] = _batch_line(rt, request, line_token)
+                    rid = echo = request["request_id"]
         resp = await handler(request)
     except GatewayError as exc:
         return await _ended(request, exc, anthropic) or error_response(exc, echo, rid, anthropic)
@@ -180,6 +181,10 @@ def _batch_line(rt: Runtime, request: web.Request, token: str):  # type: ignore[
     if expected is None or not hmac.compare_digest(token.encode(), expected.encode()):
         raise AuthenticationFailed("Incorrect batch runner token.", code="invalid_batch_token")
     request["batch_id"] = request.headers.get(BATCH_HEADER)
+    line_id = request.headers.get(LINE_HEADER, "")
+    if not LINE_ID.fullmatch(line_id):
+        raise AuthenticationFailed("A batch line needs its request id.", code="invalid_batch_token")
+    request["request_id"] = line_id  # the line's own: a line run again after a crash is billed once
     return authenticate_batch_line(rt.snapshot, request.headers.get(KEY_HEADER), rt.clock())
 
 

@@ -110,6 +110,11 @@ class BatchStore(Protocol):
         """The line's outcome (``result``: its output-file line); False if ``runner`` no longer holds it."""
         ...
 
+    async def renew(self, lines: Sequence[Claimed], runner: str, until: int) -> None:
+        """Hold ``runner``'s claims on ``lines`` until ``until`` (its heartbeat: a live runner keeps its lines,
+        a dead one's are taken again within ``claim_s``)."""
+        ...
+
     async def release(self, line: Claimed, runner: str, not_before: int) -> None:
         """Give the line back to be run again from ``not_before`` (the gateway was busy; nothing ran)."""
         ...

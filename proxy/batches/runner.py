@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import secrets
 import time
 from typing import Callable
@@ -36,6 +37,15 @@ log = logging.getLogger("farebox.batches")
 TOKEN_HEADER = "x-fb-batch-token"
 KEY_HEADER = "x-fb-batch-key"
 BATCH_HEADER = "x-fb-batch-id"
+LINE_HEADER = "x-fb-batch-request"  # the line's request id: ``line_request_id``
+LINE_ID = re.compile(r"batch_[0-9a-f]{24}-[0-9]{1,6}")
+
+
+def line_request_id(batch_id: str, number: int) -> str:
+    """A line's request id, the same every time it runs: its events have the same ids, so a line run again
+    (its first runner died mid-request) is admitted, charged and settled once (every consumer of the events
+    keeps the first of an id)."""
+    return f"{batch_id}-{number}"
 
 
 def outcome(status: int, headers: dict[str, str] | aiohttp.typedefs.LooseHeaders) -> str:
@@ -59,13 +69,14 @@ class Runner:
     """One process's batch runner (module docstring); ``run`` until cancelled, ``wake`` when a batch starts."""
 
     def __init__(self, store: BatchStore, socket_path: str, runner_id: str, *, concurrency: int = 4,
-                 claim_s: int = 600, poll_s: float = 1.0, clock: Callable[[], float] = time.time) -> None:
+                 claim_s: int = 60, poll_s: float = 1.0, clock: Callable[[], float] = time.time) -> None:
         self.store, self.socket_path, self.runner_id = store, socket_path, runner_id
         self.concurrency, self.claim_s, self.poll_s, self.clock = concurrency, claim_s, poll_s, clock
         self.token = secrets.token_urlsafe(32)
         self.woken = asyncio.Event()
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.tasks: dict[asyncio.Task[None], Claimed] = {}  # the lines in flight
         self.stopping = False
+        self.renewed = 0.0  # when the claims in flight were last renewed
         self.session: aiohttp.ClientSession | None = None
 
     def wake(self) -> None:
@@ -86,33 +97,38 @@ class Runner:
 
     async def _round(self) -> None:
         now = int(self.clock())
+        if now >= self.renewed + self.claim_s / 3:  # the heartbeat: keep the lines in flight ours
+            await self.store.renew(list(self.tasks.values()), self.runner_id, now + self.claim_s)
+            self.renewed = now
         for ended in await self.store.finish(now, new_file_id, unrun_line):
             log.info("batch %s %s: %d completed, %d failed", ended.id, ended.status, ended.counts.completed,
                      ended.counts.failed)
         free = self.concurrency - len(self.tasks)
         claimed = await self.store.claim(self.runner_id, now, now + self.claim_s, free) if free > 0 else []
+        self.renewed = self.renewed if self.tasks else now
         for line in claimed:
             task = asyncio.get_running_loop().create_task(self._line(line), name=f"batch-line-{line.batch_id}")
-            self.tasks.add(task)
+            self.tasks[task] = line
             task.add_done_callback(self._ended)
         if claimed and len(self.tasks) < self.concurrency:
             return  # more may be waiting: claim again at once
         self.woken.clear()
         try:
-            await asyncio.wait_for(self.woken.wait(), self.poll_s)
+            await asyncio.wait_for(self.woken.wait(), min(self.poll_s, self.claim_s / 3))
         except TimeoutError:
             pass
 
     def _ended(self, task: asyncio.Task[None]) -> None:
-        self.tasks.discard(task)
+        self.tasks.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
             log.error("batch line failed", exc_info=task.exception())
         self.woken.set()  # a slot is free
 
     async def _line(self, line: Claimed) -> None:
         assert self.session is not None
-        headers = {TOKEN_HEADER: self.token, KEY_HEADER: line.key_id, BATCH_HEADER: line.batch_id,
-                   "Content-Type": "application/json", "x-request-id": f"{line.batch_id}-{line.number}"}
+        rid = line_request_id(line.batch_id, line.number)
+        headers = {TOKEN_HEADER: self.token, KEY_HEADER: line.key_id, BATCH_HEADER: line.batch_id, LINE_HEADER: rid,
+                   "Content-Type": "application/json"}
         try:
             async with self.session.post(f"http://farebox{line.endpoint}", data=line.body, headers=headers) as resp:
                 raw = await resp.read()

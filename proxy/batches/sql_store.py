@@ -168,7 +168,8 @@ class SqlBatches:
                 sa.select(LINES.c.batch_id, LINES.c.number, BATCHES.c.key_id, BATCHES.c.endpoint)
                 .join(BATCHES, BATCHES.c.id == LINES.c.batch_id)
                 .where(runnable, LINES.c.batch_id.in_(live))
-                .order_by(BATCHES.c.created_at, LINES.c.batch_id, LINES.c.number).limit(limit)))
+                .order_by(BATCHES.c.created_at, LINES.c.batch_id, LINES.c.number).limit(limit)
+                .with_for_update(of=LINES, skip_locked=True)))  # PostgreSQL: racing runners take different lines
             got: list[Claimed] = []
             for batch_id, number, key_id, endpoint in picked:
                 where = sa.and_(LINES.c.batch_id == batch_id, LINES.c.number == number, runnable)
@@ -185,6 +186,13 @@ class SqlBatches:
                 LINES.c.batch_id == line.batch_id, LINES.c.number == line.number, LINES.c.state == "claimed",
                 LINES.c.runner == runner).values(state="done", ok=ok, result=result, request_id=request_id,
                                                  claimed_until=None)).rowcount)
+
+    def _renew(self, lines: Sequence[Claimed], runner: str, until: int) -> None:
+        with self.engine.begin() as conn:
+            for line in lines:
+                conn.execute(LINES.update().where(
+                    LINES.c.batch_id == line.batch_id, LINES.c.number == line.number, LINES.c.state == "claimed",
+                    LINES.c.runner == runner).values(claimed_until=until))
 
     def _release(self, line: Claimed, runner: str, not_before: int) -> None:
         with self.engine.begin() as conn:
@@ -285,6 +293,10 @@ class SqlBatches:
 
     async def done(self, line: Claimed, runner: str, ok: bool, result: bytes, request_id: str | None) -> bool:
         return await asyncio.to_thread(self._done, line, runner, ok, result, request_id)
+
+    async def renew(self, lines: Sequence[Claimed], runner: str, until: int) -> None:
+        if lines:
+            await asyncio.to_thread(self._renew, lines, runner, until)
 
     async def release(self, line: Claimed, runner: str, not_before: int) -> None:
         await asyncio.to_thread(self._release, line, runner, not_before)

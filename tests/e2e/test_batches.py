@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import io
 import json
+import sqlite3
 import time
+import urllib.request
 from decimal import Decimal
 from typing import Iterator
 
 import openai
 import pytest
 
-from ledger.events import RequestAdmitted, RequestAttempted, RequestSettled
-from tests.harness import Stack, mint, read_events, running_stack, wait_key_live
+from ledger.events import HoldExpired, RequestAdmitted, RequestAttempted, RequestSettled
+from tests.harness import Stack, admin_token, mint, read_events, running_stack, wait_key_live
 
 pytestmark = pytest.mark.e2e
 PRICE = (Decimal("2.00"), Decimal("0.20"), Decimal("10.00"))  # sim-openai-mumbai per 1M: input, cached, output
@@ -131,7 +133,7 @@ def test_files_and_batches_refuse_bad_input_in_their_own_shape(client: openai.Op
 @pytest.fixture(scope="module")
 def slow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     def mutate(tree: dict) -> None:
-        tree["batches"] = {"concurrency": 2}
+        tree["batches"] = {"concurrency": 2, "claim_s": 3}  # a killed gateway's lines are free again within 3 s
 
     with running_stack(tmp_path_factory.mktemp("slow"), aliases="chat-openai", mutate=mutate,
                        sim_defaults={"ttft_ms": 150}) as st:
@@ -158,3 +160,49 @@ def test_a_batch_cancelled_midway_keeps_and_bills_what_ran_and_runs_nothing_more
         events = _by_batch(read_events(slow_stack.events_path), batch.id)
         assert len(events[RequestAdmitted]) == len(events[RequestSettled]) == ran  # no hold left open
         assert client.batches.retrieve(batch.id).request_counts.completed == ran
+
+
+def test_a_gateway_killed_mid_batch_resumes_and_no_line_runs_or_bills_twice(slow_stack: Stack) -> None:
+    with openai.OpenAI(base_url=slow_stack.gateway_url + "/v1", api_key=slow_stack.key, max_retries=0) as client:
+        uploaded = client.files.create(file=("kill.jsonl", io.BytesIO(_jsonl(40))), purpose="batch")
+        batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                      completion_window="24h")
+        deadline = time.monotonic() + 30
+        while client.batches.retrieve(batch.id).request_counts.completed < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        slow_stack.restart_gateway(kill=True)  # kill -9 with two lines in flight, then start again
+        done = _wait(client, batch.id, ("completed", "failed", "expired", "cancelled"), timeout=90)
+        assert done.status == "completed" and done.request_counts.completed == 40
+        lines = [json.loads(line) for line in client.files.content(done.output_file_id).text.splitlines()]
+        assert sorted(line["custom_id"] for line in lines) == sorted(f"line-{i}" for i in range(40))  # each once
+    with sqlite3.connect(slow_stack.folder / "batches.sqlite") as db:  # the kill caught lines in flight
+        (again,) = db.execute("SELECT count(*) FROM fb_batch_lines WHERE batch_id = ? AND claims > 1",
+                              (batch.id,)).fetchone()
+    assert again >= 1
+    events = read_events(slow_stack.events_path)
+    mine = _by_batch(events, batch.id)
+    assert len({e.request_id for e in mine[RequestSettled]}) == 40
+    assert not [e for e in events if isinstance(e, HoldExpired)]
+    token = admin_token(slow_stack.config, "fin", "finance", live_at=slow_stack.gateway_url)
+    with urllib.request.urlopen(urllib.request.Request(
+            slow_stack.gateway_url + "/admin/v1/budgets/team:platform",
+            headers={"Authorization": f"Bearer {token}"})) as resp:
+        budget = json.loads(resp.read())
+    # every line's hold was replaced by one charge: nothing left held, the team charged the settled costs once
+    assert budget["held_micro"] == 0
+    assert budget["settled_micro"] == sum(e.cost_micro for e in events if isinstance(e, RequestSettled))
+
+
+def test_the_gateway_processes_of_serve_workers_share_a_batch(tmp_path_factory: pytest.TempPathFactory) -> None:
+    with running_stack(tmp_path_factory.mktemp("workers"), aliases="chat-openai", serve_args=("--workers", "2"),
+                       sim_defaults={"ttft_ms": 150}) as st:  # long enough for the other process's poll
+        with openai.OpenAI(base_url=st.gateway_url + "/v1", api_key=st.key, max_retries=0) as client:
+            uploaded = client.files.create(file=("w.jsonl", io.BytesIO(_jsonl(60))), purpose="batch")
+            batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                          completion_window="24h")
+            done = _wait(client, batch.id, ("completed", "failed", "expired", "cancelled"), timeout=60)
+            assert done.status == "completed" and done.request_counts.completed == 60
+            lines = client.files.content(done.output_file_id).text.splitlines()
+            assert sorted(json.loads(x)["custom_id"] for x in lines) == sorted(f"line-{i}" for i in range(60))
+        pods = {e.pod for e in _by_batch(read_events(st.events_path), batch.id)[RequestAdmitted]}
+        assert len(pods) == 2  # both gateway processes ran lines

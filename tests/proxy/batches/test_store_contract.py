@@ -1,0 +1,127 @@
+"""The ``BatchStore`` contract (``proxy.batches.records``), against SQLite and a real PostgreSQL: claims held by one
+runner at a time, even racing; a runner whose claim passed on cannot record; a batch ends once, with its files."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+import orjson
+import pytest
+
+from proxy.batches.lines import Line
+from proxy.batches.objects import new_batch_id, new_file_id, unrun_line
+from proxy.batches.records import BatchRecord, FileRecord
+from proxy.batches.sql_store import SqlBatches
+
+
+def _batch(store: SqlBatches, n: int, *, now: int | None = None, window_s: int = 86_400) -> tuple[BatchRecord, list]:
+    now = now or int(time.time())
+    record = BatchRecord(new_batch_id(), store.team, "fb-key-1", "/v1/chat/completions", "file-in", "24h",  # type: ignore[attr-defined]
+                         "in_progress", now, now + window_s, {"job": "tagger"}, [], {"in_progress_at": now})
+    lines = [Line(i, f"c{i}", "chat-default", orjson.dumps({"model": "chat-default", "i": i})) for i in range(1, n + 1)]
+    return record, lines
+
+
+async def test_a_file_reads_back_and_lists_per_team(store: SqlBatches) -> None:
+    now = int(time.time())
+    mine = FileRecord(new_file_id(), store.team, "fb-key-1", "batch", "in.jsonl", 3, now)  # type: ignore[attr-defined]
+    theirs = FileRecord(new_file_id(), store.team + "x", "fb-key-2", "batch", "in.jsonl", 3, now)  # type: ignore[attr-defined]
+    await store.put_file(mine, b"abc")
+    await store.put_file(theirs, b"xyz")
+    assert await store.get_file(mine.id) == mine and await store.file_content(mine.id) == b"abc"
+    assert [f.id for f in await store.list_files(store.team, None, None, 10, True)] == [mine.id]  # type: ignore[attr-defined]
+    assert await store.delete_file(mine.id) is True and await store.delete_file(mine.id) is False
+    assert await store.get_file(mine.id) is None and await store.file_content(mine.id) is None
+
+
+async def test_racing_runners_never_hold_the_same_line(store: SqlBatches) -> None:
+    record, lines = _batch(store, 60)
+    await store.create_batch(record, lines)
+    now = int(time.time())
+    got = await asyncio.gather(*(store.claim(f"runner-{r}", now, now + 60, 7) for r in range(6)))
+    numbers = [c.number for claims in got for c in claims if c.batch_id == record.id]
+    assert len(numbers) == len(set(numbers)) == 42
+    first = got[0][0]
+    assert first.key_id == "fb-key-1" and first.endpoint == "/v1/chat/completions" and first.claims == 1
+
+
+async def test_a_claim_past_its_time_is_taken_again_and_the_first_runner_cannot_record(store: SqlBatches) -> None:
+    record, lines = _batch(store, 1)
+    await store.create_batch(record, lines)
+    now = int(time.time())
+    (first,) = [c for c in await store.claim("a", now, now + 5, 50) if c.batch_id == record.id]
+    assert not [c for c in await store.claim("b", now + 1, now + 6, 50) if c.batch_id == record.id]  # still a's
+    (again,) = [c for c in await store.claim("b", now + 10, now + 70, 50) if c.batch_id == record.id]
+    assert again.number == first.number and again.claims == 2
+    assert await store.done(first, "a", True, b'{"late":1}', "r1") is False
+    assert await store.done(again, "b", True, b'{"ok":1}', "r1") is True
+    assert (await store.get_batch(record.id)).counts.completed == 1  # type: ignore[union-attr]
+
+
+async def test_renewed_claims_stay_and_released_lines_wait_their_turn(store: SqlBatches) -> None:
+    record, lines = _batch(store, 2)
+    await store.create_batch(record, lines)
+    now = int(time.time())
+    held = [c for c in await store.claim("a", now, now + 5, 50) if c.batch_id == record.id]
+    await store.renew(held, "a", now + 100)
+    assert not [c for c in await store.claim("b", now + 10, now + 70, 50) if c.batch_id == record.id]
+    await store.release(held[0], "a", now + 30)
+    assert not [c for c in await store.claim("b", now + 10, now + 70, 50) if c.batch_id == record.id]
+    (back,) = [c for c in await store.claim("b", now + 31, now + 90, 50) if c.batch_id == record.id]
+    assert back.number == held[0].number and back.claims == 1  # a line given back was not a run
+
+
+async def test_a_batch_ends_once_with_its_output_and_error_files(store: SqlBatches) -> None:
+    record, lines = _batch(store, 3)
+    await store.create_batch(record, lines)
+    now = int(time.time())
+    claimed = [c for c in await store.claim("a", now, now + 60, 50) if c.batch_id == record.id]
+    ids = itertools.count()
+    assert record.id not in [b.id for b in await store.finish(now, lambda: f"file-{next(ids)}-{record.id}", unrun_line)]
+    for c in claimed:
+        await store.done(c, "a", c.number != 2, b'{"n":%d}' % c.number, f"r{c.number}")
+    ended = [b for b in await store.finish(now, lambda: f"file-{next(ids)}-{record.id}", unrun_line)
+             if b.id == record.id]
+    assert [(b.status, b.counts.completed, b.counts.failed) for b in ended] == [("completed", 2, 1)]
+    assert await store.file_content(ended[0].output_file_id) == b'{"n":1}\n{"n":3}\n'  # type: ignore[arg-type]
+    assert await store.file_content(ended[0].error_file_id) == b'{"n":2}\n'  # type: ignore[arg-type]
+    again = await store.finish(now + 1, lambda: f"file-{next(ids)}-{record.id}", unrun_line)
+    assert record.id not in [b.id for b in again]  # ended once
+
+
+async def test_cancel_runs_nothing_more_and_ends_once_the_lines_in_flight_are_done(store: SqlBatches) -> None:
+    record, lines = _batch(store, 5)
+    await store.create_batch(record, lines)
+    now = int(time.time())
+    (running,) = [c for c in await store.claim("a", now, now + 60, 1) if c.batch_id == record.id]
+    assert (await store.cancel(record.id, now)).status == "cancelling"  # type: ignore[union-attr]
+    assert not [c for c in await store.claim("b", now, now + 60, 50) if c.batch_id == record.id]
+    assert record.id not in [b.id for b in await store.finish(now, new_file_id, unrun_line)]  # one in flight
+    await store.done(running, "a", True, b'{"ran":1}', "r1")
+    (ended,) = [b for b in await store.finish(now, new_file_id, unrun_line) if b.id == record.id]
+    assert ended.status == "cancelled" and ended.times["cancelled_at"] == now and ended.error_file_id is None
+    assert (ended.counts.total, ended.counts.completed) == (5, 1)
+    assert (await store.cancel(record.id, now)).status == "cancelled"  # type: ignore[union-attr]
+
+
+async def test_past_its_window_a_batch_expires_with_its_unrun_lines_in_the_error_file(store: SqlBatches) -> None:
+    now = int(time.time())
+    record, lines = _batch(store, 3, now=now - 100, window_s=50)
+    await store.create_batch(record, lines)
+    assert not [c for c in await store.claim("a", now, now + 60, 50) if c.batch_id == record.id]
+    (ended,) = [b for b in await store.finish(now, new_file_id, unrun_line) if b.id == record.id]
+    assert ended.status == "expired" and ended.counts.failed == 3 and ended.output_file_id is None
+    errors = [orjson.loads(x) for x in (await store.file_content(ended.error_file_id)).splitlines()]  # type: ignore[union-attr,arg-type]
+    assert [(e["custom_id"], e["error"]["code"], e["response"]) for e in errors] == [
+        ("c1", "batch_expired", None), ("c2", "batch_expired", None), ("c3", "batch_expired", None)]
+
+
+@pytest.mark.parametrize("n", [0, 2500])
+async def test_a_batch_reads_back_with_its_counts(store: SqlBatches, n: int) -> None:
+    record, lines = _batch(store, n)
+    await store.create_batch(record, lines)
+    got = await store.get_batch(record.id)
+    assert got is not None and got.metadata == {"job": "tagger"} and got.counts.total == n
+    assert record.id in [b.id for b in await store.list_batches(store.team, None, 10)]  # type: ignore[attr-defined]
