@@ -59,6 +59,7 @@ class ProxyOptions:
     stored_responses_max_bytes: int = 8 * 1024 * 1024  # a larger response with its context is not kept
     batch_max_file_bytes: int = 200 * 1024 * 1024  # a Files API upload
     batch_max_lines: int = 50_000  # requests in one batch
+    batch_reserve_pct: int = 20  # of each provider-limit mirror, kept for interactive requests
     auth_failures_per_minute: int = 30  # failed authentications per source before 429s (0: no throttling)
     metrics_token: str | None = field(default=None, repr=False)  # GET /metrics asks for it as a bearer token
 

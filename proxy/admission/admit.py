@@ -156,7 +156,7 @@ async def clear_deployment(rt: AdmitPorts, meter: Meter, dep: Deployment) -> Gat
     Handed to routing's attempt loop as its ``clear`` step: routing decides the order, admission the limits.
     """
     plan = meter.tab.plan
-    if plan is None:
+    if plan is None or dep.id in meter.dep_draws:  # a batch request's were taken before it was admitted
         return None
     draws = deployment_draws(meter.tab.snapshot, dep, plan.est_input_tokens, plan.max_output_tokens)
     if not draws:

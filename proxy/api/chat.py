@@ -19,7 +19,7 @@ from pricing.tokens import estimate_tokens
 from proxy.admission.admit import admit, tries
 from proxy.admission.auth import allowed_alias
 from proxy.admission.plan import chat_input_estimates, output_cap
-from proxy.api.steps import meter_for, plan, route_headers
+from proxy.api.steps import meter_for, outbound, plan, route_headers
 from proxy.api.surface import CHAT, Surface
 from proxy.api.validate import ChatCall, validate_chat
 from proxy.api.watch import ClientWatch
@@ -27,6 +27,7 @@ from proxy.body import parse_json_object
 from proxy.cache import serving as cached
 from proxy.errors import GatewayError, UnsupportedParameter
 from proxy.idempotency import shell as idempotent
+from proxy.limits.draws import refund
 from proxy.metering.meter import Meter
 from proxy.metering.settlement import scopes_of
 from proxy.outcomes import DRAIN
@@ -87,13 +88,20 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
     chain = await routed(privacy, plan(rt, snap, alias, needs, sticky_key(request.headers.get("x-fb-session"), call.body),
                                        allows_fallback(request.headers)))
     native = _passthrough(surface, privacy)
-    cands = honouring(chain.deployments, call.body, native, call.native_only)
+    cands, cleared = await outbound(rt, request, snap, alias_deps,
+                                    honouring(chain.deployments, call.body, native, call.native_only), est_in, max_out)
     cache = cached.for_chat(rt, request, alias, privacy, call.body, cands, max_out, call.stream)
     meter = meter_for(rt, snap, request, key, alias, run_id=run_id, data_class=privacy.data_class, stream=call.stream,
                       api=surface.name,
                       retry_of=retry_of, privacy=privacy.audit(snap.privacy, cands[0], call.body.get("messages")),
                       estimates=estimates)
-    admitted = await admit(rt, meter, cands, est_in, max_out, served_tier(call.body.get("service_tier")))
+    if cleared:
+        meter.dep_draws[cands[0].id] = cleared  # a batch request's outbound, taken before admission
+    try:
+        admitted = await admit(rt, meter, cands, est_in, max_out, served_tier(call.body.get("service_tier")))
+    except GatewayError:
+        rt.limit_settler.adjust(refund(cleared))  # refused: the outbound it took goes back
+        raise
     if downgraded_from is not None:
         admitted.headers["x-fb-downgraded-from"] = downgraded_from
     admitted.headers.update(cached.headers_of(cache))

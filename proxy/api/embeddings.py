@@ -14,13 +14,14 @@ from aiohttp import web
 from proxy.admission.admit import admit, tries
 from proxy.admission.auth import allowed_alias
 from proxy.admission.plan import embeddings_input_estimate
-from proxy.api.steps import meter_for, plan, route_headers
+from proxy.api.steps import meter_for, outbound, plan, route_headers
 from proxy.api.validate import EmbeddingsCall, validate_embeddings
 from proxy.api.watch import ClientWatch
 from proxy.body import parse_json_object
 from proxy.cache import serving as cached
 from proxy.errors import GatewayError
 from proxy.idempotency import shell as idempotent
+from proxy.limits.draws import refund
 from proxy.privacy.classify import classify_texts, routed
 from proxy.routing.answer import settled_answer
 from proxy.routing.chain import allows_fallback, key_deployments, key_regions
@@ -55,11 +56,19 @@ async def _serve(request: web.Request, rt: Runtime, call: EmbeddingsCall) -> web
     needs = Needs((("embeddings", "model"),), privacy.data_class, est_in, key_regions(key), key_deployments(key),
                   outside_class=privacy.outside_class, outside_refused=privacy.outside_class is None)
     chain = await routed(privacy, plan(rt, snap, alias, needs, None, allows_fallback(request.headers)))
-    cache = cached.for_embeddings(rt, request, alias, privacy, call.body, chain.deployments)
+    cands, cleared = await outbound(rt, request, snap, [snap.deployments[d] for d in alias.deployments],
+                                    chain.deployments, est_in, 0)
+    cache = cached.for_embeddings(rt, request, alias, privacy, call.body, cands)
     meter = meter_for(rt, snap, request, key, alias, run_id=request.headers.get("x-fb-run-id"), api="embeddings",
                       data_class=privacy.data_class, stream=False,
-                      privacy=privacy.audit(snap.privacy, chain.deployments[0], call.body.get("input")))
-    admitted = await admit(rt, meter, chain.deployments, est_in, 0)
+                      privacy=privacy.audit(snap.privacy, cands[0], call.body.get("input")))
+    if cleared:
+        meter.dep_draws[cands[0].id] = cleared  # a batch request's outbound, taken before admission
+    try:
+        admitted = await admit(rt, meter, cands, est_in, 0)
+    except GatewayError:
+        rt.limit_settler.adjust(refund(cleared))  # refused: the outbound it took goes back
+        raise
     admitted.headers.update(cached.headers_of(cache))
     upstream, timeouts = rt.upstream, Timeouts.of(alias)
 
@@ -75,7 +84,7 @@ async def _serve(request: web.Request, rt: Runtime, call: EmbeddingsCall) -> web
         return result
 
     async def answer() -> web.Response:
-        dep, result = await settled_answer(meter, chain.deployments, chain, tries(rt, meter), attempt)
+        dep, result = await settled_answer(meter, cands, chain, tries(rt, meter), attempt)
         cache.keep(dep, result.body, result.usage)
         body = {**result.body, "model": alias.name, "usage": {
             "prompt_tokens": result.usage.prompt_tokens, "total_tokens": result.usage.prompt_tokens,

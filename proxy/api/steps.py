@@ -6,6 +6,7 @@ they take from the HTTP request for the stages after them lives here:
 * ``meter_for``: the request's meter (``proxy.metering.open_meter``), with what the
   caller's headers say (``x-fb-tags``, refused here if bad, before anything is held;
   ``x-fb-max-wait-ms``) and the request's trace; the access line reads it back;
+* ``outbound``: a batch request cleared onto a deployment before admission (``proxy.admission.priority``);
 * ``plan``: the ordered chain of candidates (routing; reads the provider-limit mirrors);
 * ``route_headers``: what an answer says about where it was served;
 * ``input_tokens``: farebox's estimate for the token-count endpoints (Messages ``count_tokens``, Responses
@@ -23,7 +24,9 @@ from aiohttp import web
 from proxy.admission.auth import allowed_alias
 from proxy.admission.budget_port import max_wait_s
 from proxy.admission.plan import chat_input_estimates
-from proxy.api.tags import BATCH_TAG, HEADER, parse_tags
+from proxy.admission.priority import BATCH, clear_batch, request_class
+from proxy.api.tags import BATCH_TAG, HEADER, PRIORITY_TAG, parse_tags
+from proxy.limits.draws import Draw
 from proxy.metering.meter import Meter, open_meter
 from proxy.privacy.classify import classify_chat
 from proxy.privacy.redact import Redaction
@@ -41,6 +44,8 @@ def meter_for(rt: Runtime, snap: Snapshot, request: web.Request, key: KeyRecord,
     tags = parse_tags(request.headers.get(HEADER))
     if (batch_id := request.get("batch_id")) is not None:  # a batch line: its events name the batch
         tags[BATCH_TAG] = batch_id
+    if request.get("priority") == BATCH:
+        tags[PRIORITY_TAG] = BATCH
     meter = open_meter(
         rt, snap, request["request_id"], key, alias, run_id=run_id, data_class=data_class, stream=stream,
         tags=tags, trace=request.get("trace"),
@@ -48,6 +53,20 @@ def meter_for(rt: Runtime, snap: Snapshot, request: web.Request, key: KeyRecord,
                               rt.options.budget_wait_max_s), **tab)
     request["meter"] = meter  # the access line reads the settled request from it
     return meter
+
+
+async def outbound(rt: Runtime, request: web.Request, snap: Snapshot, alias_deps: list[Deployment],
+                   cands: list[Deployment], est_input: int, max_output: int) -> tuple[list[Deployment], list[Draw]]:
+    """The candidates after the request's priority class (``proxy.admission.priority``): an interactive request
+    keeps them all; a batch request is cleared onto one deployment now, before it is admitted (its draws
+    taken: handed to the meter), or refused 429 ``batch_paused`` with nothing held or recorded."""
+    klass = request_class(request.headers, request.get("batch_id") is not None)
+    request["priority"] = klass
+    if klass != BATCH:
+        return cands, []
+    dep, draws = await clear_batch(rt.limits, rt.routing, snap, alias_deps, cands, est_input,
+                                   max_output, rt.now_us(), rt.options.batch_reserve_pct)
+    return [dep], draws
 
 
 async def plan(rt: Runtime, snap: Snapshot, alias: Alias, needs: Needs, sticky: str | None,

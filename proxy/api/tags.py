@@ -26,6 +26,7 @@ from proxy.errors import InvalidRequest
 HEADER = "x-fb-tags"
 RESERVED = "fb."  # farebox's own tags
 BATCH_TAG = "fb.batch"
+PRIORITY_TAG = "fb.priority"  # "batch" for a request of the batch class
 MAX_TAGS = 10
 MAX_KEY = 64
 MAX_VALUE = 128

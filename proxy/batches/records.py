@@ -76,6 +76,7 @@ class Claimed:
     claims: int  # how many times it has been claimed (1: first run)
     key_id: str = ""  # the batch's key: the line runs under its budgets and limits
     endpoint: str = ""
+    generation: int = 0  # how many times it was given back (``release``): part of its request id
 
 
 class BatchStore(Protocol):
@@ -116,7 +117,9 @@ class BatchStore(Protocol):
         ...
 
     async def release(self, line: Claimed, runner: str, not_before: int) -> None:
-        """Give the line back to be run again from ``not_before`` (the gateway was busy; nothing ran)."""
+        """Give the line back to be run again from ``not_before`` (the gateway said "not now"; nothing was served).
+        Its ``generation`` goes up, so its next run has a request id of its own: the refused run may have been
+        admitted and settled at nothing, and the next one must be charged, not taken for a repeat of it."""
         ...
 
     async def finish(self, now: int, new_file_id: Callable[[], str],

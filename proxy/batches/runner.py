@@ -38,14 +38,15 @@ TOKEN_HEADER = "x-fb-batch-token"
 KEY_HEADER = "x-fb-batch-key"
 BATCH_HEADER = "x-fb-batch-id"
 LINE_HEADER = "x-fb-batch-request"  # the line's request id: ``line_request_id``
-LINE_ID = re.compile(r"batch_[0-9a-f]{24}-[0-9]{1,6}")
+LINE_ID = re.compile(r"batch_[0-9a-f]{24}-[0-9]{1,6}(\.[0-9]{1,6})?")
 
 
-def line_request_id(batch_id: str, number: int) -> str:
-    """A line's request id, the same every time it runs: its events have the same ids, so a line run again
-    (its first runner died mid-request) is admitted, charged and settled once (every consumer of the events
-    keeps the first of an id)."""
-    return f"{batch_id}-{number}"
+def line_request_id(batch_id: str, number: int, generation: int = 0) -> str:
+    """A line's request id, the same every time it runs in one ``generation``: a line run again because its
+    runner died mid-request has the same event ids, so it is admitted, charged and settled once (every
+    consumer of the events keeps the first of an id). A line the gateway refused ("not now") and that was
+    given back runs in the next generation, under a new id: the refused run closed at what it cost."""
+    return f"{batch_id}-{number}" if generation == 0 else f"{batch_id}-{number}.{generation}"
 
 
 def outcome(status: int, headers: dict[str, str] | aiohttp.typedefs.LooseHeaders) -> str:
@@ -126,7 +127,7 @@ class Runner:
 
     async def _line(self, line: Claimed) -> None:
         assert self.session is not None
-        rid = line_request_id(line.batch_id, line.number)
+        rid = line_request_id(line.batch_id, line.number, line.generation)
         headers = {TOKEN_HEADER: self.token, KEY_HEADER: line.key_id, BATCH_HEADER: line.batch_id, LINE_HEADER: rid,
                    "Content-Type": "application/json"}
         try:

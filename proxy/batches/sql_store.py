@@ -59,6 +59,7 @@ LINES = sa.Table(
     sa.Column("claimed_until", sa.BigInteger),
     sa.Column("not_before", sa.BigInteger, nullable=False, default=0),
     sa.Column("claims", sa.Integer, nullable=False, default=0),
+    sa.Column("generation", sa.Integer, nullable=False, default=0),  # times given back: part of its request id
     sa.Column("ok", sa.Boolean),
     sa.Column("result", sa.LargeBinary),  # the output-file line (None: never ran, the window passed)
     sa.Column("request_id", sa.String(96)),
@@ -125,7 +126,7 @@ class SqlBatches:
             for start in range(0, len(lines), 1000):
                 conn.execute(LINES.insert(), [
                     {"batch_id": r.id, "number": ln.number, "custom_id": ln.custom_id, "body": ln.body,
-                     "state": "pending", "not_before": 0, "claims": 0} for ln in lines[start:start + 1000]])
+                     "state": "pending", "not_before": 0, "claims": 0, "generation": 0} for ln in lines[start:start + 1000]])
 
     def _get(self, batch_id: str) -> BatchRecord | None:
         with self.engine.connect() as conn:
@@ -175,9 +176,10 @@ class SqlBatches:
                 where = sa.and_(LINES.c.batch_id == batch_id, LINES.c.number == number, runnable)
                 if conn.execute(LINES.update().where(where).values(
                         state="claimed", runner=runner, claimed_until=until, claims=LINES.c.claims + 1)).rowcount:
-                    row = conn.execute(sa.select(LINES.c.custom_id, LINES.c.body, LINES.c.claims)
+                    row = conn.execute(sa.select(LINES.c.custom_id, LINES.c.body, LINES.c.claims, LINES.c.generation)
                                        .where(LINES.c.batch_id == batch_id, LINES.c.number == number)).one()
-                    got.append(Claimed(batch_id, number, row.custom_id, bytes(row.body), row.claims, key_id, endpoint))
+                    got.append(Claimed(batch_id, number, row.custom_id, bytes(row.body), row.claims, key_id, endpoint,
+                                       row.generation))
         return got
 
     def _done(self, line: Claimed, runner: str, ok: bool, result: bytes, request_id: str | None) -> bool:
@@ -199,7 +201,8 @@ class SqlBatches:
             conn.execute(LINES.update().where(
                 LINES.c.batch_id == line.batch_id, LINES.c.number == line.number, LINES.c.state == "claimed",
                 LINES.c.runner == runner).values(state="pending", runner=None, claimed_until=None,
-                                                 not_before=not_before, claims=LINES.c.claims - 1))
+                                                 not_before=not_before, claims=LINES.c.claims - 1,
+                                                 generation=LINES.c.generation + 1))
 
     # ending
 

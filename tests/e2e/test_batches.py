@@ -206,3 +206,29 @@ def test_the_gateway_processes_of_serve_workers_share_a_batch(tmp_path_factory: 
             assert sorted(json.loads(x)["custom_id"] for x in lines) == sorted(f"line-{i}" for i in range(60))
         pods = {e.pod for e in _by_batch(read_events(st.events_path), batch.id)[RequestAdmitted]}
         assert len(pods) == 2  # both gateway processes ran lines
+
+
+def test_batch_lines_leave_interactive_requests_their_reserve_of_a_tight_limit(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    def tight(tree: dict) -> None:
+        for dep in tree["deployments"]:
+            if dep["id"] == "sim-openai-mumbai":
+                dep["limits"] = {"rpm": 60, "input_tpm": 10_000_000, "output_tpm": 2_000_000}
+        tree["rate_limits"]["deployment_mirror_pct"] = 100
+        tree["batches"] = {"reserve_pct": 25}  # 15 requests of the minute's 60 stay for interactive ones
+
+    with running_stack(tmp_path_factory.mktemp("tight"), aliases="chat-openai", mutate=tight) as st:
+        with openai.OpenAI(base_url=st.gateway_url + "/v1", api_key=st.key, max_retries=0) as client:
+            uploaded = client.files.create(file=("tight.jsonl", io.BytesIO(_jsonl(100))), purpose="batch")
+            batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                          completion_window="24h")
+            deadline = time.monotonic() + 20
+            while client.batches.retrieve(batch.id).request_counts.completed < 45 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            for _ in range(12):  # the batch has taken all it may: interactive requests still find room
+                client.chat.completions.create(model="chat-openai", max_tokens=8,
+                                               messages=[{"role": "user", "content": "interactive"}])
+                time.sleep(0.2)
+            progress = client.batches.retrieve(batch.id)
+            assert progress.status == "in_progress" and 45 <= progress.request_counts.completed < 100
+            assert progress.request_counts.failed == 0  # paused lines wait in the queue, they do not fail

@@ -70,7 +70,8 @@ async def test_renewed_claims_stay_and_released_lines_wait_their_turn(store: Sql
     await store.release(held[0], "a", now + 30)
     assert not [c for c in await store.claim("b", now + 10, now + 70, 50) if c.batch_id == record.id]
     (back,) = [c for c in await store.claim("b", now + 31, now + 90, 50) if c.batch_id == record.id]
-    assert back.number == held[0].number and back.claims == 1  # a line given back was not a run
+    assert back.number == held[0].number and back.claims == 1  # a line given back was not a run ...
+    assert (held[0].generation, back.generation) == (0, 1)  # ... and runs again under a request id of its own
 
 
 async def test_a_batch_ends_once_with_its_output_and_error_files(store: SqlBatches) -> None:
