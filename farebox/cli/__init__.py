@@ -4,6 +4,7 @@
     farebox worker | simulator                                           (farebox/cli/run.py)
     farebox keys|budgets|aliases|prices|teams|business-units|admin|audit|config|db   (farebox/cli/control.py)
     farebox events tail --config PATH [-n N] [--follow]                  (farebox/cli/events.py)
+    farebox batches list|show|cancel --config PATH                       (farebox/cli/batches.py)
     farebox archiver | archive flush|verify|compact                     (farebox/cli/archive.py)
     farebox replay --from D --to D                                       (farebox/cli/replay.py)
     farebox export focus | whatif | reconcile | rerate                   (one module each)
@@ -22,13 +23,26 @@ from __future__ import annotations
 import argparse
 import sys
 
-from farebox.cli import archive, control, dev, events, export, finance, reconcile, replay, rerate, run, whatif
+from farebox.cli import (
+    archive,
+    batches,
+    control,
+    dev,
+    events,
+    export,
+    finance,
+    reconcile,
+    replay,
+    rerate,
+    run,
+    whatif,
+)
 from proxy.control.problems import ConfigError
 from proxy.errors import GatewayError
 from reconcile.errors import ReconcileError
 
 # Every command group, in the order ``farebox --help`` lists them.
-COMMANDS = (run, archive, replay, control, events, export, whatif, reconcile, dev, finance, rerate)
+COMMANDS = (run, archive, replay, control, events, batches, export, whatif, reconcile, dev, finance, rerate)
 
 EXIT_OK, EXIT_FOUND, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = 0, 1, 2, 3
 _BY_KIND = {"input": EXIT_BAD_INPUT, "unavailable": EXIT_UNAVAILABLE}  # reconcile's kinds; the rest: EXIT_FOUND

@@ -88,7 +88,7 @@ async def _serve(request: web.Request, rt: Runtime, call: EmbeddingsCall) -> web
         cache.keep(dep, result.body, result.usage)
         body = {**result.body, "model": alias.name, "usage": {
             "prompt_tokens": result.usage.prompt_tokens, "total_tokens": result.usage.prompt_tokens,
-        }}
+        }, "x_farebox": meter.x_farebox(dep)}
         headers = {**admitted.headers, **route_headers(meter, dep)}
         return web.Response(body=orjson.dumps(body), content_type="application/json", headers=headers)
 

@@ -44,6 +44,7 @@ class Counts:
     total: int = 0
     completed: int = 0  # lines answered 2xx
     failed: int = 0  # lines answered with an error, or never run before the window passed
+    cost_micro: int = 0  # what the lines that ran cost, as their answers said (the events are the record)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +98,10 @@ class BatchStore(Protocol):
 
     async def get_batch(self, batch_id: str) -> BatchRecord | None: ...
 
-    async def list_batches(self, team: str | None, after: str | None, limit: int) -> list[BatchRecord]: ...
+    async def list_batches(self, team: str | None, after: str | None, limit: int,
+                           status: str | None = None) -> list[BatchRecord]:
+        """Newest first; ``team`` None: every team's (the admin API)."""
+        ...
 
     async def cancel(self, batch_id: str, now: int) -> BatchRecord | None:
         """``in_progress`` -> ``cancelling`` (any other status is left as it is); the batch as it now is."""
@@ -107,8 +111,10 @@ class BatchStore(Protocol):
         """Up to ``limit`` runnable lines (oldest batch first, in line order) for ``runner`` until ``until``."""
         ...
 
-    async def done(self, line: Claimed, runner: str, ok: bool, result: bytes, request_id: str | None) -> bool:
-        """The line's outcome (``result``: its output-file line); False if ``runner`` no longer holds it."""
+    async def done(self, line: Claimed, runner: str, ok: bool, result: bytes, request_id: str | None,
+                   cost_micro: int | None = None) -> bool:
+        """The line's outcome (``result``: its output-file line; ``cost_micro``: what its answer said it cost);
+        False if ``runner`` no longer holds it."""
         ...
 
     async def renew(self, lines: Sequence[Claimed], runner: str, until: int) -> None:

@@ -149,7 +149,7 @@ class Runner:
         except orjson.JSONDecodeError:
             body = raw.decode("utf-8", "replace")
         kept = await self.store.done(line, self.runner_id, verdict == "ok",
-                                     output_line(line.custom_id, status, request_id, body), request_id)
+                                     output_line(line.custom_id, status, request_id, body), request_id, _cost(body))
         if not kept:
             log.warning("batch line %s/%d answered after its claim passed to another runner", line.batch_id,
                         line.number)
@@ -160,3 +160,10 @@ class Runner:
         self.woken.set()
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=timeout_s)
+
+
+def _cost(body: object) -> int | None:
+    """What the answer's ``x_farebox`` block says the request cost (micro-units), if it says."""
+    block = body.get("x_farebox") if isinstance(body, dict) else None
+    cost = block.get("cost_micro") if isinstance(block, dict) else None
+    return cost if isinstance(cost, int) and not isinstance(cost, bool) else None

@@ -63,6 +63,7 @@ LINES = sa.Table(
     sa.Column("ok", sa.Boolean),
     sa.Column("result", sa.LargeBinary),  # the output-file line (None: never ran, the window passed)
     sa.Column("request_id", sa.String(96)),
+    sa.Column("cost_micro", sa.BigInteger),  # what the line's request cost, as its answer said (None: not said)
     sa.Index("fb_batch_lines_state", "state", "batch_id"),
 )
 
@@ -133,10 +134,12 @@ class SqlBatches:
             row = conn.execute(sa.select(BATCHES).where(BATCHES.c.id == batch_id)).first()
             return None if row is None else _batch(row, _counts(conn, [batch_id]).get(batch_id, Counts()))
 
-    def _list(self, team: str | None, after: str | None, limit: int) -> list[BatchRecord]:
+    def _list(self, team: str | None, after: str | None, limit: int, status: str | None = None) -> list[BatchRecord]:
         q = sa.select(BATCHES).order_by(BATCHES.c.created_at.desc(), BATCHES.c.id.desc()).limit(limit)
         if team is not None:
             q = q.where(BATCHES.c.team == team)
+        if status is not None:
+            q = q.where(BATCHES.c.status == status)
         with self.engine.connect() as conn:
             if after is not None:
                 at = conn.execute(sa.select(BATCHES.c.created_at, BATCHES.c.id).where(BATCHES.c.id == after)).first()
@@ -182,12 +185,13 @@ class SqlBatches:
                                        row.generation))
         return got
 
-    def _done(self, line: Claimed, runner: str, ok: bool, result: bytes, request_id: str | None) -> bool:
+    def _done(self, line: Claimed, runner: str, ok: bool, result: bytes, request_id: str | None,
+              cost_micro: int | None) -> bool:
         with self.engine.begin() as conn:
             return bool(conn.execute(LINES.update().where(
                 LINES.c.batch_id == line.batch_id, LINES.c.number == line.number, LINES.c.state == "claimed",
                 LINES.c.runner == runner).values(state="done", ok=ok, result=result, request_id=request_id,
-                                                 claimed_until=None)).rowcount)
+                                                 claimed_until=None, cost_micro=cost_micro)).rowcount)
 
     def _renew(self, lines: Sequence[Claimed], runner: str, until: int) -> None:
         with self.engine.begin() as conn:
@@ -285,8 +289,9 @@ class SqlBatches:
     async def get_batch(self, batch_id: str) -> BatchRecord | None:
         return await asyncio.to_thread(self._get, batch_id)
 
-    async def list_batches(self, team: str | None, after: str | None, limit: int) -> list[BatchRecord]:
-        return await asyncio.to_thread(self._list, team, after, limit)
+    async def list_batches(self, team: str | None, after: str | None, limit: int,
+                           status: str | None = None) -> list[BatchRecord]:
+        return await asyncio.to_thread(self._list, team, after, limit, status)
 
     async def cancel(self, batch_id: str, now: int) -> BatchRecord | None:
         return await asyncio.to_thread(self._cancel, batch_id, now)
@@ -294,8 +299,9 @@ class SqlBatches:
     async def claim(self, runner: str, now: int, until: int, limit: int) -> list[Claimed]:
         return await asyncio.to_thread(self._claim, runner, now, until, limit)
 
-    async def done(self, line: Claimed, runner: str, ok: bool, result: bytes, request_id: str | None) -> bool:
-        return await asyncio.to_thread(self._done, line, runner, ok, result, request_id)
+    async def done(self, line: Claimed, runner: str, ok: bool, result: bytes, request_id: str | None,
+                   cost_micro: int | None = None) -> bool:
+        return await asyncio.to_thread(self._done, line, runner, ok, result, request_id, cost_micro)
 
     async def renew(self, lines: Sequence[Claimed], runner: str, until: int) -> None:
         if lines:
@@ -325,11 +331,12 @@ def _counts(conn: sa.Connection, ids: list[str]) -> dict[str, Counts]:
     if not ids:
         return {}
     out: dict[str, list[int]] = {}
-    for batch_id, ok, n in conn.execute(
-            sa.select(LINES.c.batch_id, LINES.c.ok, sa.func.count()).where(LINES.c.batch_id.in_(ids))
-            .group_by(LINES.c.batch_id, LINES.c.ok)):
-        c = out.setdefault(batch_id, [0, 0, 0])
+    for batch_id, ok, n, cost in conn.execute(
+            sa.select(LINES.c.batch_id, LINES.c.ok, sa.func.count(), sa.func.sum(LINES.c.cost_micro))
+            .where(LINES.c.batch_id.in_(ids)).group_by(LINES.c.batch_id, LINES.c.ok)):
+        c = out.setdefault(batch_id, [0, 0, 0, 0])
         c[0] += n
+        c[3] += int(cost or 0)
         if ok is True:
             c[1] += n
         elif ok is False:

@@ -5,11 +5,13 @@ runs nothing more. Bad input is refused in the Files and Batches API's own shape
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import sqlite3
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Iterator
 
@@ -49,6 +51,20 @@ def _by_batch(events: list, batch_id: str) -> dict[type, list]:
     return out
 
 
+def _cli(*argv: str) -> tuple[int, str]:
+    """``farebox *argv`` run in this process (its own event loop, in a thread), and what it printed."""
+    from farebox.cli import main
+
+    out = io.StringIO()
+
+    def run() -> int:
+        with contextlib.redirect_stdout(out):
+            return main(list(argv))
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(run).result(), out.getvalue()
+
+
 def _by_hand(usage) -> int:
     usd = (usage.input * PRICE[0] + usage.cached_input * PRICE[1] + (usage.output + usage.reasoning) * PRICE[2]) \
         / 1_000_000
@@ -86,6 +102,17 @@ def test_a_batch_of_200_lines_runs_and_bills_each_line_once(client: openai.OpenA
     again = _by_batch(read_events(stack.events_path), batch.id)
     assert len(again[RequestSettled]) == 200 and len(again[RequestAdmitted]) == 200
     assert batch.id in [b.id for b in client.batches.list(limit=100).data]
+
+    # finance sees it: the admin API and the CLI, with what its lines cost (the sum of their settled costs)
+    token = admin_token(stack.config, "fin-batches", "finance", live_at=stack.gateway_url)
+    with urllib.request.urlopen(urllib.request.Request(stack.gateway_url + f"/admin/v1/batches/{batch.id}",
+                                                       headers={"Authorization": f"Bearer {token}"})) as resp:
+        seen = json.loads(resp.read())
+    assert seen["team"] == "platform" and seen["request_counts"]["completed"] == 200
+    assert seen["x_farebox"]["cost_micro"] == sum(e.cost_micro for e in settled.values())
+    code, out = _cli("batches", "list", "--config", str(stack.config), "--team", "platform", "--json")
+    assert code == 0 and [b for b in json.loads(out) if b["id"] == batch.id][0]["status"] == "completed"
+    assert _cli("batches", "show", "batch_nope", "--config", str(stack.config))[0] == 2
 
 
 def test_a_bad_file_fails_the_batch_with_every_problem_and_runs_nothing(client: openai.OpenAI) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from proxy.control.admin import approvals, bodies, budgets, config, keys, load, rerate, usage
+from proxy.control.admin import approvals, batches, bodies, budgets, config, keys, load, rerate, usage
 
 
 def add_routes(app: web.Application) -> None:
@@ -21,3 +21,4 @@ def add_routes(app: web.Application) -> None:
     rerate.add_routes(app)
     approvals.add_routes(app)
     load.add_routes(app)
+    batches.add_routes(app)
