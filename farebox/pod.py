@@ -136,8 +136,15 @@ async def batch_runner_ctx(app: web.Application, runtime: Runtime, settings: Set
         yield
         return
     b = settings.batches
+    m = runtime.metrics
+
+    def gauges(queued: int, running: int) -> None:
+        m.batch_queued.set(queued)
+        m.batch_running.set(running)
+
     runner = Runner(runtime.batches, str(internal_socket()), f"{settings.pod_id}:{os.getpid()}",
-                    concurrency=b.concurrency, claim_s=b.claim_s)
+                    concurrency=b.concurrency, claim_s=b.claim_s,
+                    observe=lambda outcome: m.batch_lines.labels(outcome).inc(), gauges=gauges)
     runtime.pod.batch_token, runtime.pod.wake_batches = runner.token, runner.wake
     task = asyncio.get_running_loop().create_task(runner.run(), name="batch-runner")
     yield

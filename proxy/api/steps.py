@@ -26,6 +26,7 @@ from proxy.admission.budget_port import max_wait_s
 from proxy.admission.plan import chat_input_estimates
 from proxy.admission.priority import BATCH, clear_batch, request_class
 from proxy.api.tags import BATCH_TAG, HEADER, PRIORITY_TAG, parse_tags
+from proxy.errors import GatewayError
 from proxy.limits.draws import Draw
 from proxy.metering.meter import Meter, open_meter
 from proxy.privacy.classify import classify_chat
@@ -64,8 +65,12 @@ async def outbound(rt: Runtime, request: web.Request, snap: Snapshot, alias_deps
     request["priority"] = klass
     if klass != BATCH:
         return cands, []
-    dep, draws = await clear_batch(rt.limits, rt.routing, snap, alias_deps, cands, est_input,
-                                   max_output, rt.now_us(), rt.options.batch_reserve_pct)
+    try:
+        dep, draws = await clear_batch(rt.limits, rt.routing, snap, alias_deps, cands, est_input,
+                                       max_output, rt.now_us(), rt.options.batch_reserve_pct)
+    except GatewayError as exc:
+        rt.metrics.refusals.labels(exc.code or "batch_paused").inc()
+        raise
     return [dep], draws
 
 

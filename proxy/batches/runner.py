@@ -70,9 +70,13 @@ class Runner:
     """One process's batch runner (module docstring); ``run`` until cancelled, ``wake`` when a batch starts."""
 
     def __init__(self, store: BatchStore, socket_path: str, runner_id: str, *, concurrency: int = 4,
-                 claim_s: int = 60, poll_s: float = 1.0, clock: Callable[[], float] = time.time) -> None:
+                 claim_s: int = 60, poll_s: float = 1.0, clock: Callable[[], float] = time.time,
+                 observe: Callable[[str], None] = lambda outcome: None,
+                 gauges: Callable[[int, int], None] = lambda queued, running: None) -> None:
         self.store, self.socket_path, self.runner_id = store, socket_path, runner_id
         self.concurrency, self.claim_s, self.poll_s, self.clock = concurrency, claim_s, poll_s, clock
+        self.observe, self.gauges = observe, gauges  # a line's outcome; (queued, running) every few seconds
+        self.counted = 0.0  # when the queue was last counted
         self.token = secrets.token_urlsafe(32)
         self.woken = asyncio.Event()
         self.tasks: dict[asyncio.Task[None], Claimed] = {}  # the lines in flight
@@ -101,6 +105,9 @@ class Runner:
         if now >= self.renewed + self.claim_s / 3:  # the heartbeat: keep the lines in flight ours
             await self.store.renew(list(self.tasks.values()), self.runner_id, now + self.claim_s)
             self.renewed = now
+        if now >= self.counted + 5:
+            self.gauges(await self.store.queued(), len(self.tasks))
+            self.counted = now
         for ended in await self.store.finish(now, new_file_id, unrun_line):
             log.info("batch %s %s: %d completed, %d failed", ended.id, ended.status, ended.counts.completed,
                      ended.counts.failed)
@@ -139,8 +146,10 @@ class Runner:
             log.warning("batch line %s/%d not sent (%s); it runs again later", line.batch_id, line.number,
                         type(exc).__name__)
             await self.store.release(line, self.runner_id, int(self.clock()) + 1)
+            self.observe("later")
             return
         verdict = outcome(status, got)
+        self.observe(verdict)
         if verdict == "later":
             await self.store.release(line, self.runner_id, int(self.clock()) + retry_after_s(got))
             return

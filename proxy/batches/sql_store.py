@@ -265,7 +265,16 @@ class SqlBatches:
             conn.execute(BATCHES.update().where(BATCHES.c.id == batch_id).values(**values))
         return True
 
+    def _queued(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.scalar(sa.select(sa.func.count()).select_from(LINES).join(
+                BATCHES, BATCHES.c.id == LINES.c.batch_id).where(
+                LINES.c.state != "done", BATCHES.c.status == "in_progress")) or 0)
+
     # async port
+
+    async def queued(self) -> int:
+        return await asyncio.to_thread(self._queued)
 
     async def put_file(self, record: FileRecord, content: bytes) -> None:
         await asyncio.to_thread(self._put_file, record, content)

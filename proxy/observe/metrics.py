@@ -113,6 +113,16 @@ class Metrics:
         # the door's two children, looked up once: a refusal must cost as little as possible
         self.refused_capacity = self.overload_refusals.labels("capacity")
         self.refused_in_flight = self.overload_refusals.labels("in_flight")
+        self.batch_lines = Counter(
+            "farebox_batch_lines", "Batch lines this process ran, by outcome: ok, error (the line's final answer), "
+            "later (the gateway said not now: batch_paused, limits, overload; the line waits in its queue).",
+            ["outcome"], registry=r,
+        )
+        self.batch_queued = Gauge("farebox_batch_lines_queued", "Batch lines waiting to run (all batches in "
+                                  "progress), as this process's runner last counted them.", registry=r,
+                                  multiprocess_mode="livemax")
+        self.batch_running = Gauge("farebox_batch_lines_running", "Batch lines this process is running now.",
+                                   registry=r, multiprocess_mode="livesum")
         self.fallbacks = Counter(
             "farebox_fallbacks", "Requests answered after more than one attempt (failover or hedge).",
             ["alias"], registry=r,

@@ -259,3 +259,7 @@ def test_batch_lines_leave_interactive_requests_their_reserve_of_a_tight_limit(
             progress = client.batches.retrieve(batch.id)
             assert progress.status == "in_progress" and 45 <= progress.request_counts.completed < 100
             assert progress.request_counts.failed == 0  # paused lines wait in the queue, they do not fail
+        with urllib.request.urlopen(st.gateway_url + "/metrics") as resp:
+            metrics = resp.read().decode()
+        assert 'farebox_refusals_total{code="batch_paused"}' in metrics
+        assert 'farebox_batch_lines_total{outcome="later"}' in metrics
