@@ -13,16 +13,20 @@ Invariants every adapter keeps (``tests/proxy/batches/test_store_contract.py``):
 * ``done`` by a runner whose claim was taken over changes nothing (the other runner's outcome stands);
 * a batch reaches one final status, once, and its output and error files are written with that change, in one
   transaction: a finished batch always has its files, and a crash never leaves a half-written one;
+* ``claim`` shares the runners between teams: lines are taken from each team with runnable lines in turn
+  (``round_robin``), so one team's 50,000-line batch does not hold another team's ten lines back; within a
+  team, its oldest batch first;
 * files and batches are a team's: readers check ``team`` (another team's id is a 404, never a 403).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 from proxy.batches.lines import Line
 
+T = TypeVar("T")
 FINAL = ("completed", "failed", "expired", "cancelled")
 ACTIVE = ("in_progress", "cancelling")
 
@@ -78,6 +82,21 @@ class Claimed:
     key_id: str = ""  # the batch's key: the line runs under its budgets and limits
     endpoint: str = ""
     generation: int = 0  # how many times it was given back (``release``): part of its request id
+
+
+def round_robin(offered: dict[str, list[T]], limit: int) -> list[T]:
+    """Up to ``limit`` items taking one from each list in turn (the lists in their order, each in its own)."""
+    out: list[T] = []
+    queues = [list(items) for items in offered.values() if items]
+    at = 0
+    while queues and len(out) < limit:
+        queue = queues[at % len(queues)]
+        out.append(queue.pop(0))
+        if queue:
+            at += 1
+        else:
+            queues.remove(queue)
+    return out
 
 
 class BatchStore(Protocol):

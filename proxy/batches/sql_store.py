@@ -18,7 +18,7 @@ import orjson
 import sqlalchemy as sa
 
 from proxy.batches.lines import Line
-from proxy.batches.records import ACTIVE, BatchRecord, Claimed, Counts, FileRecord
+from proxy.batches.records import ACTIVE, BatchRecord, Claimed, Counts, FileRecord, round_robin
 
 _META = sa.MetaData()
 FILES = sa.Table(
@@ -166,16 +166,22 @@ class SqlBatches:
         runnable = sa.and_(
             sa.or_(LINES.c.state == "pending", sa.and_(LINES.c.state == "claimed", LINES.c.claimed_until < now)),
             LINES.c.not_before <= now)
-        live = sa.select(BATCHES.c.id).where(BATCHES.c.status == "in_progress", BATCHES.c.expires_at > now)
         with self.engine.begin() as conn:
-            picked = list(conn.execute(
-                sa.select(LINES.c.batch_id, LINES.c.number, BATCHES.c.key_id, BATCHES.c.endpoint)
-                .join(BATCHES, BATCHES.c.id == LINES.c.batch_id)
-                .where(runnable, LINES.c.batch_id.in_(live))
-                .order_by(BATCHES.c.created_at, LINES.c.batch_id, LINES.c.number).limit(limit)
-                .with_for_update(of=LINES, skip_locked=True)))  # PostgreSQL: racing runners take different lines
+            live = list(conn.execute(sa.select(BATCHES.c.id, BATCHES.c.team).where(
+                BATCHES.c.status == "in_progress", BATCHES.c.expires_at > now).order_by(BATCHES.c.created_at)))
+            teams: dict[str, list[str]] = {}
+            for batch_id, team in live:
+                teams.setdefault(team, []).append(batch_id)
+            offered: dict[str, list[Any]] = {}
+            for team, batch_ids in teams.items():  # each team's runnable lines, its oldest batch first
+                offered[team] = list(conn.execute(
+                    sa.select(LINES.c.batch_id, LINES.c.number, BATCHES.c.key_id, BATCHES.c.endpoint)
+                    .join(BATCHES, BATCHES.c.id == LINES.c.batch_id)
+                    .where(runnable, LINES.c.batch_id.in_(batch_ids))
+                    .order_by(BATCHES.c.created_at, LINES.c.batch_id, LINES.c.number).limit(limit)
+                    .with_for_update(of=LINES, skip_locked=True)))  # PostgreSQL: racing runners take other lines
             got: list[Claimed] = []
-            for batch_id, number, key_id, endpoint in picked:
+            for batch_id, number, key_id, endpoint in round_robin(offered, limit):
                 where = sa.and_(LINES.c.batch_id == batch_id, LINES.c.number == number, runnable)
                 if conn.execute(LINES.update().where(where).values(
                         state="claimed", runner=runner, claimed_until=until, claims=LINES.c.claims + 1)).rowcount:

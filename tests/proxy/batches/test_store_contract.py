@@ -126,3 +126,17 @@ async def test_a_batch_reads_back_with_its_counts(store: SqlBatches, n: int) -> 
     got = await store.get_batch(record.id)
     assert got is not None and got.metadata == {"job": "tagger"} and got.counts.total == n
     assert record.id in [b.id for b in await store.list_batches(store.team, None, 10)]  # type: ignore[attr-defined]
+
+
+async def test_runners_take_lines_from_each_team_in_turn(store: SqlBatches) -> None:
+    now = int(time.time())
+    big, big_lines = _batch(store, 50, now=now - 10)  # one team's large batch, created first
+    other = SqlBatches.__new__(SqlBatches)
+    other.team = store.team + "b"  # type: ignore[attr-defined]
+    small, small_lines = _batch(other, 3, now=now)
+    await store.create_batch(big, big_lines)
+    await store.create_batch(small, small_lines)
+    got = await store.claim("a", now, now + 60, 30)  # (the PostgreSQL server is shared: other tests' teams too)
+    mine = [(c.batch_id, c.number) for c in got if c.batch_id in (big.id, small.id)]
+    assert [n for b, n in mine if b == small.id] == [1, 2, 3]  # the small batch is not held back by the big one
+    assert [n for b, n in mine if b == big.id] == list(range(1, len(mine) - 2))  # the big one: in line order
