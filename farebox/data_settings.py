@@ -26,13 +26,14 @@ pods default to the config database's URL, so every pod sees every batch: give i
 to keep batch content out of config backups)::
 
     batches: {url: sqlite:///var/batches.sqlite, max_file_bytes: 209715200, max_lines: 50000, concurrency: 4,
-              claim_s: 60, reserve_pct: 20}
+              claim_s: 60, reserve_pct: 20, cpu_ceiling: 0.5}
 
 ``concurrency`` is how many batch lines each gateway process runs at once; ``claim_s`` how long a process
 holds a line it took without renewing it (it renews every third of that while the line runs): a process killed
 mid-line has its lines taken again by another, or by itself restarted, within ``claim_s``. ``reserve_pct`` is the
 share of each deployment's provider-limit mirrors that batch requests leave for interactive ones
-(``proxy.admission.priority``).
+(``proxy.admission.priority``); ``cpu_ceiling`` the share of one core past which a gateway process takes no
+batch line (its door answers the runner "busy": interactive requests keep the rest of the core).
 
 The body log's master key is read here, once, from the environment variable
 ``key_env`` names (urlsafe base64 of at least 32 random bytes, e.g. what
@@ -94,6 +95,7 @@ class BatchSettings:
     concurrency: int = 4  # lines each gateway process runs at once
     claim_s: int = 60  # how long a claim lasts unrenewed (a killed process's lines are free again after it)
     reserve_pct: int = 20  # of each provider-limit mirror that batch requests leave to interactive ones
+    cpu_ceiling: float = 0.5  # a gateway process busier than this share of a core takes no batch line
 
 
 def batch_settings(r: Reader, state_dir: Path, shared_url: str | None) -> BatchSettings:
@@ -102,7 +104,7 @@ def batch_settings(r: Reader, state_dir: Path, shared_url: str | None) -> BatchS
         url=r.str("url", None) or shared_url or f"sqlite:///{(state_dir / 'batches.sqlite').resolve()}",
         max_file_bytes=r.int("max_file_bytes", d.max_file_bytes, 1024), max_lines=r.int("max_lines", d.max_lines, 1),
         concurrency=r.int("concurrency", d.concurrency, 1), claim_s=r.int("claim_s", d.claim_s, 3),
-        reserve_pct=r.int("reserve_pct", d.reserve_pct, 0))
+        reserve_pct=r.int("reserve_pct", d.reserve_pct, 0), cpu_ceiling=r.number("cpu_ceiling", d.cpu_ceiling, 0.05))
     if out.reserve_pct > 90:
         r.problems.add(r.at("reserve_pct"), f"is {out.reserve_pct}; at most 90 (batch work needs some capacity)")
     r.reject_unknown()

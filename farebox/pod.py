@@ -74,7 +74,7 @@ def options_of(settings: Settings) -> ProxyOptions:
         stored_responses_ttl_s=settings.stored_responses.ttl_s,
         stored_responses_max_bytes=settings.stored_responses.max_record_bytes,
         batch_max_file_bytes=settings.batches.max_file_bytes, batch_max_lines=settings.batches.max_lines,
-        batch_reserve_pct=settings.batches.reserve_pct,
+        batch_reserve_pct=settings.batches.reserve_pct, batch_cpu_ceiling=settings.batches.cpu_ceiling,
     )
 
 

@@ -122,6 +122,11 @@ class LoadShedder:
         self._last_refusal = now
         return False
 
+    def busy_for_batch(self, ceiling: float) -> bool:
+        """Whether batch work should wait: the door is limiting, or the process is busier than ``ceiling`` (a
+        share of one core). Batch lines yield the process to interactive requests first."""
+        return self.limit is not None or self.utilisation >= ceiling
+
     def retry_after_s(self) -> int:
         """Seconds a refused caller should wait: the limit is re-measured every tick, so one is enough."""
         return 1

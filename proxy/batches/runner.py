@@ -82,6 +82,7 @@ class Runner:
         self.tasks: dict[asyncio.Task[None], Claimed] = {}  # the lines in flight
         self.stopping = False
         self.renewed = 0.0  # when the claims in flight were last renewed
+        self.paused_until = 0.0  # the gateway said "not now": no new line before this
         self.session: aiohttp.ClientSession | None = None
 
     def wake(self) -> None:
@@ -111,7 +112,7 @@ class Runner:
         for ended in await self.store.finish(now, new_file_id, unrun_line):
             log.info("batch %s %s: %d completed, %d failed", ended.id, ended.status, ended.counts.completed,
                      ended.counts.failed)
-        free = self.concurrency - len(self.tasks)
+        free = self.concurrency - len(self.tasks) if now >= self.paused_until else 0
         claimed = await self.store.claim(self.runner_id, now, now + self.claim_s, free) if free > 0 else []
         self.renewed = self.renewed if self.tasks else now
         for line in claimed:
@@ -150,8 +151,11 @@ class Runner:
             return
         verdict = outcome(status, got)
         self.observe(verdict)
-        if verdict == "later":
-            await self.store.release(line, self.runner_id, int(self.clock()) + retry_after_s(got))
+        if verdict == "later":  # the line waits; a busy process (503) makes the runner wait too
+            wait = retry_after_s(got)
+            if status == 503:
+                self.paused_until = max(self.paused_until, self.clock() + wait)
+            await self.store.release(line, self.runner_id, int(self.clock()) + wait)
             return
         try:
             body = orjson.loads(raw)
