@@ -1,17 +1,18 @@
 """The batch runner: every gateway process feeds batch lines through its own request path, at batch priority.
 
-Each process runs one: it claims up to ``concurrency`` lines at a time from the shared ``BatchStore`` (oldest
-batch first), sends each to its own gateway over a private Unix socket (``internal_socket``; the directory is
+Each process runs one: it claims up to ``concurrency`` lines at a time from the shared ``BatchStore`` (teams in
+turn, each team's oldest batch first), sends each to its own gateway over a private Unix socket (``internal_socket``; the directory is
 the process owner's alone) as the batch's key, and keeps the answer as the line's output. So a batch line is
 admitted, rate-limited, routed, metered and settled exactly as an interactive request of that key is: holds
 and charges on the key's budgets, one ``request.*`` event trail per line tagged ``fb.batch=<batch id>``, and the
 door's overload protection in front of it.
 
 What the answer means for the line (``outcome``): a 2xx goes to the output file; the gateway saying "not now"
-(429 or 503 that the caller may retry: the key's rate limits, the door's overload, a provider at capacity,
-the pod draining) gives the line back to run later (it does not count as a run); a connection failure to the
-own socket the same; any other answer is the line's final error, in the error file. A refused budget is final
-(``x-should-retry: false``).
+(429 or 503 that the caller may retry: the key's rate limits, ``batch_paused``, the door's overload, a provider
+at capacity, the pod draining) gives the line back to run later (it does not count as a run), and a 503 (the
+process is busy: its door keeps batch lines out past ``batches.cpu_ceiling`` of a core) pauses the runner for
+the ``Retry-After``; a connection failure to the own socket the same; any other answer is the line's final
+error, in the error file. A refused budget is final (``x-should-retry: false``).
 
 The internal request carries a per-process token (``Runner.token``) that the gateway checks before it takes
 ``x-fb-batch-key`` as the caller; the token never leaves the process.
