@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SEMANTIC_STAMP := $(VENV)/.semantic-bench
 
-.PHONY: install lock services agents run run-cluster stop-cluster test bench bench-overload bench-tracing bench-budget bench-distributed bench-availability bench-finance bench-finance-archive bench-sim bench-limits bench-privacy kafka-up kafka-down clean
+.PHONY: install lock services agents run run-cluster stop-cluster test bench bench-overload bench-batch bench-tracing bench-budget bench-distributed bench-availability bench-finance bench-finance-archive bench-sim bench-limits bench-privacy kafka-up kafka-down clean
 
 LOCK_VENV := .lock-venv
 
@@ -81,6 +81,10 @@ bench: install
 ## BENCH_ARGS passes options, e.g. make bench-overload BENCH_ARGS="--runs 3" (medians) or "--no-shedding".
 bench-overload: install
 	$(BIN)/python -m tests.bench.overload $(BENCH_ARGS)
+
+## A batch beside interactive traffic on a tight provider limit (docs/batches.md); BENCH_ARGS="--runs 3" for medians.
+bench-batch: install
+	$(BIN)/python -m tests.bench.batch $(BENCH_ARGS)
 
 ## The same with tracing on (every span built, none exported): compare with `make bench` for tracing's cost.
 bench-tracing: install

@@ -234,7 +234,7 @@ async def protection_middleware(request: web.Request, handler: Handler) -> web.S
                               anthropic=anthropic_surface(request))
     if TOKEN_HEADER in request.headers and rt.pod.shedder.busy_for_batch(rt.options.batch_cpu_ceiling):
         return error_response(GatewayError("This gateway process is busy; batch work waits.", status=503,
-                                           code="server_busy", headers={"Retry-After": "1"}))
+                                           code="server_busy", headers={"Retry-After": "1", "retry-after-ms": "100"}))
     if not rt.pod.shedder.admit():
         rt.metrics.refused_capacity.inc()
         return error_response(GatewayError("This gateway pod is at the request rate it can serve; retry shortly.",

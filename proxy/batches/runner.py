@@ -67,6 +67,15 @@ def retry_after_s(headers: dict[str, str] | aiohttp.typedefs.LooseHeaders, floor
         return floor
 
 
+def pause_s(headers: dict[str, str] | aiohttp.typedefs.LooseHeaders) -> float:
+    """How long a busy process asks the runner to wait: ``retry-after-ms`` when given, else ``Retry-After``."""
+    raw = headers.get("retry-after-ms")  # type: ignore[union-attr]
+    try:
+        return min(60.0, max(0.01, float(raw) / 1000)) if raw is not None else float(retry_after_s(headers))
+    except ValueError:
+        return float(retry_after_s(headers))
+
+
 class Runner:
     """One process's batch runner (module docstring); ``run`` until cancelled, ``wake`` when a batch starts."""
 
@@ -113,7 +122,7 @@ class Runner:
         for ended in await self.store.finish(now, new_file_id, unrun_line):
             log.info("batch %s %s: %d completed, %d failed", ended.id, ended.status, ended.counts.completed,
                      ended.counts.failed)
-        free = self.concurrency - len(self.tasks) if now >= self.paused_until else 0
+        free = self.concurrency - len(self.tasks) if self.clock() >= self.paused_until else 0
         claimed = await self.store.claim(self.runner_id, now, now + self.claim_s, free) if free > 0 else []
         self.renewed = self.renewed if self.tasks else now
         for line in claimed:
@@ -124,7 +133,10 @@ class Runner:
             return  # more may be waiting: claim again at once
         self.woken.clear()
         try:
-            await asyncio.wait_for(self.woken.wait(), min(self.poll_s, self.claim_s / 3))
+            wait = min(self.poll_s, self.claim_s / 3)
+            if self.paused_until > self.clock():
+                wait = min(wait, max(0.01, self.paused_until - self.clock()))
+            await asyncio.wait_for(self.woken.wait(), wait)
         except TimeoutError:
             pass
 
@@ -153,9 +165,11 @@ class Runner:
         verdict = outcome(status, got)
         self.observe(verdict)
         if verdict == "later":  # the line waits; a busy process (503) makes the runner wait too
-            wait = retry_after_s(got)
             if status == 503:
-                self.paused_until = max(self.paused_until, self.clock() + wait)
+                self.paused_until = max(self.paused_until, self.clock() + pause_s(got))
+                wait = 0
+            else:
+                wait = retry_after_s(got)
             await self.store.release(line, self.runner_id, int(self.clock()) + wait)
             return
         try:
