@@ -29,6 +29,7 @@ from aiohttp import web
 from proxy.admission.auth import authenticate, authenticate_admin, authenticate_batch_line
 from proxy.admission.auth_throttle import AuthThrottle
 from proxy.api import batches, chat, embeddings, files, models, protocol_errors, watch
+from proxy.api.messages import batches as message_batches
 from proxy.api.messages import handler as messages_handler
 from proxy.api.messages.response import error_body as messages_error_body
 from proxy.api.messages.response import error_status as messages_error_status
@@ -368,6 +369,7 @@ def create_app(runtime: Runtime, session_factory: Callable[[], aiohttp.ClientSes
     app.router.add_get("/v1/responses/{id}/input_items", responses_handler.list_input_items)
     files.add_routes(app)
     batches.add_routes(app)
+    message_batches.add_routes(app)
     app.router.add_get("/v1/models", models.list_models)
     app.router.add_get("/v1/models/{model}", models.get_model)
     for mount in mounts:

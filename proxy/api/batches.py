@@ -25,7 +25,7 @@ from proxy.errors import GatewayError, InvalidRequest, NotFound
 from proxy.runtime import RUNTIME, Runtime
 from proxy.snapshot import KeyRecord, Snapshot
 
-KIND = {"/v1/chat/completions": "chat", "/v1/embeddings": "embeddings"}  # the alias kind each endpoint takes
+KIND = {"/v1/chat/completions": "chat", "/v1/embeddings": "embeddings", "/v1/messages": "chat"}  # the alias kind each endpoint takes
 _MAX_METADATA = 16
 
 
@@ -55,7 +55,7 @@ async def create_batch(request: web.Request) -> web.Response:
     content = await store.file_content(source.id) or b""
     lines, problems = read_lines(content, endpoint, rt.options.batch_max_lines)
     if not problems:
-        problems = _unusable_models(rt.pod.snapshot, key, lines, KIND[endpoint])
+        problems = unusable_models(rt.pod.snapshot, key, lines, KIND[endpoint])
     now = int(rt.clock())
     times = {"failed_at": now} if problems else {"in_progress_at": now}
     record = BatchRecord(new_batch_id(), key.team, key.key_id, endpoint, source.id, window,
@@ -68,7 +68,7 @@ async def create_batch(request: web.Request) -> web.Response:
     return web.json_response(batch_object(created))
 
 
-def _unusable_models(snap: Snapshot, key: KeyRecord, lines: list[Line], kind: str) -> list[Problem]:
+def unusable_models(snap: Snapshot, key: KeyRecord, lines: list[Line], kind: str) -> list[Problem]:
     """A problem for each model (first line naming it) the key may not use for the endpoint."""
     problems: list[Problem] = []
     checked: set[str] = set()
@@ -97,7 +97,7 @@ def _metadata(raw: Any) -> dict[str, str]:
 async def _visible(rt: Runtime, request: web.Request) -> BatchRecord:
     batch_id = request.match_info["id"]
     record = await store_of(rt).get_batch(batch_id)
-    if record is None or record.team != request["key"].team:
+    if record is None or record.team != request["key"].team or record.endpoint not in ENDPOINTS:
         raise NotFound(f"No batch found with id '{batch_id}'.", param="batch_id", code="batch_not_found")
     return record
 
@@ -109,7 +109,8 @@ async def get_batch(request: web.Request) -> web.Response:
 async def list_batches(request: web.Request) -> web.Response:
     rt = request.app[RUNTIME]
     limit = _limit(request.query.get("limit"), 20, 100)
-    found = await store_of(rt).list_batches(request["key"].team, request.query.get("after"), limit + 1)
+    found = await store_of(rt).list_batches(request["key"].team, request.query.get("after"), limit + 1,
+                                            endpoints=ENDPOINTS)
     return web.json_response(list_object([batch_object(b) for b in found[:limit]], len(found) > limit))
 
 

@@ -117,9 +117,15 @@ class BatchStore(Protocol):
 
     async def get_batch(self, batch_id: str) -> BatchRecord | None: ...
 
-    async def list_batches(self, team: str | None, after: str | None, limit: int,
-                           status: str | None = None) -> list[BatchRecord]:
-        """Newest first; ``team`` None: every team's (the admin API)."""
+    async def list_batches(self, team: str | None, after: str | None, limit: int, status: str | None = None,
+                           endpoints: Sequence[str] | None = None) -> list[BatchRecord]:
+        """Newest first; ``team`` None: every team's (the admin API); ``endpoints``: only batches of those."""
+        ...
+
+    async def delete_batch(self, batch_id: str) -> bool: ...
+
+    async def line_results(self, batch_id: str) -> list[tuple[str, bytes | None]]:
+        """Each line's (custom_id, stored output line or None if it never ran), in line order."""
         ...
 
     async def cancel(self, batch_id: str, now: int) -> BatchRecord | None:

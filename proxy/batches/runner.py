@@ -39,7 +39,7 @@ TOKEN_HEADER = "x-fb-batch-token"
 KEY_HEADER = "x-fb-batch-key"
 BATCH_HEADER = "x-fb-batch-id"
 LINE_HEADER = "x-fb-batch-request"  # the line's request id: ``line_request_id``
-LINE_ID = re.compile(r"batch_[0-9a-f]{24}-[0-9]{1,6}(\.[0-9]{1,6})?")
+LINE_ID = re.compile(r"(msg)?batch_[0-9a-f]{24}-[0-9]{1,6}(\.[0-9]{1,6})?")
 
 
 def line_request_id(batch_id: str, number: int, generation: int = 0) -> str:
@@ -54,7 +54,7 @@ def outcome(status: int, headers: dict[str, str] | aiohttp.typedefs.LooseHeaders
     """``ok`` | ``later`` (nothing was served: run it again) | ``error`` (the line's final answer)."""
     if 200 <= status < 300:
         return "ok"
-    if status in (429, 503) and headers.get("x-should-retry", "true") != "false":  # type: ignore[union-attr]
+    if status in (429, 503, 529) and headers.get("x-should-retry", "true") != "false":  # 529: Anthropic's 503  # type: ignore[union-attr]
         return "later"
     return "error"
 
@@ -165,7 +165,7 @@ class Runner:
         verdict = outcome(status, got)
         self.observe(verdict)
         if verdict == "later":  # the line waits; a busy process (503) makes the runner wait too
-            if status == 503:
+            if status in (503, 529):
                 self.paused_until = max(self.paused_until, self.clock() + pause_s(got))
                 wait = 0
             else:

@@ -17,55 +17,10 @@ from typing import Any, Callable, Sequence
 import orjson
 import sqlalchemy as sa
 
+from proxy.batches.lines import ENDPOINTS as FILE_ENDPOINTS
 from proxy.batches.lines import Line
 from proxy.batches.records import ACTIVE, BatchRecord, Claimed, Counts, FileRecord, round_robin
-
-_META = sa.MetaData()
-FILES = sa.Table(
-    "fb_files", _META,
-    sa.Column("id", sa.String(64), primary_key=True),
-    sa.Column("team", sa.String(200), nullable=False, index=True),
-    sa.Column("key_id", sa.String(200), nullable=False),
-    sa.Column("purpose", sa.String(32), nullable=False),
-    sa.Column("filename", sa.String(512), nullable=False),
-    sa.Column("bytes", sa.BigInteger, nullable=False),
-    sa.Column("created_at", sa.BigInteger, nullable=False),
-    sa.Column("expires_at", sa.BigInteger),
-    sa.Column("content", sa.LargeBinary, nullable=False),
-)
-BATCHES = sa.Table(
-    "fb_batches", _META,
-    sa.Column("id", sa.String(64), primary_key=True),
-    sa.Column("team", sa.String(200), nullable=False, index=True),
-    sa.Column("key_id", sa.String(200), nullable=False),
-    sa.Column("endpoint", sa.String(64), nullable=False),
-    sa.Column("input_file_id", sa.String(64), nullable=False),
-    sa.Column("completion_window", sa.String(16), nullable=False),
-    sa.Column("status", sa.String(16), nullable=False, index=True),
-    sa.Column("created_at", sa.BigInteger, nullable=False),
-    sa.Column("expires_at", sa.BigInteger, nullable=False),
-    sa.Column("output_file_id", sa.String(64)),
-    sa.Column("error_file_id", sa.String(64)),
-    sa.Column("doc", sa.LargeBinary, nullable=False),  # {"metadata", "errors", "times"}
-)
-LINES = sa.Table(
-    "fb_batch_lines", _META,
-    sa.Column("batch_id", sa.String(64), primary_key=True),
-    sa.Column("number", sa.Integer, primary_key=True),
-    sa.Column("custom_id", sa.String(512), nullable=False),
-    sa.Column("body", sa.LargeBinary, nullable=False),
-    sa.Column("state", sa.String(8), nullable=False),  # pending | claimed | done
-    sa.Column("runner", sa.String(128)),
-    sa.Column("claimed_until", sa.BigInteger),
-    sa.Column("not_before", sa.BigInteger, nullable=False, default=0),
-    sa.Column("claims", sa.Integer, nullable=False, default=0),
-    sa.Column("generation", sa.Integer, nullable=False, default=0),  # times given back: part of its request id
-    sa.Column("ok", sa.Boolean),
-    sa.Column("result", sa.LargeBinary),  # the output-file line (None: never ran, the window passed)
-    sa.Column("request_id", sa.String(96)),
-    sa.Column("cost_micro", sa.BigInteger),  # what the line's request cost, as its answer said (None: not said)
-    sa.Index("fb_batch_lines_state", "state", "batch_id"),
-)
+from proxy.batches.tables import BATCHES, FILES, LINES, META
 
 
 class SqlBatches:
@@ -76,9 +31,9 @@ class SqlBatches:
             sa.event.listen(self.engine, "connect", _wal)
             sa.event.listen(self.engine, "begin", _immediate)
         try:
-            _META.create_all(self.engine)
+            META.create_all(self.engine)
         except (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError):
-            _META.create_all(self.engine)  # another process created them between check and create
+            META.create_all(self.engine)  # another process created them between check and create
 
     # files
 
@@ -134,8 +89,11 @@ class SqlBatches:
             row = conn.execute(sa.select(BATCHES).where(BATCHES.c.id == batch_id)).first()
             return None if row is None else _batch(row, _counts(conn, [batch_id]).get(batch_id, Counts()))
 
-    def _list(self, team: str | None, after: str | None, limit: int, status: str | None = None) -> list[BatchRecord]:
+    def _list(self, team: str | None, after: str | None, limit: int, status: str | None = None,
+              endpoints: Sequence[str] | None = None) -> list[BatchRecord]:
         q = sa.select(BATCHES).order_by(BATCHES.c.created_at.desc(), BATCHES.c.id.desc()).limit(limit)
+        if endpoints is not None:
+            q = q.where(BATCHES.c.endpoint.in_(list(endpoints)))
         if team is not None:
             q = q.where(BATCHES.c.team == team)
         if status is not None:
@@ -159,6 +117,17 @@ class SqlBatches:
                 conn.execute(BATCHES.update().where(BATCHES.c.id == batch_id)
                              .values(status="cancelling", doc=orjson.dumps(doc)))
         return self._get(batch_id)
+
+    def _delete_batch(self, batch_id: str) -> bool:
+        with self.engine.begin() as conn:
+            conn.execute(LINES.delete().where(LINES.c.batch_id == batch_id))
+            return bool(conn.execute(BATCHES.delete().where(BATCHES.c.id == batch_id)).rowcount)
+
+    def _line_results(self, batch_id: str) -> list[tuple[str, bytes | None]]:
+        with self.engine.connect() as conn:
+            return [(custom_id, None if result is None else bytes(result)) for custom_id, result in conn.execute(
+                sa.select(LINES.c.custom_id, LINES.c.result).where(LINES.c.batch_id == batch_id)
+                .order_by(LINES.c.number))]
 
     # lines
 
@@ -261,7 +230,7 @@ class SqlBatches:
             values: dict[str, Any] = {"status": final, "doc": orjson.dumps(doc)}
             for column, lines, purpose in (("output_file_id", ok_lines, "batch_output"),
                                            ("error_file_id", error_lines, "batch_output")):
-                if lines:
+                if lines and row.endpoint in FILE_ENDPOINTS:  # (a message batch's results are read from its lines)
                     content = b"\n".join(lines) + b"\n"
                     file_id = new_file_id()
                     name = f"{batch_id}_{'output' if column == 'output_file_id' else 'error'}.jsonl"
@@ -304,9 +273,15 @@ class SqlBatches:
     async def get_batch(self, batch_id: str) -> BatchRecord | None:
         return await asyncio.to_thread(self._get, batch_id)
 
-    async def list_batches(self, team: str | None, after: str | None, limit: int,
-                           status: str | None = None) -> list[BatchRecord]:
-        return await asyncio.to_thread(self._list, team, after, limit, status)
+    async def list_batches(self, team: str | None, after: str | None, limit: int, status: str | None = None,
+                           endpoints: Sequence[str] | None = None) -> list[BatchRecord]:
+        return await asyncio.to_thread(self._list, team, after, limit, status, endpoints)
+
+    async def delete_batch(self, batch_id: str) -> bool:
+        return await asyncio.to_thread(self._delete_batch, batch_id)
+
+    async def line_results(self, batch_id: str) -> list[tuple[str, bytes | None]]:
+        return await asyncio.to_thread(self._line_results, batch_id)
 
     async def cancel(self, batch_id: str, now: int) -> BatchRecord | None:
         return await asyncio.to_thread(self._cancel, batch_id, now)

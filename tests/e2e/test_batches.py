@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Iterator
 
+import anthropic
 import openai
 import pytest
 
@@ -263,3 +264,30 @@ def test_batch_lines_leave_interactive_requests_their_reserve_of_a_tight_limit(
             metrics = resp.read().decode()
         assert 'farebox_refusals_total{code="batch_paused"}' in metrics
         assert 'farebox_batch_lines_total{outcome="later"}' in metrics
+
+
+def test_anthropic_message_batches_run_through_the_same_path(stack: Stack) -> None:
+    requests = [{"custom_id": f"q-{i}", "params": {"model": "chat-anthropic", "max_tokens": 16,
+                                                   "messages": [{"role": "user", "content": f"Summarise note {i}."}]}}
+                for i in range(20)]
+    with anthropic.Anthropic(base_url=stack.gateway_url, api_key=stack.key, max_retries=0) as claude:
+        batch = claude.messages.batches.create(requests=requests)
+        assert batch.id.startswith("msgbatch_") and batch.processing_status == "in_progress"
+        deadline = time.monotonic() + 60
+        while batch.processing_status != "ended" and time.monotonic() < deadline:
+            time.sleep(0.2)
+            batch = claude.messages.batches.retrieve(batch.id)
+        assert batch.processing_status == "ended" and batch.request_counts.succeeded == 20
+        results = {r.custom_id: r.result for r in claude.messages.batches.results(batch.id)}
+        assert sorted(results) == sorted(f"q-{i}" for i in range(20))
+        assert all(r.type == "succeeded" and r.message.content[0].text for r in results.values())
+        assert batch.id in [b.id for b in claude.messages.batches.list(limit=50).data]
+        with pytest.raises(anthropic.BadRequestError):  # a custom_id Anthropic would refuse
+            claude.messages.batches.create(requests=[{"custom_id": "has space", "params": requests[0]["params"]}])
+        with pytest.raises(anthropic.NotFoundError):  # another surface's batch id is not a message batch
+            claude.messages.batches.retrieve("batch_" + "0" * 24)
+        claude.messages.batches.delete(batch.id)
+        with pytest.raises(anthropic.NotFoundError):
+            claude.messages.batches.retrieve(batch.id)
+    mine = _by_batch(read_events(stack.events_path), batch.id)
+    assert len(mine[RequestSettled]) == 20 and {e.api for e in mine[RequestAdmitted]} == {"messages"}
