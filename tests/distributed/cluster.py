@@ -154,8 +154,9 @@ def _kill(proc: subprocess.Popen | None) -> None:
 
 
 def _mutate(bootstrap: str, redis_url: str, prefix: str, folder: Path, limits: dict[str, str], lease: dict,
-            server: dict | None = None):
+            server: dict | None = None, sections: dict | None = None):
     def mutate(tree: dict) -> None:
+        tree.update(sections or {})
         tree["server"].pop("pod_id", None)
         tree["server"].update(server or {})
         tree["server"]["max_in_flight"] = 0
@@ -179,7 +180,8 @@ def _mutate(bootstrap: str, redis_url: str, prefix: str, folder: Path, limits: d
 @contextmanager
 def running_cluster(folder: Path, bootstrap: str, redis_url: str, *, pods: int = 3,
                     limits: dict[str, str] | None = None, lease: dict | None = None,
-                    sim_defaults: dict | None = None, server: dict | None = None) -> Iterator[Cluster]:
+                    sim_defaults: dict | None = None, server: dict | None = None,
+                    sections: dict | None = None) -> Iterator[Cluster]:
     folder.mkdir(parents=True, exist_ok=True)
     prefix = f"t{uuid.uuid4().hex[:8]}."
     asyncio.run(create_topics(bootstrap, farebox_topics(3, prefix=prefix)))
@@ -187,7 +189,7 @@ def running_cluster(folder: Path, bootstrap: str, redis_url: str, *, pods: int =
     ports = [free_port() for _ in range(pods)]
     limits = limits or dict.fromkeys(TEAMS, "100000.00")
     config = test_config(folder, sim_port, ports[0], _mutate(bootstrap, redis_url, prefix, folder, limits, lease or {},
-                                                                      server or {}))
+                                                                      server or {}, sections))
     sim = spawn(["farebox", "simulator", "--config", str(sim_config(folder, **(sim_defaults or {}))),
                  "--port", str(sim_port)], folder / "simulator.log")
     cluster = Cluster(folder, config, bootstrap, redis_url, prefix, f"http://127.0.0.1:{sim_port}", {},

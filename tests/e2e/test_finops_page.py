@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import shutil
 import time
 from datetime import date, datetime, timedelta, timezone
@@ -63,6 +64,20 @@ def _traffic(stack: Stack, key: str, n: int, aliases: tuple[str, ...]) -> None:
                 pass
 
 
+def _a_batch(stack: Stack, n: int) -> None:
+    """A finished batch of ``n`` lines for the page's batches table."""
+    lines = b"".join(json.dumps({"custom_id": f"b{i}", "method": "POST", "url": "/v1/chat/completions",
+                                 "body": {"model": "chat-openai", "messages": MSG, "max_tokens": 8}}).encode() + b"\n"
+                     for i in range(n))
+    with openai.OpenAI(base_url=stack.gateway_url + "/v1", api_key=stack.key, max_retries=0) as client:
+        uploaded = client.files.create(file=("b.jsonl", io.BytesIO(lines)), purpose="batch")
+        batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                      completion_window="24h")
+        deadline = time.monotonic() + 60
+        while client.batches.retrieve(batch.id).status != "completed" and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
 def _create_token(stack: Stack, admin: str, second: str, name: str, role: str) -> str:
     """Minted over the admin API: one admin proposes, a second approves and receives the token."""
     resp = httpx.post(stack.gateway_url + "/admin/v1/admin-tokens", json={"name": name, "role": role},
@@ -91,6 +106,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         wait_key_live(stack.gateway_url, kyc)
         _traffic(stack, stack.key, 30, ("chat-default", "chat-openai", "chat-anthropic"))
         _traffic(stack, kyc, 8, ("chat-default", "chat-openai"))
+        _a_batch(stack, 5)
         shots = SHOTS
         shutil.rmtree(shots, ignore_errors=True)
         shots.mkdir(parents=True)
@@ -225,6 +241,10 @@ def test_page_shows_the_usage_apis_numbers_drills_down_and_downloads_csv(env: En
     assert page.locator("#door-state").inner_text() == "open"  # the door of the process that answered
     assert page.locator("#door-refused").inner_text() == "0"
     assert page.locator("#door-in-flight").inner_text().endswith("of 2000")
+    batches = env.get("/admin/v1/batches?team=platform").json()["data"]
+    assert _cell(page, "batches", "platform", "lines_done").inner_text() == "5"  # the one batch, its five lines
+    assert _cell(page, "batches", "platform", "cost_micro").get_attribute("data-micro") == str(
+        sum(b["x_farebox"]["cost_micro"] for b in batches))
     for row in api["team"]["data"]:
         assert _cell(page, "teams-budget", row["team"], "spend_micro").get_attribute("data-micro") == row["spend_micro"]
     assert _cell(page, "teams-budget", "platform", "settled_micro").get_attribute("data-micro") == str(

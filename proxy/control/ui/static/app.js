@@ -116,6 +116,28 @@ async function door() {
   $("door-title").textContent = `Gateway door (pod ${d.pod}, process ${d.pid})`;
 }
 
+// Batches per team (GET /admin/v1/batches): running and finished, lines done and failed, what they cost so far.
+async function batches() {
+  const rows = {};
+  for (const b of (await api("/admin/v1/batches?limit=1000")).data) {
+    const t = rows[b.team] ||= { team: b.team, running: 0, finished: 0, lines_done: 0, lines_failed: 0,
+      cost_micro: 0n };
+    if (b.status === "in_progress" || b.status === "cancelling") t.running += 1; else t.finished += 1;
+    t.lines_done += b.request_counts.completed;
+    t.lines_failed += b.request_counts.failed;
+    t.cost_micro += BigInt(b.x_farebox.cost_micro);
+  }
+  const data = Object.values(rows).map((t) => ({ ...t, cost_micro: t.cost_micro.toString() }));
+  renderTable($("batches-table"), [
+    { key: "team", label: "Team", kind: "text" },
+    { key: "running", label: "Running", kind: "int" },
+    { key: "finished", label: "Finished", kind: "int" },
+    { key: "lines_done", label: "Lines done", kind: "int" },
+    { key: "lines_failed", label: "Lines failed", kind: "int" },
+    { key: "cost_micro", label: "Cost so far", kind: "money" },
+  ], data, { caption: "Batches by team (the latest 1,000)", currency, name: "batches" });
+}
+
 // Today (YYYY-MM-DD) in the budgets' time zone (the usage API's `timezone`), not the browser's: budget
 // months and days are calendar days there.
 function budgetToday() {
@@ -305,7 +327,7 @@ async function load() {
     usageTable("models-table", "top-models", "Top models by spend", "model", r, bySpend(model.data).slice(0, 10), { compact: true });
     costPerRequest(r, day.data);
     renderDrill(r);
-    await Promise.all([events(r), keys(), door()]);
+    await Promise.all([events(r), keys(), door(), batches()]);
     $("status").textContent = `Showing ${r.from} to ${r.to} (${team.timezone})`;
     document.body.dataset.loaded = month;
   } catch (err) {
