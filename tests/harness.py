@@ -139,7 +139,7 @@ def test_config(folder: Path, sim_port: int, gw_port: int, mutate: Callable[[dic
     compat.update(id="sim-compat-mumbai", capabilities=[c for c in compat["capabilities"] if c != "responses"])
     tree["deployments"].append(compat)  # an OpenAI-compatible fleet that serves chat only (vLLM-like)
     tree["aliases"] += [
-        {"name": "chat-openai", "kind": "chat", "deployments": ["sim-openai-mumbai"]},
+        {"name": "chat-openai", "kind": "chat", "deployments": ["sim-openai-mumbai"], "batch_service_tier": "flex"},
         {"name": "chat-anthropic", "kind": "chat", "deployments": ["sim-anthropic-mumbai"]},
         {"name": "chat-compat", "kind": "chat", "deployments": ["sim-compat-mumbai"]},
         {"name": "chat-azure", "kind": "chat", "deployments": ["sim-azure-mumbai"]},

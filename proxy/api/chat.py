@@ -88,8 +88,9 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
     chain = await routed(privacy, plan(rt, snap, alias, needs, sticky_key(request.headers.get("x-fb-session"), call.body),
                                        allows_fallback(request.headers)))
     native = _passthrough(surface, privacy)
-    cands, cleared = await outbound(rt, request, snap, alias_deps,
-                                    honouring(chain.deployments, call.body, native, call.native_only), est_in, max_out)
+    cands, cleared = await outbound(rt, request, snap, alias, alias_deps,
+                                    honouring(chain.deployments, call.body, native, call.native_only), est_in, max_out,
+                                    call.body)
     cache = cached.for_chat(rt, request, alias, privacy, call.body, cands, max_out, call.stream)
     meter = meter_for(rt, snap, request, key, alias, run_id=run_id, data_class=privacy.data_class, stream=call.stream,
                       api=surface.name,

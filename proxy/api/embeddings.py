@@ -56,7 +56,7 @@ async def _serve(request: web.Request, rt: Runtime, call: EmbeddingsCall) -> web
     needs = Needs((("embeddings", "model"),), privacy.data_class, est_in, key_regions(key), key_deployments(key),
                   outside_class=privacy.outside_class, outside_refused=privacy.outside_class is None)
     chain = await routed(privacy, plan(rt, snap, alias, needs, None, allows_fallback(request.headers)))
-    cands, cleared = await outbound(rt, request, snap, [snap.deployments[d] for d in alias.deployments],
+    cands, cleared = await outbound(rt, request, snap, alias, [snap.deployments[d] for d in alias.deployments],
                                     chain.deployments, est_in, 0)
     cache = cached.for_embeddings(rt, request, alias, privacy, call.body, cands)
     meter = meter_for(rt, snap, request, key, alias, run_id=request.headers.get("x-fb-run-id"), api="embeddings",

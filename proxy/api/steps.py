@@ -56,11 +56,14 @@ def meter_for(rt: Runtime, snap: Snapshot, request: web.Request, key: KeyRecord,
     return meter
 
 
-async def outbound(rt: Runtime, request: web.Request, snap: Snapshot, alias_deps: list[Deployment],
-                   cands: list[Deployment], est_input: int, max_output: int) -> tuple[list[Deployment], list[Draw]]:
+async def outbound(rt: Runtime, request: web.Request, snap: Snapshot, alias: Alias, alias_deps: list[Deployment],
+                   cands: list[Deployment], est_input: int, max_output: int,
+                   body: dict | None = None) -> tuple[list[Deployment], list[Draw]]:
     """The candidates after the request's priority class (``proxy.admission.priority``): an interactive request
     keeps them all; a batch request is cleared onto one deployment now, before it is admitted (its draws
-    taken: handed to the meter), or refused 429 ``batch_paused`` with nothing held or recorded."""
+    taken: handed to the meter), or refused 429 ``batch_paused`` with nothing held or recorded. A batch chat
+    request (``body``) to an OpenAI-dialect deployment asks for the alias's ``batch_service_tier`` (``flex``)
+    when it names no tier: priced as that tier is served."""
     klass = request_class(request.headers, request.get("batch_id") is not None)
     request["priority"] = klass
     if klass != BATCH:
@@ -71,6 +74,8 @@ async def outbound(rt: Runtime, request: web.Request, snap: Snapshot, alias_deps
     except GatewayError as exc:
         rt.metrics.refusals.labels(exc.code or "batch_paused").inc()
         raise
+    if body is not None and alias.batch_service_tier and dep.dialect == "openai" and body.get("service_tier") is None:
+        body["service_tier"] = alias.batch_service_tier
     return [dep], draws
 
 

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping
 
 import orjson
 
+from ledger.usage import SERVICE_TIER
 from pricing.book import FxTable, Price, PriceBook, PriceVersion
 from pricing.errors import PricingError
 from proxy.control.alias_cache import check_semantic, read_alias_cache
@@ -290,7 +291,10 @@ def _aliases(root: Reader, deployments: Mapping[str, Deployment]) -> dict[str, A
             cache=exact,
             semantic=semantic,
             content_filter_failover=r.bool("content_filter_failover", False),
+            batch_service_tier=r.str("batch_service_tier", None),
         )
+        if alias.batch_service_tier is not None and not SERVICE_TIER.match(alias.batch_service_tier):
+            r.problems.add(r.at("batch_service_tier"), "must be a service tier's name (lower case: flex, priority)")
         t.reject_unknown()
         rb.reject_unknown()
         hedge.reject_unknown()

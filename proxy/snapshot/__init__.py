@@ -118,6 +118,9 @@ class Alias:
     # a provider's content filter refusing the prompt (content_policy_violation) is final unless this is set:
     # then the next deployment (another provider's filter) is tried
     content_filter_failover: bool = False
+    # batch-class requests to an OpenAI-dialect deployment ask for this service tier (``flex``: OpenAI's
+    # batch-priced synchronous tier) when the caller named none; None: as sent
+    batch_service_tier: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

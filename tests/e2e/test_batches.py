@@ -1,6 +1,6 @@
 """Batches end to end through the official ``openai`` SDK: upload a JSONL of 200 lines, create a batch, poll,
-download the results; every line billed exactly once at the price book's price of what was served (worked out
-by hand here), retrieving twice bills nothing more, and a batch cancelled mid-way keeps and bills what ran and
+download the results; every line billed exactly once at the batch price (the alias asks OpenAI's flex tier for
+batch work; worked out by hand here from the price book), retrieving twice bills nothing more, and a batch cancelled mid-way keeps and bills what ran and
 runs nothing more. Bad input is refused in the Files and Batches API's own shapes."""
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from ledger.events import HoldExpired, RequestAdmitted, RequestAttempted, Reques
 from tests.harness import Stack, admin_token, mint, read_events, running_stack, wait_key_live
 
 pytestmark = pytest.mark.e2e
-PRICE = (Decimal("2.00"), Decimal("0.20"), Decimal("10.00"))  # sim-openai-mumbai per 1M: input, cached, output
+# sim-openai-mumbai's flex tier per 1M (input, cached, output): chat-openai's batch_service_tier (tests/harness.py)
+PRICE = (Decimal("1.00"), Decimal("0.10"), Decimal("5.00"))
 INR_PER_USD = 88
 
 
@@ -92,8 +93,9 @@ def test_a_batch_of_200_lines_runs_and_bills_each_line_once(client: openai.OpenA
     settled = {e.request_id: e for e in events[RequestSettled]}
     assert len(events[RequestAdmitted]) == len(settled) == len(events[RequestSettled]) == 200  # each once
     assert {line["response"]["request_id"] for line in lines} == set(settled)
-    for attempt in events[RequestAttempted]:  # the price book's price of what was served, worked out by hand
-        assert attempt.outcome == "ok" and attempt.cost_micro == _by_hand(attempt.usage)
+    for attempt in events[RequestAttempted]:  # the batch price (flex, as served), worked out by hand
+        assert attempt.outcome == "ok" and attempt.usage.service_tier == "flex"
+        assert attempt.cost_micro == _by_hand(attempt.usage)
         assert settled[attempt.request_id].cost_micro == attempt.cost_micro
 
     for _ in range(2):  # reading the batch and its results again bills nothing

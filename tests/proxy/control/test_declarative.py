@@ -61,6 +61,7 @@ def test_every_problem_reported_at_once(tree: dict) -> None:
     bad["aliases"][1]["fallback_alias"] = "nowhere"
     bad["teams"].append({"name": "x", "business_unit": "unknown-bu"})
     bad["fx"][0]["month"] = "Nov 2026"
+    bad["aliases"][0]["batch_service_tier"] = "Flex Tier"
     snap, problems = compile_or_problems(bad)
     assert snap is None
     joined = "\n".join(problems)
@@ -73,6 +74,7 @@ def test_every_problem_reported_at_once(tree: dict) -> None:
         "aliases.embed-default.fallback_alias: unknown alias 'nowhere'",
         "teams[2].business_unit: unknown business unit",
         "fx[0].month: must be YYYY-MM",
+        "aliases[0].batch_service_tier: must be a service tier's name",
     ):
         assert fragment in joined, (fragment, joined)
 
