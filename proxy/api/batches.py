@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.admission.auth import allowed_alias
-from proxy.api.files import _limit, store_of, visible_file
+from proxy.api.files import page_limit, store_of, visible_file
 from proxy.batches.lines import ENDPOINTS, Line, Problem, read_lines
 from proxy.batches.objects import WINDOWS, batch_object, list_object, new_batch_id
 from proxy.batches.records import BatchRecord
@@ -108,7 +108,7 @@ async def get_batch(request: web.Request) -> web.Response:
 
 async def list_batches(request: web.Request) -> web.Response:
     rt = request.app[RUNTIME]
-    limit = _limit(request.query.get("limit"), 20, 100)
+    limit = page_limit(request.query.get("limit"), 20, 100)
     found = await store_of(rt).list_batches(request["key"].team, request.query.get("after"), limit + 1,
                                             endpoints=ENDPOINTS)
     return web.json_response(list_object([batch_object(b) for b in found[:limit]], len(found) > limit))

@@ -19,7 +19,7 @@ from pricing.tokens import estimate_tokens
 from proxy.admission.admit import admit, tries
 from proxy.admission.auth import allowed_alias
 from proxy.admission.plan import chat_input_estimates, output_cap
-from proxy.api.steps import meter_for, outbound, plan, route_headers
+from proxy.api.steps import meter_for, outbound, plan, route_headers, variant_of
 from proxy.api.surface import CHAT, Surface
 from proxy.api.validate import ChatCall, validate_chat
 from proxy.api.watch import ClientWatch
@@ -79,6 +79,7 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
     privacy = classify_chat(snap.privacy, key, request.headers.get("x-fb-data-class"), call.body)
     param = call.max_output_param or (
         "max_completion_tokens" if call.body.get("max_completion_tokens") is not None else "max_tokens")
+    asked, alias = alias, variant_of(request, snap, key, alias, call.body)  # a split's variant serves it
     max_out = output_cap(alias, call.requested_max_output, param)
     alias_deps = [snap.deployments[d] for d in alias.deployments]
     estimates = chat_input_estimates(rt.estimator, call.body, key.key_id, alias_deps)
@@ -92,7 +93,7 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
                                     honouring(chain.deployments, call.body, native, call.native_only), est_in, max_out,
                                     call.body)
     cache = cached.for_chat(rt, request, alias, privacy, call.body, cands, max_out, call.stream)
-    meter = meter_for(rt, snap, request, key, alias, run_id=run_id, data_class=privacy.data_class, stream=call.stream,
+    meter = meter_for(rt, snap, request, key, asked, run_id=run_id, data_class=privacy.data_class, stream=call.stream,
                       api=surface.name,
                       retry_of=retry_of, privacy=privacy.audit(snap.privacy, cands[0], call.body.get("messages")),
                       estimates=estimates)
@@ -110,7 +111,7 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
         try:
             async with cached.serving(rt, cache, meter) as hit:
                 if hit is not None:
-                    encoder = surface.encoder(meter.tab.request_id, int(rt.clock()), alias.name, None)
+                    encoder = surface.encoder(meter.tab.request_id, int(rt.clock()), asked.name, None)
                     response = await cached.answer_chat(request, rt, meter, hit, stream=call.stream,
                                                         include_usage=call.include_usage, headers=admitted.headers,
                                                         render=surface.render, encoder=encoder)
@@ -196,12 +197,12 @@ async def _stream(
                                               lambda: 503 if watch.fired == DRAIN else 499)
     state, created = rt.routing, int(rt.clock())
     if surface.passthrough is not None and native(dep) is not None:
-        encoder = surface.passthrough.encoder(stream.translator, meter.tab.request_id, chain.alias.name, cache.capture,
+        encoder = surface.passthrough.encoder(stream.translator, meter.tab.request_id, meter.tab.alias.name, cache.capture,
                                               privacy.redaction if privacy.redacts(dep) else None)
     else:
-        encoder = surface.encoder(meter.tab.request_id, created, chain.alias.name, cache.capture)
+        encoder = surface.encoder(meter.tab.request_id, created, meter.tab.alias.name, cache.capture)
     return await streaming.relay(
-        request, meter, dep, stream, started, alias=chain.alias.name, created=created,
+        request, meter, dep, stream, started, alias=meter.tab.alias.name, created=created,
         include_usage=call.include_usage, headers=headers, watch=watch,
         finish=lambda d, outcome: state.finish(d, outcome, state.clock()),
         restorer=privacy.restorer_for(dep), tap=cache.capture, encoder=encoder)
@@ -237,16 +238,16 @@ async def _complete(
         "id": f"chatcmpl-{meter.tab.request_id}",
         "object": "chat.completion",
         "created": int(rt.clock()),
-        "model": chain.alias.name,
+        "model": meter.tab.alias.name,
         **result.body,
         "usage": result.usage.to_openai(),
         "x_farebox": meter.x_farebox(dep),
     }
     if result.native is not None and surface.passthrough is not None:  # the provider's own answer, kept
-        rendered = surface.passthrough.render(result.native, result.usage, meter.tab.request_id, chain.alias.name,
+        rendered = surface.passthrough.render(result.native, result.usage, meter.tab.request_id, meter.tab.alias.name,
                                               body["x_farebox"])
     else:
-        rendered = surface.render(body, result.usage, meter.tab.request_id, chain.alias.name)
+        rendered = surface.render(body, result.usage, meter.tab.request_id, meter.tab.alias.name)
     return web.Response(
         body=orjson.dumps(rendered), content_type="application/json", headers={**headers, **route_headers(meter, dep)}
     )

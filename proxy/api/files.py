@@ -105,7 +105,7 @@ async def list_files(request: web.Request) -> web.Response:
     order = q.get("order", "desc")
     if order not in ("asc", "desc"):
         raise InvalidRequest("'order' must be 'asc' or 'desc'.", param="order", code="invalid_value")
-    limit = _limit(q.get("limit"), 10_000, 10_000)
+    limit = page_limit(q.get("limit"), 10_000, 10_000)
     found = await store_of(rt).list_files(request["key"].team, q.get("purpose"), q.get("after"), limit + 1,
                                           order == "desc")
     now = rt.clock()
@@ -113,7 +113,7 @@ async def list_files(request: web.Request) -> web.Response:
     return web.json_response(list_object(shown, len(found) > limit))
 
 
-def _limit(raw: str | None, default: int, most: int) -> int:
+def page_limit(raw: str | None, default: int, most: int) -> int:
     if raw is None:
         return default
     if not raw.isdigit() or not 1 <= int(raw) <= most:

@@ -6,6 +6,7 @@ they take from the HTTP request for the stages after them lives here:
 * ``meter_for``: the request's meter (``proxy.metering.open_meter``), with what the
   caller's headers say (``x-fb-tags``, refused here if bad, before anything is held;
   ``x-fb-max-wait-ms``) and the request's trace; the access line reads it back;
+* ``variant_of``: the alias a split sends the caller to (``proxy.routing.split``);
 * ``outbound``: a batch request cleared onto a deployment before admission (``proxy.admission.priority``);
 * ``plan``: the ordered chain of candidates (routing; reads the provider-limit mirrors);
 * ``route_headers``: what an answer says about where it was served;
@@ -25,7 +26,7 @@ from proxy.admission.auth import allowed_alias
 from proxy.admission.budget_port import max_wait_s
 from proxy.admission.plan import chat_input_estimates
 from proxy.admission.priority import BATCH, clear_batch, request_class
-from proxy.api.tags import BATCH_TAG, HEADER, PRIORITY_TAG, parse_tags
+from proxy.api.tags import BATCH_TAG, HEADER, PRIORITY_TAG, VARIANT_TAG, parse_tags
 from proxy.errors import GatewayError
 from proxy.limits.draws import Draw
 from proxy.metering.meter import Meter, open_meter
@@ -33,6 +34,7 @@ from proxy.privacy.classify import classify_chat
 from proxy.privacy.redact import Redaction
 from proxy.routing.chain import Chain, chain_for
 from proxy.routing.router import Needs
+from proxy.routing.split import choose, split_value
 from proxy.runtime import Runtime
 from proxy.snapshot import Alias, Deployment, KeyRecord, Snapshot
 from proxy.upstream.relay import forwarded_headers
@@ -47,6 +49,8 @@ def meter_for(rt: Runtime, snap: Snapshot, request: web.Request, key: KeyRecord,
         tags[BATCH_TAG] = batch_id
     if request.get("priority") == BATCH:
         tags[PRIORITY_TAG] = BATCH
+    if (variant := request.get("variant")) is not None:  # a split's variant: the events say which
+        tags[VARIANT_TAG] = variant
     meter = open_meter(
         rt, snap, request["request_id"], key, alias, run_id=run_id, data_class=data_class, stream=stream,
         tags=tags, trace=request.get("trace"),
@@ -54,6 +58,16 @@ def meter_for(rt: Runtime, snap: Snapshot, request: web.Request, key: KeyRecord,
                               rt.options.budget_wait_max_s), **tab)
     request["meter"] = meter  # the access line reads the settled request from it
     return meter
+
+
+def variant_of(request: web.Request, snap: Snapshot, key: KeyRecord, alias: Alias, body: dict) -> Alias:
+    """The alias that serves the request: ``alias`` itself, or the variant of its split the caller sticks to
+    (``proxy.routing.split``; the variant's name is kept for the meter's tags)."""
+    if alias.split is None:
+        return alias
+    variant = choose(alias.split, alias.name, split_value(alias.split, request.headers, body, key.key_id))
+    request["variant"] = variant.name
+    return snap.aliases[variant.alias]
 
 
 async def outbound(rt: Runtime, request: web.Request, snap: Snapshot, alias: Alias, alias_deps: list[Deployment],

@@ -92,6 +92,23 @@ class SemanticCache:
 
 
 @dataclass(frozen=True, slots=True)
+class Variant:
+    """One side of a split: the alias that serves it, and its weight."""
+
+    name: str
+    alias: str
+    weight: int
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """An alias's traffic divided between variants by a stable hash of ``key`` (``proxy.routing.split``)."""
+
+    key: str  # user | session | key
+    variants: tuple[Variant, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Alias:
     name: str
     kind: str  # "chat" | "embeddings"
@@ -121,6 +138,7 @@ class Alias:
     # batch-class requests to an OpenAI-dialect deployment ask for this service tier (``flex``: OpenAI's
     # batch-priced synchronous tier) when the caller named none; None: as sent
     batch_service_tier: str | None = None
+    split: Split | None = None  # sticky variants: the request is served by one of these aliases instead
 
 
 @dataclass(frozen=True, slots=True)
