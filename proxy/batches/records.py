@@ -99,6 +99,17 @@ def round_robin(offered: dict[str, list[T]], limit: int) -> list[T]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A line's outcome, to keep: ``result`` is its output-file line, ``cost_micro`` what its answer said."""
+
+    line: Claimed
+    ok: bool
+    result: bytes
+    request_id: str | None
+    cost_micro: int | None = None
+
+
 class BatchStore(Protocol):
     async def put_file(self, record: FileRecord, content: bytes) -> None: ...
 
@@ -140,6 +151,11 @@ class BatchStore(Protocol):
                    cost_micro: int | None = None) -> bool:
         """The line's outcome (``result``: its output-file line; ``cost_micro``: what its answer said it cost);
         False if ``runner`` no longer holds it."""
+        ...
+
+    async def done_many(self, answers: Sequence[Answer], runner: str) -> int:
+        """``done`` for many lines in one transaction; how many were kept (a line whose claim passed to another
+        runner is not)."""
         ...
 
     async def renew(self, lines: Sequence[Claimed], runner: str, until: int) -> None:

@@ -31,10 +31,11 @@ import aiohttp
 import orjson
 
 from proxy.batches.objects import new_file_id, output_line, unrun_line
-from proxy.batches.records import BatchStore, Claimed
+from proxy.batches.records import Answer, BatchStore, Claimed
 
 log = logging.getLogger("farebox.batches")
 
+WRITE_DELAY_S = 0.05  # answers gathered this long are kept in one transaction
 TOKEN_HEADER = "x-fb-batch-token"
 KEY_HEADER = "x-fb-batch-key"
 BATCH_HEADER = "x-fb-batch-id"
@@ -93,6 +94,8 @@ class Runner:
         self.stopping = False
         self.renewed = 0.0  # when the claims in flight were last renewed
         self.paused_until = 0.0  # the gateway said "not now": no new line before this
+        self.answered: list[Answer] = []  # answers not yet kept in the store (``_write``)
+        self.writer: asyncio.Task[None] | None = None
         self.session: aiohttp.ClientSession | None = None
 
     def wake(self) -> None:
@@ -176,18 +179,30 @@ class Runner:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             body = raw.decode("utf-8", "replace")
-        kept = await self.store.done(line, self.runner_id, verdict == "ok",
-                                     output_line(line.custom_id, status, request_id, body), request_id, _cost(body))
-        if not kept:
-            log.warning("batch line %s/%d answered after its claim passed to another runner", line.batch_id,
-                        line.number)
+        self.answered.append(Answer(line, verdict == "ok", output_line(line.custom_id, status, request_id, body),
+                                    request_id, _cost(body)))
+        if self.writer is None or self.writer.done():
+            self.writer = asyncio.get_running_loop().create_task(self._write(WRITE_DELAY_S), name="batch-writer")
+
+    async def _write(self, delay_s: float) -> None:
+        """Keep the answers gathered over ``delay_s`` in one transaction of the store (one thread hop and one
+        commit for many lines: the store's work competes with the gateway's own for the process)."""
+        await asyncio.sleep(delay_s)
+        while self.answered:
+            answers, self.answered = self.answered, []
+            kept = await self.store.done_many(answers, self.runner_id)
+            if kept < len(answers):
+                log.warning("%d batch lines answered after their claims passed to another runner", len(answers) - kept)
 
     async def stop(self, timeout_s: float) -> None:
-        """Claim nothing more; let the lines in flight finish (up to ``timeout_s``)."""
+        """Claim nothing more; let the lines in flight finish (up to ``timeout_s``) and keep their answers."""
         self.stopping = True
         self.woken.set()
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=timeout_s)
+        if self.writer is not None:
+            await asyncio.gather(self.writer, return_exceptions=True)
+        await self._write(0)
 
 
 def _cost(body: object) -> int | None:

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from proxy.batches.lines import ENDPOINTS as FILE_ENDPOINTS
 from proxy.batches.lines import Line
-from proxy.batches.records import ACTIVE, BatchRecord, Claimed, Counts, FileRecord, round_robin
+from proxy.batches.records import ACTIVE, Answer, BatchRecord, Claimed, Counts, FileRecord, round_robin
 from proxy.batches.tables import BATCHES, FILES, LINES, META
 
 
@@ -168,6 +168,16 @@ class SqlBatches:
                 LINES.c.runner == runner).values(state="done", ok=ok, result=result, request_id=request_id,
                                                  claimed_until=None, cost_micro=cost_micro)).rowcount)
 
+    def _done_many(self, answers: Sequence[Answer], runner: str) -> int:
+        kept = 0
+        with self.engine.begin() as conn:
+            for a in answers:
+                kept += conn.execute(LINES.update().where(
+                    LINES.c.batch_id == a.line.batch_id, LINES.c.number == a.line.number, LINES.c.state == "claimed",
+                    LINES.c.runner == runner).values(state="done", ok=a.ok, result=a.result, request_id=a.request_id,
+                                                     claimed_until=None, cost_micro=a.cost_micro)).rowcount
+        return kept
+
     def _renew(self, lines: Sequence[Claimed], runner: str, until: int) -> None:
         with self.engine.begin() as conn:
             for line in lines:
@@ -292,6 +302,9 @@ class SqlBatches:
     async def done(self, line: Claimed, runner: str, ok: bool, result: bytes, request_id: str | None,
                    cost_micro: int | None = None) -> bool:
         return await asyncio.to_thread(self._done, line, runner, ok, result, request_id, cost_micro)
+
+    async def done_many(self, answers: Sequence[Answer], runner: str) -> int:
+        return await asyncio.to_thread(self._done_many, answers, runner) if answers else 0
 
     async def renew(self, lines: Sequence[Claimed], runner: str, until: int) -> None:
         if lines:

@@ -12,7 +12,7 @@ import pytest
 
 from proxy.batches.lines import Line
 from proxy.batches.objects import new_batch_id, new_file_id, unrun_line
-from proxy.batches.records import BatchRecord, FileRecord
+from proxy.batches.records import Answer, BatchRecord, FileRecord
 from proxy.batches.sql_store import SqlBatches
 
 
@@ -140,3 +140,18 @@ async def test_runners_take_lines_from_each_team_in_turn(store: SqlBatches) -> N
     mine = [(c.batch_id, c.number) for c in got if c.batch_id in (big.id, small.id)]
     assert [n for b, n in mine if b == small.id] == [1, 2, 3]  # the small batch is not held back by the big one
     assert [n for b, n in mine if b == big.id] == list(range(1, len(mine) - 2))  # the big one: in line order
+
+
+async def test_answers_are_kept_many_at_once_and_a_passed_claim_is_not(store: SqlBatches) -> None:
+    record, lines = _batch(store, 3)
+    await store.create_batch(record, lines)
+    now = int(time.time())
+    held = sorted((c for c in await store.claim("a", now, now + 5, 50) if c.batch_id == record.id),
+                  key=lambda c: c.number)
+    await store.renew(held[1:], "a", now + 100)  # a keeps lines 2 and 3; line 1's claim lapses ...
+    taken = [c.number for c in await store.claim("b", now + 10, now + 70, 50) if c.batch_id == record.id]
+    assert taken == [1]  # ... and passes to b
+    answers = [Answer(c, True, b'{"n":%d}' % c.number, f"r{c.number}", 7) for c in held]
+    assert await store.done_many(answers, "a") == 2
+    got = await store.get_batch(record.id)
+    assert got is not None and (got.counts.completed, got.counts.cost_micro) == (2, 14)
