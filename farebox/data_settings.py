@@ -25,8 +25,8 @@ what one lookup scans, in both modes.
 pods default to the config database's URL, so every pod sees every batch: give it a database of its own by URL
 to keep batch content out of config backups)::
 
-    batches: {url: sqlite:///var/batches.sqlite, max_file_bytes: 209715200, max_lines: 50000, concurrency: 4,
-              claim_s: 60, reserve_pct: 20, cpu_ceiling: 0.5}
+    batches: {url: sqlite:///var/batches.sqlite, max_file_bytes: 209715200, max_lines: 50000, concurrency: 2,
+              claim_s: 60, reserve_pct: 20, cpu_ceiling: 0.3}
 
 ``concurrency`` is how many batch lines each gateway process runs at once; ``claim_s`` how long a process
 holds a line it took without renewing it (it renews every third of that while the line runs): a process killed
@@ -92,10 +92,10 @@ class BatchSettings:
     url: str = ""  # default: sqlite under state_dir (distributed: the config database)
     max_file_bytes: int = 200 * 1024 * 1024  # an uploaded file (OpenAI's limit)
     max_lines: int = 50_000  # requests in one batch (OpenAI's limit)
-    concurrency: int = 4  # lines each gateway process runs at once
+    concurrency: int = 2  # lines each gateway process runs at once
     claim_s: int = 60  # how long a claim lasts unrenewed (a killed process's lines are free again after it)
     reserve_pct: int = 20  # of each provider-limit mirror that batch requests leave to interactive ones
-    cpu_ceiling: float = 0.5  # a gateway process busier than this share of a core takes no batch line
+    cpu_ceiling: float = 0.3  # a gateway process busier than this share of a core takes no batch line
 
 
 def batch_settings(r: Reader, state_dir: Path, shared_url: str | None) -> BatchSettings:

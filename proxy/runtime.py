@@ -60,7 +60,7 @@ class ProxyOptions:
     batch_max_file_bytes: int = 200 * 1024 * 1024  # a Files API upload
     batch_max_lines: int = 50_000  # requests in one batch
     batch_reserve_pct: int = 20  # of each provider-limit mirror, kept for interactive requests
-    batch_cpu_ceiling: float = 0.5  # a process busier than this share of a core takes no batch line
+    batch_cpu_ceiling: float = 0.3  # a process busier than this share of a core takes no batch line
     auth_failures_per_minute: int = 30  # failed authentications per source before 429s (0: no throttling)
     metrics_token: str | None = field(default=None, repr=False)  # GET /metrics asks for it as a bearer token
 

@@ -80,7 +80,7 @@ def pause_s(headers: dict[str, str] | aiohttp.typedefs.LooseHeaders) -> float:
 class Runner:
     """One process's batch runner (module docstring); ``run`` until cancelled, ``wake`` when a batch starts."""
 
-    def __init__(self, store: BatchStore, socket_path: str, runner_id: str, *, concurrency: int = 4,
+    def __init__(self, store: BatchStore, socket_path: str, runner_id: str, *, concurrency: int = 2,
                  claim_s: int = 60, poll_s: float = 1.0, clock: Callable[[], float] = time.time,
                  observe: Callable[[str], None] = lambda outcome: None,
                  gauges: Callable[[int, int], None] = lambda queued, running: None) -> None:
