@@ -22,8 +22,8 @@ what one lookup scans, in both modes.
     stored_responses: {url: sqlite:///var/responses.sqlite, ttl_s: 2592000, max_record_bytes: 8388608}
 
 ``batches:`` (the Files and Batches API; its own database, SQLite under ``state_dir`` by default; distributed
-pods default to the config database's URL, so every pod sees every batch: give it a database of its own by URL
-to keep batch content out of config backups)::
+pods whose config database is PostgreSQL default to its URL, so every pod sees every batch: give it a database
+of its own by URL to keep batch content out of config backups)::
 
     batches: {url: sqlite:///var/batches.sqlite, max_file_bytes: 209715200, max_lines: 50000, concurrency: 2,
               claim_s: 60, reserve_pct: 20, cpu_ceiling: 0.3}
@@ -101,7 +101,8 @@ class BatchSettings:
 def batch_settings(r: Reader, state_dir: Path, shared_url: str | None) -> BatchSettings:
     d = BatchSettings()
     out = BatchSettings(
-        url=r.str("url", None) or shared_url or f"sqlite:///{(state_dir / 'batches.sqlite').resolve()}",
+        url=r.str("url", None) or (shared_url if shared_url and not shared_url.startswith("sqlite") else None)
+        or f"sqlite:///{(state_dir / 'batches.sqlite').resolve()}",
         max_file_bytes=r.int("max_file_bytes", d.max_file_bytes, 1024), max_lines=r.int("max_lines", d.max_lines, 1),
         concurrency=r.int("concurrency", d.concurrency, 1), claim_s=r.int("claim_s", d.claim_s, 3),
         reserve_pct=r.int("reserve_pct", d.reserve_pct, 0), cpu_ceiling=r.number("cpu_ceiling", d.cpu_ceiling, 0.05))

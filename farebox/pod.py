@@ -144,8 +144,11 @@ async def batch_runner_ctx(app: web.Application, runtime: Runtime, settings: Set
 
     runner = Runner(runtime.batches, str(internal_socket()), f"{settings.pod_id}:{os.getpid()}",
                     concurrency=b.concurrency, claim_s=b.claim_s,
-                    observe=lambda outcome: m.batch_lines.labels(outcome).inc(), gauges=gauges)
+                    observe=lambda outcome: (m.shadow_legs.labels(outcome.removeprefix("shadow_"))
+                                             if outcome.startswith("shadow_") else m.batch_lines.labels(outcome)).inc(),
+                    gauges=gauges)
     runtime.pod.batch_token, runtime.pod.wake_batches = runner.token, runner.wake
+    runtime.pod.send_shadow = runner.send_shadow
     task = asyncio.get_running_loop().create_task(runner.run(), name="batch-runner")
     yield
     await runner.stop(settings.drain_timeout_s)

@@ -86,6 +86,8 @@ class PodState:
     shedder: LoadShedder = field(default_factory=LoadShedder)  # admission at the measured capacity
     batch_token: str | None = None  # the batch runner's own requests carry it (``proxy.batches.runner``)
     wake_batches: Callable[[], None] = lambda: None  # a batch was created or cancelled: the runner looks now
+    # (alias, chat body, data class): a shadow leg sent in the background (``proxy.batches.runner``)
+    send_shadow: Callable[[str, bytes, str], None] = lambda alias, body, data_class: None
 
     def swap(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot

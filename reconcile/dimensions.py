@@ -1,6 +1,6 @@
 """What showback and the usage API may group by: the archive's dimension columns (``variant``, ``batch`` and
-``priority`` are farebox's own tags: the split variant that served, the batch a request was a line of, its
-class), plus month and day for usage.
+``priority``, ``shadow`` are farebox's own tags: the split variant that served, the batch a request was a line
+of, its class, the alias a shadow leg copied), plus month and day for usage.
 
 Plain names, apart from the warehouse, so the CLI's parser and a pod's usage port name them without loading
 DuckDB.
@@ -9,5 +9,5 @@ DuckDB.
 from __future__ import annotations
 
 DIMENSIONS = ("team", "business_unit", "app", "key_id", "cost_centre", "alias", "deployment", "provider", "model",
-              "region", "data_class", "api", "variant", "batch", "priority")
+              "region", "data_class", "api", "variant", "batch", "priority", "shadow")
 USAGE_DIMENSIONS = (*DIMENSIONS, "month", "day")

@@ -26,15 +26,16 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from proxy.admission.auth import authenticate, authenticate_admin, authenticate_batch_line
+from proxy.admission.auth import authenticate, authenticate_admin
 from proxy.admission.auth_throttle import AuthThrottle
 from proxy.api import batches, chat, embeddings, files, models, protocol_errors, watch
+from proxy.api.internal import internal_caller
 from proxy.api.messages import batches as message_batches
 from proxy.api.messages import handler as messages_handler
 from proxy.api.messages.response import error_body as messages_error_body
 from proxy.api.messages.response import error_status as messages_error_status
 from proxy.api.responses import handler as responses_handler
-from proxy.batches.runner import BATCH_HEADER, KEY_HEADER, LINE_HEADER, LINE_ID, TOKEN_HEADER
+from proxy.batches.runner import TOKEN_HEADER
 from proxy.errors import AuthenticationFailed, GatewayError, NotFound, PayloadTooLarge, client_headers
 from proxy.observe.access_log import ACCESS, INFO, log_access
 from proxy.observe.metrics import CONTENT_TYPE_LATEST
@@ -151,8 +152,8 @@ async def _gateway(request: web.Request, handler: Handler) -> web.StreamResponse
                 line_token = request.headers.get(TOKEN_HEADER)
                 if line_token is None:
                     request["key"] = authenticate(rt.snapshot, _credential(request), rt.clock())
-                else:  # one of the batch runner's lines (``proxy.batches.runner``), as the batch's key
-                    request["key"] = _batch_line(rt, request, line_token)
+                else:  # the gateway's own: a batch line or a shadow leg (``proxy.api.internal``)
+                    request["key"] = internal_caller(rt, request, line_token)
                     rid = echo = request["request_id"]
         resp = await handler(request)
     except GatewayError as exc:
@@ -175,18 +176,6 @@ async def _gateway(request: web.Request, handler: Handler) -> web.StreamResponse
         resp.headers["x-request-id"] = echo
         resp.headers["x-fb-request-id"] = rid
     return resp
-
-
-def _batch_line(rt: Runtime, request: web.Request, token: str):  # type: ignore[no-untyped-def]
-    expected = rt.pod.batch_token
-    if expected is None or not hmac.compare_digest(token.encode(), expected.encode()):
-        raise AuthenticationFailed("Incorrect batch runner token.", code="invalid_batch_token")
-    request["batch_id"] = request.headers.get(BATCH_HEADER)
-    line_id = request.headers.get(LINE_HEADER, "")
-    if not LINE_ID.fullmatch(line_id):
-        raise AuthenticationFailed("A batch line needs its request id.", code="invalid_batch_token")
-    request["request_id"] = line_id  # the line's own: a line run again after a crash is billed once
-    return authenticate_batch_line(rt.snapshot, request.headers.get(KEY_HEADER), rt.clock())
 
 
 @contextmanager

@@ -60,10 +60,19 @@ async def serve(request: web.Request, call: ChatCall, sent: dict, surface: Surfa
     response: web.StreamResponse | None = None
     try:
         response = await _serve(request, rt, call, idem.retry_of, surface)
+        if response.status == 200 and (leg := request.get("shadow_leg")) is not None:  # after the answer, never before
+            rt.pod.send_shadow(leg[0], orjson.dumps(shadow_body(call.body, leg[1])), leg[2])
         return response
     finally:
         if idem.slot is not None:  # without a pending claim finish() is a no-op: no task for it
             await asyncio.shield(idempotent.finish(rt, idem, response if isinstance(response, web.Response) else None))
+
+
+def shadow_body(body: dict, candidate: str) -> dict:
+    """A shadow leg's request: the caller's chat request, to the candidate alias, answered whole."""
+    leg = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    leg["model"] = candidate
+    return leg
 
 
 async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: str | None,
@@ -80,6 +89,10 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
     param = call.max_output_param or (
         "max_completion_tokens" if call.body.get("max_completion_tokens") is not None else "max_tokens")
     asked, alias = alias, variant_of(request, snap, key, alias, call.body)  # a split's variant serves it
+    shadow = asked.shadow
+    if (shadow is not None and "shadow_of" not in request and request.get("batch_id") is None
+            and rt.rng.random() * 100 < shadow.pct):  # copied to the candidate once answered, classified as this
+        request["shadow_leg"] = (asked.name, shadow.alias, privacy.data_class)
     max_out = output_cap(alias, call.requested_max_output, param)
     alias_deps = [snap.deployments[d] for d in alias.deployments]
     estimates = chat_input_estimates(rt.estimator, call.body, key.key_id, alias_deps)

@@ -26,7 +26,7 @@ from proxy.admission.auth import allowed_alias
 from proxy.admission.budget_port import max_wait_s
 from proxy.admission.plan import chat_input_estimates
 from proxy.admission.priority import BATCH, clear_batch, request_class
-from proxy.api.tags import BATCH_TAG, HEADER, PRIORITY_TAG, VARIANT_TAG, parse_tags
+from proxy.api.tags import BATCH_TAG, HEADER, PRIORITY_TAG, SHADOW_TAG, VARIANT_TAG, parse_tags
 from proxy.errors import GatewayError
 from proxy.limits.draws import Draw
 from proxy.metering.meter import Meter, open_meter
@@ -51,6 +51,8 @@ def meter_for(rt: Runtime, snap: Snapshot, request: web.Request, key: KeyRecord,
         tags[PRIORITY_TAG] = BATCH
     if (variant := request.get("variant")) is not None:  # a split's variant: the events say which
         tags[VARIANT_TAG] = variant
+    if (shadowed := request.get("shadow_of")) is not None:  # a shadow leg: the alias it copies
+        tags[SHADOW_TAG] = shadowed
     meter = open_meter(
         rt, snap, request["request_id"], key, alias, run_id=run_id, data_class=data_class, stream=stream,
         tags=tags, trace=request.get("trace"),
@@ -78,7 +80,7 @@ async def outbound(rt: Runtime, request: web.Request, snap: Snapshot, alias: Ali
     taken: handed to the meter), or refused 429 ``batch_paused`` with nothing held or recorded. A batch chat
     request (``body``) to an OpenAI-dialect deployment asks for the alias's ``batch_service_tier`` (``flex``)
     when it names no tier: priced as that tier is served."""
-    klass = request_class(request.headers, request.get("batch_id") is not None)
+    klass = request_class(request.headers, request.get("batch_id") is not None or "shadow_of" in request)
     request["priority"] = klass
     if klass != BATCH:
         return cands, []

@@ -11,7 +11,7 @@ is always a small, plain value finance can group by:
   separators), and neither may be empty;
 * a key appears once;
 * a key starting ``fb.`` is farebox's own (``fb.batch``: the batch a request is a line of; ``fb.priority``;
-  ``fb.variant``: the variant of a split), never a caller's.
+  ``fb.variant``: the variant of a split; ``fb.shadow``: the alias a shadow leg copies), never a caller's.
 
 Anything else is a 400 naming the header (``param: x-fb-tags``). The message
 names the pair by position and quotes only text that passed the charset, so
@@ -29,6 +29,7 @@ RESERVED = "fb."  # farebox's own tags
 BATCH_TAG = "fb.batch"
 PRIORITY_TAG = "fb.priority"  # "batch" for a request of the batch class
 VARIANT_TAG = "fb.variant"  # the variant of the alias's split that served the request
+SHADOW_TAG = "fb.shadow"  # a shadow leg: the alias whose request it copies
 MAX_TAGS = 10
 MAX_KEY = 64
 MAX_VALUE = 128

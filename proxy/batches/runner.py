@@ -40,6 +40,8 @@ TOKEN_HEADER = "x-fb-batch-token"
 KEY_HEADER = "x-fb-batch-key"
 BATCH_HEADER = "x-fb-batch-id"
 LINE_HEADER = "x-fb-batch-request"  # the line's request id: ``line_request_id``
+SHADOW_HEADER = "x-fb-shadow-of"  # a shadow leg: the alias whose request it copies (``proxy.api.internal``)
+MAX_SHADOWS = 16  # shadow legs in flight per process; past it a leg is dropped (shadows go first under pressure)
 LINE_ID = re.compile(r"(msg)?batch_[0-9a-f]{24}-[0-9]{1,6}(\.[0-9]{1,6})?")
 
 
@@ -95,6 +97,7 @@ class Runner:
         self.renewed = 0.0  # when the claims in flight were last renewed
         self.paused_until = 0.0  # the gateway said "not now": no new line before this
         self.answered: list[Answer] = []  # answers not yet kept in the store (``_write``)
+        self.shadows: set[asyncio.Task[None]] = set()  # shadow legs in flight (``send_shadow``)
         self.writer: asyncio.Task[None] | None = None
         self.session: aiohttp.ClientSession | None = None
 
@@ -193,6 +196,29 @@ class Runner:
             kept = await self.store.done_many(answers, self.runner_id)
             if kept < len(answers):
                 log.warning("%d batch lines answered after their claims passed to another runner", len(answers) - kept)
+
+    def send_shadow(self, alias: str, body: bytes, data_class: str) -> None:
+        """Send a copy of a request to ``alias``'s shadow candidate, in the background (the caller has its answer
+        already and never waits); dropped when ``MAX_SHADOWS`` are in flight or the runner is stopping. Its own
+        door, limits and batch priority apply to it: under pressure it is refused, and not retried."""
+        if self.stopping or self.session is None or len(self.shadows) >= MAX_SHADOWS:
+            self.observe("shadow_dropped")
+            return
+        task = asyncio.get_running_loop().create_task(self._shadow(alias, body, data_class), name="shadow-leg")
+        self.shadows.add(task)
+        task.add_done_callback(self.shadows.discard)
+
+    async def _shadow(self, alias: str, body: bytes, data_class: str) -> None:
+        assert self.session is not None
+        headers = {TOKEN_HEADER: self.token, SHADOW_HEADER: alias, "x-fb-data-class": data_class,
+                   "Content-Type": "application/json"}
+        try:
+            async with self.session.post("http://farebox/v1/chat/completions", data=body, headers=headers) as resp:
+                await resp.read()
+                self.observe("shadow_ok" if resp.status == 200 else "shadow_refused" if outcome(
+                    resp.status, resp.headers) == "later" else "shadow_error")
+        except (aiohttp.ClientError, OSError):
+            self.observe("shadow_dropped")
 
     async def stop(self, timeout_s: float) -> None:
         """Claim nothing more; let the lines in flight finish (up to ``timeout_s``) and keep their answers."""

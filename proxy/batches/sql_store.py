@@ -27,9 +27,11 @@ class SqlBatches:
     def __init__(self, url: str) -> None:
         sqlite = url.startswith("sqlite")
         self.engine = sa.create_engine(url, future=True, connect_args={"timeout": 30} if sqlite else {})
+        self.reader = self.engine  # reads: on SQLite an engine of their own, whose transactions take no lock
         if sqlite:
             sa.event.listen(self.engine, "connect", _wal)
             sa.event.listen(self.engine, "begin", _immediate)
+            self.reader = sa.create_engine(url, future=True, connect_args={"timeout": 30})
         try:
             META.create_all(self.engine)
         except (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError):
@@ -42,12 +44,12 @@ class SqlBatches:
             conn.execute(FILES.insert(), [_file_row(r, content)])
 
     def _get_file(self, file_id: str) -> FileRecord | None:
-        with self.engine.connect() as conn:
+        with self.reader.connect() as conn:
             row = conn.execute(sa.select(*_FILE_COLS).where(FILES.c.id == file_id)).first()
         return None if row is None else FileRecord(*row)
 
     def _content(self, file_id: str) -> bytes | None:
-        with self.engine.connect() as conn:
+        with self.reader.connect() as conn:
             raw = conn.scalar(sa.select(FILES.c.content).where(FILES.c.id == file_id))
         return None if raw is None else bytes(raw)
 
@@ -57,7 +59,7 @@ class SqlBatches:
         q = sa.select(*_FILE_COLS).where(FILES.c.team == team).order_by(*order).limit(limit)
         if purpose is not None:
             q = q.where(FILES.c.purpose == purpose)
-        with self.engine.connect() as conn:
+        with self.reader.connect() as conn:
             if after is not None:
                 at = conn.execute(sa.select(FILES.c.created_at, FILES.c.id).where(FILES.c.id == after)).first()
                 if at is not None:
@@ -85,7 +87,7 @@ class SqlBatches:
                      "state": "pending", "not_before": 0, "claims": 0, "generation": 0} for ln in lines[start:start + 1000]])
 
     def _get(self, batch_id: str) -> BatchRecord | None:
-        with self.engine.connect() as conn:
+        with self.reader.connect() as conn:
             row = conn.execute(sa.select(BATCHES).where(BATCHES.c.id == batch_id)).first()
             return None if row is None else _batch(row, _counts(conn, [batch_id]).get(batch_id, Counts()))
 
@@ -98,7 +100,7 @@ class SqlBatches:
             q = q.where(BATCHES.c.team == team)
         if status is not None:
             q = q.where(BATCHES.c.status == status)
-        with self.engine.connect() as conn:
+        with self.reader.connect() as conn:
             if after is not None:
                 at = conn.execute(sa.select(BATCHES.c.created_at, BATCHES.c.id).where(BATCHES.c.id == after)).first()
                 if at is not None:
@@ -124,7 +126,7 @@ class SqlBatches:
             return bool(conn.execute(BATCHES.delete().where(BATCHES.c.id == batch_id)).rowcount)
 
     def _line_results(self, batch_id: str) -> list[tuple[str, bytes | None]]:
-        with self.engine.connect() as conn:
+        with self.reader.connect() as conn:
             return [(custom_id, None if result is None else bytes(result)) for custom_id, result in conn.execute(
                 sa.select(LINES.c.custom_id, LINES.c.result).where(LINES.c.batch_id == batch_id)
                 .order_by(LINES.c.number))]
@@ -135,9 +137,13 @@ class SqlBatches:
         runnable = sa.and_(
             sa.or_(LINES.c.state == "pending", sa.and_(LINES.c.state == "claimed", LINES.c.claimed_until < now)),
             LINES.c.not_before <= now)
+        live_now = sa.select(BATCHES.c.id, BATCHES.c.team).where(
+            BATCHES.c.status == "in_progress", BATCHES.c.expires_at > now).order_by(BATCHES.c.created_at)
+        with self.reader.connect() as conn:  # the common case, nothing to run: no write lock taken
+            if conn.execute(live_now.limit(1)).first() is None:
+                return []
         with self.engine.begin() as conn:
-            live = list(conn.execute(sa.select(BATCHES.c.id, BATCHES.c.team).where(
-                BATCHES.c.status == "in_progress", BATCHES.c.expires_at > now).order_by(BATCHES.c.created_at)))
+            live = list(conn.execute(live_now))
             teams: dict[str, list[str]] = {}
             for batch_id, team in live:
                 teams.setdefault(team, []).append(batch_id)
@@ -198,9 +204,12 @@ class SqlBatches:
     def _finish(self, now: int, new_file_id: Callable[[], str],
                 unrun: Callable[[str, str], bytes]) -> list[BatchRecord]:
         ended: list[str] = []
-        with self.engine.connect() as conn:
-            candidates = list(conn.execute(sa.select(BATCHES.c.id, BATCHES.c.status, BATCHES.c.expires_at)
-                                           .where(BATCHES.c.status.in_(ACTIVE))))
+        with self.reader.connect() as conn:
+            candidates = [(batch_id, status, expires_at) for batch_id, status, expires_at in conn.execute(
+                sa.select(BATCHES.c.id, BATCHES.c.status, BATCHES.c.expires_at).where(BATCHES.c.status.in_(ACTIVE)))
+                if status != "in_progress" or expires_at <= now or conn.execute(  # running with lines to go: not yet
+                    sa.select(LINES.c.number).where(LINES.c.batch_id == batch_id, LINES.c.state != "done")
+                    .limit(1)).first() is None]
         for batch_id, status, expires_at in candidates:
             if self._end(batch_id, status, expires_at, now, new_file_id, unrun):
                 ended.append(batch_id)
@@ -251,7 +260,7 @@ class SqlBatches:
         return True
 
     def _queued(self) -> int:
-        with self.engine.connect() as conn:
+        with self.reader.connect() as conn:
             return int(conn.scalar(sa.select(sa.func.count()).select_from(LINES).join(
                 BATCHES, BATCHES.c.id == LINES.c.batch_id).where(
                 LINES.c.state != "done", BATCHES.c.status == "in_progress")) or 0)
@@ -319,6 +328,8 @@ class SqlBatches:
 
     async def close(self) -> None:
         await asyncio.to_thread(self.engine.dispose)
+        if self.reader is not self.engine:
+            await asyncio.to_thread(self.reader.dispose)
 
 
 _FILE_COLS = (FILES.c.id, FILES.c.team, FILES.c.key_id, FILES.c.purpose, FILES.c.filename, FILES.c.bytes,

@@ -19,6 +19,14 @@ from ledger.usage import SERVICE_TIER
 from pricing.book import FxTable, Price, PriceBook, PriceVersion
 from pricing.errors import PricingError
 from proxy.control.alias_cache import check_semantic, read_alias_cache
+from proxy.control.alias_variants import (
+    check_shadow_teams,
+    check_shadows,
+    check_splits,
+    read_shadow,
+    read_split,
+    shadow_keys,
+)
 from proxy.control.deployment_reader import read_deployments, read_price
 from proxy.control.policies import (
     add_key,
@@ -36,9 +44,7 @@ from proxy.snapshot import (
     Deployment,
     KeyRecord,
     Snapshot,
-    Split,
     Team,
-    Variant,
 )
 from proxy.snapshot.privacy import PrivacyPolicy, policy_from_mapping
 
@@ -87,6 +93,7 @@ def compile_snapshot(
     for i, entry in enumerate(stored_keys):
         add_key(keys, Reader(entry, f"stored keys[{i}]", problems), teams, apps, aliases, deployments)
     admin_tokens = read_admin_tokens(stored_admin_tokens, problems)
+    check_shadow_teams(aliases, teams, problems)
     privacy = _privacy(root, version)
     if problems.items:
         return None
@@ -120,6 +127,7 @@ def compile_snapshot(
         admin_tokens=admin_tokens,
         apps=apps,
         privacy=privacy,
+        shadow_keys=shadow_keys(aliases, teams),
     )
 
 
@@ -294,7 +302,8 @@ def _aliases(root: Reader, deployments: Mapping[str, Deployment]) -> dict[str, A
             semantic=semantic,
             content_filter_failover=r.bool("content_filter_failover", False),
             batch_service_tier=r.str("batch_service_tier", None),
-            split=_split(r) if r.data.get("split") is not None else None,
+            split=read_split(r) if r.data.get("split") is not None else None,
+            shadow=read_shadow(r) if r.data.get("shadow") is not None else None,
         )
         if alias.batch_service_tier is not None and not SERVICE_TIER.match(alias.batch_service_tier):
             r.problems.add(r.at("batch_service_tier"), "must be a service tier's name (lower case: flex, priority)")
@@ -311,42 +320,6 @@ def _aliases(root: Reader, deployments: Mapping[str, Deployment]) -> dict[str, A
             root.problems.add(f"aliases.{alias.name}.fallback_alias", f"unknown alias {alias.fallback_alias!r}")
     check_semantic(aliases, root.problems)
     check_splits(aliases, root.problems)
+    check_shadows(aliases, root.problems)
     return aliases
 
-
-def _split(r: Reader) -> Split:
-    sp = r.child("split")
-    key = sp.str("key", "user", choices=SPLIT_KEYS)
-    variants = []
-    for v in sp.items("variants", required=True):
-        variants.append(Variant(v.str("name") or "?", v.str("alias") or "?", v.int("weight", None, 0) or 0))
-        v.reject_unknown()
-    sp.reject_unknown()
-    return Split(key or "user", tuple(variants))
-
-
-SPLIT_KEYS = ("user", "session", "key")
-
-
-def check_splits(aliases: Mapping[str, Alias], problems: Problems) -> None:
-    """Every split names at least two variants with unique names, each an existing alias of the same kind that
-    has no split of its own, with weights that add up to more than 0."""
-    for alias in aliases.values():
-        split = alias.split
-        if split is None:
-            continue
-        at = f"aliases.{alias.name}.split"
-        if len(split.variants) < 2:
-            problems.add(at, "needs at least two variants")
-        if len({v.name for v in split.variants}) != len(split.variants):
-            problems.add(at, "has two variants of the same name")
-        if sum(v.weight for v in split.variants) <= 0:
-            problems.add(at, "weights must add up to more than 0")
-        for v in split.variants:
-            target = aliases.get(v.alias)
-            if target is None:
-                problems.add(f"{at}.{v.name}", f"unknown alias {v.alias!r}")
-            elif target.kind != alias.kind:
-                problems.add(f"{at}.{v.name}", f"alias {v.alias!r} is a {target.kind} alias, not {alias.kind}")
-            elif target.split is not None:
-                problems.add(f"{at}.{v.name}", f"alias {v.alias!r} has a split of its own (splits do not nest)")

@@ -118,6 +118,11 @@ class Metrics:
             "later (the gateway said not now: batch_paused, limits, overload; the line waits in its queue).",
             ["outcome"], registry=r,
         )
+        self.shadow_legs = Counter(
+            "farebox_shadow_legs", "Shadow legs (copies of a shadowed alias's requests sent to its candidate), by "
+            "outcome: ok, error, refused (batch priority: paused, busy, limited), dropped (too many in flight).",
+            ["outcome"], registry=r,
+        )
         self.batch_queued = Gauge("farebox_batch_lines_queued", "Batch lines waiting to run (all batches in "
                                   "progress), as this process's runner last counted them.", registry=r,
                                   multiprocess_mode="livemax")

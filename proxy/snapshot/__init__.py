@@ -109,6 +109,16 @@ class Split:
 
 
 @dataclass(frozen=True, slots=True)
+class Shadow:
+    """A share of an alias's requests sent again, in the background, to a candidate alias, paid by ``team``."""
+
+    alias: str
+    pct: Decimal  # (0, 100]
+    team: str
+    app: str = "shadow"
+
+
+@dataclass(frozen=True, slots=True)
 class Alias:
     name: str
     kind: str  # "chat" | "embeddings"
@@ -139,6 +149,7 @@ class Alias:
     # batch-priced synchronous tier) when the caller named none; None: as sent
     batch_service_tier: str | None = None
     split: Split | None = None  # sticky variants: the request is served by one of these aliases instead
+    shadow: Shadow | None = None  # a share of its requests also sent to a candidate, paid by the platform
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +264,7 @@ class Snapshot:
     admin_tokens: Mapping[str, AdminToken] = field(default_factory=dict)  # by token hash
     apps: Mapping[str, App] = field(default_factory=dict)  # by "team/app"
     privacy: PrivacyPolicy = PrivacyPolicy()  # scanner classes and per-class redact/refuse/allow
+    shadow_keys: Mapping[str, KeyRecord] = field(default_factory=dict)  # by key id: the shadowed aliases' own
 
     def cost_centre_of(self, team: str, app: str) -> str | None:
         """The cost centre a request of ``team``/``app`` is allocated to: the app's, else the team's."""

@@ -207,7 +207,8 @@ CREATE OR REPLACE VIEW requests AS
 SELECT b.*, coalesce(k.corrected_micro, 0)::BIGINT AS corrected_micro,
        -- farebox's own tags, as dimensions: the split variant that served, the batch a line is of, the class
        element_at(b.tags, 'fb.variant')[1] AS variant, element_at(b.tags, 'fb.batch')[1] AS batch,
-       coalesce(element_at(b.tags, 'fb.priority')[1], 'interactive') AS priority
+       coalesce(element_at(b.tags, 'fb.priority')[1], 'interactive') AS priority,
+       element_at(b.tags, 'fb.shadow')[1] AS shadow
 FROM request_base AS b
 LEFT JOIN (SELECT request_id, sum(delta_micro) AS corrected_micro FROM corrections GROUP BY request_id) AS k
   ON k.request_id = b.request_id;

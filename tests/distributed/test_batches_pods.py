@@ -1,7 +1,7 @@
 """Distributed mode: a batch runs on every pod, and a pod killed mid-batch loses nothing and bills nothing twice.
 
-Real processes: Kafka (Maven jars), Redis, the Faust worker, two gateway pods sharing the batch store (the
-config database). Pod 0 is killed (SIGKILL) with lines in flight; pod 1's runner takes them again once their
+Real processes: Kafka (Maven jars), Redis, the Faust worker, two gateway pods sharing the batch store (a SQLite
+file under their state directory on this one machine; PostgreSQL, the config database's, across machines). Pod 0 is killed (SIGKILL) with lines in flight; pod 1's runner takes them again once their
 claims lapse (``batches.claim_s``), under the same request ids: each line is settled once on the requests
 topic's first copy of its events, and the worker's projection ends with nothing held for the team and its
 settled money equal to those settlements.
@@ -59,7 +59,7 @@ def test_a_pod_killed_mid_batch_leaves_its_lines_to_another_and_nothing_is_bille
             assert done.request_counts.completed == 40
             lines = second.files.content(done.output_file_id).text.splitlines()
         assert sorted(json.loads(x)["custom_id"] for x in lines) == sorted(f"line-{i}" for i in range(40))
-        with sqlite3.connect(tmp_path / "control.sqlite") as db:  # the kill caught lines in flight
+        with sqlite3.connect(tmp_path / "batches.sqlite") as db:  # the kill caught lines in flight
             (again,) = db.execute("SELECT count(*) FROM fb_batch_lines WHERE batch_id = ? AND claims > 1",
                                   (batch.id,)).fetchone()
         assert again >= 1

@@ -62,3 +62,23 @@ def test_a_split_is_checked() -> None:
     for fragment in ("split.key: must be one of", "has two variants of the same name", "unknown alias 'ghost'",
                      "is a embeddings alias, not chat"):
         assert fragment in text, (fragment, text)
+
+
+def test_a_shadow_is_checked_and_paid_by_a_key_of_its_own() -> None:
+    tree = example_tree()
+    good = copy.deepcopy(tree)
+    good["aliases"].append({"name": "chat-shadowed", "kind": "chat", "deployments": ["sim-openai-mumbai"],
+                            "shadow": {"alias": "chat-default", "pct": "2.5", "team": "platform"}})
+    snap = compile_snapshot(good, ())
+    assert snap is not None
+    shadow = snap.aliases["chat-shadowed"].shadow
+    assert shadow is not None and str(shadow.pct) == "2.5" and shadow.alias == "chat-default"
+    key = snap.shadow_keys["shadow.chat-shadowed"]
+    assert (key.team, key.app, key.aliases, key.key_hash) == ("platform", "shadow", frozenset({"chat-default"}), "")
+    assert key.key_hash not in snap.keys  # never presented by a caller: no secret, not among the keys
+    bad = copy.deepcopy(good)
+    bad["aliases"][-1]["shadow"] = {"alias": "embed-default", "pct": 0, "team": "ghosts"}
+    text = "\n".join(_problems(bad))
+    assert "shadow.pct: must be a percentage above 0 and at most 100" in text
+    assert "shadow.alias: alias 'embed-default' must be another chat alias without a shadow" in text
+    assert "shadow.team: unknown team 'ghosts'" in text
