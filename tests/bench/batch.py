@@ -33,6 +33,7 @@ from pathlib import Path
 
 import openai
 
+from tests.batch_lines import tagging_batch
 from tests.bench.gateway.targets import pairs
 from tests.bench.overload import build_loadgen, fire
 from tests.harness import ROOT, generous_limits, running_stack
@@ -53,13 +54,6 @@ def config(limit_rpm: int, batches: dict):
     return mutate
 
 
-def batch_file(lines: int) -> bytes:
-    return b"".join(json.dumps({"custom_id": f"t{i}", "method": "POST", "url": "/v1/chat/completions",
-                                "body": {"model": "chat-openai", "max_tokens": 16,
-                                         "messages": [{"role": "user", "content": f"Tag ticket {i}."}]}}).encode()
-                    + b"\n" for i in range(lines))
-
-
 async def measure(stack, args: argparse.Namespace, out) -> dict:
     (direct, gateway), = [pairs(stack, False)["openai"]]
     bodies = {}
@@ -72,7 +66,7 @@ async def measure(stack, args: argparse.Namespace, out) -> dict:
     await asyncio.sleep(1.0)
     alone = (await fire(gateway, bodies["gateway"], args.rate, args.seconds, 1, args.timeout)).summary()
     await asyncio.sleep(1.0)
-    uploaded = await asyncio.to_thread(client.files.create, file=("bench.jsonl", io.BytesIO(batch_file(args.lines))),
+    uploaded = await asyncio.to_thread(client.files.create, file=("bench.jsonl", io.BytesIO(tagging_batch(args.lines))),
                                        purpose="batch")
     started = time.monotonic()
     batch = await asyncio.to_thread(client.batches.create, input_file_id=uploaded.id,

@@ -20,6 +20,7 @@ import redis
 
 from infra.redis.server import RedisServer
 from ledger.codec import decode
+from tests.batch_lines import tagging_batch
 from tests.distributed.cluster import running_cluster, wait_until
 from tests.infra.kafka.support import read_records, session_broker
 
@@ -33,13 +34,6 @@ def redis_server():
     server.cleanup()
 
 
-def _jsonl(n: int) -> bytes:
-    return b"".join(json.dumps({"custom_id": f"line-{i}", "method": "POST", "url": "/v1/chat/completions",
-                                "body": {"model": "chat-openai", "max_tokens": 16,
-                                         "messages": [{"role": "user", "content": f"Tag ticket {i}."}]}}).encode()
-                    + b"\n" for i in range(n))
-
-
 def test_a_pod_killed_mid_batch_leaves_its_lines_to_another_and_nothing_is_billed_twice(tmp_path,
                                                                                           redis_server) -> None:
     broker = session_broker()
@@ -47,7 +41,7 @@ def test_a_pod_killed_mid_batch_leaves_its_lines_to_another_and_nothing_is_bille
                          sections={"batches": {"concurrency": 2, "claim_s": 3}}) as cluster:
         key = cluster.keys["alpha"]
         with openai.OpenAI(base_url=cluster.pod_urls[0] + "/v1", api_key=key, max_retries=0) as first:
-            uploaded = first.files.create(file=("b.jsonl", io.BytesIO(_jsonl(40))), purpose="batch")
+            uploaded = first.files.create(file=("b.jsonl", io.BytesIO(tagging_batch(40))), purpose="batch")
             batch = first.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
                                          completion_window="24h")
             wait_until(lambda: first.batches.retrieve(batch.id).request_counts.completed >= 6, 30,

@@ -20,19 +20,13 @@ import openai
 import pytest
 
 from ledger.events import HoldExpired, RequestAdmitted, RequestAttempted, RequestSettled
+from tests.batch_lines import tagging_batch
 from tests.harness import Stack, admin_token, mint, read_events, running_stack, wait_key_live
 
 pytestmark = pytest.mark.e2e
 # sim-openai-mumbai's flex tier per 1M (input, cached, output): chat-openai's batch_service_tier (tests/harness.py)
 PRICE = (Decimal("1.00"), Decimal("0.10"), Decimal("5.00"))
 INR_PER_USD = 88
-
-
-def _jsonl(n: int, model: str = "chat-openai", max_tokens: int = 16) -> bytes:
-    return b"".join(json.dumps({"custom_id": f"line-{i}", "method": "POST", "url": "/v1/chat/completions",
-                                "body": {"model": model, "max_tokens": max_tokens,
-                                         "messages": [{"role": "user", "content": f"Tag ticket {i}."}]}}).encode()
-                    + b"\n" for i in range(n))
 
 
 def _wait(client: openai.OpenAI, batch_id: str, until: tuple[str, ...], timeout: float = 120.0):
@@ -74,8 +68,8 @@ def _by_hand(usage) -> int:
 
 
 def test_a_batch_of_200_lines_runs_and_bills_each_line_once(client: openai.OpenAI, stack: Stack) -> None:
-    uploaded = client.files.create(file=("tickets.jsonl", io.BytesIO(_jsonl(200))), purpose="batch")
-    assert uploaded.purpose == "batch" and uploaded.bytes == len(_jsonl(200))
+    uploaded = client.files.create(file=("tickets.jsonl", io.BytesIO(tagging_batch(200))), purpose="batch")
+    assert uploaded.purpose == "batch" and uploaded.bytes == len(tagging_batch(200))
     assert client.files.retrieve(uploaded.id).filename == "tickets.jsonl"
     batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
                                   completion_window="24h", metadata={"job": "nightly-tagger"})
@@ -119,7 +113,7 @@ def test_a_batch_of_200_lines_runs_and_bills_each_line_once(client: openai.OpenA
 
 
 def test_a_bad_file_fails_the_batch_with_every_problem_and_runs_nothing(client: openai.OpenAI) -> None:
-    bad = _jsonl(3) + b"not json\n" + json.dumps({"custom_id": "line-0", "method": "POST",
+    bad = tagging_batch(3) + b"not json\n" + json.dumps({"custom_id": "line-0", "method": "POST",
                                                   "url": "/v1/chat/completions",
                                                   "body": {"model": "chat-openai", "messages": []}}).encode() + b"\n"
     uploaded = client.files.create(file=("bad.jsonl", io.BytesIO(bad)), purpose="batch")
@@ -127,7 +121,7 @@ def test_a_bad_file_fails_the_batch_with_every_problem_and_runs_nothing(client: 
                                   completion_window="24h")
     assert batch.status == "failed" and batch.request_counts.total == 0
     assert [(e.code, e.line) for e in batch.errors.data] == [("invalid_json_line", 4), ("duplicate_custom_id", 5)]
-    unknown = client.files.create(file=("x.jsonl", io.BytesIO(_jsonl(2, model="no-such-model"))), purpose="batch")
+    unknown = client.files.create(file=("x.jsonl", io.BytesIO(tagging_batch(2, model="no-such-model"))), purpose="batch")
     failed = client.batches.create(input_file_id=unknown.id, endpoint="/v1/chat/completions", completion_window="24h")
     assert failed.status == "failed" and failed.errors.data[0].code == "model_not_found"
 
@@ -136,7 +130,7 @@ def test_files_and_batches_refuse_bad_input_in_their_own_shape(client: openai.Op
     with pytest.raises(openai.BadRequestError) as refused:
         client.files.create(file=("x.jsonl", io.BytesIO(b"{}")), purpose="fine-tune")
     assert refused.value.body["param"] == "purpose"
-    uploaded = client.files.create(file=("x.jsonl", io.BytesIO(_jsonl(1))), purpose="batch")
+    uploaded = client.files.create(file=("x.jsonl", io.BytesIO(tagging_batch(1))), purpose="batch")
     with pytest.raises(openai.BadRequestError) as refused:
         client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="1h")
     assert refused.value.body["param"] == "completion_window"
@@ -172,7 +166,7 @@ def slow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def test_a_batch_cancelled_midway_keeps_and_bills_what_ran_and_runs_nothing_more(slow_stack: Stack) -> None:
     with openai.OpenAI(base_url=slow_stack.gateway_url + "/v1", api_key=slow_stack.key, max_retries=0) as client:
-        uploaded = client.files.create(file=("many.jsonl", io.BytesIO(_jsonl(200))), purpose="batch")
+        uploaded = client.files.create(file=("many.jsonl", io.BytesIO(tagging_batch(200))), purpose="batch")
         batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
                                       completion_window="24h")
         deadline = time.monotonic() + 30
@@ -194,7 +188,7 @@ def test_a_batch_cancelled_midway_keeps_and_bills_what_ran_and_runs_nothing_more
 
 def test_a_gateway_killed_mid_batch_resumes_and_no_line_runs_or_bills_twice(slow_stack: Stack) -> None:
     with openai.OpenAI(base_url=slow_stack.gateway_url + "/v1", api_key=slow_stack.key, max_retries=0) as client:
-        uploaded = client.files.create(file=("kill.jsonl", io.BytesIO(_jsonl(40))), purpose="batch")
+        uploaded = client.files.create(file=("kill.jsonl", io.BytesIO(tagging_batch(40))), purpose="batch")
         batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
                                       completion_window="24h")
         deadline = time.monotonic() + 30
@@ -227,7 +221,7 @@ def test_the_gateway_processes_of_serve_workers_share_a_batch(tmp_path_factory: 
     with running_stack(tmp_path_factory.mktemp("workers"), aliases="chat-openai", serve_args=("--workers", "2"),
                        sim_defaults={"ttft_ms": 150}) as st:  # long enough for the other process's poll
         with openai.OpenAI(base_url=st.gateway_url + "/v1", api_key=st.key, max_retries=0) as client:
-            uploaded = client.files.create(file=("w.jsonl", io.BytesIO(_jsonl(60))), purpose="batch")
+            uploaded = client.files.create(file=("w.jsonl", io.BytesIO(tagging_batch(60))), purpose="batch")
             batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
                                           completion_window="24h")
             done = _wait(client, batch.id, ("completed", "failed", "expired", "cancelled"), timeout=60)
@@ -249,7 +243,7 @@ def test_batch_lines_leave_interactive_requests_their_reserve_of_a_tight_limit(
 
     with running_stack(tmp_path_factory.mktemp("tight"), aliases="chat-openai", mutate=tight) as st:
         with openai.OpenAI(base_url=st.gateway_url + "/v1", api_key=st.key, max_retries=0) as client:
-            uploaded = client.files.create(file=("tight.jsonl", io.BytesIO(_jsonl(100))), purpose="batch")
+            uploaded = client.files.create(file=("tight.jsonl", io.BytesIO(tagging_batch(100))), purpose="batch")
             batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
                                           completion_window="24h")
             deadline = time.monotonic() + 20

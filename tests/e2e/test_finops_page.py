@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import shutil
 import time
 from datetime import date, datetime, timedelta, timezone
@@ -24,6 +23,7 @@ import openai
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from tests.batch_lines import tagging_batch
 from tests.harness import Stack, admin_token, mint, running_stack, wait_key_live
 
 pytestmark = pytest.mark.e2e
@@ -66,9 +66,7 @@ def _traffic(stack: Stack, key: str, n: int, aliases: tuple[str, ...]) -> None:
 
 def _a_batch(stack: Stack, n: int) -> None:
     """A finished batch of ``n`` lines for the page's batches table."""
-    lines = b"".join(json.dumps({"custom_id": f"b{i}", "method": "POST", "url": "/v1/chat/completions",
-                                 "body": {"model": "chat-openai", "messages": MSG, "max_tokens": 8}}).encode() + b"\n"
-                     for i in range(n))
+    lines = tagging_batch(n)
     with openai.OpenAI(base_url=stack.gateway_url + "/v1", api_key=stack.key, max_retries=0) as client:
         uploaded = client.files.create(file=("b.jsonl", io.BytesIO(lines)), purpose="batch")
         batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
