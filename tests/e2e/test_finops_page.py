@@ -64,6 +64,19 @@ def _traffic(stack: Stack, key: str, n: int, aliases: tuple[str, ...]) -> None:
                 pass
 
 
+def with_split(tree: dict) -> None:
+    tree["aliases"].append({"name": "chat-split", "kind": "chat", "deployments": ["sim-openai-mumbai"],
+                            "split": {"key": "user", "variants": [{"name": "current", "alias": "chat-openai", "weight": 50},
+                                                                  {"name": "candidate", "alias": "chat-anthropic",
+                                                                   "weight": 50}]}})
+
+
+def _split_traffic(stack: Stack, n: int) -> None:
+    with openai.OpenAI(base_url=stack.gateway_url + "/v1", api_key=stack.key, max_retries=0) as client:
+        for i in range(n):
+            client.chat.completions.create(model="chat-split", user=f"user-{i}", messages=MSG, max_tokens=8)
+
+
 def _a_batch(stack: Stack, n: int) -> None:
     """A finished batch of ``n`` lines for the page's batches table."""
     lines = tagging_batch(n)
@@ -89,7 +102,8 @@ def _create_token(stack: Stack, admin: str, second: str, name: str, role: str) -
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    with running_stack(tmp_path_factory.mktemp("finops")) as stack:
+    with running_stack(tmp_path_factory.mktemp("finops"), mutate=with_split,
+                       aliases="chat-default,chat-openai,chat-anthropic,chat-split,embed-default") as stack:
         soon = (datetime.now(timezone.utc) + timedelta(days=3)).isoformat()
         kyc = mint(stack.config, "kyc-ops", "kyc-summariser", "chat-default,chat-openai", "--expires-at", soon)
         admin = admin_token(stack.config, "ops", "admin", live_at=stack.gateway_url)
@@ -105,6 +119,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         _traffic(stack, stack.key, 30, ("chat-default", "chat-openai", "chat-anthropic"))
         _traffic(stack, kyc, 8, ("chat-default", "chat-openai"))
         _a_batch(stack, 5)
+        _split_traffic(stack, 12)
         shots = SHOTS
         shutil.rmtree(shots, ignore_errors=True)
         shots.mkdir(parents=True)
@@ -239,6 +254,11 @@ def test_page_shows_the_usage_apis_numbers_drills_down_and_downloads_csv(env: En
     assert page.locator("#door-state").inner_text() == "open"  # the door of the process that answered
     assert page.locator("#door-refused").inner_text() == "0"
     assert page.locator("#door-in-flight").inner_text().endswith("of 2000")
+    split = env.get(f"/admin/v1/usage?from={start}&to={end}&by=alias,variant").json()["data"]
+    for row in (r for r in split if r["variant"] is not None):  # the split's variants side by side
+        cell = _cell(page, "variants", f'{row["alias"]} / {row["variant"]}', "requests")
+        assert cell.inner_text() == str(row["requests"])
+    assert sum(r["requests"] for r in split if r["variant"] is not None) == 12
     batches = env.get("/admin/v1/batches?team=platform").json()["data"]
     assert _cell(page, "batches", "platform", "lines_done").inner_text() == "5"  # the one batch, its five lines
     assert _cell(page, "batches", "platform", "cost_micro").get_attribute("data-micro") == str(

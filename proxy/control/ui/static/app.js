@@ -138,6 +138,13 @@ async function batches() {
   ], data, { caption: "Batches by team (the latest 1,000)", currency, name: "batches" });
 }
 
+// Split variants side by side (the usage API by alias and variant): one row per alias and variant that served.
+async function variants(r) {
+  const rows = (await api(usagePath("alias,variant", r))).data.filter((row) => row.variant !== null)
+    .map((row) => ({ ...row, variant: `${row.alias} / ${row.variant}` }));
+  usageTable("variants-table", "variants", "Split variants side by side", "alias,variant", r, rows);
+}
+
 // Today (YYYY-MM-DD) in the budgets' time zone (the usage API's `timezone`), not the browser's: budget
 // months and days are calendar days there.
 function budgetToday() {
@@ -327,7 +334,7 @@ async function load() {
     usageTable("models-table", "top-models", "Top models by spend", "model", r, bySpend(model.data).slice(0, 10), { compact: true });
     costPerRequest(r, day.data);
     renderDrill(r);
-    await Promise.all([events(r), keys(), door(), batches()]);
+    await Promise.all([events(r), keys(), door(), batches(), variants(r)]);
     $("status").textContent = `Showing ${r.from} to ${r.to} (${team.timezone})`;
     document.body.dataset.loaded = month;
   } catch (err) {
