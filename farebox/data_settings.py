@@ -35,6 +35,11 @@ share of each deployment's provider-limit mirrors that batch requests leave for 
 (``proxy.admission.priority``); ``cpu_ceiling`` the share of one core past which a gateway process takes no
 batch line (its door answers the runner "busy": interactive requests keep the rest of the core).
 
+``canary:`` (the synthetic canary, ``proxy.batches.canary``: a tiny request to every deployment, paid by
+``team``, off by default)::
+
+    canary: {enabled: false, interval_s: 60, timeout_s: 10, team: platform}
+
 The body log's master key is read here, once, from the environment variable
 ``key_env`` names (urlsafe base64 of at least 32 random bytes, e.g. what
 ``Fernet.generate_key()`` prints). Without it there is no body log; a team
@@ -108,6 +113,22 @@ def batch_settings(r: Reader, state_dir: Path, shared_url: str | None) -> BatchS
         reserve_pct=r.int("reserve_pct", d.reserve_pct, 0), cpu_ceiling=r.number("cpu_ceiling", d.cpu_ceiling, 0.05))
     if out.reserve_pct > 90:
         r.problems.add(r.at("reserve_pct"), f"is {out.reserve_pct}; at most 90 (batch work needs some capacity)")
+    r.reject_unknown()
+    return out
+
+
+@dataclass(frozen=True)
+class CanarySettings:
+    enabled: bool = False  # off by default (``make run`` too): it spends the platform team's money
+    interval_s: float = 60.0  # each deployment probed this often, by each gateway process
+    timeout_s: float = 10.0  # no answer by then: down
+    team: str = "platform"  # who pays for the probes (a team of the config)
+
+
+def canary_settings(r: Reader) -> CanarySettings:
+    d = CanarySettings()
+    out = CanarySettings(enabled=r.bool("enabled", d.enabled), interval_s=r.number("interval_s", d.interval_s, 0.2),
+                         timeout_s=r.number("timeout_s", d.timeout_s, 0.1), team=r.str("team", d.team) or d.team)
     r.reject_unknown()
     return out
 

@@ -36,6 +36,7 @@ from ledger.events import Event
 from pricing.book import FxTable, PriceBook
 from proxy.admission.budget_port import BudgetPort
 from proxy.api.app import Tracer, create_app
+from proxy.batches.canary import LEVEL, Canary, probes
 from proxy.batches.runner import Runner
 from proxy.batches.sql_store import SqlBatches
 from proxy.bodylog import BodyLog, BodyStore, TeamCipher
@@ -75,6 +76,7 @@ def options_of(settings: Settings) -> ProxyOptions:
         stored_responses_max_bytes=settings.stored_responses.max_record_bytes,
         batch_max_file_bytes=settings.batches.max_file_bytes, batch_max_lines=settings.batches.max_lines,
         batch_reserve_pct=settings.batches.reserve_pct, batch_cpu_ceiling=settings.batches.cpu_ceiling,
+        canary_team=settings.canary.team,
     )
 
 
@@ -150,7 +152,18 @@ async def batch_runner_ctx(app: web.Application, runtime: Runtime, settings: Set
     runtime.pod.batch_token, runtime.pod.wake_batches = runner.token, runner.wake
     runtime.pod.send_shadow = runner.send_shadow
     task = asyncio.get_running_loop().create_task(runner.run(), name="batch-runner")
+    probing = None
+    if settings.canary.enabled:
+        c = settings.canary
+        canary = Canary(c.interval_s, c.timeout_s,
+                        lambda: probes(runtime.snapshot.aliases, runtime.snapshot.deployments), runner.post_canary,
+                        on_status=lambda dep, status: m.deployment_up.labels(dep).set(LEVEL[status.status]))
+        runtime.pod.deployment_status = canary.statuses
+        probing = asyncio.get_running_loop().create_task(canary.run(), name="canary")
     yield
+    if probing is not None:
+        probing.cancel()
+        await asyncio.gather(probing, return_exceptions=True)
     await runner.stop(settings.drain_timeout_s)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)

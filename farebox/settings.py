@@ -25,10 +25,12 @@ from farebox.data_settings import (
     BatchSettings,
     BodyLogSettings,
     CacheSettings,
+    CanarySettings,
     StoredResponsesSettings,
     batch_settings,
     body_log_settings,
     cache_settings,
+    canary_settings,
     stored_responses_settings,
 )
 from farebox.server_settings import overload_settings
@@ -136,6 +138,7 @@ class Settings:
     body_log: BodyLogSettings = field(default_factory=BodyLogSettings)  # opt-in encrypted bodies per team
     stored_responses: StoredResponsesSettings = field(default_factory=StoredResponsesSettings)  # Responses ``store``
     batches: BatchSettings = field(default_factory=BatchSettings)  # the Files and Batches API
+    canary: CanarySettings = field(default_factory=CanarySettings)  # the synthetic canary
     # the provider secrets deployments may name, and the hosts each may be sent to (``proxy.snapshot.secrets``)
     secret_hosts: SecretHosts = field(default_factory=lambda: SecretHosts({}))
 
@@ -266,6 +269,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     cache, body_log_section = cache_settings(root.child("cache")), root.child("body_log")
     stored = stored_responses_settings(root.child("stored_responses"), state_dir)
     batches = batch_settings(root.child("batches"), state_dir, db_url if mode == "distributed" else None)
+    canary = canary_settings(root.child("canary"))
     declared = tree.get("provider_secrets") if isinstance(tree, dict) else None
     root.skip(*CONTROL_SECTIONS, "provider_secrets")
     root.reject_unknown()
@@ -316,6 +320,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         body_log=body_log,
         stored_responses=stored,
         batches=batches,
+        canary=canary,
         secret_hosts=secret_hosts,
     )
 

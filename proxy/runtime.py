@@ -60,6 +60,7 @@ class ProxyOptions:
     batch_max_file_bytes: int = 200 * 1024 * 1024  # a Files API upload
     batch_max_lines: int = 50_000  # requests in one batch
     batch_reserve_pct: int = 20  # of each provider-limit mirror, kept for interactive requests
+    canary_team: str = "platform"  # who pays for the synthetic canary's probes (``proxy.batches.canary``)
     batch_cpu_ceiling: float = 0.3  # a process busier than this share of a core takes no batch line
     auth_failures_per_minute: int = 30  # failed authentications per source before 429s (0: no throttling)
     metrics_token: str | None = field(default=None, repr=False)  # GET /metrics asks for it as a bearer token
@@ -88,6 +89,7 @@ class PodState:
     wake_batches: Callable[[], None] = lambda: None  # a batch was created or cancelled: the runner looks now
     # (alias, chat body, data class): a shadow leg sent in the background (``proxy.batches.runner``)
     send_shadow: Callable[[str, bytes, str], None] = lambda alias, body, data_class: None
+    deployment_status: dict = field(default_factory=dict)  # the synthetic canary's last word per deployment
 
     def swap(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot

@@ -35,6 +35,7 @@ from proxy.api.messages import handler as messages_handler
 from proxy.api.messages.response import error_body as messages_error_body
 from proxy.api.messages.response import error_status as messages_error_status
 from proxy.api.responses import handler as responses_handler
+from proxy.batches.canary import CANARY_HEADER
 from proxy.batches.runner import TOKEN_HEADER
 from proxy.errors import AuthenticationFailed, GatewayError, NotFound, PayloadTooLarge, client_headers
 from proxy.observe.access_log import ACCESS, INFO, log_access
@@ -222,7 +223,8 @@ async def protection_middleware(request: web.Request, handler: Handler) -> web.S
         return error_response(GatewayError("This gateway pod is shutting down; retry on another.", status=503,
                                            code="server_shutting_down", headers={"Retry-After": "1", "Connection": "close"}),
                               anthropic=anthropic_surface(request))
-    if TOKEN_HEADER in request.headers and rt.pod.shedder.busy_for_batch(rt.options.batch_cpu_ceiling):
+    if (TOKEN_HEADER in request.headers and CANARY_HEADER not in request.headers
+            and rt.pod.shedder.busy_for_batch(rt.options.batch_cpu_ceiling)):  # batch lines and shadow legs wait
         return error_response(GatewayError("This gateway process is busy; batch work waits.", status=503,
                                            code="server_busy", headers={"Retry-After": "1", "retry-after-ms": "100"}))
     if not rt.pod.shedder.admit():

@@ -26,7 +26,7 @@ from proxy.admission.auth import allowed_alias
 from proxy.admission.budget_port import max_wait_s
 from proxy.admission.plan import chat_input_estimates
 from proxy.admission.priority import BATCH, clear_batch, request_class
-from proxy.api.tags import BATCH_TAG, HEADER, PRIORITY_TAG, SHADOW_TAG, VARIANT_TAG, parse_tags
+from proxy.api.tags import BATCH_TAG, CANARY_TAG, HEADER, PRIORITY_TAG, SHADOW_TAG, VARIANT_TAG, parse_tags
 from proxy.errors import GatewayError
 from proxy.limits.draws import Draw
 from proxy.metering.meter import Meter, open_meter
@@ -53,6 +53,8 @@ def meter_for(rt: Runtime, snap: Snapshot, request: web.Request, key: KeyRecord,
         tags[VARIANT_TAG] = variant
     if (shadowed := request.get("shadow_of")) is not None:  # a shadow leg: the alias it copies
         tags[SHADOW_TAG] = shadowed
+    if (probed := request.get("canary")) is not None:  # a synthetic-canary probe: the deployment it checks
+        tags[CANARY_TAG] = probed
     meter = open_meter(
         rt, snap, request["request_id"], key, alias, run_id=run_id, data_class=data_class, stream=stream,
         tags=tags, trace=request.get("trace"),

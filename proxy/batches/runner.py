@@ -25,11 +25,12 @@ import logging
 import re
 import secrets
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import aiohttp
 import orjson
 
+from proxy.batches.canary import CANARY_HEADER
 from proxy.batches.objects import new_file_id, output_line, unrun_line
 from proxy.batches.records import Answer, BatchStore, Claimed
 
@@ -219,6 +220,14 @@ class Runner:
                     resp.status, resp.headers) == "later" else "shadow_error")
         except (aiohttp.ClientError, OSError):
             self.observe("shadow_dropped")
+
+    async def post_canary(self, probe: Any, timeout_s: float) -> tuple[int, bytes]:
+        """One synthetic-canary probe (``proxy.batches.canary``) to the own gateway: its status and body."""
+        assert self.session is not None
+        headers = {TOKEN_HEADER: self.token, CANARY_HEADER: probe.deployment, "Content-Type": "application/json"}
+        async with self.session.post(f"http://farebox{probe.path}", data=probe.body, headers=headers,
+                                     timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            return resp.status, await resp.read()
 
     async def stop(self, timeout_s: float) -> None:
         """Claim nothing more; let the lines in flight finish (up to ``timeout_s``) and keep their answers."""

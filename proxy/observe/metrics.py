@@ -123,6 +123,10 @@ class Metrics:
             "outcome: ok, error, refused (batch priority: paused, busy, limited), dropped (too many in flight).",
             ["outcome"], registry=r,
         )
+        self.deployment_up = Gauge(
+            "farebox_deployment_up", "The synthetic canary's last word on a deployment, as this process saw it: "
+            "1 up, 0.5 degraded (refused for capacity), 0 down.", ["deployment"], registry=r,
+            multiprocess_mode="livemin")
         self.batch_queued = Gauge("farebox_batch_lines_queued", "Batch lines waiting to run (all batches in "
                                   "progress), as this process's runner last counted them.", registry=r,
                                   multiprocess_mode="livemax")

@@ -66,8 +66,11 @@ async def put_alias(request: web.Request) -> web.Response:
 
 async def list_deployments(request: web.Request) -> web.Response:
     await allowed(request, "", "", "auditor")
-    snap = request.app[RUNTIME].snapshot
-    return web.json_response({"object": "list", "data": [_deployment_view(d) for d in snap.deployments.values()]})
+    rt = request.app[RUNTIME]
+    snap, seen = rt.snapshot, rt.pod.deployment_status  # the synthetic canary's last word, when it runs
+    return web.json_response({"object": "list", "data": [
+        {**_deployment_view(d), "canary": seen[d.id].to_dict() if d.id in seen else None}
+        for d in snap.deployments.values()]})
 
 
 async def put_deployment(request: web.Request) -> web.Response:

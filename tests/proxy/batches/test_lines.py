@@ -1,5 +1,6 @@
 """A batch's input read as requests (``proxy.batches.lines``), and what a line's answer means for it
-(``proxy.batches.runner.outcome``)."""
+(``proxy.batches.runner.outcome``), and what a synthetic-canary probe's answer says of its deployment
+(``proxy.batches.canary.status_of``)."""
 
 from __future__ import annotations
 
@@ -68,3 +69,13 @@ def test_what_an_answer_means_for_the_line(status: int, headers: dict, verdict: 
 def test_retry_after_is_bounded() -> None:
     assert retry_after_s({}) == 1 and retry_after_s({"Retry-After": "7"}) == 7
     assert retry_after_s({"Retry-After": "junk"}) == 1 and retry_after_s({"Retry-After": "99999"}) == 3600
+
+
+def test_what_a_probe_answer_says_of_its_deployment() -> None:
+    from proxy.batches.canary import status_of
+
+    assert status_of(200, b"{}", None, 10.0, 10.25).status == "up"
+    refused = status_of(429, b'{"error": {"code": "provider_capacity", "message": "full"}}', None, 10.0, 10.1)
+    assert refused.status == "degraded" and refused.last_error == "429 provider_capacity: full"
+    assert status_of(None, b"", "no answer: TimeoutError", 10.0, 20.0).status == "down"
+    assert status_of(503, b'{"error": {"code": "server_overloaded"}}', None, 10.0, 10.0) is None  # our own door
