@@ -78,6 +78,7 @@ async def put_deployment(request: web.Request) -> web.Response:
     token = await allowed(request, "deployments.put", f"deployment:{dep_id}", "admin")
     body = await _body(request)
     allow = body.pop("allow_large_change", False) is True
+    body.pop("canary", None)  # the synthetic canary's status in what GET lists: read-only, not config
     params = {"id": dep_id, "body": body, "allow_large_change": allow}
     if proposed := await gated(request, token, "deployments.put", f"deployment:{dep_id}", params):
         return proposed  # a new deployment waits for a second admin
