@@ -287,3 +287,19 @@ def test_anthropic_message_batches_run_through_the_same_path(stack: Stack) -> No
             claude.messages.batches.retrieve(batch.id)
     mine = _by_batch(read_events(stack.events_path), batch.id)
     assert len(mine[RequestSettled]) == 20 and {e.api for e in mine[RequestAdmitted]} == {"messages"}
+
+
+def test_an_embeddings_batch_runs_each_line_through_the_embeddings_path(client: openai.OpenAI, stack: Stack) -> None:
+    lines = b"".join(json.dumps({"custom_id": f"e{i}", "method": "POST", "url": "/v1/embeddings",
+                                 "body": {"model": "embed-default", "input": f"ticket text {i}"}}).encode() + b"\n"
+                     for i in range(10))
+    uploaded = client.files.create(file=("e.jsonl", io.BytesIO(lines)), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/embeddings", completion_window="24h")
+    done = _wait(client, batch.id, ("completed", "failed", "expired", "cancelled"))
+    assert done.status == "completed" and done.request_counts.completed == 10
+    answers = [json.loads(x) for x in client.files.content(done.output_file_id).text.splitlines()]
+    assert all(a["response"]["body"]["data"][0]["object"] == "embedding" for a in answers)
+    assert {e.api for e in _by_batch(read_events(stack.events_path), batch.id)[RequestAdmitted]} == {"embeddings"}
+    chat = client.files.create(file=("c.jsonl", io.BytesIO(tagging_batch(1))), purpose="batch")
+    failed = client.batches.create(input_file_id=chat.id, endpoint="/v1/embeddings", completion_window="24h")
+    assert failed.status == "failed" and failed.errors.data[0].code == "invalid_url"  # lines name another endpoint
