@@ -43,7 +43,29 @@ async def create_file(request: web.Request) -> web.Response:
     if not request.content_type.startswith("multipart/form-data"):
         raise InvalidRequest("Upload a file as multipart/form-data with the fields 'file' and 'purpose'.",
                              code="invalid_content_type")
-    limit = rt.options.batch_max_file_bytes
+    try:
+        fields, content, filename = await _form(request, rt.options.batch_max_file_bytes)
+    except (ValueError, AssertionError, UnicodeDecodeError):  # aiohttp's parser on a malformed body
+        raise InvalidRequest("The upload is not a well-formed multipart/form-data body.",
+                             code="invalid_content_type") from None
+    purpose = fields.get("purpose")
+    if purpose is None:
+        raise InvalidRequest("Missing required parameter: 'purpose'.", param="purpose",
+                             code="missing_required_parameter")
+    if purpose not in PURPOSES:
+        raise InvalidRequest(f"farebox keeps files for batches only: 'purpose' must be one of {list(PURPOSES)}.",
+                             param="purpose", code="invalid_value")
+    if content is None:
+        raise InvalidRequest("Missing required parameter: 'file'.", param="file", code="missing_required_parameter")
+    now = int(rt.clock())
+    record = FileRecord(new_file_id(), key.team, key.key_id, purpose, filename, len(content), now,
+                        _expires(fields, now))
+    await store.put_file(record, content)
+    return web.json_response(file_object(record))
+
+
+async def _form(request: web.Request, limit: int) -> tuple[dict[str, str], bytes | None, str]:
+    """The upload's fields, its file's content (None: no file part) and the file's name, read as a stream."""
     fields: dict[str, str] = {}
     content: bytes | None = None
     filename = "file"
@@ -60,20 +82,7 @@ async def create_file(request: web.Request) -> web.Response:
             raise InvalidRequest("The upload has a field farebox does not take; send 'file', 'purpose' and, "
                                  "optionally, 'expires_after[anchor]' and 'expires_after[seconds]'.",
                                  code="unknown_parameter")
-    purpose = fields.get("purpose")
-    if purpose is None:
-        raise InvalidRequest("Missing required parameter: 'purpose'.", param="purpose",
-                             code="missing_required_parameter")
-    if purpose not in PURPOSES:
-        raise InvalidRequest(f"farebox keeps files for batches only: 'purpose' must be one of {list(PURPOSES)}.",
-                             param="purpose", code="invalid_value")
-    if content is None:
-        raise InvalidRequest("Missing required parameter: 'file'.", param="file", code="missing_required_parameter")
-    now = int(rt.clock())
-    record = FileRecord(new_file_id(), key.team, key.key_id, purpose, filename, len(content), now,
-                        _expires(fields, now))
-    await store.put_file(record, content)
-    return web.json_response(file_object(record))
+    return fields, content, filename
 
 
 def _expires(fields: dict[str, str], now: int) -> int | None:

@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Iterator
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -144,6 +145,11 @@ def test_files_and_batches_refuse_bad_input_in_their_own_shape(client: openai.Op
         with pytest.raises(openai.NotFoundError):  # another team's file: as if it did not exist
             stranger.files.retrieve(uploaded.id)
         assert uploaded.id not in [f.id for f in stranger.files.list().data]
+    for content_type, body in (("multipart/form-data", b"garbage"),  # no boundary
+                               ("multipart/form-data; boundary=xyz", b"--nope\r\nbroken")):
+        bad = httpx.post(stack.gateway_url + "/v1/files", content=body, timeout=10,
+                         headers={"Authorization": f"Bearer {stack.key}", "Content-Type": content_type})
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_content_type", bad.text
     deleted = client.files.delete(uploaded.id)
     assert deleted.deleted is True
     with pytest.raises(openai.NotFoundError):
