@@ -70,7 +70,9 @@ def _cancel(args: argparse.Namespace) -> int:
     if record is None:
         print(f"error: no batch {args.batch_id}", flush=True)
         return 2
-    if record.status not in ("in_progress", "cancelling", "cancelled"):
+    from proxy.batches.records import CANCELLABLE
+
+    if record.status not in CANCELLABLE:
         print(f"error: batch {args.batch_id} is {record.status}; only a batch in progress can be cancelled",
               flush=True)
         return 2

@@ -19,7 +19,7 @@ from proxy.admission.auth import allowed_alias
 from proxy.api.files import page_limit, store_of, visible_file
 from proxy.batches.lines import ENDPOINTS, Line, Problem, read_lines
 from proxy.batches.objects import WINDOWS, batch_object, list_object, new_batch_id
-from proxy.batches.records import BatchRecord
+from proxy.batches.records import CANCELLABLE, BatchRecord
 from proxy.body import parse_json_object
 from proxy.errors import GatewayError, InvalidRequest, NotFound
 from proxy.runtime import RUNTIME, Runtime
@@ -117,7 +117,7 @@ async def list_batches(request: web.Request) -> web.Response:
 async def cancel_batch(request: web.Request) -> web.Response:
     rt = request.app[RUNTIME]
     record = await _visible(rt, request)
-    if record.status not in ("in_progress", "cancelling", "cancelled"):
+    if record.status not in CANCELLABLE:
         raise GatewayError(f"Cannot cancel a batch with status '{record.status}'.", status=409,
                            code="batch_not_cancellable")
     cancelled = await store_of(rt).cancel(record.id, int(rt.clock()))

@@ -29,6 +29,7 @@ from proxy.batches.lines import Line
 T = TypeVar("T")
 FINAL = ("completed", "failed", "expired", "cancelled")
 ACTIVE = ("in_progress", "cancelling")
+CANCELLABLE = ("in_progress", "cancelling", "cancelled")  # a cancel of these is answered (again) with the batch
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from pricing.money import to_decimal
 from proxy.batches.objects import batch_object, list_object
-from proxy.batches.records import BatchRecord, BatchStore
+from proxy.batches.records import CANCELLABLE, BatchRecord, BatchStore
 from proxy.control.admin.access import allowed
 from proxy.errors import GatewayError, InvalidRequest, NotFound
 from proxy.runtime import RUNTIME, Runtime
@@ -70,7 +70,7 @@ async def cancel_batch(request: web.Request) -> web.Response:
     token = await allowed(request, "batch.cancel", batch_id)
     rt = request.app[RUNTIME]
     record = await _get(rt, batch_id)
-    if record.status not in ("in_progress", "cancelling", "cancelled"):
+    if record.status not in CANCELLABLE:
         raise GatewayError(f"Cannot cancel a batch with status '{record.status}'.", status=409,
                            code="batch_not_cancellable")
     cancelled = await _store(rt).cancel(batch_id, int(rt.clock()))
