@@ -3,7 +3,7 @@
 ``POST /model/{modelId}/converse`` answers ``{"output": {"message"}, "stopReason", "usage", "metrics"}``;
 ``/converse-stream`` answers ``application/vnd.amazon.eventstream`` messages (``aws_auth.frame``):
 ``messageStart``, ``contentBlockStart`` (tool use only), ``contentBlockDelta`` per token,
-``contentBlockStop``, ``messageStop`` and ``metadata`` (usage, metrics); each payload carries Bedrock's ``p``
+``contentBlockStop``, ``messageStop`` and ``metadata`` (usage, metrics, serviceTier); each payload carries Bedrock's ``p``
 padding field. Errors are ``{"message"}`` with the exception's name in ``x-amzn-ErrorType``; mid-stream, an
 ``exception`` message. Requests are authenticated by SigV4 (``aws_auth.verify``) against accounts whose
 ``api_key`` is ``ACCESS_KEY_ID:SECRET``. ``inputTokens`` excludes cache reads and writes, as Bedrock reports it.
@@ -28,6 +28,7 @@ REPORTS_CACHE_WRITE = True
 STREAM_CONTENT_TYPE = "application/vnd.amazon.eventstream"
 PARAMS = frozenset("""messages system inferenceConfig toolConfig guardrailConfig additionalModelRequestFields
     promptVariables additionalModelResponseFieldPaths requestMetadata performanceConfig serviceTier""".split())  # noqa: SIM905
+TIERS = ("priority", "default", "flex")
 STOP = {"stop": "end_turn", "length": "max_tokens", "tool": "tool_use", "stop_sequence": "stop_sequence"}
 _EXCEPTIONS = {
     "invalid_request": "ValidationException", "authentication": "UnrecognizedClientException",
@@ -157,8 +158,19 @@ def parse_chat(body: dict, strict: bool, model: str = "") -> ChatRequest:
     tools, forced = _tools(body.get("toolConfig"), texts, messages)
     return ChatRequest(model=model, stream=False, texts=texts, framed=framed, images=images, max_tokens=max_tokens,
                        stop=list(stops), tools=tools, forced_tool=forced, tool_results=results,
+                       service_tier=_tier(body.get("serviceTier")),
                        last_is_tool_result=results > 0 and any(
                            isinstance(b, dict) and "toolResult" in b for b in messages[-1].get("content") or ()))
+
+
+def _tier(raw: Any) -> str | None:
+    """``serviceTier.type`` asked: priority or flex (None: the default tier)."""
+    if raw is None:
+        return None
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    if kind not in TIERS:
+        raise _bad("serviceTier.type: Member must satisfy enum value set: [priority, default, flex]")
+    return None if kind == "default" else kind
 
 
 def _tools(raw: Any, texts: list[str], messages: list) -> tuple[list[Tool], str | None]:
@@ -213,7 +225,8 @@ def completion(plan: Plan, rid: str, created: int, model: str) -> bytes:
     else:
         block = {"text": plan.content}
     return orjson.dumps({"output": {"message": {"role": "assistant", "content": [block]}},
-                         "stopReason": STOP[plan.finish], "usage": usage(plan), "metrics": {"latencyMs": 1}})
+                         "stopReason": STOP[plan.finish], "usage": usage(plan), "metrics": {"latencyMs": 1},
+                         "serviceTier": {"type": plan.service_tier or "default"}})
 
 
 def _padded(data: dict) -> bytes:
@@ -241,7 +254,8 @@ class StreamEncoder:
     def tail(self, sent: int) -> bytes:
         return (event("contentBlockStop", _padded({"contentBlockIndex": 0}))
                 + event("messageStop", _padded({"stopReason": STOP[self.plan.finish]}))
-                + event("metadata", _padded({"usage": usage(self.plan, sent), "metrics": {"latencyMs": 1}})))
+                + event("metadata", _padded({"usage": usage(self.plan, sent), "metrics": {"latencyMs": 1},
+                                             "serviceTier": {"type": self.plan.service_tier or "default"}})))
 
     @staticmethod
     def error(err: RequestError) -> bytes:

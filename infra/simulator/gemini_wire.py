@@ -7,6 +7,8 @@ Function calls come whole in one part. Errors are ``{"error": {"code", "message"
 429 is ``RESOURCE_EXHAUSTED`` with a ``RetryInfo`` detail. The Gemini API authenticates ``x-goog-api-key``
 (or ``?key=``) against accounts' ``api_key``; Vertex AI ``Authorization: Bearer`` tokens ``google_token``
 issued. ``promptTokenCount`` includes ``cachedContentTokenCount``; thoughts are ``thoughtsTokenCount``.
+Vertex's ``X-Vertex-AI-LLM-Shared-Request-Type`` (priority, flex) asks for a tier; ``usageMetadata.trafficType``
+names the one served.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ NAME = "gemini"
 REPORTS_CACHE_WRITE = False
 PARAMS = frozenset("""contents systemInstruction tools toolConfig generationConfig safetySettings cachedContent
     labels""".split())  # noqa: SIM905
+TIER_HEADER = "X-Vertex-AI-LLM-Shared-Request-Type"
+TIER_TRAFFIC = {"priority": "ON_DEMAND_PRIORITY", "flex": "ON_DEMAND_FLEX", "provisioned": "PROVISIONED_THROUGHPUT"}
 FINISH = {"stop": "STOP", "length": "MAX_TOKENS", "tool": "STOP", "stop_sequence": "STOP"}
 _STATUS = {"invalid_request": "INVALID_ARGUMENT", "authentication": "UNAUTHENTICATED", "not_found": "NOT_FOUND",
            "rate_limit": "RESOURCE_EXHAUSTED", "server_error": "INTERNAL", "unavailable": "UNAVAILABLE",
@@ -162,10 +166,21 @@ def _tools(raw: Any, config: Any, texts: list[str]) -> tuple[list[Tool], str | N
     return tools, None
 
 
+def requested_tier(headers: Mapping[str, str]) -> str | None:
+    """Vertex AI's shared-request-type header: priority or flex (None: standard pay-as-you-go)."""
+    raw = headers.get(TIER_HEADER)
+    if raw is None:
+        return None
+    if raw.lower() not in TIER_TRAFFIC:
+        raise _bad(f"Invalid value for {TIER_HEADER}: {raw!r}; expected priority or flex.")
+    return raw.lower()
+
+
 def usage(plan: Plan, sent: int | None = None) -> dict:
     out = plan.output_tokens if sent is None else sent
     meta = {"promptTokenCount": plan.input_tokens, "candidatesTokenCount": out,
-            "totalTokenCount": plan.input_tokens + out + plan.reasoning_tokens}
+            "totalTokenCount": plan.input_tokens + out + plan.reasoning_tokens,
+            "trafficType": TIER_TRAFFIC.get(plan.service_tier or "", "ON_DEMAND")}
     if plan.cached_tokens:
         meta["cachedContentTokenCount"] = plan.cached_tokens
     if plan.reasoning_tokens:

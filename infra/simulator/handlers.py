@@ -141,6 +141,8 @@ async def chat(request: web.Request, wire: ModuleType) -> web.StreamResponse:
             req = wire.parse_chat(body, state.config.strict_params)
         if hasattr(wire, "stream_from_path"):
             req.stream = wire.stream_from_path(request.path)
+        if hasattr(wire, "requested_tier"):  # a tier asked by header (Vertex AI)
+            req.service_tier = wire.requested_tier(request.headers)
         ov = Overrides.from_headers(request.headers)
         if not wire.REPORTS_CACHE_WRITE and ov.cache_write_tokens:
             ov = dataclasses.replace(ov, cache_write_tokens=0)

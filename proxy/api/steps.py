@@ -37,6 +37,7 @@ from proxy.routing.router import Needs
 from proxy.routing.split import choose, split_value
 from proxy.runtime import Runtime
 from proxy.snapshot import Alias, Deployment, KeyRecord, Snapshot
+from proxy.upstream.dialects import asked_tiers
 from proxy.upstream.relay import forwarded_headers
 from proxy.upstream.token_count import provider_count
 
@@ -80,8 +81,8 @@ async def outbound(rt: Runtime, request: web.Request, snap: Snapshot, alias: Ali
     """The candidates after the request's priority class (``proxy.admission.priority``): an interactive request
     keeps them all; a batch request is cleared onto one deployment now, before it is admitted (its draws
     taken: handed to the meter), or refused 429 ``batch_paused`` with nothing held or recorded. A batch chat
-    request (``body``) to an OpenAI-dialect deployment asks for the alias's ``batch_service_tier`` (``flex``)
-    when it names no tier: priced as that tier is served."""
+    request (``body``) to a deployment that has the alias's ``batch_service_tier`` (``flex``: OpenAI, Bedrock,
+    Vertex AI) asks for it when it names no tier: priced as that tier is served."""
     klass = request_class(request.headers, request.get("batch_id") is not None or "shadow_of" in request)
     request["priority"] = klass
     if klass != BATCH:
@@ -92,7 +93,8 @@ async def outbound(rt: Runtime, request: web.Request, snap: Snapshot, alias: Ali
     except GatewayError as exc:
         rt.metrics.refusals.labels(exc.code or "batch_paused").inc()
         raise
-    if body is not None and alias.batch_service_tier and dep.dialect == "openai" and body.get("service_tier") is None:
+    if (body is not None and alias.batch_service_tier in asked_tiers(dep)
+            and body.get("service_tier") is None):
         body["service_tier"] = alias.batch_service_tier
     return [dep], draws
 

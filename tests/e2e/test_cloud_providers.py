@@ -154,6 +154,28 @@ def test_vertex_through_google_auth(stack: Stack, client: openai.OpenAI):
     assert "PRIVATE KEY" not in log and "ya29." not in log
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_vertex_is_asked_for_a_tier_and_priced_as_served(stack: Stack, client: openai.OpenAI, stream: bool):
+    """``service_tier: flex`` to Vertex AI goes as its shared-request-type header; the answer's ``trafficType``
+    (ON_DEMAND_FLEX) prices the attempt at the deployment's flex prices."""
+    msgs = [{"role": "user", "content": "a flexible answer"}]
+    if stream:
+        with client.chat.completions.with_streaming_response.create(
+                model="chat-vertex", messages=msgs, stream=True, extra_body={"service_tier": "flex"}) as s:
+            list(s.iter_lines())
+            rid = s.headers["x-fb-request-id"]
+    else:
+        raw = client.chat.completions.with_raw_response.create(model="chat-vertex", messages=msgs,
+                                                                extra_body={"service_tier": "flex"})
+        rid = raw.headers["x-fb-request-id"]
+    (attempt,) = _attempts(stack, rid)
+    usage = attempt.usage
+    assert attempt.deployment == "sim-vertex" and usage.service_tier == "flex"
+    usd = (usage.input * Decimal("0.15") + usage.cached_input * Decimal("0.015")
+           + (usage.output + usage.reasoning) * Decimal("1.25")) / 1_000_000
+    assert attempt.cost_micro == int((usd * 88 * 1_000_000).to_integral_value(rounding="ROUND_CEILING"))
+
+
 def test_azure_with_an_entra_bearer(client: openai.OpenAI):
     raw = client.chat.completions.with_raw_response.create(model="chat-entra", messages=[{"role": "user", "content": "hi"}])
     assert raw.headers["x-fb-deployment"] == "sim-azure-entra" and raw.parse().choices[0].message.content

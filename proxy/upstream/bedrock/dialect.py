@@ -26,12 +26,12 @@ from proxy.upstream.classify import load_json
 
 TRANSLATED = frozenset({
     "messages", "model", "max_tokens", "max_completion_tokens", "stream", "stream_options", "temperature",
-    "top_p", "stop", "tools", "tool_choice", "response_format", "user", "safety_identifier",
+    "top_p", "stop", "tools", "tool_choice", "response_format", "user", "safety_identifier", "service_tier",
 })  # fmt: skip
 NOOP_VALUES: dict[str, tuple] = {
     "n": (1,), "logprobs": (False,), "top_logprobs": (0,), "logit_bias": ({},), "presence_penalty": (0,),
     "frequency_penalty": (0,), "store": (False,), "metadata": ({},), "modalities": (["text"],),
-    "service_tier": ("auto", "default"), "parallel_tool_calls": (True,),
+    "parallel_tool_calls": (True,),
 }  # fmt: skip
 NEVER = frozenset({
     "seed", "audio", "prediction", "reasoning_effort", "verbosity", "web_search_options",

@@ -11,6 +11,7 @@ What moves where:
   ``tools`` / ``tool_choice``    -> ``toolConfig`` (``auto`` / ``any`` / ``tool``; ``none`` drops the tools)
   ``response_format`` JSON       -> a forced tool named ``JSON_TOOL`` whose input the response side turns back
                                     into text (as for Anthropic)
+  ``service_tier`` priority/flex -> ``serviceTier: {"type"}`` (auto/default: Bedrock's default tier, not sent)
 Anything that cannot be carried raises ``UnsupportedParameter`` naming it.
 """
 
@@ -22,6 +23,7 @@ from proxy.upstream.chat_parts import function_tool, inline_image, json_output, 
 
 JSON_TOOL = "json_response"
 _JSON_DESCRIPTION = "Respond to the user with JSON by calling this tool."
+SERVICE_TIERS = ("priority", "flex")  # Bedrock's tiers besides its default, as the API names them
 _FORMATS = {"image/jpeg": "jpeg", "image/png": "png", "image/gif": "gif", "image/webp": "webp"}
 
 
@@ -43,7 +45,20 @@ def build_body(body: dict, dep: Deployment, max_output_tokens: int) -> dict:
     tool_config = _tools(body, dep)
     if tool_config is not None:
         out["toolConfig"] = tool_config
+    tier = _tier(body.get("service_tier"), dep)
+    if tier is not None:
+        out["serviceTier"] = {"type": tier}
     return out
+
+
+def _tier(raw: object, dep: Deployment) -> str | None:
+    """Bedrock's ``serviceTier.type`` for the OpenAI ``service_tier`` asked (None: the standard tier)."""
+    if raw is None or raw in ("auto", "default"):
+        return None
+    if raw in SERVICE_TIERS:
+        return raw
+    raise UnsupportedParameter("service_tier", dep.id,
+                               f"Bedrock serves {', '.join(SERVICE_TIERS)} or default, not {raw!r}")
 
 
 def _messages(raw: object, dep: Deployment) -> tuple[list[str], list[dict]]:

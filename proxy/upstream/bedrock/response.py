@@ -4,7 +4,8 @@ The stream is a sequence of named events (``proxy.upstream.bedrock.eventstream``
 
     messageStart -> (contentBlockStart? -> contentBlockDelta* -> contentBlockStop)* -> messageStop -> metadata
 
-``metadata`` carries the usage and ends the stream. Tool blocks are numbered among tool blocks (OpenAI's
+``metadata`` carries the usage (and ``serviceTier``, the tier that served it, as the answer does) and ends the
+stream. Tool blocks are numbered among tool blocks (OpenAI's
 ``tool_calls`` index); the reserved JSON-mode tool's input becomes plain content. Bedrock pads event payloads
 with a ``p`` field; unknown fields and events are ignored. Errors are classified by their AWS exception name
 (the ``x-amzn-ErrorType`` header, the body's ``__type``, or the stream's ``:exception-type``).
@@ -22,7 +23,7 @@ from proxy.upstream.base import ChatResult, SSEEvent, StreamState, chunk
 from proxy.upstream.bedrock.eventstream import EXCEPTION
 from proxy.upstream.bedrock.request import JSON_TOOL
 from proxy.upstream.classify import classify, header, short_reason
-from proxy.upstream.usage_check import UNREPORTED, bedrock_usage
+from proxy.upstream.usage_check import UNREPORTED, bedrock_usage, with_tier
 
 PROVIDER = "bedrock"
 
@@ -81,6 +82,12 @@ def finish_reason(stop: object, *, json_mode: bool) -> str | None:
     return STOP_REASONS.get(stop, "stop")
 
 
+def served_tier(data: Mapping) -> object:
+    """The tier an answer (or the stream's ``metadata`` event) says served it: ``serviceTier.type``."""
+    tier = data.get("serviceTier")
+    return tier.get("type") if isinstance(tier, Mapping) else None
+
+
 def parse_converse(data: dict) -> ChatResult:
     """A ``Converse`` answer as an OpenAI completion body."""
     output = data.get("output")
@@ -111,7 +118,7 @@ def parse_converse(data: dict) -> ChatResult:
     if calls:
         msg["tool_calls"] = calls
     finish = finish_reason(data.get("stopReason"), json_mode=json_mode and not calls)
-    usage = bedrock_usage(data.get("usage"))
+    usage = with_tier(bedrock_usage(data.get("usage")), served_tier(data))
     body = {"choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": finish}],
             "usage": usage.to_openai()}
     return ChatResult(body=body, usage=usage, finish_reason=finish)
@@ -188,7 +195,7 @@ class BedrockStreamTranslator:
         return [chunk({}, self.finish_reason or "stop")]
 
     def _metadata(self, data: dict) -> list[dict]:
-        self.usage = bedrock_usage(data.get("usage")) if "usage" in data else UNREPORTED
+        self.usage = with_tier(bedrock_usage(data.get("usage")), served_tier(data)) if "usage" in data else UNREPORTED
         self.done = self.finish_reason is not None
         return []
 

@@ -6,6 +6,7 @@ simply ends (``GeminiSSEParser`` adds an end event so a stream that finished is 
 Thought parts (``thought: true``) are not relayed; their tokens are billed as reasoning. A prompt the safety
 filters block (``promptFeedback.blockReason``, no candidates) is a content-policy rejection; a candidate
 stopped by them (``SAFETY``, ``RECITATION``, ``PROHIBITED_CONTENT``…) ends with ``content_filter``.
+Vertex AI names the tier that served a request in ``usageMetadata.trafficType`` (``TRAFFIC_TIERS``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from proxy.errors import UpstreamError, UpstreamUnavailable
 from proxy.upstream.base import ChatResult, SSEEvent, StreamState, chunk
 from proxy.upstream.classify import classify, short_reason
 from proxy.upstream.sse import SSEParser
-from proxy.upstream.usage_check import gemini_usage
+from proxy.upstream.usage_check import gemini_usage, with_tier
 
 PROVIDER = "gemini"
 END = "gemini.end-of-body"
@@ -36,6 +37,8 @@ FINISH = {
 STATUS = {"INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "OUT_OF_RANGE": 400, "UNAUTHENTICATED": 401,
           "PERMISSION_DENIED": 403, "NOT_FOUND": 404, "RESOURCE_EXHAUSTED": 429, "CANCELLED": 499,
           "INTERNAL": 500, "UNKNOWN": 500, "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504}
+# Vertex AI's ``usageMetadata.trafficType``: the tier that served the request (ON_DEMAND is the standard one).
+TRAFFIC_TIERS = {"ON_DEMAND_PRIORITY": "priority", "ON_DEMAND_FLEX": "flex", "PROVISIONED_THROUGHPUT": "provisioned"}
 _CONTEXT = re.compile(r"input token count.*exceeds the maximum|exceeds the maximum number of tokens", re.I)
 _DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
 
@@ -109,6 +112,12 @@ def _parts(candidate: Mapping) -> list:
     return parts if isinstance(parts, list) else []
 
 
+def usage_of(meta: object) -> TokenUsage:
+    """A ``usageMetadata``'s tokens, marked with the tier its ``trafficType`` names (none: the standard tier)."""
+    traffic = meta.get("trafficType") if isinstance(meta, Mapping) else None
+    return with_tier(gemini_usage(meta), TRAFFIC_TIERS.get(traffic) if isinstance(traffic, str) else None)
+
+
 def parse_generate(data: dict) -> ChatResult:
     """A ``generateContent`` answer as an OpenAI completion body."""
     if isinstance(data.get("error"), dict):
@@ -134,7 +143,7 @@ def parse_generate(data: dict) -> ChatResult:
     if calls:
         msg["tool_calls"] = calls
     finish = _finish(candidate.get("finishReason"), bool(calls)) or "stop"
-    usage = gemini_usage(data.get("usageMetadata"))
+    usage = usage_of(data.get("usageMetadata"))
     body = {"choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": finish}],
             "usage": usage.to_openai()}
     return ChatResult(body=body, usage=usage, finish_reason=finish)
@@ -180,7 +189,7 @@ class GeminiStreamTranslator:
         if blocked is not None:
             raise blocked
         if data.get("usageMetadata") is not None:
-            self.usage = gemini_usage(data["usageMetadata"])
+            self.usage = usage_of(data["usageMetadata"])
         out: list[dict] = []
         if not self._started:
             self._started = True

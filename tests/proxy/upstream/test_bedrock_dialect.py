@@ -159,3 +159,32 @@ def test_in_stream_throttling_is_a_rate_limit():
     with pytest.raises(UpstreamRateLimited):
         for ev in events(raw, (), "bedrock_converse"):
             tr.feed(ev)
+
+
+@pytest.mark.parametrize(("asked", "sent"), [(None, None), ("auto", None), ("default", None), ("flex", "flex"),
+                                             ("priority", "priority")])
+def test_a_tier_asked_is_bedrocks_service_tier(asked, sent):
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], **({"service_tier": asked} if asked else {})}
+    D.validate(body, deployment("bedrock_converse"))
+    req = D.chat_request(body, deployment("bedrock_converse"), SIGNER, max_output_tokens=5)
+    assert _body(req).get("serviceTier") == ({"type": sent} if sent else None)
+
+
+def test_a_tier_bedrock_has_not_is_refused_by_name():
+    with pytest.raises(UnsupportedParameter) as info:
+        D.validate({"model": "m", "messages": [{"role": "user", "content": "x"}], "service_tier": "scale"},
+                   deployment("bedrock_converse"))
+    assert info.value.param == "service_tier" and "priority, flex or default" in info.value.message
+
+
+def test_the_tier_that_served_is_read_from_the_answer_and_the_stream():
+    answer = {"output": {"message": {"role": "assistant", "content": [{"text": "hi"}]}}, "stopReason": "end_turn",
+              "usage": {"inputTokens": 3, "outputTokens": 1, "totalTokens": 4}, "serviceTier": {"type": "flex"}}
+    assert D.parse_chat(answer).usage.service_tier == "flex"
+    assert D.parse_chat({**answer, "serviceTier": {"type": "default"}}).usage.service_tier is None
+    tr = D.stream_translator()
+    raw = (event("messageStart", b'{"role":"assistant"}') + event("messageStop", b'{"stopReason":"end_turn"}')
+           + event("metadata", b'{"usage":{"inputTokens":3,"outputTokens":1},"serviceTier":{"type":"priority"}}'))
+    for ev in events(raw, (), "bedrock_converse"):
+        tr.feed(ev)
+    assert tr.done and tr.usage.service_tier == "priority" and tr.usage.output == 1

@@ -6,7 +6,7 @@ import orjson
 import pytest
 from upstream_wire import body, deployment, stream, translate
 
-from proxy.errors import InvalidRequest, UpstreamAuth, UpstreamRateLimited, UpstreamRejected
+from proxy.errors import InvalidRequest, UnsupportedParameter, UpstreamAuth, UpstreamRateLimited, UpstreamRejected
 from proxy.upstream.dialects import get_dialect
 
 D = get_dialect("gemini")
@@ -99,3 +99,33 @@ def test_a_stream_cut_before_its_finish_is_not_done():
     raw = stream("gemini", "text")
     _, tr = translate("gemini", raw[: raw.rindex(b"data:")])
     assert not tr.done and tr.finish_reason is None
+
+
+@pytest.mark.parametrize(("asked", "header"), [(None, None), ("auto", None), ("flex", "flex"), ("priority", "priority")])
+def test_vertex_is_asked_for_a_tier_by_header(asked, header):
+    dep = deployment("gemini", base_url=VERTEX, auth="google_oauth")
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], **({"service_tier": asked} if asked else {})}
+    D.validate(body, dep)
+    req = D.chat_request(body, dep, "ya29.token", max_output_tokens=5)
+    assert req.headers.get("x-vertex-ai-llm-shared-request-type") == header
+    assert "service_tier" not in orjson.loads(req.body) and "serviceTier" not in orjson.loads(req.body)
+
+
+@pytest.mark.parametrize(("dep", "asked"), [(deployment("gemini"), "flex"),
+                                            (deployment("gemini", base_url=VERTEX, auth="google_oauth"), "scale")])
+def test_a_tier_the_deployment_cannot_be_asked_for_is_refused(dep, asked):
+    with pytest.raises(UnsupportedParameter) as info:
+        D.validate({"model": "m", "messages": [{"role": "user", "content": "x"}], "service_tier": asked}, dep)
+    assert info.value.param == "service_tier"
+
+
+@pytest.mark.parametrize(("traffic", "tier"), [("ON_DEMAND", None), ("ON_DEMAND_PRIORITY", "priority"),
+                                               ("ON_DEMAND_FLEX", "flex"), ("PROVISIONED_THROUGHPUT", "provisioned"),
+                                               (None, None), (7, None)])
+def test_traffic_type_names_the_tier_that_served(traffic, tier):
+    data = body("gemini_message.json")
+    if traffic is not None:
+        data["usageMetadata"]["trafficType"] = traffic
+    assert D.parse_chat(data).usage.service_tier == tier
+    chunks, tr = translate("gemini", b"data: " + orjson.dumps(data) + b"\r\n\r\n")
+    assert tr.usage.service_tier == tier
