@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from proxy.snapshot import Deployment
 from proxy.upstream.anthropic import AnthropicDialect
 from proxy.upstream.azure_openai import AzureOpenAIDialect
 from proxy.upstream.base import Dialect
-from proxy.snapshot import Deployment
 from proxy.upstream.bedrock.dialect import BedrockConverseDialect
 from proxy.upstream.bedrock.request import SERVICE_TIERS as BEDROCK_TIERS
 from proxy.upstream.gemini.dialect import VERTEX_TIERS, GeminiDialect
