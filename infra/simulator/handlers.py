@@ -175,6 +175,7 @@ async def chat(request: web.Request, wire: ModuleType) -> web.StreamResponse:
     rate = ov.tokens_per_s if ov.tokens_per_s is not None else profile.tokens_per_s
     cut = ov.disconnect_after if ov.disconnect_after is not None else profile.faults.disconnect_after_tokens
     progress = _Progress(outcome=OUTCOME.get(fault or "", "ok"))
+    running = state.stats.started(model)
     try:
         if ttft > 0:
             await sleep_watch(request, ttft)
@@ -189,6 +190,7 @@ async def chat(request: web.Request, wire: ModuleType) -> web.StreamResponse:
             raise
         return web.Response(status=499)  # never reaches the departed client
     finally:
+        running.in_flight -= 1
         state.stats.outcome(model, progress.outcome)
         state.billing.record(account, model, wire.billable(plan, progress.sent), started, rid)
 

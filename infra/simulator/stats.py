@@ -1,4 +1,5 @@
-"""Per-model counters for tests: requests, outcomes, open streams, client closes.
+"""Per-model counters for tests: requests, outcomes, open streams, client closes, and requests being generated
+at once (``in_flight`` now, ``peak_in_flight`` the most ever: what a fleet's concurrent sequences would be).
 
 Outcomes: ``ok``, ``bad_request``, ``unauthorized``, ``rate_limited``,
 ``server_error``, ``unavailable``, ``overloaded``, ``content_policy``,
@@ -23,6 +24,8 @@ class ModelStats:
     requests: int = 0
     outcomes: Counter = field(default_factory=Counter)
     open_streams: int = 0
+    in_flight: int = 0
+    peak_in_flight: int = 0
     closed_by_client: int = 0
     last_client_closes: deque = field(default_factory=lambda: deque(maxlen=KEEP_CLOSES))
     last_client_close_delays_ms: deque = field(default_factory=lambda: deque(maxlen=KEEP_CLOSES))
@@ -32,6 +35,8 @@ class ModelStats:
             "requests": self.requests,
             "outcomes": dict(self.outcomes),
             "open_streams": self.open_streams,
+            "in_flight": self.in_flight,
+            "peak_in_flight": self.peak_in_flight,
             "closed_by_client": self.closed_by_client,
             "last_client_closes": list(self.last_client_closes),
             "last_client_close_delays_ms": list(self.last_client_close_delays_ms),
@@ -48,6 +53,13 @@ class Stats:
         st = self.models.get(model)
         if st is None:
             st = self.models[model] = ModelStats()
+        return st
+
+    def started(self, model: str) -> ModelStats:
+        """One more request generating (the caller takes ``in_flight`` down when it ends)."""
+        st = self.model(model)
+        st.in_flight += 1
+        st.peak_in_flight = max(st.peak_in_flight, st.in_flight)
         return st
 
     def outcome(self, model: str, outcome: str) -> None:

@@ -11,8 +11,8 @@ A batch request is cleared onto a deployment only when
 
 * none of the alias's deployments is paused by a provider 429 (or was within ``RECENT_S``) or has an open
   breaker: with headroom falling, the remaining deployments carry interactive failover and batch waits; and
-* the deployment's provider-limit mirrors hold the request's draws *plus* a reserve of ``reserve_pct`` of each
-  bucket, which stays for interactive requests (the reserve is reserved with the draws, then given back at
+* the deployment's provider-limit mirrors (and its concurrent sequences) hold the request's draws *plus* a
+  reserve of ``reserve_pct`` of each bucket, which stays for interactive requests (the reserve is reserved with the draws, then given back at
   once, so the check and the take are one atomic step of the bucket backend, in memory or in Redis).
 
 The cleared deployment's draws are kept on the meter, so the attempt does not take them twice; the batch line
@@ -98,7 +98,8 @@ async def clear_batch(limits: Buckets, state: RoutingState, snap: Snapshot,
         if res.ok:
             await limits.adjust([(d.spec, -extra) for d, extra in padded if extra], now_us)  # the reserve: back now
             return dep, draws
-        retry = min(retry, max(res.retry_after_s, 1))
+        short = next((d for d in draws if d.spec.key == res.failed_key), None)
+        retry = min(retry, 1 if short is not None and short.kind == "sequences" else max(res.retry_after_s, 1))
     raise BatchPaused("Batch work on this model waits: its deployments' provider limits are kept for interactive "
                       "requests right now.", retry)
 

@@ -6,6 +6,10 @@ of the provider's limits (at ``mirror_pct``). Admission reserves the
 estimate; settlement adjusts by actual − reserved (buckets may go briefly
 negative). Pure: builds specs and messages; the ``Buckets`` adapter does the
 counting.
+
+A deployment's ``concurrent_sequences`` is a slot per attempt
+(``proxy.limits.draws.sequence_spec``), held in full, not at ``mirror_pct``:
+the number is the fleet's own.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import math
 from pricing.money import to_decimal
 from proxy.errors import RateLimited
 from proxy.limits import BucketSpec, Reservation
-from proxy.limits.draws import Draw
+from proxy.limits.draws import Draw, sequence_spec
 from proxy.snapshot import Deployment, KeyRecord, Snapshot
 
 
@@ -41,6 +45,9 @@ def deployment_draws(snap: Snapshot, dep: Deployment, est_input: int, max_output
     lim = dep.limits
     draws = []
     who = f"Deployment {dep.id}"
+    seqs = sequence_spec(dep)
+    if seqs is not None:
+        draws.append(Draw(seqs, 1, "sequences", "provider_capacity", who))
     if lim.rpm:
         draws.append(Draw(BucketSpec(f"dep:{dep.id}:rpm", max(lim.rpm * pct // 100, 1)), 1, "requests", "provider_capacity", who))
     if lim.input_tpm:
@@ -62,6 +69,9 @@ def refusal(draws: list[Draw], res: Reservation, est_input: int, max_output: int
     left = max(res.remaining.get(draw.spec.key, 0), 0)
     if draw.kind == "spend":
         return _spend_refusal(draws, draw, left, res)
+    if draw.kind == "sequences":  # a slot frees when an attempt ends: soon, not at the bucket's refill
+        return RateLimited(f"{draw.who} is serving its limit of {draw.spec.capacity:,} concurrent sequences.",
+                           code=draw.code, headers={**limit_headers(draws, res), "Retry-After": "1"})
     unit = _UNITS[draw.kind]
     needs = f"{res.needed:,}"
     if draw.kind == "tokens":

@@ -25,7 +25,8 @@ def read_deployments(root: Reader, priced_here: bool = True) -> tuple[dict[str, 
         classes = r.str_list("data_classes", ["public", "internal"], choices=DATA_CLASSES)
         lim = r.child("limits")
         limits = ProviderLimits(
-            rpm=per_minute(lim, "rpm"), input_tpm=per_minute(lim, "input_tpm"), output_tpm=per_minute(lim, "output_tpm")
+            rpm=per_minute(lim, "rpm"), input_tpm=per_minute(lim, "input_tpm"), output_tpm=per_minute(lim, "output_tpm"),
+            concurrent_sequences=_sequences(lim),
         )
         lim.reject_unknown()
         price = _prices(r.child("price_per_1m", required=True)) if priced_here else {}
@@ -90,6 +91,17 @@ def _breaker(r: Reader) -> BreakerPolicy:
         r.problems.add(r.at("max_cooldown_s"), "must be >= cooldown_s")
     r.reject_unknown()
     return policy
+
+
+MAX_SEQUENCES = 100_000  # concurrent sequences of one deployment; well inside what a bucket counts exactly
+
+
+def _sequences(lim: Reader) -> int | None:
+    value = lim.int("concurrent_sequences", None, 1)
+    if value is not None and value > MAX_SEQUENCES:
+        lim.problems.add(lim.at("concurrent_sequences"), f"must be <= {MAX_SEQUENCES:,}, got {value:,}")
+        return None
+    return value
 
 
 def _prices(r: Reader) -> dict[str, Price]:

@@ -3,6 +3,13 @@
 Admission reserves each ``Draw``'s ``amount`` (the estimate); settlement adjusts each token or spend bucket by
 actual - reserved (``settlement``), and a request refused after reserving gives everything back (``refund``).
 Pure: specs and numbers; the ``Buckets`` adapter counts.
+
+A deployment's ``concurrent_sequences`` (a self-hosted fleet's max-num-seqs) is a slot per attempt, taken when
+the attempt is cleared and given back when it is metered (every attempt is, once). It is a bucket of that
+capacity refilling over ``SEQUENCE_WINDOW_S`` (``sequence_spec``), so the same adapters count it in every mode,
+and a slot a dead pod never gave back returns by itself (one every ``SEQUENCE_WINDOW_S / capacity`` seconds)
+instead of shrinking the fleet for ever. The price of that refill: while attempts last ``d`` seconds on average,
+up to ``d / SEQUENCE_WINDOW_S`` of the limit more may run at once (under 7% at one-minute streams).
 """
 
 from __future__ import annotations
@@ -11,6 +18,9 @@ from dataclasses import dataclass
 
 from ledger.usage import TokenUsage
 from proxy.limits.bucket import BucketSpec
+from proxy.snapshot import Deployment
+
+SEQUENCE_WINDOW_S = 900
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,11 +29,17 @@ class Draw:
 
     spec: BucketSpec
     amount: int
-    kind: str  # "requests" | "input" | "output" | "tokens"
+    kind: str  # "requests" | "input" | "output" | "tokens" | "spend" | "sequences" (held while the attempt runs)
     code: str
     who: str  # "This key", "Team platform", "Deployment x"
     quantum: int = 0  # kind "spend" (``spend_rate``): micro-units per bucket unit
     currency: str = ""  # kind "spend": the budget currency, for the message
+
+
+def sequence_spec(dep: Deployment) -> BucketSpec | None:
+    """The bucket of ``dep``'s concurrent sequences (None: not limited)."""
+    seqs = dep.limits.concurrent_sequences
+    return BucketSpec(f"dep:{dep.id}:seq", seqs, SEQUENCE_WINDOW_S) if seqs else None
 
 
 def items(draws: list[Draw]) -> list[tuple[BucketSpec, int]]:
@@ -31,11 +47,11 @@ def items(draws: list[Draw]) -> list[tuple[BucketSpec, int]]:
 
 
 def settlement(draws: list[Draw], usage: TokenUsage, cost_micro: int = 0) -> list[tuple[BucketSpec, int]]:
-    """actual − reserved per token or spend bucket (requests are not refunded)."""
+    """actual − reserved per token or spend bucket (requests are not refunded); a sequence slot is given back."""
     deltas = []
     for d in draws:
         actual = {"input": usage.prompt_tokens, "output": usage.completion_tokens,
-                  "tokens": usage.prompt_tokens + usage.completion_tokens,
+                  "tokens": usage.prompt_tokens + usage.completion_tokens, "sequences": 0,
                   "spend": -(-max(cost_micro, 0) // d.quantum) if d.quantum else None}.get(d.kind)
         if actual is not None and actual != d.amount:
             deltas.append((d.spec, actual - d.amount))

@@ -15,6 +15,7 @@ from typing import Mapping
 
 from proxy.errors import GatewayError
 from proxy.limits import Buckets, BucketSpec
+from proxy.limits.draws import sequence_spec
 from proxy.routing.router import Needs, NoDeploymentAvailable, ProviderCapacity, route
 from proxy.routing.state import RoutingState
 from proxy.snapshot import Alias, Deployment, KeyRecord, Snapshot
@@ -51,7 +52,8 @@ def key_deployments(key: KeyRecord) -> frozenset[str] | None:
 
 async def headroom(limits: Buckets, state: RoutingState, snap: Snapshot, deps: list[Deployment],
                    now_us: int) -> dict[str, float]:
-    """Weight factor per deployment from its provider-limit mirror: 1 with room, down to 0.05 near empty."""
+    """Weight factor per deployment from its provider-limit mirror and free sequences: 1 with room, down to 0.05
+    near empty."""
     pct = snap.rate_limits.mirror_pct
     now = state.clock()
     cache = state.headroom
@@ -70,6 +72,9 @@ async def headroom(limits: Buckets, state: RoutingState, snap: Snapshot, deps: l
             cap = max(per_min * pct // 100, 1)
             level = await limits.peek(BucketSpec(f"dep:{dep.id}:{name}", cap), now_us)
             worst = min(worst, max(level, 0) / cap)
+        seqs = sequence_spec(dep)
+        if seqs is not None:  # free slots of a fleet's concurrent sequences
+            worst = min(worst, max(await limits.peek(seqs, now_us), 0) / seqs.capacity)
         factor = max(worst / LOW_WATER, 0.05) if worst < LOW_WATER else 1.0
         cache[dep.id] = (now, factor)
         if factor < 1.0:

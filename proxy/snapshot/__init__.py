@@ -41,6 +41,8 @@ class ProviderLimits:
     rpm: int | None = None
     input_tpm: int | None = None
     output_tpm: int | None = None
+    # sequences a (self-hosted) fleet serves at once (vLLM's max-num-seqs): a slot per attempt, held until it ends
+    concurrent_sequences: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

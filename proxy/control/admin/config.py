@@ -27,6 +27,7 @@ from proxy.control.admin.access import allowed, control
 from proxy.control.admin.approvals import gated
 from proxy.control.alias_cache import semantic_view
 from proxy.errors import InvalidRequest
+from proxy.limits.draws import sequence_spec
 from proxy.runtime import RUNTIME
 
 
@@ -68,9 +69,14 @@ async def list_deployments(request: web.Request) -> web.Response:
     await allowed(request, "", "", "auditor")
     rt = request.app[RUNTIME]
     snap, seen = rt.snapshot, rt.pod.deployment_status  # the synthetic canary's last word, when it runs
-    return web.json_response({"object": "list", "data": [
-        {**_deployment_view(d), "canary": seen[d.id].to_dict() if d.id in seen else None}
-        for d in snap.deployments.values()]})
+    data = []
+    for d in snap.deployments.values():
+        view = {**_deployment_view(d), "canary": seen[d.id].to_dict() if d.id in seen else None}
+        seqs = sequence_spec(d)
+        if seqs is not None:  # slots free now (the buckets this process counts with: shared ones in Redis)
+            view["sequences_free"] = max(await rt.limits.peek(seqs, rt.now_us()), 0)
+        data.append(view)
+    return web.json_response({"object": "list", "data": data})
 
 
 async def put_deployment(request: web.Request) -> web.Response:

@@ -65,3 +65,19 @@ async def test_batch_pauses_while_any_deployment_of_the_alias_is_short_of_capaci
     now[0] += 8  # the pause and its grace have passed
     got, _ = await clear_batch(limits, state, snap, [first, second], [first, second], 10, 10, 108_000_000)
     assert got is first
+
+
+async def test_batch_keeps_the_reserve_of_a_fleets_sequences_and_retries_in_a_second() -> None:
+    tree = example_tree()
+    for dep in tree["deployments"]:
+        dep["limits"] = {"concurrent_sequences": 5}
+    snap = snapshot(tree)
+    dep = snap.deployments["sim-openai-mumbai"]
+    limits, state = MemoryBuckets(), RoutingState(clock=lambda: 100.0)
+    taken = 0
+    with pytest.raises(BatchPaused) as paused:
+        while True:
+            await clear_batch(limits, state, snap, [dep], [dep], 10, 10, 100_000_000, reserve_pct=20)
+            taken += 1
+    assert taken == 4 and paused.value.headers["Retry-After"] == "1"  # one of five slots kept for interactive
+    assert (await limits.reserve(items(deployment_draws(snap, dep, 10, 10)), 100_000_000)).ok

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import yaml
@@ -11,7 +12,7 @@ from proxy.admission.ratelimit import _duration, deployment_draws, refusal, requ
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
 from proxy.control.keys import mint_key
 from proxy.limits import MemoryBuckets
-from proxy.limits.draws import items, settlement
+from proxy.limits.draws import SEQUENCE_WINDOW_S, items, settlement
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "farebox.yaml"
 
@@ -61,6 +62,33 @@ async def test_refusal_message_matches_the_documented_shape() -> None:
     assert err.message.startswith("This key has 1,176 input tokens/min left; the request needs 1,874.")
     assert int(err.headers["Retry-After"]) >= 1
     assert err.headers["x-ratelimit-limit-tokens"] == "3000"
+
+
+async def test_a_fleets_sequences_are_a_slot_per_attempt_given_back_when_it_is_metered() -> None:
+    snap, _ = snapshot_and_key()
+    dep = snap.deployments["sim-openai-mumbai"]
+    dep = dataclasses.replace(dep, limits=dataclasses.replace(dep.limits, concurrent_sequences=2))
+    buckets, now = MemoryBuckets(), 5_000_000
+    held = []
+    for _ in range(2):
+        draws = deployment_draws(snap, dep, 100, 10)
+        (seq,) = [d for d in draws if d.kind == "sequences"]
+        assert seq.spec.key == "dep:sim-openai-mumbai:seq" and seq.spec.capacity == 2 and seq.amount == 1  # in full
+        assert (await buckets.reserve(items(draws), now)).ok
+        held.append(draws)
+    third = deployment_draws(snap, dep, 100, 10)
+    res = await buckets.reserve(items(third), now)
+    err = refusal(third, res, 100, 10)
+    assert not res.ok and err.code == "provider_capacity" and err.headers["Retry-After"] == "1"
+    assert err.message == "Deployment sim-openai-mumbai is serving its limit of 2 concurrent sequences."
+    usage = TokenUsage(input=100, output=10)
+    assert (dep_seq := next(d for d in held[0] if d.kind == "sequences")).spec in dict(settlement(held[0], usage))
+    assert dict(settlement(held[0], usage))[dep_seq.spec] == -1  # the attempt ended: its slot goes back
+    await buckets.adjust(settlement(held[0], usage), now)
+    assert (await buckets.reserve(items(third), now)).ok
+    # a slot never given back (its pod died) returns by itself within the refill window
+    later = now + SEQUENCE_WINDOW_S * 1_000_000 // 2
+    assert await buckets.peek(dep_seq.spec, later) == 1
 
 
 def test_reset_durations_read_like_openai() -> None:

@@ -107,3 +107,19 @@ def test_rate_limits_beyond_exact_bucket_range_are_config_errors(tree: dict) -> 
     bad["rate_limits"]["key_defaults"]["input_tpm"] = 1_000_000_000
     _, problems = compile_or_problems(bad)
     assert any(p.startswith("rate_limits.key_defaults.input_tpm: must be <=") for p in problems)
+
+
+@pytest.mark.parametrize(("value", "problem"), [(0, "must be >= 1"), (100_001, "must be <= 100,000"),
+                                                ("many", "must be an integer")])
+def test_a_fleets_concurrent_sequences_are_checked(tree: dict, value, problem) -> None:
+    bad = copy.deepcopy(tree)
+    bad["deployments"][0]["limits"]["concurrent_sequences"] = value
+    _, problems = compile_or_problems(bad)
+    assert any(p.startswith("deployments[0].limits.concurrent_sequences: " + problem) for p in problems), problems
+
+
+def test_concurrent_sequences_reach_the_snapshot(tree: dict) -> None:
+    good = copy.deepcopy(tree)
+    good["deployments"][0]["limits"]["concurrent_sequences"] = 64
+    snap, problems = compile_or_problems(good)
+    assert not problems and snap.deployments[good["deployments"][0]["id"]].limits.concurrent_sequences == 64
