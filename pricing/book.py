@@ -73,6 +73,11 @@ class Price:
     reasoning: Decimal | None = None
     currency: str = "USD"
     cache_write_1h: Decimal | None = None  # one-hour cache writes (Anthropic); else the cache_write price
+    # A fleet paid by the hour (self-hosted GPUs): ``gpus`` x ``gpu_hour`` every hour this price is in force, a
+    # flat cost the finance side attributes to the requests it served by their tokens (``reconcile.fleet``);
+    # the token prices above are then its marginal cost (often 0), all the gateway holds and charges.
+    gpu_hour: Decimal | None = None
+    gpus: int | None = None
 
     def __post_init__(self) -> None:
         for name in PRICED_TYPES:
@@ -80,6 +85,17 @@ class Price:
             if value is not None or name in ("input", "output"):
                 object.__setattr__(self, name, to_price_decimal(value, f"price.{name}"))
         check_currency(self.currency)
+        if (self.gpu_hour is None) != (self.gpus is None):
+            raise ValueError("price.gpu_hour and price.gpus go together: the price of one GPU-hour and how many")
+        if self.gpu_hour is not None:
+            object.__setattr__(self, "gpu_hour", to_price_decimal(self.gpu_hour, "price.gpu_hour"))
+            if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+                raise ValueError(f"price.gpus must be a whole number of GPUs >= 1, got {self.gpus!r}")
+
+    @property
+    def per_hour(self) -> Decimal | None:
+        """What the fleet costs an hour, in ``currency`` (None: not paid by the hour)."""
+        return None if self.gpu_hour is None or self.gpus is None else self.gpu_hour * self.gpus
 
     def per_million(self, token_type: str) -> Decimal:
         """The effective price per 1M tokens of a type, after fallbacks."""

@@ -14,6 +14,9 @@ ledger charges them):
 * ``hedge_micro`` (the cost of attempts that lost a hedge race: part of the spend) and ``cache_saved_micro`` (what the
   requests answered from the response cache would have cost upstream; such a
   hit itself costs 0 and counts as served);
+* ``fleet_micro``: the group's share of the month's fleet hours (deployments priced per GPU-hour,
+  ``reconcile.fleet``: attributed by tokens served; not part of ``spend_micro``, which is what budgets were
+  charged), and a row per deployment for its idle hours;
 * budget against actual, for the budget scope of the first scope-bearing
   column of ``by`` (team -> ``team:``, business_unit -> ``bu:``, key_id ->
   ``key:``): the ledger's settled and held in that month (``scope_balances``,
@@ -31,14 +34,27 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+from pricing.book import FxTable, PriceBook
 from reconcile.dimensions import DIMENSIONS, USAGE_DIMENSIONS
+from reconcile.fleet import attribute, fleet_hours, latest_event, month_window
 from reconcile.warehouse import Result, Warehouse, WarehouseError
+
+
+@dataclass(frozen=True, slots=True)
+class Fleets:
+    """What pricing the fleet hours needs: the price book, the FX table and the budget currency."""
+
+    book: PriceBook
+    fx: FxTable
+    currency: str
+
 
 BUDGET_SCOPES = (("team", "team:"), ("business_unit", "bu:"), ("key_id", "key:"))
 LIMITS_SCHEMA = pa.schema([("scope", pa.string()), ("limit_micro", pa.int64()), ("soft_pct", pa.int64())])
@@ -52,11 +68,14 @@ _TOTALS = """count(*) AS requests, count(*) FILTER (WHERE state <> 'open') AS cl
        sum(reasoning_tokens)::BIGINT AS reasoning_tokens"""
 
 _SHOWBACK = """
-WITH spend AS (
+WITH fleet AS (
+    SELECT request_id, sum(fleet_micro)::BIGINT AS fleet_micro FROM fleet_shares GROUP BY request_id
+), spend AS (
     SELECT {dims}, {totals},
            count(*) FILTER (WHERE fallback) AS fallbacks, sum(hedge_micro)::BIGINT AS hedge_micro,
-           sum(cache_saved_micro)::BIGINT AS cache_saved_micro, any_value(currency) AS currency
-    FROM requests WHERE month = $month GROUP BY {dims}
+           sum(cache_saved_micro)::BIGINT AS cache_saved_micro,
+           coalesce(sum(f.fleet_micro), 0)::BIGINT AS fleet_micro, any_value(currency) AS currency
+    FROM requests LEFT JOIN fleet AS f USING (request_id) WHERE month = $month GROUP BY {dims}
 ), notices AS (
     SELECT DISTINCT scope FROM archive_rows WHERE type = 'budget.threshold_crossed' AND period = $month
 ), budget AS (
@@ -123,11 +142,20 @@ def budget_scope_sql(dims: Sequence[str]) -> str:
 
 
 def showback(warehouse: Warehouse, month: str, by: Sequence[str] = ("team",),
-             budgets: Mapping[str, Mapping[str, Any]] | None = None) -> Result:
-    """The month's showback rows, most spend first; ``WarehouseError`` when no request was admitted that month."""
+             budgets: Mapping[str, Mapping[str, Any]] | None = None, fleets: Fleets | None = None) -> Result:
+    """The month's showback rows, most spend first; ``WarehouseError`` when no request was admitted that month.
+    With ``fleets`` (the price book, FX and budget currency), ``fleet_micro`` is each group's share of the
+    month's fleet hours (``reconcile.fleet``), and a last row per deployment with idle hours carries their cost
+    (every ``by`` column NULL but ``deployment``, when grouped by it)."""
     month = check_month(month)
     dims = parse_dimensions(by)
     warehouse.register("budget_limits", limits_table(budgets or {}))
+    idle: list[dict[str, Any]] = []
+    if fleets is not None:
+        start, end = month_window(month, warehouse.tz, latest_event(warehouse))
+        idle = attribute(warehouse, fleet_hours(fleets.book, fleets.fx, fleets.currency, start, end)).dicts()
+    else:
+        attribute(warehouse, [])
     warehouse.pin_requests()  # spend and the ledger's balances from one reading of the archive
     try:
         sql = _SHOWBACK.format(dims=", ".join(dims), totals=_TOTALS, scope=budget_scope_sql(dims),
@@ -140,7 +168,26 @@ def showback(warehouse: Warehouse, month: str, by: Sequence[str] = ("team",),
         raise WarehouseError(
             f"no requests admitted in {month} (budget months in {warehouse.tz}) in the archive at {warehouse.root}; "
             f"it holds {', '.join(held) if held else 'no admissions at all'}")
-    return result
+    return with_idle(result, dims, idle)
+
+
+def with_idle(result: Result, dims: Sequence[str], idle: Sequence[Mapping[str, Any]]) -> Result:
+    """``result`` plus a row per deployment's idle fleet hours: ``fleet_micro`` their cost, ``idle_hours`` how
+    many (0 on every other row); the other figures 0 or NULL."""
+    if not idle:
+        return result
+    columns = (*result.columns, "idle_hours")
+    rows = [(*row, 0) for row in result.rows]
+    currency = result.dicts()[0].get("currency") if result.rows else None
+    for entry in idle:
+        row: dict[str, Any] = dict.fromkeys(result.columns)
+        row.update({c: 0 for c in result.columns if c.endswith(("_micro", "_tokens")) and not c.startswith("budget_")})
+        row.update(requests=0, closed=0, served=0, fallbacks=0, currency=currency,
+                   fleet_micro=entry["idle_micro"])
+        if "deployment" in dims:
+            row["deployment"] = entry["deployment"]
+        rows.append((*(row[c] for c in result.columns), entry["idle_hours"]))
+    return Result(columns, rows)
 
 
 def usage_rows(warehouse: Warehouse, start: date, end: date, group_by: Sequence[str]) -> Result:

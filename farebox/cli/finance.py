@@ -46,6 +46,7 @@ class FinanceContext:
     archive: Path
     tz: str
     budgets: dict[str, dict[str, Any]]
+    fleets: Any = None  # reconcile.showback.Fleets: what prices fleet hours (from --config)
 
 
 def context(args: argparse.Namespace, *, need_budgets: bool = False) -> FinanceContext:
@@ -65,7 +66,9 @@ def context(args: argparse.Namespace, *, need_budgets: bool = False) -> FinanceC
     budgets = {scope: {"limit_micro": limit.limit_micro, "soft_pct": limit.soft_pct}
                for scope, limit in policy.scopes.items()}
     archive = Path(args.archive) if args.archive else settings.archive_root
-    return FinanceContext(archive, policy.timezone, budgets)
+    from reconcile.showback import Fleets
+
+    return FinanceContext(archive, policy.timezone, budgets, Fleets(snapshot.price_book, snapshot.fx, snapshot.currency))
 
 
 def _warn(warnings: tuple[str, ...]) -> None:
@@ -103,7 +106,7 @@ def _showback(args: argparse.Namespace) -> int:
     by = [name.strip() for name in args.by.split(",") if name.strip()]
     with Warehouse(ctx.archive, tz=ctx.tz) as warehouse:
         _warn(warehouse.warnings)
-        result = showback(warehouse, args.month, by, ctx.budgets)
+        result = showback(warehouse, args.month, by, ctx.budgets, ctx.fleets)
         sys.stdout.write(render(result, args.format))
     corrected = [row for row in result.dicts() if row.get("corrected_micro")]
     if corrected:

@@ -117,14 +117,17 @@ def _prices(r: Reader) -> dict[str, Price]:
         if "currency" not in child.data and isinstance(r.data.get("currency"), str):
             child = Reader({**child.data, "currency": r.data["currency"]}, child.path, child.problems)
         price = read_price(child)
-        if price is not None:
+        if price is not None and price.gpu_hour is not None:
+            child.problems.add(child.at("gpu_hour"), "a fleet's hourly price is the deployment's, not a tier's")
+        elif price is not None:
             out[TIER_SEP + tier] = price
     base = read_price(r)
     return {"": base, **out} if base is not None else {}
 
 
 def read_price(r: Reader) -> Price | None:
-    fields = {n: r.decimal(n, None) for n in ("cached_input", "cache_write", "reasoning", "cache_write_1h")}
+    fields = {n: r.decimal(n, None) for n in ("cached_input", "cache_write", "reasoning", "cache_write_1h", "gpu_hour")}
+    fields["gpus"] = r.int("gpus", None, 1)
     inp, out = r.decimal("input"), r.decimal("output")
     ccy = r.str("currency", "USD")
     r.reject_unknown()

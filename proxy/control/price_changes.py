@@ -64,10 +64,15 @@ def price_table(body: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 def _record(r: Reader) -> dict[str, Any]:
     rec = {"currency": r.str("currency", "USD")}
-    for name in PRICE_TYPES:
+    for name in (*PRICE_TYPES, "gpu_hour"):
         value = r.decimal(name) if name in ("input", "output") else r.decimal(name, None)
         if value is not None:
             rec[name] = str(value)
+    gpus = r.int("gpus", None, 1)
+    if gpus is not None:
+        rec["gpus"] = gpus
+    if ("gpu_hour" in rec) != ("gpus" in rec):
+        r.problems.add(r.path, "gpu_hour and gpus go together: the price of one GPU-hour and how many GPUs")
     r.reject_unknown()
     return rec
 
@@ -101,7 +106,8 @@ def add_version(s: Session, number: int | None, valid_from: datetime, table: Map
         s.add(PriceRow(version=number, deployment=dep_id, currency=rec.get("currency", "USD"), input=rec["input"],
                        output=rec["output"], cached_input=rec.get("cached_input"),
                        cache_write=rec.get("cache_write"), reasoning=rec.get("reasoning"),
-                       cache_write_1h=rec.get("cache_write_1h")))
+                       cache_write_1h=rec.get("cache_write_1h"), gpu_hour=rec.get("gpu_hour"),
+                       gpus=rec.get("gpus")))
     return number
 
 

@@ -19,7 +19,7 @@ from pricing.errors import PricingError
 from proxy.control.problems import Problems
 from proxy.snapshot import DATA_CLASSES, Snapshot
 
-PRICE_FIELDS = ("input", "output", "cached_input", "cache_write", "reasoning", "cache_write_1h")
+PRICE_FIELDS = ("input", "output", "cached_input", "cache_write", "reasoning", "cache_write_1h", "gpu_hour")
 _RANK = {c: i for i, c in enumerate(DATA_CLASSES)}
 
 

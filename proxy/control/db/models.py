@@ -101,6 +101,8 @@ class PriceRow(Base):
     cache_write: Mapped[str | None] = mapped_column(sa.String(40))
     reasoning: Mapped[str | None] = mapped_column(sa.String(40))
     cache_write_1h: Mapped[str | None] = mapped_column(sa.String(40))  # one-hour cache writes (0008)
+    gpu_hour: Mapped[str | None] = mapped_column(sa.String(40))  # a fleet's price per GPU-hour (0009) ...
+    gpus: Mapped[int | None] = mapped_column(sa.Integer)  # ... and how many GPUs it pays for
 
 
 class FxRateRow(Base):

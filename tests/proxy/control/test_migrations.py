@@ -215,12 +215,32 @@ def test_sqlite_price_cache_write_1h_migration(tmp_path: Path) -> None:
                                  "VALUES (1, '2026-01-01 00:00:00', '2026-01-01 00:00:00', 'ops')"))
             conn.execute(sa.text("INSERT INTO prices (version, deployment, currency, input, output) "
                                  "VALUES (1, 'd', 'USD', '3', '15')"))
-        migrate.upgrade(engine)
-        assert migrate.current(engine) == migrate.head() == "0008"
+        migrate.upgrade(engine, "0008")
+        assert migrate.current(engine) == "0008"
         with engine.connect() as conn:
             assert conn.execute(sa.text("SELECT cache_write_1h FROM prices")).scalar_one() is None
         migrate.downgrade(engine, "0007")
         assert "cache_write_1h" not in {c["name"] for c in sa.inspect(engine).get_columns("prices")}
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_price_gpu_hour_migration(tmp_path: Path) -> None:
+    """0009 adds ``prices.gpu_hour`` and ``prices.gpus`` (null for the prices written before: paid by tokens)."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'control.sqlite'}")
+    try:
+        migrate.upgrade(engine, "0008")
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO price_versions (version, valid_from, created_at, created_by) "
+                                 "VALUES (1, '2026-01-01 00:00:00', '2026-01-01 00:00:00', 'ops')"))
+            conn.execute(sa.text("INSERT INTO prices (version, deployment, currency, input, output) "
+                                 "VALUES (1, 'd', 'USD', '3', '15')"))
+        migrate.upgrade(engine)
+        assert migrate.current(engine) == migrate.head() == "0009"
+        with engine.connect() as conn:
+            assert tuple(conn.execute(sa.text("SELECT gpu_hour, gpus FROM prices")).one()) == (None, None)
+        migrate.downgrade(engine, "0008")
+        assert not {"gpu_hour", "gpus"} & {c["name"] for c in sa.inspect(engine).get_columns("prices")}
     finally:
         engine.dispose()
 
