@@ -33,3 +33,15 @@ def test_tier_prices_flatten_into_their_own_entries():
 def test_a_tier_must_be_a_served_tiers_name(tier):
     with pytest.raises(ConfigRejected, match="tiers"):
         price_table({"d": {"input": "2", "output": "10", "tiers": {tier: {"input": "1", "output": "5"}}}})
+
+
+def test_a_fleets_hourly_price_is_kept_with_its_gpus_and_checked():
+    table = price_table({"fleet": {"currency": "USD", "input": "0", "output": "0", "gpu_hour": "2.40", "gpus": 8}})
+    assert table == {"fleet": {"currency": "USD", "input": "0", "output": "0", "gpu_hour": "2.40", "gpus": 8}}
+    assert Price(**table["fleet"]).per_hour == Decimal("19.20")
+    with pytest.raises(ConfigRejected, match="gpu_hour and gpus go together"):
+        price_table({"fleet": {"input": "0", "output": "0", "gpu_hour": "2.40"}})
+    with pytest.raises(ConfigRejected, match="gpus"):
+        price_table({"fleet": {"input": "0", "output": "0", "gpu_hour": "2.40", "gpus": 0}})
+    with pytest.raises(ValueError, match="gpus"):
+        Price(input=Decimal(0), output=Decimal(0), gpu_hour=Decimal("1"), gpus=True)
