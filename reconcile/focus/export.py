@@ -6,8 +6,9 @@ quantities (ConsumedQuantity in ``Tokens``, PricingQuantity in
 ``1000000 Tokens``), plus two rows per correction billed in the month
 (``reconcile.focus.corrections``). Columns: ``reconcile.focus.columns``.
 
-Only provider usage is exported: ``request.attempted`` events, which carry
-tokens and what the provider bills. A ``hold.expired`` charge (a pod died before
+Provider usage is exported from ``request.attempted`` events, which carry
+tokens and what the provider bills; fleets paid by the hour add the month's
+fleet hours, attributed by tokens served (``reconcile.focus.fleet_lines``). A ``hold.expired`` charge (a pod died before
 settling) is a budget charge with no usage behind it, so it is not a FOCUS row.
 
 Windows: the month is the half-open UTC interval [first day 00:00, first day of
@@ -65,6 +66,7 @@ from reconcile.focus.columns import (
     scale_of,
 )
 from reconcile.focus.corrections import Correction, correction_lines, priced_versions, unique
+from reconcile.focus.fleet_lines import fleet_lines, fleet_row
 from reconcile.focus.usage import UnitPrice, read_usage, unit_prices
 from streams.archive.read import ArchiveError, archive_files
 from streams.archive.schema import ARCHIVE_SCHEMA_VERSION, schema_version_of
@@ -89,6 +91,8 @@ class ExportSummary:
     billed_micro: int  # BilledCost of the usage rows, in micro-units: equal to ledger_micro
     exact_micro: Decimal  # the same tokens priced exactly, unrounded
     correction_micro: int  # net BilledCost of the correction rows
+    fleet_rows: int = 0  # rows of fleets paid by the hour (``reconcile.focus.fleet_lines``)
+    fleet_micro: int = 0  # their BilledCost: what the month's fleet hours cost
 
     @property
     def rounding_micro(self) -> Decimal:
@@ -99,7 +103,8 @@ class ExportSummary:
         return (f"FOCUS {self.month} -> {self.path}: {self.rows} rows ({self.usage_rows} usage, "
                 f"{self.correction_rows} correction), {self.attempts} attempts; BilledCost {self.billed_micro} "
                 f"micro-{self.currency} = ledger {self.ledger_micro}; ledger rounding over exact prices "
-                f"{self.rounding_micro} micro-units; corrections net {self.correction_micro}")
+                f"{self.rounding_micro} micro-units; corrections net {self.correction_micro}"
+                + (f"; fleet hours {self.fleet_micro} in {self.fleet_rows} rows" if self.fleet_rows else ""))
 
 
 def parse_month(month: str) -> date:
@@ -168,19 +173,22 @@ def export_focus(archive_root: str | Path, month: str, book: PriceBook, fx: FxTa
     billed = sum(line.billed_micro for line in usage.lines)
     if billed != usage.ledger_micro:  # the allocation's invariant; a failure is a bug, never a rounding
         raise FocusError(f"internal: usage rows bill {billed} micro-units but the ledger charged {usage.ledger_micro}")
-    if not usage.lines and not fix_lines:
+    fleet = fleet_lines(root, first, book, fx, billing) if billing else []
+    if not usage.lines and not fix_lines and not fleet:
         raise FocusError(f"no usage to export for {month}: {usage.attempts} attempt event(s) dated "
                          f"{first}..{last} (UTC) in {root}, none with tokens, and no corrections billed in "
                          f"{month}; check --month and the archive path")
     lines = sorted(usage.lines + fix_lines, key=ChargeLine.sort_key)
     rows = [focus_row(line, billing, (invoices or {}).get((line.account, f"{line.billing_month:%Y-%m}")))
             for line in lines]
+    rows += [fleet_row(line, billing, (invoices or {}).get((line.account, month))) for line in fleet]
     _write_atomic(out, _parquet(rows) if out.suffix == ".parquet" else _csv(rows))
     return ExportSummary(
         month=month, path=out, currency=billing, rows=len(rows), usage_rows=len(usage.lines),
         correction_rows=len(fix_lines), attempts=usage.attempts, ledger_micro=usage.ledger_micro,
         billed_micro=billed, exact_micro=usage.exact_micro,
-        correction_micro=sum(line.billed_micro for line in fix_lines))
+        correction_micro=sum(line.billed_micro for line in fix_lines), fleet_rows=len(fleet),
+        fleet_micro=sum(line.billed_micro for line in fleet))
 
 
 def _csv(rows: list[dict]) -> bytes:

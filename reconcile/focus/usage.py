@@ -171,7 +171,7 @@ def _lines_sql() -> str:
         GROUP BY ALL"""
 
 
-def _tags(text: str | None) -> tuple[tuple[str, str], ...]:
+def tag_pairs(text: str | None) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(json.loads(text).items())) if text and text != "null" else ()
 
 
@@ -262,6 +262,6 @@ def _line(row: tuple, prices: Mapping[tuple[int, str, str], UnitPrice], billing_
     return ChargeLine(
         charge_day=day, billing_month=billing_month, deployment=deployment, provider=provider, account=account,
         model=model, region=region, token_type=kind, price_version=version, team=team, app=app, business_unit=bu,
-        key_id=key_id, alias=alias, cost_centre=centre, tags=_tags(tags), tokens=tokens, billed_micro=billed,
+        key_id=key_id, alias=alias, cost_centre=centre, tags=tag_pairs(tags), tokens=tokens, billed_micro=billed,
         requests=requests, attempts=attempts, unit_price=price.billing, pricing_currency=price.book_currency,
         pricing_unit_price=price.book, service_tier=tier, project=project, hedge_lost=hedge_lost)
