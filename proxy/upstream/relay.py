@@ -256,12 +256,47 @@ class UpstreamStream:
             self.close()
 
     def close(self) -> None:
-        """Release the upstream connection at once (also on client disconnect)."""
-        if self.response is not None and not self.response.closed:
-            if self.translator.done:
-                self.response.release()
-            else:
-                self.response.close()
+        """Let the upstream connection go at once (also on client disconnect): back to the pool when the stream
+        completed, else closed. A completed stream whose body has not quite ended (the end of a chunked body,
+        often its own packet after a provider's last event) is read to its end in the background first: a
+        connection released with unread body is closed, and the next request would open a new one (a TCP and
+        TLS handshake)."""
+        resp = self.response
+        if resp is None or resp.closed:
+            return
+        if not self.translator.done:
+            resp.close()
+        elif resp.content.at_eof():
+            resp.release()
+        else:
+            try:
+                task = asyncio.get_running_loop().create_task(_drained(resp))
+            except RuntimeError:  # no loop running: nothing can read it
+                resp.close()
+                return
+            _DRAINING.add(task)
+            task.add_done_callback(_DRAINING.discard)
+
+
+DRAIN_S = 1.0  # how long a completed stream's body may take to end before its connection is dropped
+DRAIN_BYTES = 64 * 1024  # how much of it is read; past that the connection is dropped
+_DRAINING: set[asyncio.Task] = set()  # the drains under way (a task must be referenced until it ends)
+
+
+async def _drained(resp: aiohttp.ClientResponse) -> None:
+    """Read a completed stream's body to its end, then release its connection to the pool; else close it."""
+    read = 0
+    try:
+        async with asyncio.timeout(DRAIN_S):
+            while read <= DRAIN_BYTES and (data := await resp.content.readany()):
+                read += len(data)
+    except (TimeoutError, aiohttp.ClientError, ConnectionError):
+        resp.close()
+        return
+    if read > DRAIN_BYTES:
+        resp.close()
+    else:
+        resp.release()
 
 
 __all__ = ["HEARTBEAT", "Timeouts", "UpstreamClient", "UpstreamStream", "UpstreamError", "forwarded_headers", "parsed",

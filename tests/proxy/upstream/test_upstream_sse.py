@@ -155,6 +155,9 @@ async def test_a_burst_read_at_once_yields_its_first_chunk_before_translating_th
         async def readany(self):
             return self.parts.pop(0) if self.parts else b""
 
+        def at_eof(self):
+            return not self.parts
+
     class Response:
         closed = False
 
@@ -175,3 +178,50 @@ async def test_a_burst_read_at_once_yields_its_first_chunk_before_translating_th
     rest = [c async for batch in stream.chunks() if batch for c in batch]
     whole = translate("openai", raw)[0]
     assert stream.first + rest == whole and stream.translator.done
+
+
+async def test_a_completed_streams_body_end_is_read_before_its_connection_goes_back():
+    """The provider's last event, then the end of the chunked body in a read of its own: the stream is complete
+    at the last event, and its connection is released to the pool once the body's end is read (not closed: a
+    connection released with unread body would be dropped); a stream cut short is closed at once."""
+    import asyncio
+
+    from proxy.upstream.relay import _DRAINING, UpstreamStream
+
+    class Body:
+        def __init__(self, parts):
+            self.parts = list(parts)
+
+        async def readany(self):
+            await asyncio.sleep(0)
+            return self.parts.pop(0) if self.parts else b""
+
+        def at_eof(self):
+            return not self.parts
+
+    class Response:
+        closed = False
+
+        def __init__(self, parts):
+            self.content = Body(parts)
+            self.ended = None
+
+        def release(self):
+            self.ended = "released"
+
+        def close(self):
+            self.ended = "closed"
+
+    raw = wire("openai_text.sse")
+    done = Response([raw, b"0\r\n\r\n"])  # the stream completes before the body has ended
+    stream = UpstreamStream(DIALECTS[_dialect("openai_text.sse")].stream_translator(), float("inf"), response=done)
+    await stream.read_first()
+    [c async for c in stream.chunks()]
+    assert stream.translator.done and done.ended is None and _DRAINING  # draining in the background
+    await asyncio.gather(*_DRAINING)
+    assert done.ended == "released" and not done.content.parts
+    cut = Response([raw[: len(raw) // 2], b""])
+    stream = UpstreamStream(DIALECTS[_dialect("openai_text.sse")].stream_translator(), float("inf"), response=cut)
+    await stream.read_first()
+    stream.close()
+    assert cut.ended == "closed"
