@@ -17,7 +17,7 @@ the event loop.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from botocore.auth import SigV4Auth
@@ -57,13 +57,18 @@ class AwsSigner:
     credentials: ReadOnlyCredentials
     region: str
     service: str = SERVICE
+    _auth: SigV4Auth = field(init=False, repr=False, compare=False)  # botocore's signer, built once
+
+    def __post_init__(self) -> None:
+        creds = self.credentials
+        object.__setattr__(self, "_auth", SigV4Auth(Credentials(creds.access_key, creds.secret_key, creds.token),
+                                                    self.service, self.region))
 
     def sign(self, method: str, url: str, headers: Mapping[str, str], body: bytes) -> dict[str, str]:
         signed = {k: v for k, v in headers.items() if k.lower() in _SIGNED or k.lower().startswith("x-amz-")}
         request = AWSRequest(method=method, url=url, data=body, headers=signed)
         creds = self.credentials
-        SigV4Auth(Credentials(creds.access_key, creds.secret_key, creds.token), self.service, self.region
-                  ).add_auth(request)
+        self._auth.add_auth(request)
         out = {"authorization": request.headers["Authorization"], "x-amz-date": request.headers["X-Amz-Date"]}
         if creds.token:
             out["x-amz-security-token"] = creds.token

@@ -24,6 +24,8 @@ from proxy.upstream.credentials.aws import (
 )
 from proxy.upstream.credentials.google import GoogleCredentialsError, GoogleTokens
 
+MAX_STATIC_SIGNERS = 256  # static-key signers kept (keys x regions); past it the cache starts again
+
 
 def _fingerprint(secret: str | None) -> str:
     return "adc" if secret is None else hashlib.sha256(secret.encode()).hexdigest()
@@ -34,6 +36,7 @@ class CredentialSources:
 
     def __init__(self) -> None:
         self._aws: dict[str | None, ChainCredentials] = {}
+        self._static: dict[tuple[str, str], AwsSigner] = {}
         self._google: dict[str, GoogleTokens] = {}
 
     async def for_deployment(self, dep: Deployment, secret: str | None) -> Credential:
@@ -54,8 +57,14 @@ class CredentialSources:
         raise UpstreamAuth(f"Deployment {dep.id} has an unknown auth kind.", code="provider_credentials_failed")
 
     async def _aws_signer(self, dep: Deployment, secret: str | None) -> AwsSigner:
-        if secret is not None:
-            return AwsSigner(static_credentials(secret), dep.region)
+        if secret is not None:  # static keys: one signer per key and region, kept (a key rotated is a new one)
+            key = (_fingerprint(secret), dep.region)
+            signer = self._static.get(key)
+            if signer is None:
+                if len(self._static) >= MAX_STATIC_SIGNERS:
+                    self._static.clear()
+                signer = self._static[key] = AwsSigner(static_credentials(secret), dep.region)
+            return signer
         if not aws_host(dep.base_url):
             raise AwsCredentialsError("botocore's credentials chain signs only for AWS hosts; declare static keys "
                                       "in api_key_env for this host")
