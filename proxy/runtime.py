@@ -27,6 +27,7 @@ from proxy.bodylog import BodyLog
 from proxy.cache import CachePort, Flights, MemoryCache, MemoryVectors, VectorStore
 from proxy.idempotency import IdempotencyStore, MemoryIdempotency
 from proxy.limits import Buckets
+from proxy.limits.mirror_sync import MirrorSync
 from proxy.limits.settler import LimitSettler
 from proxy.metering.recorder import Recorder
 from proxy.observe.metrics import Metrics
@@ -35,6 +36,7 @@ from proxy.ports import ControlStore, Rerater
 from proxy.routing.state import RoutingState
 from proxy.snapshot import Secrets, Snapshot
 from proxy.stored_responses import MemoryResponses, ResponseStore
+from proxy.upstream.limit_headers import provider_remaining
 from proxy.upstream.relay import UpstreamClient
 
 
@@ -125,6 +127,9 @@ class Runtime:
         # Derived once, stored as plain fields: no property call on the hot path.
         object.__setattr__(self, "metrics", self.recorder.metrics)
         object.__setattr__(self, "limit_settler", LimitSettler(self.limits, self.clock))
+        # what providers say is left of their limits lowers the deployments' mirrors (proxy.limits.mirror_sync)
+        sync = MirrorSync(self.limits, self.clock, lambda: self.pod.snapshot.rate_limits.mirror_pct)
+        self.upstream.on_headers = lambda dep, headers: sync.observe(dep, provider_remaining(dep.dialect, headers))
 
     @property
     def snapshot(self) -> Snapshot:

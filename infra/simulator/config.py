@@ -59,6 +59,10 @@ class ModelProfile:
     output_tokens: int = 32
     context_window: int = 128000
     embedding_dims: int = 256
+    # the provider's quota for each account on this model, per minute (0: none, and no rate-limit headers):
+    # answers carry the provider's x-ratelimit-* (anthropic-ratelimit-*) headers; past it, a 429
+    rpm: int = 0
+    tpm: int = 0  # input tokens + the output cap asked for, as Azure and OpenAI count a request
     faults: FaultProfile = field(default_factory=FaultProfile)
 
     def to_dict(self) -> dict[str, Any]:
@@ -136,6 +140,8 @@ _PROFILE_RULES: dict[str, tuple[str, float]] = {
     "output_tokens": ("int", 0),
     "context_window": ("int", 1),
     "embedding_dims": ("int", 1),
+    "rpm": ("int", 0),
+    "tpm": ("int", 0),
 }
 
 

@@ -107,6 +107,10 @@ async def _authenticate(state: SimState, wire: ModuleType, request: web.Request)
     return account
 
 
+RATE_HEADERS = web.RequestKey("sim_rate_headers", dict)  # the quota's headers, for the answer (infra.simulator.quota)
+_RATE_STYLE = {openai_wire: "openai", azure_wire: "openai", responses_wire: "openai", anthropic_wire: "anthropic"}
+
+
 def _new_id(wire: ModuleType) -> str:
     prefix = {anthropic_wire: "msg_sim", responses_wire: "resp_sim", gemini_wire: "sim-"}.get(wire, "chatcmpl-sim")
     return prefix + uuid.uuid4().hex[:22]
@@ -154,6 +158,9 @@ async def chat(request: web.Request, wire: ModuleType) -> web.StreamResponse:
             raise wire.fault_error(fault, model, retry_after)
         if fault == "context_length" or input_tokens + (req.max_tokens or 0) > profile.context_window:
             raise wire.context_error(input_tokens, req.max_tokens, profile.context_window)
+        request[RATE_HEADERS] = state.quotas.take(account, model, profile,
+                                                  input_tokens + (req.max_tokens or profile.output_tokens),
+                                                  time.time(), _RATE_STYLE.get(wire, ""))
         if req.cache_key and not ov.cached_tokens:  # OpenAI's automatic prefix caching, keyed
             ov = dataclasses.replace(ov, cached_tokens=state.prompt_cache.automatic(
                 account, model, req.cache_key, req.texts, time.time()))
@@ -228,7 +235,7 @@ async def _non_stream(request: web.Request, wire: ModuleType, plan: Plan, rid: s
     if fault == "stream_error":
         return _error_response(wire, wire.fault_error("500", model, 0), rid)
     progress.sent = plan.output_tokens
-    headers = {"x-request-id": rid}
+    headers = {"x-request-id": rid, **request.get(RATE_HEADERS, {})}
     if wire is anthropic_wire:
         headers["request-id"] = rid
     return web.Response(body=wire.completion(plan, rid, int(time.time()), model),
@@ -239,7 +246,7 @@ async def _stream(request: web.Request, state: SimState, wire: ModuleType, plan:
                   include_usage: bool, rate: float, cut: int | None, fault: str | None,
                   progress: _Progress) -> web.StreamResponse:
     enc = wire.StreamEncoder(plan, rid, int(time.time()), model, include_usage)
-    headers = dict(_SSE_HEADERS, **{"x-request-id": rid})
+    headers = dict(_SSE_HEADERS, **{"x-request-id": rid}, **request.get(RATE_HEADERS, {}))
     if hasattr(wire, "STREAM_CONTENT_TYPE"):
         headers["Content-Type"] = wire.STREAM_CONTENT_TYPE
     if wire is anthropic_wire:

@@ -12,6 +12,7 @@ from infra.simulator.config import ModelProfile, SimulatorConfig, parse_profile_
 from infra.simulator.export_drift import AccountDrift, parse_drift_update
 from infra.simulator.faults import FaultDecider
 from infra.simulator.prompt_cache import PromptCache
+from infra.simulator.quota import Quotas
 from infra.simulator.received import ReceivedLog
 from infra.simulator.stats import Stats
 
@@ -32,6 +33,7 @@ class SimState:
         self.received = ReceivedLog()
         self.prompt_cache = PromptCache()  # Anthropic cache_control prefixes
         self.google_tokens: dict[str, str] = {}  # OAuth access token the /token endpoint issued -> account
+        self.quotas = Quotas()  # the provider's per-minute quota per account and model (profiles' rpm, tpm)
 
     def profile(self, model: str) -> ModelProfile:
         prof = self.overrides.get(model)
@@ -77,6 +79,7 @@ class SimState:
         self.stats.reset()
         self.received.reset()
         self.prompt_cache.clear()
+        self.quotas.reset()
 
 
 STATE = web.AppKey("farebox_simulator_state", SimState)

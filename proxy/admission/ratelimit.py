@@ -19,7 +19,7 @@ import math
 from pricing.money import to_decimal
 from proxy.errors import RateLimited
 from proxy.limits import BucketSpec, Reservation
-from proxy.limits.draws import Draw, sequence_spec
+from proxy.limits.draws import Draw, mirror_specs, sequence_spec
 from proxy.snapshot import Deployment, KeyRecord, Snapshot
 
 
@@ -42,20 +42,15 @@ def request_draws(snap: Snapshot, key: KeyRecord, est_input: int, max_output: in
 
 def deployment_draws(snap: Snapshot, dep: Deployment, est_input: int, max_output: int) -> list[Draw]:
     pct = snap.rate_limits.mirror_pct
-    lim = dep.limits
     draws = []
     who = f"Deployment {dep.id}"
     seqs = sequence_spec(dep)
     if seqs is not None:
         draws.append(Draw(seqs, 1, "sequences", "provider_capacity", who))
-    if lim.rpm:
-        draws.append(Draw(BucketSpec(f"dep:{dep.id}:rpm", max(lim.rpm * pct // 100, 1)), 1, "requests", "provider_capacity", who))
-    if lim.input_tpm:
-        draws.append(Draw(BucketSpec(f"dep:{dep.id}:itpm", max(lim.input_tpm * pct // 100, 1)), est_input, "input",
-                          "provider_capacity", who))
-    if lim.output_tpm:
-        draws.append(Draw(BucketSpec(f"dep:{dep.id}:otpm", max(lim.output_tpm * pct // 100, 1)), max_output, "output",
-                          "provider_capacity", who))
+    amounts = {"rpm": (1, "requests"), "itpm": (est_input, "input"), "otpm": (max_output, "output")}
+    for name, spec, _ in mirror_specs(dep, pct):
+        amount, kind = amounts[name]
+        draws.append(Draw(spec, amount, kind, "provider_capacity", who))
     return draws
 
 

@@ -236,7 +236,7 @@ async def _complete(
             privacy.body_for(dep, call.body), dep, await upstream.credential(dep), max_output_tokens=max_out,
             extra_headers=forwarded_headers(dep, request.headers),
         )
-        result = parsed(dialect.parse_chat, await upstream.complete(dialect, req, timeouts))
+        result = parsed(dialect.parse_chat, await upstream.complete(dialect, req, timeouts, dep))
         if privacy.redacts(dep):  # (a passed-through answer's own body is restored by its dialect)
             assert privacy.redaction is not None
             restore_chat_response(result.body, privacy.redaction)

@@ -77,7 +77,7 @@ async def _serve(request: web.Request, rt: Runtime, call: EmbeddingsCall) -> web
         req = dialect.embeddings_request(
             call.body, dep, await upstream.credential(dep), extra_headers=forwarded_headers(dep, request.headers)
         )
-        result = parsed(dialect.parse_embeddings, await upstream.complete(dialect, req, timeouts))
+        result = parsed(dialect.parse_embeddings, await upstream.complete(dialect, req, timeouts, dep))
         result.usage = within(result.usage, dep.context_window)
         if needs_estimate(result.usage):
             result.usage = estimated_as(result.usage, input_tokens=est_in, output_tokens=0)

@@ -162,7 +162,7 @@ async def embed(rt: SemanticPorts, caller: Tab, privacy: Classification, alias_n
     async def attempt(dep: Deployment):  # type: ignore[no-untyped-def]
         dialect = get_dialect(dep.dialect)
         req = dialect.embeddings_request({"input": [text]}, dep, await upstream.credential(dep))
-        result = parsed(dialect.parse_embeddings, await upstream.complete(dialect, req, timeouts))
+        result = parsed(dialect.parse_embeddings, await upstream.complete(dialect, req, timeouts, dep))
         result.usage = within(result.usage, dep.context_window)
         if needs_estimate(result.usage):
             result.usage = estimated_as(result.usage, input_tokens=est_in, output_tokens=0)

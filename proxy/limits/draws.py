@@ -36,6 +36,20 @@ class Draw:
     currency: str = ""  # kind "spend": the budget currency, for the message
 
 
+MIRRORED = (("rpm", "rpm"), ("itpm", "input_tpm"), ("otpm", "output_tpm"))  # bucket name, ProviderLimits field
+
+
+def mirror_specs(dep: Deployment, pct: int) -> list[tuple[str, BucketSpec, int]]:
+    """``dep``'s provider-limit mirrors: (name, bucket at ``pct`` of the limit, the provider's limit per minute)
+    for each limit it has."""
+    out = []
+    for name, attr in MIRRORED:
+        per_min = getattr(dep.limits, attr)
+        if per_min:
+            out.append((name, BucketSpec(f"dep:{dep.id}:{name}", max(per_min * pct // 100, 1)), per_min))
+    return out
+
+
 def sequence_spec(dep: Deployment) -> BucketSpec | None:
     """The bucket of ``dep``'s concurrent sequences (None: not limited)."""
     seqs = dep.limits.concurrent_sequences

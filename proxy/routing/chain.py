@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from proxy.errors import GatewayError
-from proxy.limits import Buckets, BucketSpec
-from proxy.limits.draws import sequence_spec
+from proxy.limits import Buckets
+from proxy.limits.draws import mirror_specs, sequence_spec
 from proxy.routing.router import Needs, NoDeploymentAvailable, ProviderCapacity, route
 from proxy.routing.state import RoutingState
 from proxy.snapshot import Alias, Deployment, KeyRecord, Snapshot
@@ -64,14 +64,10 @@ async def headroom(limits: Buckets, state: RoutingState, snap: Snapshot, deps: l
             if cached[1] < 1.0:
                 out[dep.id] = cached[1]
             continue
-        lim = dep.limits
         worst = 1.0
-        for name, per_min in (("rpm", lim.rpm), ("itpm", lim.input_tpm), ("otpm", lim.output_tpm)):
-            if not per_min:
-                continue
-            cap = max(per_min * pct // 100, 1)
-            level = await limits.peek(BucketSpec(f"dep:{dep.id}:{name}", cap), now_us)
-            worst = min(worst, max(level, 0) / cap)
+        for _, spec, _ in mirror_specs(dep, pct):
+            level = await limits.peek(spec, now_us)
+            worst = min(worst, max(level, 0) / spec.capacity)
         seqs = sequence_spec(dep)
         if seqs is not None:  # free slots of a fleet's concurrent sequences
             worst = min(worst, max(await limits.peek(seqs, now_us), 0) / seqs.capacity)

@@ -63,6 +63,8 @@ class UpstreamClient:
     def __init__(self, secrets: Secrets, session: aiohttp.ClientSession | None = None) -> None:
         self.secrets = secrets
         self.sources = CredentialSources()
+        # told every answer's headers, with the deployment that sent them (the provider-limit mirrors' sync)
+        self.on_headers: Callable[[Deployment, Mapping[str, str]], None] | None = None
         if session is not None:
             self.session = session
 
@@ -83,7 +85,8 @@ class UpstreamClient:
         an OAuth token); tokens and role credentials are refreshed off the event loop."""
         return await self.sources.for_deployment(dep, self.secret_for(dep))
 
-    async def _send(self, dialect: Dialect, req: UpstreamRequest, t: Timeouts) -> aiohttp.ClientResponse:
+    async def _send(self, dialect: Dialect, req: UpstreamRequest, t: Timeouts,
+                    dep: Deployment | None = None) -> aiohttp.ClientResponse:
         timeout = aiohttp.ClientTimeout(total=None, connect=t.connect_s, sock_connect=t.connect_s)
         try:
             traced = TRACE_HEADERS.get()
@@ -95,6 +98,8 @@ class UpstreamClient:
             raise UpstreamUnavailable("Timed out connecting to the provider.", code="upstream_timeout") from None
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(f"Could not reach the provider ({type(exc).__name__}).") from None
+        if dep is not None and self.on_headers is not None:
+            self.on_headers(dep, resp.headers)
         if resp.status >= 300:
             try:
                 body = await resp.read()
@@ -105,11 +110,13 @@ class UpstreamClient:
             raise dialect.parse_error(resp.status, body, resp.headers)
         return resp
 
-    async def complete(self, dialect: Dialect, req: UpstreamRequest, t: Timeouts) -> dict:
-        """A non-streaming call: the provider's JSON answer within the total timeout."""
+    async def complete(self, dialect: Dialect, req: UpstreamRequest, t: Timeouts,
+                       dep: Deployment | None = None) -> dict:
+        """A non-streaming call: the provider's JSON answer within the total timeout (``dep``: the deployment
+        called, whose answer's headers ``on_headers`` is told)."""
         try:
             async with asyncio.timeout(t.total_s):
-                resp = await self._send(dialect, req, t)
+                resp = await self._send(dialect, req, t, dep)
                 try:
                     raw = await resp.read()
                 finally:
@@ -126,13 +133,14 @@ class UpstreamClient:
             raise UpstreamUnavailable("The provider sent a response that is not a JSON object.", upstream_status=200)
         return data
 
-    async def open_stream(self, dialect: Dialect, req: UpstreamRequest, t: Timeouts) -> "UpstreamStream":
-        """Open a stream and read until it yields its first chunk (or ends)."""
+    async def open_stream(self, dialect: Dialect, req: UpstreamRequest, t: Timeouts,
+                          dep: Deployment | None = None) -> "UpstreamStream":
+        """Open a stream and read until it yields its first chunk (or ends); ``dep`` as for ``complete``."""
         stream = UpstreamStream(dialect.stream_translator(), time.monotonic() + t.total_s, t.idle_s, t.heartbeat_s,
                                 parser=dialect.stream_parser())
         try:
             async with asyncio.timeout(min(t.first_token_s, t.total_s)):
-                stream.response = await self._send(dialect, req, t)
+                stream.response = await self._send(dialect, req, t, dep)
                 await stream.read_first()
         except TimeoutError:
             stream.close()

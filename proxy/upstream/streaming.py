@@ -179,7 +179,7 @@ def opener(upstream: UpstreamClient, timeouts: Timeouts, body_for: Callable[[Dep
         dialect: Dialect = dialect_for(dep) or get_dialect(dep.dialect)
         req = dialect.chat_request(body_for(dep), dep, await upstream.credential(dep), max_output_tokens=max_output_tokens,
                                    extra_headers=forwarded_headers(dep, caller_headers))
-        return await upstream.open_stream(dialect, req, timeouts)
+        return await upstream.open_stream(dialect, req, timeouts, dep)
 
     return attempt
 
