@@ -75,7 +75,7 @@ WITH fleet AS (
            count(*) FILTER (WHERE fallback) AS fallbacks, sum(hedge_micro)::BIGINT AS hedge_micro,
            sum(cache_saved_micro)::BIGINT AS cache_saved_micro,
            coalesce(sum(f.fleet_micro), 0)::BIGINT AS fleet_micro, any_value(currency) AS currency
-    FROM requests LEFT JOIN fleet AS f USING (request_id) WHERE month = $month GROUP BY {dims}
+    FROM {requests} LEFT JOIN fleet AS f USING (request_id) WHERE month = $month GROUP BY {dims}
 ), notices AS (
     SELECT DISTINCT scope FROM archive_rows WHERE type = 'budget.threshold_crossed' AND period = $month
 ), budget AS (
@@ -104,8 +104,16 @@ ORDER BY b.spend_micro DESC, {order}
 _USAGE = """
 SELECT {dims}, {totals}, count(*) FILTER (WHERE fallback) AS fallbacks, sum(hedge_micro)::BIGINT AS hedge_micro,
        any_value(currency) AS currency
-FROM requests WHERE day BETWEEN $start AND $end GROUP BY {dims} ORDER BY {order}
+FROM {requests} WHERE day BETWEEN $start AND $end GROUP BY {dims} ORDER BY {order}
 """
+
+
+def requests_from(dims: Sequence[str]) -> str:
+    """The relation grouped: ``requests``, with the served tier joined only when grouped by it."""
+    if "service_tier" not in dims:
+        return "requests"
+    return ("(SELECT q.*, coalesce(t.service_tier, 'standard') AS service_tier FROM requests AS q "
+            "LEFT JOIN request_tiers AS t USING (request_id)) AS tiered")
 
 
 def parse_dimensions(raw: str | Sequence[str], allowed: Sequence[str] = DIMENSIONS) -> tuple[str, ...]:
@@ -159,6 +167,7 @@ def showback(warehouse: Warehouse, month: str, by: Sequence[str] = ("team",),
     warehouse.pin_requests()  # spend and the ledger's balances from one reading of the archive
     try:
         sql = _SHOWBACK.format(dims=", ".join(dims), totals=_TOTALS, scope=budget_scope_sql(dims),
+                               requests=requests_from(dims),
                                order=", ".join(f"b.{d} NULLS FIRST" for d in dims))
         result = warehouse.query(sql, {"month": month})
         held = warehouse.months() if not result.rows else []
@@ -195,7 +204,8 @@ def usage_rows(warehouse: Warehouse, start: date, end: date, group_by: Sequence[
     if end < start:
         raise WarehouseError(f"the range ends ({end}) before it starts ({start})")
     dims = parse_dimensions(group_by, USAGE_DIMENSIONS)
-    sql = _USAGE.format(dims=", ".join(dims), totals=_TOTALS, order=", ".join(f"{d} NULLS FIRST" for d in dims))
+    sql = _USAGE.format(dims=", ".join(dims), totals=_TOTALS, order=", ".join(f"{d} NULLS FIRST" for d in dims),
+                        requests=requests_from(dims))
     return warehouse.query(sql, {"start": start, "end": end})
 
 

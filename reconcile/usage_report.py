@@ -27,7 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from reconcile.showback import USAGE_DIMENSIONS, parse_dimensions, usage_rows
+from reconcile.showback import USAGE_DIMENSIONS, parse_dimensions, requests_from, usage_rows
 from reconcile.warehouse import Warehouse, WarehouseError, archive_files
 
 SHOWBACK_USAGE_COLUMNS = ("requests", "closed", "served", "spend_micro", "corrected_micro", "input_tokens", "cached_input_tokens",
@@ -47,7 +47,7 @@ SELECT {dims}, grouping({first}) AS whole_range,
        quantile_disc(ttft_ms, 0.5) AS ttft_p50_ms, quantile_disc(ttft_ms, 0.95) AS ttft_p95_ms,
        quantile_disc(latency_ms, 0.5) AS latency_p50_ms, quantile_disc(latency_ms, 0.95) AS latency_p95_ms,
        count(*) FILTER (WHERE cache_hit) AS cache_hits, sum(cache_saved_micro)::BIGINT AS cache_saved_micro
-FROM requests WHERE day BETWEEN $start AND $end
+FROM {requests} WHERE day BETWEEN $start AND $end
 GROUP BY GROUPING SETS (({dims}), ())
 """
 
@@ -97,7 +97,8 @@ def usage_report(root: str | Path, start: date, end: date, by: Sequence[str], *,
         base = usage_rows(warehouse, start, end, dims)
         if not base.rows:
             return UsageReport((*base.columns, *STATS_COLUMNS), [], None, warehouse.warnings)
-        stats = warehouse.query(_STATS.format(dims=", ".join(dims), first=dims[0]), {"start": start, "end": end})
+        stats = warehouse.query(_STATS.format(dims=", ".join(dims), first=dims[0], requests=requests_from(dims)),
+                                {"start": start, "end": end})
         by_group: dict[tuple[Any, ...], dict[str, Any]] = {}
         whole: dict[str, Any] = {}
         for row in stats.dicts():

@@ -213,6 +213,15 @@ FROM request_base AS b
 LEFT JOIN (SELECT request_id, sum(delta_micro) AS corrected_micro FROM corrections GROUP BY request_id) AS k
   ON k.request_id = b.request_id;
 
+-- request_tiers: the service tier each request's answer was served at, where it was not the standard one (the
+-- answering attempt's usage.service_tier, read from the event only where it names one). Showback and usage join
+-- it only when grouped by service_tier (reconcile/showback.py, requests_from).
+CREATE OR REPLACE VIEW request_tiers AS
+SELECT request_id, arg_max(json_extract_string(event, '$.usage.service_tier'), attempt) AS service_tier
+FROM archive_rows
+WHERE type = 'request.attempted' AND outcome = 'ok' AND contains(event, '"service_tier"')
+GROUP BY request_id;
+
 -- attempts: one row per (request, attempt number), its first occurrence; while_open says whether it was
 -- delivered while its request was open (after the admission, before the close).
 CREATE OR REPLACE VIEW attempts AS

@@ -73,3 +73,4 @@ def test_by_deployment_and_without_fleet_prices(warehouse: Warehouse) -> None:
     assert idle["deployment"] == "d-fleet" and idle["fleet_micro"] == 2 * HOUR_MICRO
     plain = showback(warehouse, "2026-12", ["deployment"], {}).dicts()
     assert {r["fleet_micro"] for r in plain} == {0} and "idle_hours" not in plain[0]
+
