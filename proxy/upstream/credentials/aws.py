@@ -17,10 +17,11 @@ the event loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from botocore.auth import SigV4Auth
+from botocore.auth import SigV4Auth, _host_from_url
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials, ReadOnlyCredentials
 from botocore.session import Session
@@ -31,6 +32,12 @@ SERVICE = "bedrock"
 AWS_HOSTS = ("*.amazonaws.com", "*.amazonaws.com.cn", "*.api.aws")
 # Headers a signature covers besides host and x-amz-*: what the dialect itself sets.
 _SIGNED = frozenset({"content-type", "accept"})
+
+
+@functools.lru_cache(maxsize=256)
+def _host(origin: str) -> str:
+    """The host header botocore signs for ``origin`` (scheme://host[:port]): botocore's own reading of it."""
+    return _host_from_url(origin)
 
 
 class AwsCredentialsError(ValueError):
@@ -66,6 +73,9 @@ class AwsSigner:
 
     def sign(self, method: str, url: str, headers: Mapping[str, str], body: bytes) -> dict[str, str]:
         signed = {k: v for k, v in headers.items() if k.lower() in _SIGNED or k.lower().startswith("x-amz-")}
+        # the host header botocore signs, worked out by botocore once per origin (it would parse the URL twice
+        # per request: a quarter of a signature's time)
+        signed["host"] = _host(url[: url.find("/", url.find("//") + 2)] if url.count("/") > 2 else url)
         request = AWSRequest(method=method, url=url, data=body, headers=signed)
         creds = self.credentials
         self._auth.add_auth(request)
