@@ -49,6 +49,11 @@ class FleetHour:
     price_version: int
 
 
+def has_fleets(book: PriceBook) -> bool:
+    """Whether any version of ``book`` prices a deployment by the hour (else nothing here needs the archive)."""
+    return any(price.gpu_hour is not None for version in book.versions for price in version.prices.values())
+
+
 def fleet_hours(book: PriceBook, fx: FxTable, currency: str, start: datetime, end: datetime) -> list[FleetHour]:
     """Every priced fleet hour starting in [start, end) (aware datetimes; hours step from ``start``)."""
     out: list[FleetHour] = []

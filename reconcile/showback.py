@@ -43,7 +43,7 @@ import pyarrow as pa
 
 from pricing.book import FxTable, PriceBook
 from reconcile.dimensions import DIMENSIONS, USAGE_DIMENSIONS
-from reconcile.fleet import attribute, fleet_hours, latest_event, month_window
+from reconcile.fleet import attribute, fleet_hours, has_fleets, latest_event, month_window
 from reconcile.warehouse import Result, Warehouse, WarehouseError
 
 
@@ -69,7 +69,7 @@ _TOTALS = """count(*) AS requests, count(*) FILTER (WHERE state <> 'open') AS cl
 
 _SHOWBACK = """
 WITH fleet AS (
-    SELECT request_id, sum(fleet_micro)::BIGINT AS fleet_micro FROM fleet_shares GROUP BY request_id
+    {fleet}
 ), spend AS (
     SELECT {dims}, {totals},
            count(*) FILTER (WHERE fallback) AS fallbacks, sum(hedge_micro)::BIGINT AS hedge_micro,
@@ -100,6 +100,9 @@ LEFT JOIN budget_limits AS l ON l.scope = b.budget_scope
 LEFT JOIN notices AS n ON n.scope = b.budget_scope
 ORDER BY b.spend_micro DESC, {order}
 """
+
+FLEET_SHARES = "SELECT request_id, sum(fleet_micro)::BIGINT AS fleet_micro FROM fleet_shares GROUP BY request_id"
+NO_FLEET = "SELECT NULL::VARCHAR AS request_id, NULL::BIGINT AS fleet_micro WHERE false"
 
 _USAGE = """
 SELECT {dims}, {totals}, count(*) FILTER (WHERE fallback) AS fallbacks, sum(hedge_micro)::BIGINT AS hedge_micro,
@@ -159,15 +162,17 @@ def showback(warehouse: Warehouse, month: str, by: Sequence[str] = ("team",),
     dims = parse_dimensions(by)
     warehouse.register("budget_limits", limits_table(budgets or {}))
     idle: list[dict[str, Any]] = []
-    if fleets is not None:
+    fleet = NO_FLEET  # no fleet hours: the attempts are not read for them
+    if fleets is not None and has_fleets(fleets.book):
         start, end = month_window(month, warehouse.tz, latest_event(warehouse))
-        idle = attribute(warehouse, fleet_hours(fleets.book, fleets.fx, fleets.currency, start, end)).dicts()
-    else:
-        attribute(warehouse, [])
+        hours = fleet_hours(fleets.book, fleets.fx, fleets.currency, start, end)
+        if hours:
+            idle = attribute(warehouse, hours).dicts()
+            fleet = FLEET_SHARES
     warehouse.pin_requests()  # spend and the ledger's balances from one reading of the archive
     try:
         sql = _SHOWBACK.format(dims=", ".join(dims), totals=_TOTALS, scope=budget_scope_sql(dims),
-                               requests=requests_from(dims),
+                               requests=requests_from(dims), fleet=fleet,
                                order=", ".join(f"b.{d} NULLS FIRST" for d in dims))
         result = warehouse.query(sql, {"month": month})
         held = warehouse.months() if not result.rows else []

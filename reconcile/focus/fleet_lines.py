@@ -27,7 +27,7 @@ from typing import Any
 
 from pricing.book import FxTable, PriceBook
 from pricing.money import to_decimal
-from reconcile.fleet import attribute, fleet_hours, latest_event, month_window
+from reconcile.fleet import attribute, fleet_hours, has_fleets, latest_event, month_window
 from reconcile.focus.columns import ACCOUNT_TYPES, COLUMNS, DEFAULT_ACCOUNT_TYPES, month_bounds, tags_json
 from reconcile.focus.usage import tag_pairs
 from reconcile.warehouse import Warehouse
@@ -95,6 +95,8 @@ class FleetLine:
 def fleet_lines(root: Path, month_start: date, book: PriceBook, fx: FxTable, currency: str) -> list[FleetLine]:
     """The fleet rows of the UTC month starting at ``month_start`` (none when no deployment has an hourly
     price in it)."""
+    if not has_fleets(book):
+        return []
     with Warehouse(root, tz="UTC") as warehouse:
         start, end = month_window(f"{month_start:%Y-%m}", "UTC", latest_event(warehouse))
         hours = fleet_hours(book, fx, currency, start, end)
