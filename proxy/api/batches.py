@@ -16,12 +16,12 @@ from typing import Any
 from aiohttp import web
 
 from proxy.admission.auth import allowed_alias
-from proxy.api.files import page_limit, store_of, visible_file
+from proxy.api.files import page_limit, store_of, visible_batch, visible_file
 from proxy.batches.lines import ENDPOINTS, Line, Problem, read_lines
 from proxy.batches.objects import WINDOWS, batch_object, list_object, new_batch_id
 from proxy.batches.records import CANCELLABLE, BatchRecord
 from proxy.body import parse_json_object
-from proxy.errors import GatewayError, InvalidRequest, NotFound
+from proxy.errors import GatewayError, InvalidRequest
 from proxy.runtime import RUNTIME, Runtime
 from proxy.snapshot import KeyRecord, Snapshot
 
@@ -95,11 +95,7 @@ def _metadata(raw: Any) -> dict[str, str]:
 
 
 async def _visible(rt: Runtime, request: web.Request) -> BatchRecord:
-    batch_id = request.match_info["id"]
-    record = await store_of(rt).get_batch(batch_id)
-    if record is None or record.team != request["key"].team or record.endpoint not in ENDPOINTS:
-        raise NotFound(f"No batch found with id '{batch_id}'.", param="batch_id", code="batch_not_found")
-    return record
+    return await visible_batch(rt, request, ENDPOINTS)
 
 
 async def get_batch(request: web.Request) -> web.Response:

@@ -10,10 +10,12 @@ files of the same team. Errors are OpenAI-shaped.
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 from aiohttp import BodyPartReader, web
 
 from proxy.batches.objects import file_object, list_object, new_file_id
-from proxy.batches.records import BatchStore, FileRecord
+from proxy.batches.records import BatchRecord, BatchStore, FileRecord
 from proxy.errors import InvalidRequest, NotFound, PayloadTooLarge
 from proxy.runtime import RUNTIME, Runtime
 
@@ -26,6 +28,17 @@ def store_of(rt: Runtime) -> BatchStore:
     if rt.batches is None:
         raise NotFound("Files and batches are not enabled on this gateway.", code="unknown_url")
     return rt.batches
+
+
+async def visible_batch(rt: Runtime, request: web.Request, endpoints: Container[str], *, what: str = "batch",
+                        param: str = "batch_id") -> BatchRecord:
+    """The batch named in the URL if the caller's team may see it on this surface (one of ``endpoints``); else
+    one 404 for absent, another team's and another surface's."""
+    batch_id = request.match_info["id"]
+    record = await store_of(rt).get_batch(batch_id)
+    if record is None or record.team != request["key"].team or record.endpoint not in endpoints:
+        raise NotFound(f"No {what} found with id '{batch_id}'.", param=param, code="batch_not_found")
+    return record
 
 
 async def visible_file(rt: Runtime, request: web.Request, file_id: str, param: str = "file_id") -> FileRecord:

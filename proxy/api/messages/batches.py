@@ -22,12 +22,12 @@ import orjson
 from aiohttp import web
 
 from proxy.api.batches import KIND, unusable_models
-from proxy.api.files import store_of
+from proxy.api.files import store_of, visible_batch
 from proxy.batches.lines import Line
 from proxy.batches.objects import WINDOWS
 from proxy.batches.records import BatchRecord
 from proxy.body import parse_json_object
-from proxy.errors import GatewayError, InvalidRequest, NotFound
+from proxy.errors import GatewayError, InvalidRequest
 from proxy.runtime import RUNTIME, Runtime
 
 ENDPOINT = "/v1/messages"
@@ -102,12 +102,7 @@ async def create_batch(request: web.Request) -> web.Response:
 
 
 async def _visible(rt: Runtime, request: web.Request) -> BatchRecord:
-    batch_id = request.match_info["id"]
-    record = await store_of(rt).get_batch(batch_id)
-    if record is None or record.team != request["key"].team or record.endpoint != ENDPOINT:
-        raise NotFound(f"No message batch found with id '{batch_id}'.", param="message_batch_id",
-                       code="batch_not_found")
-    return record
+    return await visible_batch(rt, request, (ENDPOINT,), what="message batch", param="message_batch_id")
 
 
 async def _answer(rt: Runtime, request: web.Request, batch_id: str) -> web.Response:
