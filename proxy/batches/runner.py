@@ -153,11 +153,14 @@ class Runner:
             log.error("batch line failed", exc_info=task.exception())
         self.woken.set()  # a slot is free
 
+    def _internal(self, headers: dict[str, str]) -> dict[str, str]:
+        """An internal request's headers: ``headers``, this process's token and a JSON body."""
+        return {TOKEN_HEADER: self.token, **headers, "Content-Type": "application/json"}
+
     async def _line(self, line: Claimed) -> None:
         assert self.session is not None
         rid = line_request_id(line.batch_id, line.number, line.generation)
-        headers = {TOKEN_HEADER: self.token, KEY_HEADER: line.key_id, BATCH_HEADER: line.batch_id, LINE_HEADER: rid,
-                   "Content-Type": "application/json"}
+        headers = self._internal({KEY_HEADER: line.key_id, BATCH_HEADER: line.batch_id, LINE_HEADER: rid})
         try:
             async with self.session.post(f"http://farebox{line.endpoint}", data=line.body, headers=headers) as resp:
                 raw = await resp.read()
@@ -211,8 +214,7 @@ class Runner:
 
     async def _shadow(self, alias: str, body: bytes, data_class: str) -> None:
         assert self.session is not None
-        headers = {TOKEN_HEADER: self.token, SHADOW_HEADER: alias, "x-fb-data-class": data_class,
-                   "Content-Type": "application/json"}
+        headers = self._internal({SHADOW_HEADER: alias, "x-fb-data-class": data_class})
         try:
             async with self.session.post("http://farebox/v1/chat/completions", data=body, headers=headers) as resp:
                 await resp.read()
@@ -224,7 +226,7 @@ class Runner:
     async def post_canary(self, probe: Any, timeout_s: float) -> tuple[int, bytes]:
         """One synthetic-canary probe (``proxy.batches.canary``) to the own gateway: its status and body."""
         assert self.session is not None
-        headers = {TOKEN_HEADER: self.token, CANARY_HEADER: probe.deployment, "Content-Type": "application/json"}
+        headers = self._internal({CANARY_HEADER: probe.deployment})
         async with self.session.post(f"http://farebox{probe.path}", data=probe.body, headers=headers,
                                      timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             return resp.status, await resp.read()
