@@ -290,6 +290,7 @@ def _aliases(root: Reader, deployments: Mapping[str, Deployment]) -> dict[str, A
             fallback_alias=r.str("fallback_alias", None),
             idle_timeout_s=t.number("idle_s", 20.0),
             heartbeat_s=t.number("heartbeat_s", 15.0),
+            capacity_wait_s=t.number("capacity_wait_s", 1.0),
             max_attempts=r.int("max_attempts", 3, 1),
             retry_budget_pct=rb.int("pct", 10, 0),
             retry_budget_min=rb.int("min", 10, 0),

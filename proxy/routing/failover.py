@@ -34,6 +34,8 @@ from proxy.routing.state import RoutingState
 from proxy.snapshot import Deployment
 
 T = TypeVar("T")
+CAPACITY_STEP_S = 0.025  # the first pause before asking short candidates again; doubling ...
+CAPACITY_STEP_MAX_S = 0.2  # ... up to this
 
 
 
@@ -77,6 +79,8 @@ class Attempts(Generic[T]):
         self.last: GatewayError | None = None
         self.stop = False
         self.backoff = False
+        self.short: list[Deployment] = []  # candidates passed over for want of provider capacity, to try again
+        self.capacity_until = self.clock() + self.alias.capacity_wait_s
 
     async def run(self) -> tuple[Deployment, T, float]:
         """(deployment, its answer, attempt start) of the first candidate that answers; else the last error."""
@@ -102,7 +106,24 @@ class Attempts(Generic[T]):
         return bool(self.queue) and self.tried < self.max_attempts and self.clock() < self.deadline
 
     async def _next(self) -> Deployment | None:
-        """The next candidate cleared to be called (breaker, 429 pause, mirror, retry budget), or None."""
+        """The next candidate cleared to be called (breaker, 429 pause, mirror, retry budget), or None. When no
+        attempt was made yet and every candidate left was short only of provider capacity (its mirror spent, its
+        fleet full), the candidates are asked again, after a growing pause, until ``capacity_wait_s`` has
+        passed: capacity comes back by the second (a mirror refills, a stream ends), and a request that waits a
+        moment is better served than refused."""
+        pause = CAPACITY_STEP_S
+        while True:
+            dep = await self._cleared()
+            if dep is not None or self.tried > 0 or not self.short:
+                return dep
+            left = min(self.capacity_until, self.deadline) - self.clock()
+            if left <= 0:
+                return None
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, CAPACITY_STEP_MAX_S)
+            self.queue, self.short = self.short, []
+
+    async def _cleared(self) -> Deployment | None:
         while self._more():
             now = self.clock()
             dep = self.queue.pop(0)
@@ -121,6 +142,7 @@ class Attempts(Generic[T]):
             if short is not None:  # the provider-limit mirror is spent: skip without a call
                 self.state.finish(dep, NEUTRAL, self.clock())
                 self.last = self.last if isinstance(self.last, UpstreamError) else short
+                self.short.append(dep)
                 continue
             if self.tried > 0:
                 self.budget.spend(self.clock())

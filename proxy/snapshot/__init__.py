@@ -133,6 +133,9 @@ class Alias:
     total_timeout_s: float = 600.0
     fallback_alias: str | None = None  # used only when the caller sends x-fb-allow-fallback: true
     idle_timeout_s: float = 20.0  # between chunks once a stream started
+    # how long a request waits for provider capacity (every candidate's provider-limit mirror spent, a fleet
+    # full) before it is refused 429 provider_capacity; 0: refused at once
+    capacity_wait_s: float = 1.0
     heartbeat_s: float = 15.0  # SSE comment after this much silence (below load balancers' idle cut)
     max_attempts: int = 3
     retry_budget_pct: int = 10  # retries <= this share of the alias's requests over retry_window_s ...

@@ -22,7 +22,8 @@ def quota_deployment(tree: dict) -> None:
     azure = next(d for d in tree["deployments"] if d["id"] == "sim-azure-mumbai")
     tree["deployments"].append({**azure, "id": "sim-azure-quota", "model": MODEL, "weight": 1,
                                 "limits": {"rpm": 100, "input_tpm": 1_000_000}})
-    tree["aliases"].append({"name": "chat-azure-quota", "kind": "chat", "deployments": ["sim-azure-quota"]})
+    tree["aliases"].append({"name": "chat-azure-quota", "kind": "chat", "deployments": ["sim-azure-quota"],
+                            "timeouts": {"capacity_wait_s": 0}})  # refused at once: no wait for the refill
 
 
 @pytest.fixture(scope="module")

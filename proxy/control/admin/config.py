@@ -39,7 +39,8 @@ def _alias_view(a: Any) -> dict[str, Any]:
     return {"name": a.name, "kind": a.kind, "deployments": list(a.deployments), "needs": sorted(a.needs),
             "max_output_tokens": a.default_max_output_tokens, "max_output_tokens_cap": a.max_output_tokens_cap,
             "timeouts": {"connect_s": a.connect_timeout_s, "first_token_s": a.first_token_timeout_s,
-                         "total_s": a.total_timeout_s}, "fallback_alias": a.fallback_alias,
+                         "total_s": a.total_timeout_s, "capacity_wait_s": a.capacity_wait_s},
+            "fallback_alias": a.fallback_alias,
             "cache": {"exact": a.cache, "semantic": semantic_view(a.semantic)}}
 
 

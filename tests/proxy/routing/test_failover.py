@@ -6,7 +6,9 @@ each call. The meter and the ``clear`` step are fakes: routing sees only the ``T
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -34,9 +36,10 @@ class Tape:
         return 0
 
 
-def setup(max_attempts: int = 3, cleared: dict[str, GatewayError | None] | None = None):  # type: ignore[no-untyped-def]
+def setup(max_attempts: int = 3, cleared: dict[str, GatewayError | None] | None = None,  # type: ignore[no-untyped-def]
+          capacity_wait_s: float = 0.0):
     snap = snapshot()
-    alias = snap.aliases["chat-default"]
+    alias = dataclasses.replace(snap.aliases["chat-default"], capacity_wait_s=capacity_wait_s)
     cands = [snap.deployments[OPENAI], snap.deployments[ANTHROPIC]]
     chain = Chain(cands, max_attempts, alias, snap, Needs((), "internal", 10))
     tape = Tape()
@@ -102,6 +105,49 @@ async def test_nothing_cleared_answers_with_the_admission_refusal() -> None:
     with pytest.raises(RateLimited) as err:
         await first_answer(cands, chain, tries, attempt, streaming=False)
     assert err.value.code == "provider_capacity" and calls == []
+
+
+async def test_a_request_short_of_capacity_waits_for_it_a_bounded_time() -> None:
+    """Every candidate's mirror spent: asked again after a growing pause; the first that clears is called."""
+    short = RateLimited("Deployment full", code="provider_capacity")
+    cands, chain, tries, tape, asked = setup(capacity_wait_s=2.0)
+    refusals = {OPENAI: 3, ANTHROPIC: 10**6}
+
+    async def clear(dep: Deployment) -> GatewayError | None:
+        asked.append(dep.id)
+        refusals[dep.id] -= 1
+        return short if refusals[dep.id] >= 0 else None
+
+    tries.clear = clear
+    attempt, calls = answers({OPENAI: "at last", ANTHROPIC: "never"})
+    started = time.monotonic()
+    dep, answer, _ = await first_answer(cands, chain, tries, attempt, streaming=False)
+    assert (dep.id, answer, calls, tape.seen) == (OPENAI, "at last", [OPENAI], [])  # no call, no attempt before
+    assert asked.count(OPENAI) == 4 and time.monotonic() - started < 1.0  # 25 + 50 + 100 ms of pauses
+
+
+async def test_a_request_still_short_after_its_wait_is_refused_with_retry_after() -> None:
+    short = RateLimited("Deployment full", code="provider_capacity", headers={"Retry-After": "1"})
+    cands, chain, tries, _, asked = setup(cleared={OPENAI: short, ANTHROPIC: short}, capacity_wait_s=0.3)
+    attempt, calls = answers({OPENAI: "never", ANTHROPIC: "never"})
+    started = time.monotonic()
+    with pytest.raises(RateLimited) as err:
+        await first_answer(cands, chain, tries, attempt, streaming=False)
+    waited = time.monotonic() - started
+    assert err.value.code == "provider_capacity" and err.value.headers["Retry-After"] == "1" and calls == []
+    assert 0.3 <= waited < 1.0 and len(asked) > 2  # asked again while the wait lasted, then refused
+
+
+async def test_a_request_that_was_tried_does_not_wait_for_capacity() -> None:
+    """After a failed attempt, a spent mirror on the next candidate ends the request at once (the failure is the
+    answer): waiting is for requests no provider has seen yet."""
+    short = RateLimited("Deployment full", code="provider_capacity")
+    cands, chain, tries, _, asked = setup(cleared={ANTHROPIC: short}, capacity_wait_s=5.0)
+    attempt, _ = answers({OPENAI: UpstreamUnavailable("down"), ANTHROPIC: "never"})
+    started = time.monotonic()
+    with pytest.raises(UpstreamUnavailable):
+        await first_answer(cands, chain, tries, attempt, streaming=False)
+    assert time.monotonic() - started < 1.0 and asked == [OPENAI, ANTHROPIC]
 
 
 async def test_max_attempts_bounds_the_tries() -> None:
