@@ -178,6 +178,10 @@ class Meter:
         rt.recorder.emit(record.event)
         return record.cost
 
+    def waited(self, seconds: float, served: bool) -> None:
+        """The request waited for provider capacity (``proxy.routing.failover``): the wait, by outcome."""
+        self.rt.metrics.capacity_wait_seconds.labels("served" if served else "refused").observe(seconds)
+
     def x_farebox(self, dep: Deployment) -> dict:
         return x_farebox(self.tab, dep)
 

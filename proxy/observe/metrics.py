@@ -76,6 +76,11 @@ class Metrics:
             "farebox_admission_seconds", "Time to admit or refuse a request.", registry=r,
             buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1),
         )
+        self.capacity_wait_seconds = Histogram(
+            "farebox_capacity_wait_seconds", "Interactive requests that found no deployment with provider capacity: "
+            "how long they waited for it, by outcome (served: a deployment cleared; refused: 429 after the wait).",
+            ["outcome"], registry=r, buckets=(0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+        )
         self.lease_round_trip_seconds = Histogram(
             "farebox_lease_round_trip_seconds", "Distributed mode: from asking for a budget lease to its grant.",
             registry=r, buckets=(0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),

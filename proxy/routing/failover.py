@@ -45,6 +45,9 @@ class AttemptMeter(Protocol):
     def attempted(self, dep: Deployment, *, started: float, usage: TokenUsage | None,
                   error: BaseException | None = None, ttft_s: float | None = None, status: int | None = None) -> int: ...
 
+    def waited(self, seconds: float, served: bool) -> None:
+        """The request waited ``seconds`` for provider capacity; ``served``: a deployment then cleared."""
+
 
 Clear = Callable[[Deployment], Awaitable[GatewayError | None]]
 
@@ -111,14 +114,19 @@ class Attempts(Generic[T]):
         fleet full), the candidates are asked again, after a growing pause, until ``capacity_wait_s`` has
         passed: capacity comes back by the second (a mirror refills, a stream ends), and a request that waits a
         moment is better served than refused."""
-        pause = CAPACITY_STEP_S
+        pause, began = CAPACITY_STEP_S, None
         while True:
             dep = await self._cleared()
             if dep is not None or self.tried > 0 or not self.short:
+                if began is not None:
+                    self.meter.waited(self.clock() - began, dep is not None)
                 return dep
             left = min(self.capacity_until, self.deadline) - self.clock()
             if left <= 0:
+                if began is not None:
+                    self.meter.waited(self.clock() - began, False)
                 return None
+            began = self.clock() if began is None else began
             await asyncio.sleep(min(pause, left))
             pause = min(pause * 2, CAPACITY_STEP_MAX_S)
             self.queue, self.short = self.short, []

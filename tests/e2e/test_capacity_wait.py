@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Iterator
 
+import httpx
 import openai
 import pytest
 
@@ -51,3 +52,5 @@ def test_a_spent_mirror_is_waited_for_a_bounded_time(stack: Stack) -> None:
         assert 0.05 < waited < 2.5
         with pytest.raises(openai.RateLimitError):
             _ask(client, "chat-tight-now")  # the refill went to the request that waited
+    metrics = httpx.get(stack.gateway_url + "/metrics", timeout=10).text
+    assert 'farebox_capacity_wait_seconds_count{outcome="served"} 1.0' in metrics

@@ -31,9 +31,14 @@ class Tape:
 
     seen: list[tuple[str, str | None, int]] = field(default_factory=list)
 
+    waits: list[tuple[float, bool]] = field(default_factory=list)
+
     def attempted(self, dep, *, started, usage, error=None, ttft_s=None, status=None) -> int:  # type: ignore[no-untyped-def]
         self.seen.append((dep.id, getattr(error, "code", None), (usage or TokenUsage()).input))
         return 0
+
+    def waited(self, seconds: float, served: bool) -> None:
+        self.waits.append((seconds, served))
 
 
 def setup(max_attempts: int = 3, cleared: dict[str, GatewayError | None] | None = None,  # type: ignore[no-untyped-def]
@@ -124,11 +129,13 @@ async def test_a_request_short_of_capacity_waits_for_it_a_bounded_time() -> None
     dep, answer, _ = await first_answer(cands, chain, tries, attempt, streaming=False)
     assert (dep.id, answer, calls, tape.seen) == (OPENAI, "at last", [OPENAI], [])  # no call, no attempt before
     assert asked.count(OPENAI) == 4 and time.monotonic() - started < 1.0  # 25 + 50 + 100 ms of pauses
+    [(seconds, served)] = tape.waits
+    assert served and 0.15 <= seconds < 1.0
 
 
 async def test_a_request_still_short_after_its_wait_is_refused_with_retry_after() -> None:
     short = RateLimited("Deployment full", code="provider_capacity", headers={"Retry-After": "1"})
-    cands, chain, tries, _, asked = setup(cleared={OPENAI: short, ANTHROPIC: short}, capacity_wait_s=0.3)
+    cands, chain, tries, tape, asked = setup(cleared={OPENAI: short, ANTHROPIC: short}, capacity_wait_s=0.3)
     attempt, calls = answers({OPENAI: "never", ANTHROPIC: "never"})
     started = time.monotonic()
     with pytest.raises(RateLimited) as err:
@@ -136,6 +143,8 @@ async def test_a_request_still_short_after_its_wait_is_refused_with_retry_after(
     waited = time.monotonic() - started
     assert err.value.code == "provider_capacity" and err.value.headers["Retry-After"] == "1" and calls == []
     assert 0.3 <= waited < 1.0 and len(asked) > 2  # asked again while the wait lasted, then refused
+    [(seconds, served)] = tape.waits
+    assert not served and seconds >= 0.29
 
 
 async def test_a_request_that_was_tried_does_not_wait_for_capacity() -> None:
