@@ -57,6 +57,8 @@ def check_currency(currency: str) -> str:
 
 
 def _utc(at: datetime, what: str) -> datetime:
+    if at.__class__ is datetime and at.tzinfo is timezone.utc:
+        return at  # already UTC: the hot path's times are
     if not isinstance(at, datetime) or at.tzinfo is None or at.utcoffset() is None:
         raise ValueError(f"{what} must be a timezone-aware datetime, got {at!r}")
     return at.astimezone(timezone.utc)
@@ -252,7 +254,8 @@ class FxTable:
         """Units of ``to_ccy`` per unit of ``from_ccy`` in the month of ``at`` (UTC)."""
         if from_ccy == to_ccy:
             return Decimal(1)
-        month = _utc(at, "at").strftime("%Y-%m")
+        utc = _utc(at, "at")
+        month = f"{utc.year:04d}-{utc.month:02d}"  # (strftime took most of this method's time)
         try:
             return self.rates[(from_ccy, to_ccy, month)]
         except KeyError:
