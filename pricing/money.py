@@ -36,8 +36,16 @@ def to_decimal(micro: int) -> Decimal:
 
 
 def _exact_for(amount: Decimal) -> Context:
-    """A context in which shifting ``amount``'s exponent is exact (an inexact step would raise)."""
-    return Context(prec=max(28, len(amount.as_tuple().digits) + 1), traps=[Inexact])
+    """A context in which shifting ``amount``'s exponent is exact (an inexact step would raise). One per
+    precision, kept: ``localcontext`` works on a copy, so a kept context is never changed."""
+    prec = max(28, len(amount.as_tuple().digits) + 1)
+    context = _CONTEXTS.get(prec)
+    if context is None:
+        context = _CONTEXTS[prec] = Context(prec=prec, traps=[Inexact])
+    return context
+
+
+_CONTEXTS: dict[int, Context] = {}
 
 
 def format_money(micro: int, currency: str) -> str:
