@@ -13,7 +13,7 @@ with a ``p`` field; unknown fields and events are ignored. Errors are classified
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import orjson
 

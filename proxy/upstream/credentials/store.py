@@ -36,7 +36,7 @@ class CredentialSources:
 
     def __init__(self) -> None:
         self._aws: dict[str | None, ChainCredentials] = {}
-        self._static: dict[tuple[str, str], AwsSigner] = {}
+        self._static: dict[tuple[str, str], AwsSigner] = {}  # (secret, region) -> signer
         self._google: dict[str, GoogleTokens] = {}
 
     async def for_deployment(self, dep: Deployment, secret: str | None) -> Credential:
@@ -58,7 +58,7 @@ class CredentialSources:
 
     async def _aws_signer(self, dep: Deployment, secret: str | None) -> AwsSigner:
         if secret is not None:  # static keys: one signer per key and region, kept (a key rotated is a new one)
-            key = (_fingerprint(secret), dep.region)
+            key = (secret, dep.region)  # (in memory only, as the secret itself is)
             signer = self._static.get(key)
             if signer is None:
                 if len(self._static) >= MAX_STATIC_SIGNERS:

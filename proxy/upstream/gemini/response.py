@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import Mapping
+from collections.abc import Mapping
 
 import orjson
 
