@@ -76,11 +76,13 @@ def decide_grant(state: ScopeLedger, request: LeaseRequested, limit_micro: int |
 
 
 def decide_lease_expiries(state: ScopeLedger, now: datetime, policy: LeasePolicy) -> list[LeaseExpired]:
-    """Open leases ``expiry_grace_s`` past their expiry: closed, releasing what they still reserve."""
+    """Leases ``expiry_grace_s`` past their expiry that still reserve: closed, releasing what they reserve. That is
+    an open lease, and a returned one still waiting for admissions its pod said it funded: past the grace they
+    will not come (the pod died before they reached the log), and waiting longer would hold the money for ever."""
     grace = timedelta(seconds=policy.expiry_grace_s)
     return [
         LeaseExpired(time=now, lease_id=le.lease_id, scope=state.scope, pod=le.pod, amount_micro=le.reserved,
                      expires_at=le.expires_at)
-        for le in sorted(state.open_leases(), key=lambda le: (le.expires_at, le.lease_id))
+        for le in sorted(state.unfinished_leases(), key=lambda le: (le.expires_at, le.lease_id))
         if le.expires_at + grace <= now
     ]

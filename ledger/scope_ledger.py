@@ -153,7 +153,9 @@ class ScopeLedger:
             return True
         if isinstance(event, (LeaseReturned, LeaseExpired)):
             known = self.leases.get(event.lease_id)
-            if known is None or known.status != "open":
+            # an open lease is returned or expires; a returned one still waiting for funded admissions may expire
+            if known is None or not (known.status == "open" or (known.status == "returned"
+                                                                 and isinstance(event, LeaseExpired))):
                 return False
             lease = known
             before = lease.reserved
@@ -201,6 +203,10 @@ class ScopeLedger:
         return len(gone)
 
     # --- queries ----------------------------------------------------------------------
+
+    def unfinished_leases(self) -> list[LeaseState]:
+        """Leases that still reserve or may (open, or returned and waiting for admissions they funded)."""
+        return [le for le in self.leases.values() if le.status in ("open", "returned")]
 
     def open_leases(self, period: str | None = None) -> list[LeaseState]:
         return [le for le in self.leases.values() if le.status == "open" and (period is None or le.period == period)]

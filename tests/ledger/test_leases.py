@@ -463,3 +463,22 @@ def test_closing_an_unknown_lease_changes_nothing(verb):
                                       expires_at=None), UTC)
     zero = LeaseGranted(time=T0, lease_id="L", scope="team:a", pod="p", amount_micro=0, expires_at=T0)
     assert state.apply_lease(zero, UTC) and not state.apply_lease(zero, UTC)  # a refusal is a grant of 0
+
+
+def test_a_returned_lease_whose_funded_admissions_never_come_expires_after_the_grace():
+    """A pod returned its lease saying it funded 86 of admissions, then died before they reached the log: the
+    ledger reserves the 86 while they may still come, and releases them once the lease is past its expiry and
+    the grace (found by the interleaving property above: the reservation was kept for ever)."""
+    state = ScopeLedger("key:k1")
+    expires = T0 + timedelta(seconds=60)
+    assert state.apply_lease(LeaseGranted(time=T0, lease_id="L", scope="key:k1", pod="p1", amount_micro=938,
+                                          expires_at=expires), UTC)
+    assert state.apply_lease(LeaseReturned(time=T0, lease_id="L", scope="key:k1", pod="p1", amount_micro=852,
+                                           expires_at=expires, funded_micro=86), UTC)
+    period = state.totals("2026-10")
+    assert period.leased == 86
+    assert decide_lease_expiries(state, expires + timedelta(seconds=19), POLICY) == []  # the grace: they may come
+    [expired] = decide_lease_expiries(state, expires + timedelta(seconds=20), POLICY)
+    assert expired.lease_id == "L" and expired.amount_micro == 86
+    assert state.apply_lease(expired, UTC) and period.leased == 0 and not state.leases
+    assert not state.apply_lease(expired, UTC)  # once
