@@ -48,8 +48,7 @@ def test_a_spent_mirror_is_waited_for_a_bounded_time(stack: Stack) -> None:
         assert 100 <= served <= 130  # the mirror's 108, and what refilled while they ran
         started = time.monotonic()
         _ask(client, "chat-tight-wait")  # waits for the next request's worth of refill (2/3 s at most)
-        waited = time.monotonic() - started
-        assert 0.05 < waited < 2.5
+        assert time.monotonic() - started < 2.5  # (that it waited at all: the metric below)
         with pytest.raises(openai.RateLimitError):
             _ask(client, "chat-tight-now")  # the refill went to the request that waited
     metrics = httpx.get(stack.gateway_url + "/metrics", timeout=10).text
