@@ -176,11 +176,29 @@ def tags_json(tags: tuple[tuple[str, str], ...]) -> str:
     return json.dumps(dict(tags), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def resource_columns(*, provider: str, account: str, project: str | None, region: str | None, deployment: str,
+                     charge_day: date, billing_month: date, billing_currency: str,
+                     invoice: str | None) -> dict[str, Any]:
+    """The columns every row of one deployment's charge on one day shares (usage, correction or fleet hours):
+    who bills it, where, for which period."""
+    charge_start = datetime.combine(charge_day, time(), timezone.utc)
+    billing_start, billing_end = month_bounds(billing_month)
+    account_type, sub_account_type = ACCOUNT_TYPES.get(provider, DEFAULT_ACCOUNT_TYPES)
+    return {
+        "BillingAccountId": account, "BillingAccountName": account, "BillingAccountType": account_type,
+        "BillingCurrency": billing_currency, "BillingPeriodEnd": billing_end, "BillingPeriodStart": billing_start,
+        "ChargePeriodEnd": charge_start + timedelta(days=1), "ChargePeriodStart": charge_start,
+        "InvoiceId": invoice, "InvoiceIssuerName": provider, "ProviderName": provider, "PublisherName": provider,
+        "RegionId": region, "RegionName": region, "ResourceId": deployment, "ResourceName": deployment,
+        "ResourceType": "Model Deployment", "ServiceCategory": "AI and Machine Learning",
+        "ServiceName": f"{provider} model inference", "ServiceSubcategory": "Generative AI",
+        "SubAccountId": project, "SubAccountName": project, "SubAccountType": sub_account_type if project else None,
+    }
+
+
 def focus_row(line: ChargeLine, billing_currency: str, invoice: str | None = None) -> dict[str, Any]:
     """The FOCUS row of one charge line: every column of ``COLUMNS``, None where FOCUS allows null; ``invoice`` is
     the provider invoice its account's billing month sits on, where reconciliation has seen exactly one."""
-    charge_start = datetime.combine(line.charge_day, time(), timezone.utc)
-    billing_start, billing_end = month_bounds(line.billing_month)
     quantity = Decimal(line.tokens)
     with localcontext(EXACT):
         pricing_quantity = quantity / TOKENS_PER_PRICING_UNIT
@@ -191,30 +209,23 @@ def focus_row(line: ChargeLine, billing_currency: str, invoice: str | None = Non
     side = f" ({line.correction_side} of correction {line.correction_id})" if line.correction_id else ""
     if line.hedge_lost:
         side += HEDGE_LOST
-    account_type, sub_account_type = ACCOUNT_TYPES.get(line.provider, DEFAULT_ACCOUNT_TYPES)
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
+    row.update(resource_columns(provider=line.provider, account=line.account, project=line.project,
+                                region=line.region, deployment=line.deployment, charge_day=line.charge_day,
+                                billing_month=line.billing_month, billing_currency=billing_currency,
+                                invoice=invoice))
     row.update({
         "BilledCost": billed,
-        "BillingAccountId": line.account,
-        "BillingAccountName": line.account,
-        "BillingAccountType": account_type,
-        "BillingCurrency": billing_currency,
-        "BillingPeriodEnd": billing_end,
-        "BillingPeriodStart": billing_start,
         "ChargeCategory": "Usage",
         "ChargeClass": CORRECTION if line.correction_id else None,
         "ChargeDescription": f"{meter} of {line.model} on {line.deployment}, price version "
                              f"{line.price_version}{side}",
         "ChargeFrequency": "Usage-Based",
-        "ChargePeriodEnd": charge_start + timedelta(days=1),
-        "ChargePeriodStart": charge_start,
         "ConsumedQuantity": quantity,
         "ConsumedUnit": CONSUMED_UNIT,
         "ContractedCost": list_cost,
         "ContractedUnitPrice": line.unit_price,
         "EffectiveCost": billed,
-        "InvoiceId": invoice,
-        "InvoiceIssuerName": line.provider,
         "ListCost": list_cost,
         "ListUnitPrice": line.unit_price,
         "PricingCategory": "Standard",
@@ -224,25 +235,12 @@ def focus_row(line: ChargeLine, billing_currency: str, invoice: str | None = Non
         "PricingCurrencyListUnitPrice": line.pricing_unit_price,
         "PricingQuantity": pricing_quantity,
         "PricingUnit": PRICING_UNIT,
-        "ProviderName": line.provider,
-        "PublisherName": line.provider,
-        "RegionId": line.region,
-        "RegionName": line.region,
-        "ResourceId": line.deployment,
-        "ResourceName": line.deployment,
-        "ResourceType": "Model Deployment",
-        "ServiceCategory": "AI and Machine Learning",
-        "ServiceName": f"{line.provider} model inference",
-        "ServiceSubcategory": "Generative AI",
         "SkuId": f"{line.model}:{line.token_type}",
         "SkuMeter": meter,
         "SkuPriceDetails": json.dumps({"x_PriceVersion": line.price_version, "x_TokenType": line.token_type},
                                       sort_keys=True, separators=(",", ":")),
         "SkuPriceId": f"{line.deployment}:{line.model}:{line.token_type}"
                       + (f"@{line.service_tier}" if line.service_tier else ""),
-        "SubAccountId": line.project,
-        "SubAccountName": line.project,
-        "SubAccountType": sub_account_type if line.project else None,
         "Tags": tags_json(line.tags),
         "x_team": line.team,
         "x_app": line.app,

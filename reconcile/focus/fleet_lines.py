@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import date, datetime, time, timezone
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from typing import Any
 from pricing.book import FxTable, PriceBook
 from pricing.money import to_decimal
 from reconcile.fleet import attribute, fleet_hours, has_fleets, latest_event, month_window
-from reconcile.focus.columns import ACCOUNT_TYPES, COLUMNS, DEFAULT_ACCOUNT_TYPES, month_bounds, tags_json
+from reconcile.focus.columns import COLUMNS, resource_columns, tags_json
 from reconcile.focus.usage import tag_pairs
 from reconcile.warehouse import Warehouse
 
@@ -124,37 +124,26 @@ def fleet_row(line: FleetLine, billing_currency: str, invoice: str | None = None
     billed = to_decimal(line.billed_micro)
     quantity = (billed / line.unit_price).quantize(QUANTUM, rounding=ROUND_HALF_EVEN) if line.unit_price else \
         Decimal(0)
-    charge_start = datetime.combine(line.day, time(), timezone.utc)
-    billing_start, billing_end = month_bounds(line.day.replace(day=1))
-    account_type, sub_account_type = ACCOUNT_TYPES.get(line.provider, DEFAULT_ACCOUNT_TYPES)
     who = "idle GPU hours (nothing served)" if line.team is None else "GPU hours attributed by tokens served"
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
+    row.update(resource_columns(provider=line.provider, account=line.account, project=line.project,
+                                region=line.region or None, deployment=line.deployment, charge_day=line.day,
+                                billing_month=line.day.replace(day=1), billing_currency=billing_currency,
+                                invoice=invoice))
     row.update({
-        "BilledCost": billed, "EffectiveCost": billed,
-        "BillingAccountId": line.account, "BillingAccountName": line.account, "BillingAccountType": account_type,
-        "BillingCurrency": billing_currency, "BillingPeriodEnd": billing_end, "BillingPeriodStart": billing_start,
-        "ChargeCategory": "Usage", "ChargeFrequency": "Recurring",
+        "BilledCost": billed, "EffectiveCost": billed, "ChargeCategory": "Usage", "ChargeFrequency": "Recurring",
         "ChargeDescription": f"{who} of {line.deployment} ({line.model}), price version {line.price_version}",
-        "ChargePeriodEnd": charge_start + timedelta(days=1), "ChargePeriodStart": charge_start,
         "ConsumedQuantity": quantity, "ConsumedUnit": GPU_HOURS, "PricingQuantity": quantity, "PricingUnit": GPU_HOURS,
         "ContractedCost": line.unit_price * quantity, "ContractedUnitPrice": line.unit_price,
-        "ListCost": line.unit_price * quantity, "ListUnitPrice": line.unit_price,
-        "InvoiceId": invoice, "InvoiceIssuerName": line.provider, "PricingCategory": "Standard",
+        "ListCost": line.unit_price * quantity, "ListUnitPrice": line.unit_price, "PricingCategory": "Standard",
         "PricingCurrency": line.pricing_currency,
         "PricingCurrencyContractedUnitPrice": line.pricing_unit_price,
         "PricingCurrencyListUnitPrice": line.pricing_unit_price,
         "PricingCurrencyEffectiveCost": line.pricing_unit_price * quantity,
-        "ProviderName": line.provider, "PublisherName": line.provider,
-        "RegionId": line.region or None, "RegionName": line.region or None,
-        "ResourceId": line.deployment, "ResourceName": line.deployment, "ResourceType": "Model Deployment",
-        "ServiceCategory": "AI and Machine Learning", "ServiceName": f"{line.provider} model inference",
-        "ServiceSubcategory": "Generative AI",
         "SkuId": f"{line.model}:gpu_hour", "SkuMeter": "GPU Hours",
         "SkuPriceDetails": json.dumps({"x_Gpus": line.gpus, "x_PriceVersion": line.price_version},
                                       sort_keys=True, separators=(",", ":")),
         "SkuPriceId": f"{line.deployment}:{line.model}:gpu_hour",
-        "SubAccountId": line.project, "SubAccountName": line.project,
-        "SubAccountType": sub_account_type if line.project else None,
         "Tags": tags_json(line.tags),
         "x_team": line.team, "x_app": line.app, "x_business_unit": line.business_unit,
         "x_cost_centre": line.cost_centre, "x_alias": line.alias, "x_key_id": line.key_id,
