@@ -80,6 +80,12 @@ class Price:
     # the token prices above are then its marginal cost (often 0), all the gateway holds and charges.
     gpu_hour: Decimal | None = None
     gpus: int | None = None
+    # Provisioned capacity (a reservation): ``reserved_hour`` every hour, or ``reserved_month`` spread exactly over
+    # the hours of each UTC month, a flat charge to ``reserved_team`` whether used or not (``reconcile.reserved``);
+    # the token prices above are its marginal cost (0 for a reservation paid in full).
+    reserved_hour: Decimal | None = None
+    reserved_month: Decimal | None = None
+    reserved_team: str | None = None
 
     def __post_init__(self) -> None:
         for name in PRICED_TYPES:
@@ -93,11 +99,33 @@ class Price:
             object.__setattr__(self, "gpu_hour", to_price_decimal(self.gpu_hour, "price.gpu_hour"))
             if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
                 raise ValueError(f"price.gpus must be a whole number of GPUs >= 1, got {self.gpus!r}")
+        self._check_reservation()
+
+    def _check_reservation(self) -> None:
+        if self.reserved_hour is not None and self.reserved_month is not None:
+            raise ValueError("price.reserved_hour and price.reserved_month: a reservation has one of them, not both")
+        reserved = self.reserved_hour is not None or self.reserved_month is not None
+        if reserved != (self.reserved_team is not None):
+            raise ValueError("price.reserved_hour (or reserved_month) and price.reserved_team go together: the "
+                             "reservation's price and the team it is charged to")
+        if reserved and self.gpu_hour is not None:
+            raise ValueError("price.gpu_hour and a reservation: a deployment is paid by the GPU-hour or reserved, "
+                             "not both")
+        for name in ("reserved_hour", "reserved_month"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, to_price_decimal(getattr(self, name), f"price.{name}"))
+        if reserved and (not isinstance(self.reserved_team, str) or not self.reserved_team.strip()):
+            raise ValueError(f"price.reserved_team must name a team, got {self.reserved_team!r}")
 
     @property
     def per_hour(self) -> Decimal | None:
         """What the fleet costs an hour, in ``currency`` (None: not paid by the hour)."""
         return None if self.gpu_hour is None or self.gpus is None else self.gpu_hour * self.gpus
+
+    @property
+    def reserved(self) -> bool:
+        """Whether this is provisioned capacity charged flat to ``reserved_team``."""
+        return self.reserved_team is not None
 
     def per_million(self, token_type: str) -> Decimal:
         """The effective price per 1M tokens of a type, after fallbacks."""

@@ -20,6 +20,7 @@ finance side reports it beside the spend. Pure but for the warehouse query.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -27,7 +28,7 @@ from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 
-from pricing.book import FxTable, PriceBook
+from pricing.book import FxTable, Price, PriceBook
 from pricing.errors import NoPriceInForce
 from reconcile.warehouse import Result, Warehouse
 
@@ -54,9 +55,9 @@ def has_fleets(book: PriceBook) -> bool:
     return any(price.gpu_hour is not None for version in book.versions for price in version.prices.values())
 
 
-def fleet_hours(book: PriceBook, fx: FxTable, currency: str, start: datetime, end: datetime) -> list[FleetHour]:
-    """Every priced fleet hour starting in [start, end) (aware datetimes; hours step from ``start``)."""
-    out: list[FleetHour] = []
+def priced_hours(book: PriceBook, start: datetime, end: datetime) -> Iterator[tuple[datetime, int, str, Price]]:
+    """(hour start in UTC, price version, deployment, price) for every hour starting in [start, end) (aware
+    datetimes; hours step from ``start``) and every deployment the version in force at the hour's start prices."""
     at = start.astimezone(timezone.utc)
     stop = end.astimezone(timezone.utc)
     while at < stop:
@@ -66,13 +67,20 @@ def fleet_hours(book: PriceBook, fx: FxTable, currency: str, start: datetime, en
             at += HOUR
             continue
         for dep, price in sorted(version.prices.items()):
-            per_hour = price.per_hour
-            if per_hour is None or price.gpu_hour is None or price.gpus is None:
-                continue
-            micro = (per_hour * fx.rate(price.currency, currency, at) * 1_000_000).quantize(
-                Decimal(1), rounding=ROUND_HALF_EVEN)
-            out.append(FleetHour(dep, at, int(micro), price.gpu_hour, price.gpus, price.currency, version.version))
+            yield at, version.version, dep, price
         at += HOUR
+
+
+def fleet_hours(book: PriceBook, fx: FxTable, currency: str, start: datetime, end: datetime) -> list[FleetHour]:
+    """Every priced fleet hour starting in [start, end) (aware datetimes; hours step from ``start``)."""
+    out: list[FleetHour] = []
+    for at, version, dep, price in priced_hours(book, start, end):
+        per_hour = price.per_hour
+        if per_hour is None or price.gpu_hour is None or price.gpus is None:
+            continue
+        micro = (per_hour * fx.rate(price.currency, currency, at) * 1_000_000).quantize(
+            Decimal(1), rounding=ROUND_HALF_EVEN)
+        out.append(FleetHour(dep, at, int(micro), price.gpu_hour, price.gpus, price.currency, version))
     return out
 
 
@@ -129,11 +137,13 @@ GROUP BY h.deployment ORDER BY h.deployment
 """
 
 
-def attribute(warehouse: Warehouse, hours: list[FleetHour]) -> Result:
-    """Register ``hours`` and the ``fleet_shares`` view over them; the idle hours per deployment."""
-    warehouse.register("fleet_hours", hours_table(hours))
-    warehouse.query(SHARES_SQL)
-    return warehouse.query(IDLE_SQL)
+def attribute(warehouse: Warehouse, hours: list[FleetHour] | pa.Table, name: str = "fleet") -> Result:
+    """Register ``hours`` as ``{name}_hours`` and the ``{name}_shares`` view over them (its share column
+    ``{name}_micro``); the idle hours per deployment. ``reconcile.reserved`` splits its hours the same way under
+    ``reserved`` (a table with at least deployment, hour_start, hour_end and cost_micro)."""
+    warehouse.register(f"{name}_hours", hours if isinstance(hours, pa.Table) else hours_table(hours))
+    warehouse.query(SHARES_SQL.replace("fleet_", f"{name}_"))
+    return warehouse.query(IDLE_SQL.replace("fleet_", f"{name}_"))
 
 
 def latest_event(warehouse: Warehouse) -> datetime | None:

@@ -17,6 +17,9 @@ ledger charges them):
 * ``fleet_micro``: the group's share of the month's fleet hours (deployments priced per GPU-hour,
   ``reconcile.fleet``: attributed by tokens served; not part of ``spend_micro``, which is what budgets were
   charged), and a row per deployment for its idle hours;
+* ``reserved_micro``: provisioned capacity's flat charge (``reconcile.reserved``), a row per reserved deployment
+  charged to the owning team, with ``reserved_hours``, ``used_hours`` and ``utilisation_pct``; the tokens it
+  served are in the owner's rows at their marginal price (0 for a reservation paid in full);
 * budget against actual, for the budget scope of the first scope-bearing
   column of ``by`` (team -> ``team:``, business_unit -> ``bu:``, key_id ->
   ``key:``): the ledger's settled and held in that month (``scope_balances``,
@@ -44,6 +47,7 @@ import pyarrow as pa
 from pricing.book import FxTable, PriceBook
 from reconcile.dimensions import DIMENSIONS, USAGE_DIMENSIONS
 from reconcile.fleet import attribute, fleet_hours, has_fleets, latest_event, month_window
+from reconcile.reserved import has_reservations, reserved_hours, summary
 from reconcile.warehouse import Result, Warehouse, WarehouseError
 
 
@@ -162,13 +166,15 @@ def showback(warehouse: Warehouse, month: str, by: Sequence[str] = ("team",),
     dims = parse_dimensions(by)
     warehouse.register("budget_limits", limits_table(budgets or {}))
     idle: list[dict[str, Any]] = []
+    reserved: list[dict[str, Any]] = []
     fleet = NO_FLEET  # no fleet hours: the attempts are not read for them
-    if fleets is not None and has_fleets(fleets.book):
+    if fleets is not None and (has_fleets(fleets.book) or has_reservations(fleets.book)):
         start, end = month_window(month, warehouse.tz, latest_event(warehouse))
         hours = fleet_hours(fleets.book, fleets.fx, fleets.currency, start, end)
         if hours:
             idle = attribute(warehouse, hours).dicts()
             fleet = FLEET_SHARES
+        reserved = summary(warehouse, reserved_hours(fleets.book, fleets.fx, fleets.currency, start, end))
     warehouse.pin_requests()  # spend and the ledger's balances from one reading of the archive
     try:
         sql = _SHOWBACK.format(dims=", ".join(dims), totals=_TOTALS, scope=budget_scope_sql(dims),
@@ -182,7 +188,7 @@ def showback(warehouse: Warehouse, month: str, by: Sequence[str] = ("team",),
         raise WarehouseError(
             f"no requests admitted in {month} (budget months in {warehouse.tz}) in the archive at {warehouse.root}; "
             f"it holds {', '.join(held) if held else 'no admissions at all'}")
-    return with_idle(result, dims, idle)
+    return with_reserved(with_idle(result, dims, idle), dims, reserved)
 
 
 def with_idle(result: Result, dims: Sequence[str], idle: Sequence[Mapping[str, Any]]) -> Result:
@@ -202,6 +208,27 @@ def with_idle(result: Result, dims: Sequence[str], idle: Sequence[Mapping[str, A
             row["deployment"] = entry["deployment"]
         rows.append((*(row[c] for c in result.columns), entry["idle_hours"]))
     return Result(columns, rows)
+
+
+def with_reserved(result: Result, dims: Sequence[str], reserved: Sequence[Mapping[str, Any]]) -> Result:
+    """``result`` plus a row per reserved deployment: its month's flat charge to the owning team
+    (``reserved_micro``, with ``team`` when grouped by it and ``deployment`` when grouped by that), the hours
+    reserved and used, and ``utilisation_pct`` (``reconcile.reserved``); those columns 0 or NULL elsewhere."""
+    if not reserved:
+        return result
+    extra = ("reserved_micro", "reserved_hours", "used_hours", "utilisation_pct")
+    rows = [(*row, 0, 0, 0, None) for row in result.rows]
+    currency = result.dicts()[0].get("currency") if result.rows else None
+    for entry in reserved:
+        row: dict[str, Any] = dict.fromkeys(result.columns)
+        row.update({c: 0 for c in result.columns if c.endswith(("_micro", "_tokens", "_hours"))
+                    and not c.startswith("budget_")})
+        row.update(requests=0, closed=0, served=0, fallbacks=0, currency=currency)
+        for dim, value in (("team", entry["team"]), ("deployment", entry["deployment"])):
+            if dim in dims:
+                row[dim] = value
+        rows.append((*(row[c] for c in result.columns), *(entry[c] for c in extra)))
+    return Result((*result.columns, *extra), rows)
 
 
 def usage_rows(warehouse: Warehouse, start: date, end: date, group_by: Sequence[str]) -> Result:

@@ -98,7 +98,8 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
     estimates = chat_input_estimates(rt.estimator, call.body, key.key_id, alias_deps)
     est_in = max(e.tokens for e in estimates.values())
     needs = chat_needs(call.body, privacy.data_class, est_in + max_out, key_regions(key), key_deployments(key),
-                       outside_class=privacy.outside_class, outside_refused=privacy.outside_class is None)
+                       outside_class=privacy.outside_class, outside_refused=privacy.outside_class is None,
+                       team=key.team)
     chain = await routed(privacy, plan(rt, snap, alias, needs, sticky_key(request.headers.get("x-fb-session"), call.body),
                                        allows_fallback(request.headers)))
     native = _passthrough(surface, privacy)

@@ -54,7 +54,7 @@ async def _serve(request: web.Request, rt: Runtime, call: EmbeddingsCall) -> web
     privacy = classify_texts(snap.privacy, key, request.headers.get("x-fb-data-class"), call.texts)
     est_in = embeddings_input_estimate(call.texts)
     needs = Needs((("embeddings", "model"),), privacy.data_class, est_in, key_regions(key), key_deployments(key),
-                  outside_class=privacy.outside_class, outside_refused=privacy.outside_class is None)
+                  outside_class=privacy.outside_class, outside_refused=privacy.outside_class is None, team=key.team)
     chain = await routed(privacy, plan(rt, snap, alias, needs, None, allows_fallback(request.headers)))
     cands, cleared = await outbound(rt, request, snap, alias, [snap.deployments[d] for d in alias.deployments],
                                     chain.deployments, est_in, 0)

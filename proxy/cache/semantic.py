@@ -152,7 +152,7 @@ async def embed(rt: SemanticPorts, caller: Tab, privacy: Classification, alias_n
         return None
     est_in = embeddings_input_estimate([text])
     needs = Needs((("embeddings", "model"),), privacy.data_class, est_in, key_regions(key), key_deployments(key),
-                  outside_class=privacy.outside_class, outside_refused=privacy.outside_class is None)
+                  outside_class=privacy.outside_class, outside_refused=privacy.outside_class is None, team=key.team)
     tab = Tab(snap, f"{caller.request_id}.semantic", key, alias, None, privacy.data_class, False,
               scopes_of(key, None), cost_centre=caller.cost_centre,
               tags={**caller.tags, TAG: "semantic", TAG_FOR: caller.request_id}, api="embeddings")

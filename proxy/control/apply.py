@@ -35,7 +35,7 @@ from proxy.control.db.models import (
 from proxy.control.db.store import Mutation, budget_record, price_record
 from proxy.control.declarative import EPOCH
 from proxy.control.errors import ConfigRejected
-from proxy.control.price_changes import add_version, price_table
+from proxy.control.price_changes import add_version, price_table, reservation_into_price
 
 
 def _fmt(v: Any) -> str:
@@ -115,7 +115,7 @@ def apply_tree(tree: Mapping[str, Any], now: datetime, actor: str, factor: Decim
             if name not in bus:
                 s.delete(row)
                 diff.append(f"- business_unit {name}")
-        deps = {d["id"]: {k: v for k, v in d.items() if k not in ("id", "price_per_1m")} for d in tree.get("deployments") or []}
+        deps = {dep_id: spec for dep_id, (spec, _) in _deployments(tree).items()}
         _sync(s, diff, "deployment", DeploymentRow, "id", deps, {r.id: r for r in s.scalars(sa.select(DeploymentRow))},
               lambda r: r.spec, lambda n, w: DeploymentRow(id=n, spec=w), lambda r, w: setattr(r, "spec", w))
         aliases = {a["name"]: {k: v for k, v in a.items() if k != "name"} for a in tree.get("aliases") or []}
@@ -142,6 +142,14 @@ def apply_tree(tree: Mapping[str, Any], now: datetime, actor: str, factor: Decim
         return None, {"changes": list(diff)}
 
     return mutate
+
+
+def _deployments(tree: Mapping[str, Any]) -> dict[str, tuple[dict[str, Any], Any]]:
+    """Each deployment of the file as the database keeps it: (its spec, its ``price_per_1m``), a reservation's
+    price moved from ``provisioned`` into the price (``reservation_into_price``)."""
+    return {d["id"]: reservation_into_price({k: v for k, v in d.items() if k not in ("id", "price_per_1m")},
+                                            d.get("price_per_1m"))
+            for d in tree.get("deployments") or []}
 
 
 def _static_keys(s: Session, entries: list[Mapping[str, Any]], now: datetime, actor: str, diff: list[str]) -> None:
@@ -172,8 +180,8 @@ def _prices(s: Session, tree: Mapping[str, Any], now: datetime, actor: str, fact
     number = int(section.get("version", 1))
     raw_from = section.get("valid_from")
     valid_from = datetime.fromisoformat(str(raw_from).replace("Z", "+00:00")) if raw_from else EPOCH
-    table = price_table({d["id"]: d["price_per_1m"] for d in tree.get("deployments") or [] if d.get("price_per_1m")}) \
-        if any(d.get("price_per_1m") for d in tree.get("deployments") or []) else {}
+    priced = {dep_id: price for dep_id, (_, price) in _deployments(tree).items() if price}
+    table = price_table(priced) if priced else {}
     if not table:
         return
     existing = s.get(PriceVersionRow, number)

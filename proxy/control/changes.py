@@ -32,7 +32,7 @@ from proxy.control.db.store import Mutation, budget_record
 from proxy.control.errors import ConfigRejected, ControlConflict, ControlNotFound
 from proxy.control.keys import MintedKey, mint_admin_token, mint_key
 from proxy.control.policies import KEY_ENVS, budget_limit_from, spend_scope_problem
-from proxy.control.price_changes import add_version, price_table
+from proxy.control.price_changes import add_version, price_table, reservation_into_price
 from proxy.control.problems import Problems, Reader
 from proxy.control.secret_guard import secret_guard
 from proxy.snapshot import ADMIN_ROLES, DATA_CLASSES, MAX_COST_CENTRE
@@ -347,7 +347,7 @@ def put_deployment(dep_id: str, body: Mapping[str, Any], now: datetime, actor: s
                    factor: Decimal | None = None, secret_hosts: SecretHosts | None = None) -> Mutation:
     """A deployment over the admin API (``secret_guard`` holds); ``price_per_1m`` is a new price version from now."""
     spec = {k: v for k, v in body.items() if k not in ("id", "price_per_1m")}
-    price = body.get("price_per_1m")
+    spec, price = reservation_into_price(spec, body.get("price_per_1m"))  # the reservation is a price
 
     def mutate(s: Session) -> tuple[Any, Any]:
         row = s.get(DeploymentRow, dep_id)

@@ -79,6 +79,9 @@ def compile_snapshot(
     teams = _teams(root, bus)
     apps = _apps(root, teams)
     deployments, prices = read_deployments(root, priced_here=price_versions is None)
+    for dep in deployments.values():
+        if dep.provisioned_team is not None and dep.provisioned_team not in teams:
+            problems.add(f"deployments.{dep.id}.provisioned.team", f"{dep.provisioned_team!r} is not a team")
     if price_versions is None:
         book = _price_book(root, prices)
     else:

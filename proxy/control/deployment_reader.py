@@ -7,6 +7,8 @@ deployment id; a served tier's prices (``price_per_1m.tiers``) under ``{deployme
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ledger.usage import SERVICE_TIER, STANDARD_TIERS
 from pricing.book import TIER_SEP, Price
 from proxy.control.policies import per_minute
@@ -30,6 +32,7 @@ def read_deployments(root: Reader, priced_here: bool = True) -> tuple[dict[str, 
         )
         lim.reject_unknown()
         price = _prices(r.child("price_per_1m", required=True)) if priced_here else {}
+        owner = _provisioned(r.child("provisioned"), price, priced_here) if "provisioned" in r.data else None
         dialect = r.str("dialect", choices=DIALECTS) or "openai"
         dep = Deployment(
             id=dep_id or "?",
@@ -50,6 +53,7 @@ def read_deployments(root: Reader, priced_here: bool = True) -> tuple[dict[str, 
             tokenizer=r.str("tokenizer", None, choices=("o200k_base", "cl100k_base")),
             self_hosted=r.bool("self_hosted", False),
             breaker=_breaker(r.child("breaker")),
+            provisioned_team=owner,
             **_auth(r, dialect),
         )
         if dep.base_url and not dep.base_url.startswith(("http://", "https://")):
@@ -61,6 +65,33 @@ def read_deployments(root: Reader, priced_here: bool = True) -> tuple[dict[str, 
             deployments[dep_id] = dep
             prices.update({dep_id + key: p for key, p in price.items()})
     return deployments, prices
+
+
+def _provisioned(r: Reader, price: dict[str, Price], priced_here: bool) -> str | None:
+    """A deployment's ``provisioned: {team, per_hour | per_month}``: the owning team (routing's), with the
+    reservation written into its price (the finance side's, versioned like every price). Without prices here
+    (price versions from the admin API) only ``team`` is read: the versions carry the reservation."""
+    team = r.str("team")
+    amounts = {name: r.decimal(name, None) for name in ("per_hour", "per_month")}
+    r.reject_unknown()
+    if not priced_here and any(v is not None for v in amounts.values()):
+        r.problems.add(r.path, "the price versions carry the reservation (reserved_hour or reserved_month, and "
+                               "reserved_team): give only team here")
+    base = price.get("")
+    if priced_here and team is not None and base is not None:
+        if base.reserved:
+            r.problems.add(r.path, "the reservation is given here; price_per_1m must not carry reserved_* as well")
+            return team
+        if (amounts["per_hour"] is None) == (amounts["per_month"] is None):
+            r.problems.add(r.path, "needs one of per_hour or per_month: the reservation's price, in the "
+                                   "deployment's price currency")
+            return team
+        try:
+            price[""] = replace(base, reserved_hour=amounts["per_hour"], reserved_month=amounts["per_month"],
+                                reserved_team=team)
+        except ValueError as exc:
+            r.problems.add(r.path, str(exc))
+    return team
 
 
 def _auth(r: Reader, dialect: str) -> dict:
@@ -126,8 +157,10 @@ def _prices(r: Reader) -> dict[str, Price]:
 
 
 def read_price(r: Reader) -> Price | None:
-    fields = {n: r.decimal(n, None) for n in ("cached_input", "cache_write", "reasoning", "cache_write_1h", "gpu_hour")}
+    fields: dict = {n: r.decimal(n, None) for n in (
+        "cached_input", "cache_write", "reasoning", "cache_write_1h", "gpu_hour", "reserved_hour", "reserved_month")}
     fields["gpus"] = r.int("gpus", None, 1)
+    fields["reserved_team"] = r.str("reserved_team", None)
     inp, out = r.decimal("input"), r.decimal("output")
     ccy = r.str("currency", "USD")
     r.reject_unknown()

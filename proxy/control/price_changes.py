@@ -62,9 +62,23 @@ def price_table(body: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def reservation_into_price(spec: dict[str, Any], price: Any) -> tuple[dict[str, Any], Any]:
+    """A deployment body's ``provisioned: {team, per_hour | per_month}`` split as the database keeps it: the team
+    in the deployment, the reservation in the new price version (``price_per_1m`` must come with it)."""
+    prov = spec.get("provisioned")
+    if not isinstance(prov, Mapping) or not ({"per_hour", "per_month"} & set(prov)):
+        return spec, price
+    if not isinstance(price, Mapping):
+        raise ConfigRejected(["provisioned: a reservation's price is a new price version: send price_per_1m with "
+                              "it"], "deployment")
+    amounts = {f"reserved_{k[4:]}": prov[k] for k in ("per_hour", "per_month") if k in prov}
+    rest = {k: v for k, v in prov.items() if k not in ("per_hour", "per_month")}
+    return {**spec, "provisioned": rest}, {**price, **amounts, "reserved_team": prov.get("team")}
+
+
 def _record(r: Reader) -> dict[str, Any]:
     rec = {"currency": r.str("currency", "USD")}
-    for name in (*PRICE_TYPES, "gpu_hour"):
+    for name in (*PRICE_TYPES, "gpu_hour", "reserved_hour", "reserved_month"):
         value = r.decimal(name) if name in ("input", "output") else r.decimal(name, None)
         if value is not None:
             rec[name] = str(value)
@@ -73,6 +87,12 @@ def _record(r: Reader) -> dict[str, Any]:
         rec["gpus"] = gpus
     if ("gpu_hour" in rec) != ("gpus" in rec):
         r.problems.add(r.path, "gpu_hour and gpus go together: the price of one GPU-hour and how many GPUs")
+    team = r.str("reserved_team", None)
+    if team is not None:
+        rec["reserved_team"] = team
+    if ("reserved_hour" in rec or "reserved_month" in rec) != (team is not None):
+        r.problems.add(r.path, "reserved_hour (or reserved_month) and reserved_team go together: the reservation's "
+                               "price and the team it is charged to")
     r.reject_unknown()
     return rec
 
@@ -107,7 +127,8 @@ def add_version(s: Session, number: int | None, valid_from: datetime, table: Map
                        output=rec["output"], cached_input=rec.get("cached_input"),
                        cache_write=rec.get("cache_write"), reasoning=rec.get("reasoning"),
                        cache_write_1h=rec.get("cache_write_1h"), gpu_hour=rec.get("gpu_hour"),
-                       gpus=rec.get("gpus")))
+                       gpus=rec.get("gpus"), reserved_hour=rec.get("reserved_hour"),
+                       reserved_month=rec.get("reserved_month"), reserved_team=rec.get("reserved_team")))
     return number
 
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from pricing.book import PriceVersion
+from pricing.book import Price, PriceVersion
 from pricing.errors import PricingError
 from proxy.control.problems import Problems
 from proxy.snapshot import DATA_CLASSES, Snapshot
 
-PRICE_FIELDS = ("input", "output", "cached_input", "cache_write", "reasoning", "cache_write_1h", "gpu_hour")
+PRICE_FIELDS = ("input", "output", "cached_input", "cache_write", "reasoning", "cache_write_1h", "gpu_hour",
+                "reserved_hour", "reserved_month")
 _RANK = {c: i for i, c in enumerate(DATA_CLASSES)}
 
 
@@ -48,6 +49,20 @@ def _prices_in_force(snap: Snapshot, now: datetime, problems: Problems) -> None:
                 snap.fx.rate(current.prices[dep_id].currency, snap.currency, now)
             except PricingError as exc:
                 problems.add(f"deployments.{dep_id}", f"cannot be priced now: {exc}")
+            _reservation(snap, dep_id, current.prices[dep_id], current.version, problems)
+
+
+def _reservation(snap: Snapshot, dep_id: str, price: Price, version: int, problems: Problems) -> None:
+    """A provisioned deployment's owner (routing's) and its price's reservation (finance's) name one team."""
+    owner = snap.deployments[dep_id].provisioned_team
+    if owner is not None and price.reserved_team != owner:
+        problems.add(f"deployments.{dep_id}.provisioned",
+                     f"is for team {owner!r} but price version {version} "
+                     + (f"charges its reservation to {price.reserved_team!r}" if price.reserved
+                        else "has no reservation for it (reserved_hour or reserved_month, and reserved_team)"))
+    elif owner is None and price.reserved:
+        problems.add(f"deployments.{dep_id}", f"price version {version} charges a reservation to team "
+                                              f"{price.reserved_team!r}, but the deployment is not provisioned")
 
 
 def _aliases(snap: Snapshot, problems: Problems) -> None:

@@ -44,6 +44,7 @@ class Needs:
     allowed: frozenset[str] | None = None  # deployments the key may use; None = all of the alias
     outside_class: str | None = None  # what the others receive (after redaction); None = data_class
     outside_refused: bool = False  # the privacy policy keeps the request from the others
+    team: str | None = None  # the caller's team: a provisioned deployment serves its own team only
 
     def class_for(self, dep: Deployment) -> str | None:
         """The class ``dep`` would receive, or None when it may not receive the request at all."""
@@ -78,7 +79,7 @@ class ProviderCapacity(GatewayError):
 
 def chat_needs(body: dict, data_class: str, min_context: int, regions: frozenset[str] | None = None,
                allowed: frozenset[str] | None = None, outside_class: str | None = None,
-               outside_refused: bool = False) -> Needs:
+               outside_refused: bool = False, team: str | None = None) -> Needs:
     caps: list[tuple[str, str]] = []
     if body.get("tools"):
         caps.append(("tools", "tools"))
@@ -87,7 +88,7 @@ def chat_needs(body: dict, data_class: str, min_context: int, regions: frozenset
         caps.append(("json_schema" if rf["type"] == "json_schema" else "json_object", "response_format"))
     if _has_images(body.get("messages") or ()):
         caps.append(("vision", "messages"))
-    return Needs(tuple(caps), data_class, min_context, regions, allowed, outside_class, outside_refused)
+    return Needs(tuple(caps), data_class, min_context, regions, allowed, outside_class, outside_refused, team)
 
 
 def _has_images(messages: Iterable[dict]) -> bool:
@@ -110,6 +111,20 @@ def may_receive(dep: Deployment, data_class: str) -> bool:
 def _receives(dep: Deployment, needs: Needs) -> bool:
     cls = needs.class_for(dep)
     return cls is not None and may_receive(dep, cls)
+
+
+def _may_use(dep: Deployment, needs: Needs) -> bool:
+    """A provisioned deployment serves its owning team, and keys pinned to it by name (the canary's)."""
+    owner = dep.provisioned_team
+    return owner is None or owner == needs.team or (needs.allowed is not None and dep.id in needs.allowed)
+
+
+def reserved_first(deps: list[Deployment]) -> list[Deployment]:
+    """``deps`` with the provisioned ones (the caller's own: the others were filtered out) first, each part in
+    its order: the team's reserved capacity is used before the shared deployments, which take what spills."""
+    if not any(d.provisioned_team for d in deps):
+        return deps
+    return [d for d in deps if d.provisioned_team] + [d for d in deps if not d.provisioned_team]
 
 
 def eligible(snapshot: Snapshot, alias: Alias, needs: Needs) -> list[Deployment]:
@@ -140,6 +155,11 @@ def eligible(snapshot: Snapshot, alias: Alias, needs: Needs) -> list[Deployment]
         if not kept:
             raise PermissionDenied(f"This key may not use any deployment of alias '{alias.name}'.",
                                    code="deployment_not_allowed")
+    kept = [d for d in kept if _may_use(d, needs)]
+    if not kept:
+        raise PermissionDenied(
+            f"Every deployment of alias '{alias.name}' this request may use is provisioned capacity of another "
+            "team; the request was not sent.", code="deployment_reserved")
     fits = [d for d in kept if d.context_window >= needs.min_context]
     if not fits:
         largest = max(d.context_window for d in kept)
@@ -154,7 +174,7 @@ def eligible(snapshot: Snapshot, alias: Alias, needs: Needs) -> list[Deployment]
 
 def candidates(snapshot: Snapshot, alias: Alias, needs: Needs, rng: random.Random) -> list[Deployment]:
     """Eligible deployments in weighted random order (no live state)."""
-    return weighted_order(eligible(snapshot, alias, needs), rng)
+    return reserved_first(weighted_order(eligible(snapshot, alias, needs), rng))
 
 
 def route(
@@ -177,7 +197,7 @@ def route(
                              blocked_list(deps, state, now))
     factors = state.weight_factors(live, now)
     weights = {d.id: d.weight * factors[d.id] * (headroom or {}).get(d.id, 1.0) for d in live}
-    return weighted_order(live, rng, weights, sticky if alias.sticky else None) + paused
+    return reserved_first(weighted_order(live, rng, weights, sticky if alias.sticky else None)) + paused
 
 
 def unavailable(alias: Alias, deps: list[Deployment], state: RoutingState, now: float, data_class: str) -> GatewayError:

@@ -81,6 +81,7 @@ class Deployment:
     api_version: str | None = None  # Azure OpenAI's api-version (the deployment-name URL form)
     aws_profile: str | None = None  # Bedrock without api_key_env: this botocore profile (roles, SSO) signs
     project: str | None = None  # the sub-account under ``account`` it bills to (FOCUS SubAccountId)
+    provisioned_team: str | None = None  # provisioned capacity: only this team's requests use it, before the rest
 
 
 @dataclass(frozen=True, slots=True)

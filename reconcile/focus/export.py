@@ -8,7 +8,8 @@ quantities (ConsumedQuantity in ``Tokens``, PricingQuantity in
 
 Provider usage is exported from ``request.attempted`` events, which carry
 tokens and what the provider bills; fleets paid by the hour add the month's
-fleet hours, attributed by tokens served (``reconcile.focus.fleet_lines``). A ``hold.expired`` charge (a pod died before
+fleet hours, attributed by tokens served (``reconcile.focus.fleet_lines``), and provisioned capacity its
+reservation's recurring purchase and used/unused rows (``reconcile.focus.reserved_lines``). A ``hold.expired`` charge (a pod died before
 settling) is a budget charge with no usage behind it, so it is not a FOCUS row.
 
 Windows: the month is the half-open UTC interval [first day 00:00, first day of
@@ -67,6 +68,7 @@ from reconcile.focus.columns import (
 )
 from reconcile.focus.corrections import Correction, correction_lines, priced_versions, unique
 from reconcile.focus.fleet_lines import fleet_lines, fleet_row
+from reconcile.focus.reserved_lines import reserved_lines, reserved_row
 from reconcile.focus.usage import UnitPrice, read_usage, unit_prices
 from streams.archive.read import ArchiveError, archive_files
 from streams.archive.schema import ARCHIVE_SCHEMA_VERSION, schema_version_of
@@ -93,6 +95,8 @@ class ExportSummary:
     correction_micro: int  # net BilledCost of the correction rows
     fleet_rows: int = 0  # rows of fleets paid by the hour (``reconcile.focus.fleet_lines``)
     fleet_micro: int = 0  # their BilledCost: what the month's fleet hours cost
+    reserved_rows: int = 0  # rows of provisioned capacity (``reconcile.focus.reserved_lines``)
+    reserved_micro: int = 0  # their BilledCost (the purchases): what the month's reserved hours cost
 
     @property
     def rounding_micro(self) -> Decimal:
@@ -104,7 +108,8 @@ class ExportSummary:
                 f"{self.correction_rows} correction), {self.attempts} attempts; BilledCost {self.billed_micro} "
                 f"micro-{self.currency} = ledger {self.ledger_micro}; ledger rounding over exact prices "
                 f"{self.rounding_micro} micro-units; corrections net {self.correction_micro}"
-                + (f"; fleet hours {self.fleet_micro} in {self.fleet_rows} rows" if self.fleet_rows else ""))
+                + (f"; fleet hours {self.fleet_micro} in {self.fleet_rows} rows" if self.fleet_rows else "")
+                + (f"; reserved hours {self.reserved_micro} in {self.reserved_rows} rows" if self.reserved_rows else ""))
 
 
 def parse_month(month: str) -> date:
@@ -174,7 +179,8 @@ def export_focus(archive_root: str | Path, month: str, book: PriceBook, fx: FxTa
     if billed != usage.ledger_micro:  # the allocation's invariant; a failure is a bug, never a rounding
         raise FocusError(f"internal: usage rows bill {billed} micro-units but the ledger charged {usage.ledger_micro}")
     fleet = fleet_lines(root, first, book, fx, billing) if billing else []
-    if not usage.lines and not fix_lines and not fleet:
+    reserved = reserved_lines(root, first, book, fx, billing) if billing else []
+    if not usage.lines and not fix_lines and not fleet and not reserved:
         raise FocusError(f"no usage to export for {month}: {usage.attempts} attempt event(s) dated "
                          f"{first}..{last} (UTC) in {root}, none with tokens, and no corrections billed in "
                          f"{month}; check --month and the archive path")
@@ -182,13 +188,15 @@ def export_focus(archive_root: str | Path, month: str, book: PriceBook, fx: FxTa
     rows = [focus_row(line, billing, (invoices or {}).get((line.account, f"{line.billing_month:%Y-%m}")))
             for line in lines]
     rows += [fleet_row(line, billing, (invoices or {}).get((line.account, month))) for line in fleet]
+    rows += [reserved_row(line, billing, (invoices or {}).get((line.account, month))) for line in reserved]
     _write_atomic(out, _parquet(rows) if out.suffix == ".parquet" else _csv(rows))
     return ExportSummary(
         month=month, path=out, currency=billing, rows=len(rows), usage_rows=len(usage.lines),
         correction_rows=len(fix_lines), attempts=usage.attempts, ledger_micro=usage.ledger_micro,
         billed_micro=billed, exact_micro=usage.exact_micro,
         correction_micro=sum(line.billed_micro for line in fix_lines), fleet_rows=len(fleet),
-        fleet_micro=sum(line.billed_micro for line in fleet))
+        fleet_micro=sum(line.billed_micro for line in fleet), reserved_rows=len(reserved),
+        reserved_micro=sum(line.micro for line in reserved if line.status == "purchase"))
 
 
 def _csv(rows: list[dict]) -> bytes:

@@ -113,15 +113,16 @@ def _or_alternatives(package: Path) -> dict[str, str]:
     return out
 
 
-def run_validator(path: Path, report: Path) -> Report:
-    """Validate ``path`` (CSV or Parquet) against FOCUS 1.2 with focus-validator 2.2.1."""
+def run_validator(path: Path, report: Path, extra_criteria: tuple[str, ...] = ()) -> Report:
+    """Validate ``path`` (CSV or Parquet) against FOCUS 1.2 with focus-validator 2.2.1 (``extra_criteria``: more
+    applicability criteria that hold for this file, e.g. ``COMMITMENT_DISCOUNT_SUPPORTED``)."""
     python = _python()
     site = Path(subprocess.run([str(python), "-I", "-c", "import focus_validator, os; "
                                 "print(os.path.dirname(os.path.dirname(focus_validator.__file__)))"],
                                capture_output=True, text=True, check=True).stdout.strip())
     done = subprocess.run(
         [str(python), "-I", "-m", "focus_validator.main", "--data-file", str(path), "--validate-version", VERSION,
-         "--block-download", "--applicability-criteria", ",".join(CRITERIA), "--output-type", "unittest",
+         "--block-download", "--applicability-criteria", ",".join(CRITERIA + extra_criteria), "--output-type", "unittest",
          "--output-destination", str(report)],
         capture_output=True, text=True, cwd=site, timeout=600)
     output = done.stdout + done.stderr

@@ -48,6 +48,8 @@ def _deployment_view(d: Any) -> dict[str, Any]:
     out = asdict(d)
     out["capabilities"] = sorted(d.capabilities)
     out["api_key_env"] = out.pop("secret_ref")  # the name of the secret, never its value
+    if (team := out.pop("provisioned_team")) is not None:
+        out["provisioned"] = {"team": team}  # the reservation's price is in the price versions
     return out
 
 

@@ -103,6 +103,9 @@ class PriceRow(Base):
     cache_write_1h: Mapped[str | None] = mapped_column(sa.String(40))  # one-hour cache writes (0008)
     gpu_hour: Mapped[str | None] = mapped_column(sa.String(40))  # a fleet's price per GPU-hour (0009) ...
     gpus: Mapped[int | None] = mapped_column(sa.Integer)  # ... and how many GPUs it pays for
+    reserved_hour: Mapped[str | None] = mapped_column(sa.String(40))  # provisioned capacity (0010): per hour ...
+    reserved_month: Mapped[str | None] = mapped_column(sa.String(40))  # ... or per UTC month ...
+    reserved_team: Mapped[str | None] = mapped_column(sa.String(200))  # ... charged flat to this team
 
 
 class FxRateRow(Base):

@@ -288,7 +288,8 @@ def budget_record(b: BudgetRow) -> dict[str, Any]:
 def price_record(p: PriceRow) -> dict[str, Any]:
     return _drop_none({"currency": p.currency, "input": p.input, "output": p.output, "cached_input": p.cached_input,
                        "cache_write": p.cache_write, "reasoning": p.reasoning, "cache_write_1h": p.cache_write_1h,
-                       "gpu_hour": p.gpu_hour, "gpus": p.gpus})
+                       "gpu_hour": p.gpu_hour, "gpus": p.gpus, "reserved_hour": p.reserved_hour,
+                       "reserved_month": p.reserved_month, "reserved_team": p.reserved_team})
 
 
 def key_record(k: KeyRow) -> dict[str, Any]:

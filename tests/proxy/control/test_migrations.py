@@ -235,12 +235,35 @@ def test_sqlite_price_gpu_hour_migration(tmp_path: Path) -> None:
                                  "VALUES (1, '2026-01-01 00:00:00', '2026-01-01 00:00:00', 'ops')"))
             conn.execute(sa.text("INSERT INTO prices (version, deployment, currency, input, output) "
                                  "VALUES (1, 'd', 'USD', '3', '15')"))
-        migrate.upgrade(engine)
-        assert migrate.current(engine) == migrate.head() == "0009"
+        migrate.upgrade(engine, "0009")
+        assert migrate.current(engine) == "0009"
         with engine.connect() as conn:
             assert tuple(conn.execute(sa.text("SELECT gpu_hour, gpus FROM prices")).one()) == (None, None)
         migrate.downgrade(engine, "0008")
         assert not {"gpu_hour", "gpus"} & {c["name"] for c in sa.inspect(engine).get_columns("prices")}
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_price_reserved_migration(tmp_path: Path) -> None:
+    """0010 adds ``prices.reserved_hour``, ``reserved_month`` and ``reserved_team`` (null for the prices written
+    before: no reservation)."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'control.sqlite'}")
+    try:
+        migrate.upgrade(engine, "0009")
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO price_versions (version, valid_from, created_at, created_by) "
+                                 "VALUES (1, '2026-01-01 00:00:00', '2026-01-01 00:00:00', 'ops')"))
+            conn.execute(sa.text("INSERT INTO prices (version, deployment, currency, input, output) "
+                                 "VALUES (1, 'd', 'USD', '0', '0')"))
+        migrate.upgrade(engine)
+        assert migrate.current(engine) == migrate.head() == "0010"
+        with engine.connect() as conn:
+            row = conn.execute(sa.text("SELECT reserved_hour, reserved_month, reserved_team FROM prices")).one()
+            assert tuple(row) == (None, None, None)
+        migrate.downgrade(engine, "0009")
+        columns = {c["name"] for c in sa.inspect(engine).get_columns("prices")}
+        assert not {"reserved_hour", "reserved_month", "reserved_team"} & columns
     finally:
         engine.dispose()
 
