@@ -4,12 +4,19 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
+from datetime import datetime, timezone
+from decimal import Decimal
 
 import pytest
 import yaml
 
+from pricing.book import Price, PriceBook, PriceVersion
 from proxy.control.declarative import CONTROL_SECTIONS, compile_snapshot
+from proxy.control.errors import ConfigRejected
+from proxy.control.price_changes import price_table, reservation_into_price
 from proxy.control.problems import Problems
+from proxy.control.validate import check_snapshot
 from proxy.errors import PermissionDenied
 from proxy.routing.router import Needs, route
 from proxy.routing.state import RoutingState
@@ -70,3 +77,31 @@ def test_compile_keeps_the_reservation_in_the_price_book() -> None:
     snap = snapshot(lambda tree: with_reserved(tree, {"team": "kyc-ops", "per_hour": "12.50"}))
     price = snap.price_book.latest.prices["ptu"]
     assert str(price.reserved_hour) == "12.50" and price.reserved_month is None
+
+
+def test_the_admin_api_keeps_the_reservation_in_the_price_version() -> None:
+    spec, price = reservation_into_price({"provisioned": {"team": "kyc-ops", "per_hour": "12.50"}, "weight": 1},
+                                         {"input": "0", "output": "0"})
+    assert spec == {"provisioned": {"team": "kyc-ops"}, "weight": 1}
+    assert price_table({"ptu": price}) == {"ptu": {"currency": "USD", "input": "0", "output": "0",
+                                                   "reserved_hour": "12.50", "reserved_team": "kyc-ops"}}
+    with pytest.raises(ConfigRejected, match="send price_per_1m with it"):
+        reservation_into_price({"provisioned": {"team": "kyc-ops", "per_month": "10"}}, None)
+    with pytest.raises(ConfigRejected, match="go together"):
+        price_table({"ptu": {"input": "0", "output": "0", "reserved_hour": "1"}})
+
+
+def test_publish_checks_the_reservation_names_the_owner() -> None:
+    snap = snapshot(with_reserved)
+    now = datetime.now(timezone.utc)
+    problems = Problems()
+    check_snapshot(snap, now, problems)
+    assert not problems.items
+    latest = snap.price_book.latest
+    wrong = {**latest.prices, "ptu": replace(latest.prices["ptu"], reserved_team="platform")}
+    none = {**latest.prices, "ptu": Price(input=Decimal(0), output=Decimal(0))}
+    for prices, says in ((wrong, "charges its reservation to 'platform'"), (none, "has no reservation")):
+        book = PriceBook.of([PriceVersion(latest.version, latest.valid_from, prices)])
+        problems = Problems()
+        check_snapshot(replace(snap, price_book=book), now, problems)
+        assert any(says in p for p in problems.items), problems.items
