@@ -52,14 +52,19 @@ WHERE NOT EXISTS (SELECT 1 FROM fleet_shares AS s WHERE s.deployment = h.deploym
 GROUP BY ALL
 """
 
-# deployment -> (provider, account, project, model, region): what an attempt event says of it
 _DEPLOYMENT_SQL = """
 SELECT deployment, arg_max(provider, event_time), arg_max(account, event_time),
        arg_max(json_extract_string(event, '$.project'), event_time), arg_max(model, event_time),
        arg_max(region, event_time)
-FROM archive_rows WHERE type = 'request.attempted' AND deployment IN (SELECT deployment FROM fleet_hours)
+FROM archive_rows WHERE type = 'request.attempted' AND deployment IN (SELECT deployment FROM {hours})
 GROUP BY deployment
 """
+
+
+def deployment_facts(warehouse: Warehouse, hours: str) -> dict[str, tuple]:
+    """deployment -> (provider, account, project, model, region), as its newest attempt event says, for the
+    deployments of the ``hours`` relation (one that never served: ``(id, id, None, id, "")``, see the callers)."""
+    return {row[0]: row[1:] for row in warehouse.query(_DEPLOYMENT_SQL.format(hours=hours)).rows}
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +108,7 @@ def fleet_lines(root: Path, month_start: date, book: PriceBook, fx: FxTable, cur
         if not hours:
             return []
         attribute(warehouse, hours)
-        known = {row[0]: row[1:] for row in warehouse.query(_DEPLOYMENT_SQL).rows}
+        known = deployment_facts(warehouse, "fleet_hours")
         rows = warehouse.query(_LINES_SQL).rows
     at = datetime.combine(month_start, time(), timezone.utc)
     out = []

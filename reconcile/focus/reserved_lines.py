@@ -33,6 +33,7 @@ from pricing.book import FxTable, PriceBook
 from pricing.money import to_decimal
 from reconcile.fleet import latest_event, month_window
 from reconcile.focus.columns import COLUMNS, resource_columns, tags_json
+from reconcile.focus.fleet_lines import deployment_facts
 from reconcile.focus.usage import tag_pairs
 from reconcile.reserved import has_reservations, register, reserved_hours
 from reconcile.warehouse import Warehouse
@@ -59,15 +60,6 @@ LEFT JOIN (SELECT DISTINCT deployment, hour_start FROM reserved_shares) AS u
 GROUP BY ALL
 """
 # (the second part counts a day's used and unused hours apart: its purchase row adds both up, below)
-
-_DEPLOYMENT_SQL = """
-SELECT deployment, arg_max(provider, event_time), arg_max(account, event_time),
-       arg_max(json_extract_string(event, '$.project'), event_time), arg_max(model, event_time),
-       arg_max(region, event_time)
-FROM archive_rows WHERE type = 'request.attempted' AND deployment IN (SELECT deployment FROM reserved_hours)
-GROUP BY deployment
-"""
-
 
 @dataclass(frozen=True, slots=True)
 class ReservedLine:
@@ -112,7 +104,7 @@ def reserved_lines(root: Path, month_start: date, book: PriceBook, fx: FxTable, 
         if not hours:
             return []
         register(warehouse, hours)
-        known = {row[0]: row[1:] for row in warehouse.query(_DEPLOYMENT_SQL).rows}
+        known = deployment_facts(warehouse, "reserved_hours")
         rows = warehouse.query(_LINES_SQL).rows
     at = datetime.combine(month_start, time(), timezone.utc)
     out: list[ReservedLine] = []
