@@ -47,6 +47,7 @@ from proxy.control.document import load_last_good
 from proxy.control.errors import ControlUnavailable
 from proxy.control.follow import SnapshotFollower
 from proxy.control.problems import ConfigError
+from proxy.control.rollout_runner import RolloutRunner
 from proxy.idempotency import IdempotencyStore, MemoryIdempotency
 from proxy.limits import Buckets
 from proxy.metering.recorder import Recorder
@@ -228,7 +229,30 @@ def serve_pod(start: PodStart, runtime: Runtime, recorder: Recorder) -> web.Appl
     app.cleanup_ctx.append(functools.partial(body_log_ctx, runtime=runtime))
     app.cleanup_ctx.append(functools.partial(stored_responses_ctx, runtime=runtime))
     app.cleanup_ctx.append(functools.partial(batch_runner_ctx, runtime=runtime, settings=start.settings))
+    app.cleanup_ctx.append(functools.partial(rollout_ctx, runtime=runtime, db=start.db, settings=start.settings,
+                                             follower=start.follower))
     return app
+
+
+async def rollout_ctx(app: web.Application, runtime: Runtime, db: ConfigDB | None, settings: Settings,
+                      follower: SnapshotFollower) -> AsyncIterator[None]:
+    """This process's part in config canaries (``proxy.control.rollout_runner``): none without a config database."""
+    if db is None:
+        yield
+        return
+    runner = RolloutRunner(db, runtime.pod, f"{settings.pod_id}:{os.getpid()}", runtime.recorder.emit,
+                           runtime.metrics)
+    runtime.pod.rollout_runner = runner
+    follower.prepare = runner.prepare
+    task = asyncio.get_running_loop().create_task(runner.run(), name="rollout-runner")
+    yield
+    follower.prepare = None
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    try:
+        await runner.flush()  # the last requests' figures
+    except Exception:  # noqa: BLE001 - the database gone at shutdown: logged, nothing else to do
+        log.warning("could not write the last config canary figures at shutdown")
 
 
 class ArchiveRerater:

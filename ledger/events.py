@@ -31,7 +31,7 @@ from ledger.archive_events import ArchiveHead
 from ledger.correction_events import RatingCorrected
 from ledger.envelope import Event
 from ledger.lease_events import LeaseEvent, LeaseExpired, LeaseGranted, LeaseRequested, LeaseReturned
-from ledger.notices import BudgetThresholdCrossed, ConfigPublished
+from ledger.notices import BudgetThresholdCrossed, ConfigPublished, ConfigRollout
 from ledger.reconcile_events import ReconcileReported
 from ledger.refusals import RequestRefused
 from ledger.request_events import (
@@ -48,6 +48,7 @@ __all__ = [
     "EVENT_TYPES",
     "BudgetThresholdCrossed",
     "ConfigPublished",
+    "ConfigRollout",
     "Event",
     "HoldExpired",
     "LeaseEvent",
@@ -76,6 +77,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     LeaseReturned,
     LeaseExpired,
     ConfigPublished,
+    ConfigRollout,
     BudgetThresholdCrossed,
     RequestRefused,
     ReconcileReported,

@@ -2,7 +2,7 @@
 
 ``BudgetThresholdCrossed`` (``fb.scope-entries``, keyed by scope) is emitted
 once per scope and period; ``ConfigPublished`` (``fb.config``) once per
-snapshot version.
+snapshot version; ``ConfigRollout`` (``fb.config``) once per step of a config canary.
 """
 
 from __future__ import annotations
@@ -87,3 +87,35 @@ class ConfigPublished(Event):
     @property
     def id(self) -> str:
         return f"config/{self.version}"
+
+
+ROLLOUT_ACTIONS = ("start", "widen", "complete", "rollback", "pause", "resume")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigRollout(Event):
+    """A config canary moved (``proxy.control.rollout``): started on a candidate version, widened to a stage,
+    completed, rolled back (by its thresholds or by hand), paused or resumed; ``reason`` says why."""
+
+    type: ClassVar[str] = "config.rollout"
+
+    rollout_id: int
+    action: str  # one of ROLLOUT_ACTIONS
+    stage_pct: int  # the share of requests (or 100 for a pod slice) the candidate has after this step
+    version: int  # the config version the candidate is (after a rollback: the version that reverted it)
+    reason: str
+
+    def __post_init__(self) -> None:
+        Event.__post_init__(self)
+        non_negative(self, "rollout_id", self.rollout_id)
+        non_negative(self, "version", self.version)
+        non_empty(self, "reason", self.reason)
+        if self.action not in ROLLOUT_ACTIONS:
+            raise InvalidEvent(f"{self.type}.action must be one of {', '.join(ROLLOUT_ACTIONS)}, got {self.action!r}")
+        pct = self.stage_pct
+        if isinstance(pct, bool) or not isinstance(pct, int) or not 0 <= pct <= 100:
+            raise InvalidEvent(f"{self.type}.stage_pct must be an int in 0..100, got {pct!r}")
+
+    @property
+    def id(self) -> str:
+        return f"rollout/{self.rollout_id}/{self.action}/{self.stage_pct}/{self.version}"

@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from aiohttp import web
 
@@ -76,11 +77,16 @@ class Watch(Protocol):
     def check(self) -> bool: ...
 
 
+# A request outside a config canary's slice is served the baseline's snapshot: set for its task by the gateway
+# middleware (``proxy.api.app``), read through ``PodState.snapshot`` everywhere the request path looks.
+SERVED: ContextVar[Snapshot | None] = ContextVar("farebox_served_snapshot", default=None)
+
+
 @dataclass(slots=True)
 class PodState:
     """The part of a pod that changes while it serves."""
 
-    snapshot: Snapshot
+    current: Snapshot  # the head: what every request is served unless a config canary keeps it on the baseline
     in_flight: int = 0  # model requests being served now
     draining: bool = False  # SIGTERM seen: refuse new requests
     drain_expired: bool = False  # drain deadline passed: end the streams still open
@@ -92,9 +98,18 @@ class PodState:
     # (alias, chat body, data class): a shadow leg sent in the background (``proxy.batches.runner``)
     send_shadow: Callable[[str, bytes, str], None] = lambda alias, body, data_class: None
     deployment_status: dict = field(default_factory=dict)  # the synthetic canary's last word per deployment
+    # A config canary running (``proxy.control.rollout_runner``): the rollout (its slice) and the snapshot the
+    # requests outside it are served; the runner, where their figures go.
+    rollout: Any = None
+    baseline: Snapshot | None = None
+    rollout_runner: Any = None
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return SERVED.get() or self.current
 
     def swap(self, snapshot: Snapshot) -> None:
-        self.snapshot = snapshot
+        self.current = snapshot
 
 
 @dataclass(frozen=True, slots=True)

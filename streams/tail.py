@@ -13,6 +13,7 @@ from functools import singledispatch
 from ledger.codec import format_time
 from ledger.events import (
     ConfigPublished,
+    ConfigRollout,
     Event,
     HoldExpired,
     LeaseEvent,
@@ -100,6 +101,11 @@ def _(event: LeaseEvent) -> str:
 @_facts.register
 def _(event: ConfigPublished) -> str:
     return f"version={event.version} hash={event.content_hash}"
+
+
+@_facts.register
+def _(event: ConfigRollout) -> str:
+    return f"rollout={event.rollout_id} {event.action} stage={event.stage_pct}% version={event.version}: {event.reason}"
 
 
 async def follow(

@@ -5,6 +5,7 @@
     farebox keys|budgets|aliases|prices|teams|business-units|admin|audit|config|db   (farebox/cli/control.py)
     farebox events tail --config PATH [-n N] [--follow]                  (farebox/cli/events.py)
     farebox batches list|show|cancel --config PATH                       (farebox/cli/batches.py)
+    farebox rollouts list|start|pause|resume|widen|rollback --config PATH  (farebox/cli/rollouts.py)
     farebox archiver | archive flush|verify|compact                     (farebox/cli/archive.py)
     farebox replay --from D --to D                                       (farebox/cli/replay.py)
     farebox export focus | whatif | reconcile | rerate                   (one module each)
@@ -34,6 +35,7 @@ from farebox.cli import (
     reconcile,
     replay,
     rerate,
+    rollouts,
     run,
     whatif,
 )
@@ -42,7 +44,8 @@ from proxy.errors import GatewayError
 from reconcile.errors import ReconcileError
 
 # Every command group, in the order ``farebox --help`` lists them.
-COMMANDS = (run, archive, replay, control, events, batches, export, whatif, reconcile, dev, finance, rerate)
+COMMANDS = (run, archive, replay, control, events, batches, rollouts, export, whatif, reconcile, dev, finance,
+            rerate)
 
 EXIT_OK, EXIT_FOUND, EXIT_BAD_INPUT, EXIT_UNAVAILABLE = 0, 1, 2, 3
 _BY_KIND = {"input": EXIT_BAD_INPUT, "unavailable": EXIT_UNAVAILABLE}  # reconcile's kinds; the rest: EXIT_FOUND

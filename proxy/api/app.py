@@ -29,6 +29,7 @@ from aiohttp import web
 from proxy.admission.auth import authenticate, authenticate_admin
 from proxy.admission.auth_throttle import AuthThrottle
 from proxy.api import batches, chat, embeddings, files, models, protocol_errors, watch
+from proxy.api.canaried import choose_arm, served_arm
 from proxy.api.internal import internal_caller
 from proxy.api.messages import batches as message_batches
 from proxy.api.messages import handler as messages_handler
@@ -115,8 +116,10 @@ def _open(request: web.Request) -> bool:
 
 @web.middleware
 async def gateway_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """``_gateway``, and the request's access line when the access log is on (``proxy.observe.access_log``)."""
-    if request.path in OPEN_ROUTES or not ACCESS.isEnabledFor(INFO):
+    """``_gateway``, and the request's access line when the access log is on (``proxy.observe.access_log``);
+    while a config canary runs, its figures (``proxy.control.rollout_runner``)."""
+    logged = request.path not in OPEN_ROUTES and ACCESS.isEnabledFor(INFO)
+    if not logged and request.app[RUNTIME].pod.rollout is None:
         return await _gateway(request, handler)
     started, status = time.monotonic(), 499  # cancelled: the caller left
     try:
@@ -124,7 +127,10 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
         status = resp.status
         return resp
     finally:
-        log_access(request, status, time.monotonic() - started)
+        if logged:
+            log_access(request, status, time.monotonic() - started)
+        if "rollout_arm" in request:
+            served_arm(request, status, time.monotonic() - started)
 
 
 async def _gateway(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -156,6 +162,8 @@ async def _gateway(request: web.Request, handler: Handler) -> web.StreamResponse
                 else:  # the gateway's own: a batch line or a shadow leg (``proxy.api.internal``)
                     request["key"] = internal_caller(rt, request, line_token)
                     rid = echo = request["request_id"]
+            if rt.pod.rollout is not None:
+                choose_arm(request, rt)
         resp = await handler(request)
     except GatewayError as exc:
         return await _ended(request, exc, anthropic) or error_response(exc, echo, rid, anthropic)

@@ -36,7 +36,7 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from ledger.events import ConfigPublished
 from proxy.control.db.store import ConfigDB
@@ -80,6 +80,9 @@ class SnapshotFollower:
         self.db_ok = db is not None
         self.adopted_at = 0.0
         self._lock = asyncio.Lock()
+        # Called with a new version and its document before it is swapped in: a config canary keeps the requests
+        # outside its slice on the baseline from the first request of the new version (``rollout_runner.prepare``).
+        self.prepare: Callable[[int, dict[str, Any]], Awaitable[None]] | None = None
 
     def status(self) -> dict[str, Any]:
         out = {"version": self.version, "content_hash": self.content_hash, "source": self.source,
@@ -117,6 +120,11 @@ class SnapshotFollower:
             if version <= self.version and self.source in AUTHORITATIVE and not force:
                 return
             snap = await asyncio.to_thread(compile_document, doc, version)
+            if self.prepare is not None:
+                try:
+                    await self.prepare(version, doc)
+                except Exception:  # the config database down: the runner's next tick catches up
+                    log.exception("config canary not prepared for snapshot %d", version)
             self.install(version, snap, source)
             await asyncio.to_thread(save_last_good, self.state_dir, version, doc)
 

@@ -132,6 +132,12 @@ class Metrics:
             "farebox_deployment_up", "The synthetic canary's last word on a deployment, as this process saw it: "
             "1 up, 0.5 degraded (refused for capacity), 0 down.", ["deployment"], registry=r,
             multiprocess_mode="livemin")
+        self.rollout_pct = Gauge(
+            "farebox_config_rollout_pct", "The share of requests (%) a running config canary serves its candidate "
+            "version, as this process last read it (0: none running).", registry=r, multiprocess_mode="livemax")
+        self.rollout_steps = Counter(
+            "farebox_config_rollout_steps", "Steps of config canaries this process took (or was told of by hand), "
+            "by action: start, widen, complete, rollback, pause, resume.", ["action"], registry=r)
         self.batch_queued = Gauge("farebox_batch_lines_queued", "Batch lines waiting to run (all batches in "
                                   "progress), as this process's runner last counted them.", registry=r,
                                   multiprocess_mode="livemax")

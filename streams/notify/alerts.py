@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ledger.events import BudgetThresholdCrossed, Event, RequestSettled
+from ledger.events import BudgetThresholdCrossed, ConfigRollout, Event, RequestSettled
 from ledger.reconcile_events import ReconcileReported
 from ledger.refusals import RequestRefused
 
@@ -32,7 +32,8 @@ from ledger.refusals import RequestRefused
 @dataclass(frozen=True, slots=True)
 class Alert:
     id: str
-    kind: str  # budget.soft_threshold | budget.hard_limit | key.near_expiry | cost.anomaly | reconcile.drift
+    kind: str  # budget.soft_threshold | budget.hard_limit | key.near_expiry | cost.anomaly | reconcile.drift |
+    # config.rollback
     severity: str  # warning | critical
     summary: str
     time: datetime
@@ -70,6 +71,10 @@ def alert_of(event: Event) -> Alert | None:
                      f"providers' usage by over {event.threshold_percent}% ({event.accounts})", event.time,
                      {"day": event.day, "accounts": event.accounts, "rows": event.rows, "flagged": event.flagged,
                       "threshold_percent": event.threshold_percent, "content_hash": event.content_hash})
+    if isinstance(event, ConfigRollout) and event.action == "rollback":
+        return Alert(event.id, "config.rollback", "critical",
+                     f"Config rollout {event.rollout_id} was rolled back: {event.reason}", event.time,
+                     {"rollout_id": event.rollout_id, "version": event.version, "reason": event.reason})
     return None
 
 

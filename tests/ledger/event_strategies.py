@@ -15,6 +15,7 @@ from types import NoneType, UnionType
 from hypothesis import strategies as st
 
 from ledger.events import ATTEMPT_OUTCOMES, EVENT_TYPES, Event
+from ledger.notices import ROLLOUT_ACTIONS
 from ledger.usage import TokenUsage
 
 text = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=20)
@@ -63,6 +64,9 @@ def events_of(cls: type[Event]) -> st.SearchStrategy[Event]:
     }
     if cls.type == "lease.granted":
         kwargs["expires_at"] = times
+    if cls.type == "config.rollout":
+        kwargs["action"] = st.sampled_from(ROLLOUT_ACTIONS)
+        kwargs["stage_pct"] = st.integers(0, 100)
     if cls.type == "archive.head":  # a SHA-256 in lower-case hex
         kwargs["head"] = st.binary(min_size=32, max_size=32).map(bytes.hex)
     if cls.type == "request.admitted":  # a lease funds a scope's hold: only scopes with a hold

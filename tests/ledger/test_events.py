@@ -113,7 +113,7 @@ def test_round_trip(event):
 
 
 def test_every_type_is_registered():
-    assert len({cls.type for cls in EVENT_TYPES}) == len(EVENT_TYPES) == 14
+    assert len({cls.type for cls in EVENT_TYPES}) == len(EVENT_TYPES) == 15
 
 
 def test_events_are_immutable():

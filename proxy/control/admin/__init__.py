@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from proxy.control.admin import approvals, batches, bodies, budgets, config, keys, load, rerate, usage
+from proxy.control.admin import approvals, batches, bodies, budgets, config, keys, load, rerate, rollouts, usage
 
 
 def add_routes(app: web.Application) -> None:
@@ -22,3 +22,4 @@ def add_routes(app: web.Application) -> None:
     approvals.add_routes(app)
     load.add_routes(app)
     batches.add_routes(app)
+    rollouts.add_routes(app)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
-HEAD_REVISION = "0010"  # the newest script in migrations/versions (tests/proxy/control/test_migrations.py)
+HEAD_REVISION = "0011"  # the newest script in migrations/versions (tests/proxy/control/test_migrations.py)
 VERSION_TABLE = "alembic_version"  # alembic's default, which env.py keeps
 
 

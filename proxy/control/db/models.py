@@ -202,3 +202,36 @@ class PendingChangeRow(Base):
     decided_by: Mapped[str | None] = mapped_column(sa.String(200))
     decided_at: Mapped[datetime | None]
     outcome: Mapped[dict | None]
+
+
+class RolloutRow(Base):
+    """A config canary (``proxy.control.rollout``): the version the rest keeps, its stages and where it stands."""
+
+    __tablename__ = "rollouts"
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    baseline: Mapped[int]  # the config version the rest is served
+    candidate: Mapped[int | None]  # the head version when it started running (later versions are the candidate too)
+    stages: Mapped[list]  # percentages, rising, the last 100
+    stage: Mapped[int]
+    window_s: Mapped[float] = mapped_column(sa.Float)
+    thresholds: Mapped[dict]
+    pods: Mapped[list]  # a slice of named pods ([]: a share of requests)
+    state: Mapped[str] = mapped_column(sa.String(20))  # armed | running | paused | completed | rolled_back
+    stage_since: Mapped[datetime | None]
+    reason: Mapped[str | None] = mapped_column(sa.String(500))
+    reverted_to: Mapped[int | None]  # a rollback's revert: the version that publishes the baseline's routing again
+    created_at: Mapped[datetime]
+    created_by: Mapped[str] = mapped_column(sa.String(200))
+    updated_at: Mapped[datetime]
+
+
+class RolloutStatRow(Base):
+    """One process's figures for one arm of one stage of a rollout (added to as it serves)."""
+
+    __tablename__ = "rollout_stats"
+    rollout_id: Mapped[int] = mapped_column(sa.ForeignKey("rollouts.id"), primary_key=True)
+    stage: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    pod: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
+    arm: Mapped[str] = mapped_column(sa.String(20), primary_key=True)  # candidate | baseline
+    stats: Mapped[dict]  # ``ArmStats.to_dict``
+    updated_at: Mapped[datetime]

@@ -256,14 +256,27 @@ def test_sqlite_price_reserved_migration(tmp_path: Path) -> None:
                                  "VALUES (1, '2026-01-01 00:00:00', '2026-01-01 00:00:00', 'ops')"))
             conn.execute(sa.text("INSERT INTO prices (version, deployment, currency, input, output) "
                                  "VALUES (1, 'd', 'USD', '0', '0')"))
-        migrate.upgrade(engine)
-        assert migrate.current(engine) == migrate.head() == "0010"
+        migrate.upgrade(engine, "0010")
+        assert migrate.current(engine) == "0010"
         with engine.connect() as conn:
             row = conn.execute(sa.text("SELECT reserved_hour, reserved_month, reserved_team FROM prices")).one()
             assert tuple(row) == (None, None, None)
         migrate.downgrade(engine, "0009")
         columns = {c["name"] for c in sa.inspect(engine).get_columns("prices")}
         assert not {"reserved_hour", "reserved_month", "reserved_team"} & columns
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_rollouts_migration(tmp_path: Path) -> None:
+    """0011 adds the ``rollouts`` and ``rollout_stats`` tables (config canaries); downgrade drops them."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'control.sqlite'}")
+    try:
+        migrate.upgrade(engine)
+        assert migrate.current(engine) == migrate.head() == "0011"
+        assert {"rollouts", "rollout_stats"} <= set(sa.inspect(engine).get_table_names())
+        migrate.downgrade(engine, "0010")
+        assert not {"rollouts", "rollout_stats"} & set(sa.inspect(engine).get_table_names())
     finally:
         engine.dispose()
 
