@@ -24,7 +24,7 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import yaml
 
@@ -181,16 +181,22 @@ def _mutate(bootstrap: str, redis_url: str, prefix: str, folder: Path, limits: d
 def running_cluster(folder: Path, bootstrap: str, redis_url: str, *, pods: int = 3,
                     limits: dict[str, str] | None = None, lease: dict | None = None,
                     sim_defaults: dict | None = None, server: dict | None = None,
-                    sections: dict | None = None) -> Iterator[Cluster]:
+                    sections: dict | None = None, mutate: Callable[[dict], None] | None = None,
+                    sim_mutate: Callable[[dict], None] | None = None) -> Iterator[Cluster]:
     folder.mkdir(parents=True, exist_ok=True)
     prefix = f"t{uuid.uuid4().hex[:8]}."
     asyncio.run(create_topics(bootstrap, farebox_topics(3, prefix=prefix)))
     sim_port = free_port()
     ports = [free_port() for _ in range(pods)]
     limits = limits or dict.fromkeys(TEAMS, "100000.00")
-    config = test_config(folder, sim_port, ports[0], _mutate(bootstrap, redis_url, prefix, folder, limits, lease or {},
-                                                                      server or {}, sections))
-    sim = spawn(["farebox", "simulator", "--config", str(sim_config(folder, **(sim_defaults or {}))),
+    base = _mutate(bootstrap, redis_url, prefix, folder, limits, lease or {}, server or {}, sections)
+
+    def edit(tree: dict) -> None:
+        base(tree)
+        if mutate is not None:
+            mutate(tree)
+    config = test_config(folder, sim_port, ports[0], edit)
+    sim = spawn(["farebox", "simulator", "--config", str(sim_config(folder, sim_mutate, **(sim_defaults or {}))),
                  "--port", str(sim_port)], folder / "simulator.log")
     cluster = Cluster(folder, config, bootstrap, redis_url, prefix, f"http://127.0.0.1:{sim_port}", {},
                       [None] * pods, [f"http://127.0.0.1:{p}" for p in ports], None, sim, ports)  # type: ignore[list-item,arg-type]

@@ -155,3 +155,23 @@ def test_the_cli_arms_a_rollout_shows_it_and_pauses_and_rolls_it_back_by_hand(st
     steps = [e.action for e in read_events(stack.events_path) if isinstance(e, ConfigRollout)
              and e.rollout_id == rollout_id]
     assert steps == ["start", "pause", "rollback"]
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running_stack(tmp_path_factory.mktemp("rollout-workers"), aliases="chat-canary", mutate=deployments,
+                       sim_mutate=faults, serve_args=("--workers", "2")) as st:
+        yield st
+
+
+def test_with_workers_every_process_counts_and_one_rolls_back(workers: Stack) -> None:
+    auth = _auth(workers, "ops-rollout-workers")
+    armed = httpx.post(workers.gateway_url + "/admin/v1/rollouts", headers=auth, timeout=10,
+                       json={"stages": [50, 100], "window_s": 60, "thresholds": {"min_requests": 20}}).json()
+    _put_alias(workers, auth, [BAD])
+    _wait(workers, auth, armed["id"], "running", "warm", timeout=10)
+    time.sleep(1.5)
+    done = _wait(workers, auth, armed["id"], "rolled_back", "bad")
+    assert done["state"] == "rolled_back" and "error rate" in done["reason"], done
+    steps = [e for e in read_events(workers.events_path) if isinstance(e, ConfigRollout) and e.rollout_id == armed["id"]]
+    assert [e.action for e in steps] == ["start", "rollback"]  # once each, however many processes saw them
