@@ -39,8 +39,9 @@ A11Y = Path(__file__).with_name("finops_a11y.js")  # text contrast (WCAG AA) and
 
 
 class Env:
-    def __init__(self, stack: Stack, admin: str, auditor: str, revoked: str, shots: Path) -> None:
+    def __init__(self, stack: Stack, admin: str, auditor: str, revoked: str, shots: Path, rollout_id: int) -> None:
         self.stack, self.admin, self.auditor, self.revoked, self.shots = stack, admin, auditor, revoked, shots
+        self.rollout_id = rollout_id
 
     def get(self, path: str, token: str | None = None, **headers: str) -> httpx.Response:
         auth = {"Authorization": f"Bearer {token or self.auditor}"}
@@ -69,6 +70,31 @@ def with_split(tree: dict) -> None:
                             "split": {"key": "user", "variants": [{"name": "current", "alias": "chat-openai", "weight": 50},
                                                                   {"name": "candidate", "alias": "chat-anthropic",
                                                                    "weight": 50}]}})
+    tree["aliases"] += [
+        {"name": "chat-shadowed", "kind": "chat", "deployments": ["sim-openai-mumbai"],
+         "shadow": {"alias": "chat-anthropic", "pct": 100, "team": "platform"}},
+        {"name": "chat-ui-canary", "kind": "chat", "deployments": ["sim-openai-mumbai"]},
+    ]
+
+
+def _shadowed_and_a_rollout(stack: Stack, admin: str) -> int:
+    """Four requests copied to chat-anthropic, and a config rollout running (its candidate a harmless change)."""
+    with openai.OpenAI(base_url=stack.gateway_url + "/v1", api_key=stack.key, max_retries=0) as client:
+        for i in range(4):
+            client.chat.completions.create(model="chat-shadowed", messages=MSG, max_tokens=8, user=f"s{i}")
+    auth = {"Authorization": f"Bearer {admin}"}
+    armed = httpx.post(stack.gateway_url + "/admin/v1/rollouts", headers=auth, timeout=10,
+                       json={"stages": [50, 100], "window_s": 3600}).json()
+    assert httpx.put(stack.gateway_url + "/admin/v1/aliases/chat-ui-canary", headers=auth, timeout=10,
+                     json={"kind": "chat", "deployments": ["sim-openai-mumbai"], "max_output_tokens": 512}
+                     ).status_code == 200
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        listed = httpx.get(stack.gateway_url + "/admin/v1/rollouts", headers=auth, timeout=10).json()["data"]
+        if listed[0]["state"] == "running":
+            break
+        time.sleep(0.2)
+    return armed["id"]
 
 
 def _split_traffic(stack: Stack, n: int) -> None:
@@ -103,7 +129,8 @@ def _create_token(stack: Stack, admin: str, second: str, name: str, role: str) -
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     with running_stack(tmp_path_factory.mktemp("finops"), mutate=with_split,
-                       aliases="chat-default,chat-openai,chat-anthropic,chat-split,embed-default") as stack:
+                       aliases="chat-default,chat-openai,chat-anthropic,chat-split,chat-shadowed,chat-ui-canary,"
+                               "embed-default") as stack:
         soon = (datetime.now(timezone.utc) + timedelta(days=3)).isoformat()
         kyc = mint(stack.config, "kyc-ops", "kyc-summariser", "chat-default,chat-openai", "--expires-at", soon)
         admin = admin_token(stack.config, "ops", "admin", live_at=stack.gateway_url)
@@ -120,10 +147,11 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         _traffic(stack, kyc, 8, ("chat-default", "chat-openai"))
         _a_batch(stack, 5)
         _split_traffic(stack, 12)
+        rollout_id = _shadowed_and_a_rollout(stack, admin)
         shots = SHOTS
         shutil.rmtree(shots, ignore_errors=True)
         shots.mkdir(parents=True)
-        yield Env(stack, admin, auditor, revoked, shots)
+        yield Env(stack, admin, auditor, revoked, shots, rollout_id)
         print(f"\nFinOps page screenshots: {shots}")
 
 
@@ -259,6 +287,17 @@ def test_page_shows_the_usage_apis_numbers_drills_down_and_downloads_csv(env: En
         cell = _cell(page, "variants", f'{row["alias"]} / {row["variant"]}', "requests")
         assert cell.inner_text() == str(row["requests"])
     assert sum(r["requests"] for r in split if r["variant"] is not None) == 12
+    shadow = env.get(f"/admin/v1/usage?from={start}&to={end}&by=alias,shadow").json()["data"]
+    legs = [r for r in shadow if r["shadow"] == "chat-shadowed"]
+    own = [r for r in shadow if r["alias"] == "chat-shadowed" and r["shadow"] is None]
+    assert [r["requests"] for r in own] == [4]
+    for label, rows in (("chat-shadowed (served)", own), ("chat-anthropic (shadow of chat-shadowed)", legs)):
+        assert _cell(page, "shadows", label, "requests").inner_text() == str(rows[0]["requests"])
+    deployments = env.get("/admin/v1/deployments").json()["data"]
+    for dep in deployments:  # the canary is off here: not probed; the status view lists every deployment
+        assert _cell(page, "deployments", dep["id"], "status").inner_text() == "not probed"
+    assert _cell(page, "rollouts", str(env.rollout_id), "state").inner_text() == "running"
+    assert _cell(page, "rollouts", str(env.rollout_id), "pct").inner_text() == "50%"
     batches = env.get("/admin/v1/batches?team=platform").json()["data"]
     assert _cell(page, "batches", "platform", "lines_done").inner_text() == "5"  # the one batch, its five lines
     assert _cell(page, "batches", "platform", "cost_micro").get_attribute("data-micro") == str(
@@ -281,7 +320,7 @@ def test_page_shows_the_usage_apis_numbers_drills_down_and_downloads_csv(env: En
                          "w => w.scrollWidth > w.clientWidth).map(w => w.querySelector('table').dataset.table)") == []
 
     page.get_by_role("button", name="Show apps of team platform").click()
-    [app] = [r for r in api["team,app"]["data"] if r["team"] == "platform"]
+    [app] = [r for r in api["team,app"]["data"] if r["team"] == "platform" and r["app"] == "playground"]
     expect(page.locator('table[data-table="drill-apps"]')).to_be_visible()
     assert _cell(page, "drill-apps", "playground", "spend_micro").get_attribute("data-micro") == app["spend_micro"]
     page.get_by_role("button", name="Show aliases of app playground").click()

@@ -21,6 +21,7 @@ FILES = {
     "index.html": "text/html",
     "app.js": "text/javascript",
     "charts.js": "text/javascript",
+    "change.js": "text/javascript",
     "tables.js": "text/javascript",
     "app.css": "text/css",
 }

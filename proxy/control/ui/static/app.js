@@ -1,6 +1,7 @@
 // The FinOps page: sign in with an admin token, then read everything from the admin and usage APIs.
 // No number is computed here that the APIs do not give, except ratios and the month-end forecast
 // (spend so far / days so far x days in the month), which are labelled as such.
+import { deploymentStatus, rollouts, shadowRows } from "./change.js";
 import { lineChart } from "./charts.js";
 import { microBig, money, pct, renderTable, units } from "./tables.js";
 
@@ -143,6 +144,12 @@ async function variants(r) {
   const rows = (await api(usagePath("alias,variant", r))).data.filter((row) => row.variant !== null)
     .map((row) => ({ ...row, variant: `${row.alias} / ${row.variant}` }));
   usageTable("variants-table", "variants", "Split variants side by side", "alias,variant", r, rows);
+}
+
+// Shadow traffic beside what it shadows (the usage API by alias and shadow).
+async function shadows(r) {
+  const rows = shadowRows((await api(usagePath("alias,shadow", r))).data);
+  usageTable("shadows-table", "shadows", "Shadow legs beside the requests they copy", "alias,shadow", r, rows);
 }
 
 // Today (YYYY-MM-DD) in the budgets' time zone (the usage API's `timezone`), not the browser's: budget
@@ -334,7 +341,8 @@ async function load() {
     usageTable("models-table", "top-models", "Top models by spend", "model", r, bySpend(model.data).slice(0, 10), { compact: true });
     costPerRequest(r, day.data);
     renderDrill(r);
-    await Promise.all([events(r), keys(), door(), batches(), variants(r)]);
+    await Promise.all([events(r), keys(), door(), batches(), variants(r), shadows(r),
+      deploymentStatus(api, $("deployments-table")), rollouts(api, $("rollouts-table"))]);
     $("status").textContent = `Showing ${r.from} to ${r.to} (${team.timezone})`;
     document.body.dataset.loaded = month;
   } catch (err) {
