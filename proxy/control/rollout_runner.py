@@ -58,11 +58,17 @@ class RolloutRunner:
         arms.setdefault(arm, ArmStats()).record(status, latency_s * 1000, cost_micro)
 
     async def run(self) -> None:
+        failing = False
         while True:
             try:
                 await self.tick()
-            except Exception:  # the database down, or a bug: the pod keeps serving what it has
-                log.exception("config rollout tick failed")
+                if failing:
+                    log.info("config rollouts followed again")
+                failing = False
+            except Exception:  # the database down, or a bug: the pod keeps serving what it has (said once)
+                if not failing:
+                    log.exception("config rollout tick failed; retrying every %g s", self.interval_s)
+                failing = True
             await asyncio.sleep(self.interval_s)
 
     async def prepare(self, version: int, doc: dict[str, Any]) -> None:

@@ -91,7 +91,7 @@ def start(db: ConfigDB, actor: str, body: Any) -> dict[str, Any]:
         s.add(row)
         s.flush()
         view = row_view(row)
-    db.record(actor, "rollout.start", f"rollout:{view['id']}", "ok", after=view)
+    db.record(actor, "rollout.arm", f"rollout:{view['id']}", "ok", after=view)
     return view
 
 
