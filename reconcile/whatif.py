@@ -54,6 +54,9 @@ from streams.archive.read import ArchiveError, archive_files, read_archive
 Attempt = RequestAdmitted | RequestRefused
 
 
+VARIANT_TAG = "fb.variant"  # a split variant, as the gateway tags every event of the request
+
+
 class WhatIfError(ReconcileError):
     """A what-if that cannot be run (bad dates, no archive for the range); the message says why."""
 
@@ -105,6 +108,7 @@ class Outcome:
     proposed: Verdict
     real_charges: Mapping[str, int] | None = None
     real_cost_micro: int | None = None
+    variant: str | None = None  # the split variant that served it (tag ``fb.variant``), if any
 
     @property
     def hold_micro(self) -> int:
@@ -230,7 +234,7 @@ def _attempt(ledger: Ledger, proposal: Proposal, event: Attempt, tz: ZoneInfo) -
             ledger.apply(HoldExpired(time=event.time, request_id=event.id, team=event.team,
                                      charged=event.holds, currency=event.currency))
     return Outcome(request_id=event.request_id, time=event.time, team=event.team, holds=event.holds,
-                   real=real, proposed=proposed)
+                   real=real, proposed=proposed, variant=event.tags.get(VARIANT_TAG))
 
 
 # --- reading the archive ------------------------------------------------------------------------

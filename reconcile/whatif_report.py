@@ -1,4 +1,5 @@
-"""The what-if's report: per scope who would have been refused, from when, how many, and the spend difference.
+"""The what-if's report: per scope who would have been refused, from when, how many, and the spend difference;
+per split variant (``fb.variant``) the same side by side.
 
 Pure summaries of a ``reconcile.whatif.WhatIf``, then two renderings: a
 plain-text table and a JSON document. Money is integer micro-units of the
@@ -108,6 +109,34 @@ def totals(whatif: WhatIf) -> Totals:
     )
 
 
+@dataclass(slots=True)
+class VariantRow:
+    """A split variant's attempts under the proposal and in reality, and its spend both ways."""
+
+    variant: str
+    attempts: int = 0
+    refused: int = 0
+    really_refused: int = 0
+    spend_real_micro: int = 0
+    spend_proposed_micro: int = 0
+
+
+def variant_rows(whatif: WhatIf) -> list[VariantRow]:
+    """Per split variant (the requests a split served; none when the window has none), so a proposal is seen
+    side by side for the current and the candidate model."""
+    rows: dict[str, VariantRow] = {}
+    for o in whatif.outcomes:
+        if o.variant is None:
+            continue
+        row = rows.setdefault(o.variant, VariantRow(o.variant))
+        row.attempts += 1
+        row.refused += not o.proposed.admitted
+        row.really_refused += not o.real.admitted
+        row.spend_real_micro += o.cost("real")
+        row.spend_proposed_micro += o.cost("proposed")
+    return [rows[name] for name in sorted(rows)]
+
+
 # --- renderings ---------------------------------------------------------------------------------
 
 
@@ -138,6 +167,9 @@ def to_json(whatif: WhatIf, currency: str) -> bytes:
                     "newly_admitted_worst_case": r.newly_admitted, "spend_real_micro": r.spend_real_micro,
                     "spend_proposed_micro": r.spend_proposed_micro, "difference_micro": r.difference_micro}
                    for r in scope_rows(whatif, every=True)],
+        "variants": [{"variant": v.variant, "attempts": v.attempts, "refused": v.refused,
+                      "really_refused": v.really_refused, "spend_real_micro": v.spend_real_micro,
+                      "spend_proposed_micro": v.spend_proposed_micro} for v in variant_rows(whatif)],
         "changes": [_change(o) for o in whatif.outcomes if o.real.admitted != o.proposed.admitted],
         "refusals": [{"request_id": o.request_id, "time": format_time(o.time), **_verdict(o.proposed)}
                      for o in whatif.refused("proposed")],
@@ -170,6 +202,10 @@ def to_table(whatif: WhatIf, currency: str) -> str:
         f"spend: real {_money(t.spend_real_micro)} {currency}, proposed {_money(t.spend_proposed_micro)} {currency}, "
         f"difference {_money(t.difference_micro)} {currency}.",
     ]
+    for v in variant_rows(whatif):
+        lines.append(f"split variant {v.variant}: {v.attempts} attempts, refused {v.refused} under the proposal "
+                     f"({v.really_refused} really); spend real {_money(v.spend_real_micro)} {currency}, proposed "
+                     f"{_money(v.spend_proposed_micro)} {currency}.")
     if t.newly_admitted:
         lines.append("* really refused, so their actual cost is unknown: each is charged its full hold (the worst "
                      "case).")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -12,7 +13,7 @@ import pytest
 from ledger.admission import ScopeLimit
 from ledger.refusals import RequestRefused
 from reconcile.whatif import Proposal, WhatIfError, read_traffic, replay, window
-from reconcile.whatif_report import CAP, scope_rows, to_json, to_table, totals
+from reconcile.whatif_report import CAP, scope_rows, to_json, to_table, totals, variant_rows
 from tests.reconcile.whatif_traffic import UTC, Ask, Budgets, archive, run_gateway
 
 KOLKATA = ZoneInfo("Asia/Kolkata")
@@ -191,3 +192,22 @@ def test_an_empty_range_and_reversed_dates_are_clear_errors(tmp_path):
         read_traffic(tmp_path / "archive", start, end, KOLKATA)
     with pytest.raises(WhatIfError, match="--to 2026-11-01 is before --from 2026-11-10"):
         window(datetime(2026, 11, 10, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC))
+
+
+def test_a_split_is_seen_per_variant_side_by_side():
+    """The hand case with r1, r3 served by a split's current variant and r2, r4, r5 by its candidate."""
+    events, proposal = hand_case()
+    variant = {"r1": "current", "r3": "current", "r2": "candidate", "r4": "candidate", "r5": "candidate"}
+    events = [dataclasses.replace(e, tags={**e.tags, "fb.variant": variant[e.request_id]})
+              if hasattr(e, "tags") and e.request_id in variant else e for e in events]
+    start, end = window(datetime(2026, 11, 10, tzinfo=UTC), datetime(2026, 11, 10, tzinfo=UTC))
+    result = replay(events, proposal, start=start, end=end)
+    rows = {v.variant: v for v in variant_rows(result)}
+    # current: r1 (2.00, admitted both ways), r3 (2.00 really, refused under the proposal)
+    # candidate: r2 (really refused; admitted under the proposal at its hold 3.00), r4 and r5 (2.00 each really,
+    # refused under the proposal)
+    assert [(v.attempts, v.refused, v.really_refused, v.spend_real_micro // INR, v.spend_proposed_micro // INR)
+            for v in (rows["current"], rows["candidate"])] == [(2, 1, 0, 4, 2), (3, 2, 1, 4, 3)]
+    doc = orjson.loads(to_json(result, "INR"))
+    assert [v["variant"] for v in doc["variants"]] == ["candidate", "current"]
+    assert "split variant candidate: 3 attempts, refused 2 under the proposal (1 really)" in to_table(result, "INR")
