@@ -60,6 +60,7 @@ async def run_kafka_archiver(settings: Settings, stop: asyncio.Event | None = No
     """``farebox archiver``: archive the requests topic until SIGTERM/SIGINT (or ``stop``); events archived."""
     from farebox.observe import config_db_keys, running_alerts
     from streams.archive.kafka_source import KafkaArchiver
+    from streams.config_topic import SNAPSHOT_KEY
     from streams.notify.kafka_feed import follow_topics
 
     cfg, d = settings.archive, settings.distributed
@@ -92,8 +93,9 @@ async def run_kafka_archiver(settings: Settings, stop: asyncio.Event | None = No
     keeper = asyncio.create_task(housekeeping())
     alerts = settings.observability.alerts  # one archiver per cluster: the one process that raises alerts
     try:
-        async with running_alerts(alerts, lambda feed: follow_topics(d.bootstrap, (d.requests_topic, d.scope_topic),
-                                                                     feed), config_db_keys(settings),
+        async with running_alerts(alerts, lambda feed: follow_topics(
+                d.bootstrap, (d.requests_topic, d.scope_topic, d.config_topic), feed, skip_key=SNAPSHOT_KEY),
+                config_db_keys(settings),
                                   archive_root=settings.archive_root):
             return await archiver.run(stop)
     finally:

@@ -1,4 +1,4 @@
-"""Distributed mode's alert feed: the request and scope-entry topics, read from their ends at start.
+"""Distributed mode's alert feed: the request, scope-entry and config topics, read from their ends at start.
 
 Run by ``farebox archiver`` (one per cluster), so every alert is raised by one
 process. It assigns every partition of the topics itself (no consumer group,
@@ -20,8 +20,9 @@ log = logging.getLogger("farebox.notify")
 
 
 async def follow_topics(bootstrap: str, topics: Iterable[str], on_event: Callable[[Event], None],
-                        started: asyncio.Event | None = None) -> None:
-    """Until cancelled: every event appended to ``topics`` after the start, in each partition's order."""
+                        started: asyncio.Event | None = None, skip_key: bytes | None = None) -> None:
+    """Until cancelled: every event appended to ``topics`` after the start, in each partition's order; records
+    keyed ``skip_key`` and tombstones are not events (the config topic's snapshots) and are passed over."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     from streams.kafka.clients import partitions_of, stop_consumer, stop_if_cancelled
@@ -42,6 +43,8 @@ async def follow_topics(bootstrap: str, topics: Iterable[str], on_event: Callabl
             stop_if_cancelled()  # a cancel aiokafka swallowed (streams.kafka.clients.stop_if_cancelled)
             for records in batches.values():
                 for record in records:
+                    if record.value is None or (skip_key is not None and record.key == skip_key):
+                        continue
                     try:
                         event = decode(record.value)
                     except Exception:  # noqa: BLE001 - a record the codec refuses is the dead-letter topic's matter

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from ledger.events import BudgetThresholdCrossed, RequestSettled
+from ledger.events import BudgetThresholdCrossed, ConfigRollout, RequestSettled
 from ledger.reconcile_events import ReconcileReported
 from ledger.refusals import RequestRefused
 from ledger.usage import TokenUsage
@@ -86,3 +86,14 @@ def test_no_anomaly_before_warmup_or_below_the_floor() -> None:
     assert got == [None] * 10  # minute 8 is 50,000x the mean but under the floor
     cold = CostAnomaly(factor=3, min_micro=0, warmup=5)
     assert [cold.observe(settled(f"c{m}", start + timedelta(minutes=m), 10 ** m)) for m in range(4)] == [None] * 4
+
+
+def test_a_config_rollback_is_a_critical_alert_and_other_steps_are_not() -> None:
+    def step(action: str) -> ConfigRollout:
+        return ConfigRollout(time=T, rollout_id=4, action=action, stage_pct=0 if action == "rollback" else 25,
+                             version=12, reason="error rate 21.0% against the baseline's 0.4%")
+    alert = alert_of(step("rollback"))
+    assert alert is not None and (alert.kind, alert.severity, alert.id) == (
+        "config.rollback", "critical", "rollout/4/rollback/0/12")
+    assert "rolled back: error rate 21.0%" in alert.summary and alert.details["version"] == 12
+    assert all(alert_of(step(action)) is None for action in ("start", "widen", "complete", "pause", "resume"))
