@@ -114,7 +114,7 @@ STAGES = ("api", "idempotency", "privacy", "cache", "admission", "routing", "ups
 RANK = {f"proxy.{name}": i for i, name in enumerate(STAGES)} | {"proxy.bodylog": len(STAGES) - 1,
                                                                  "proxy.stored_responses": 1, "proxy.batches": 1}
 KERNEL = {"proxy.snapshot", "proxy.errors", "proxy.body", "proxy.ports", "proxy.cancellation", "proxy.limits",
-          "proxy.outcomes", "proxy.overload"}
+          "proxy.outcomes", "proxy.overload", "proxy.hashing"}
 
 
 def _proxy_part(module: str) -> str | None:

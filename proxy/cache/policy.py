@@ -33,7 +33,6 @@ namespace, and only the last question may be phrased differently.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +40,7 @@ from typing import Any
 import orjson
 
 from proxy.errors import InvalidRequest
+from proxy.hashing import sha256_hex
 
 HEADER = "x-fb-cache"
 RESTRICTED = "restricted"
@@ -143,7 +143,7 @@ def _params(body: Mapping[str, Any]) -> dict[str, Any]:
 
 def _digest(kind: str, team: str, model: str, params: Mapping[str, Any]) -> str:
     canonical = orjson.dumps([kind, team, model, params], option=orjson.OPT_SORT_KEYS)
-    return f"{kind}:{hashlib.sha256(canonical).hexdigest()}"
+    return f"{kind}:{sha256_hex(canonical)}"
 
 
 def last_user_text(body: Mapping[str, Any]) -> str | None:

@@ -27,6 +27,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import orjson
 
 from proxy.errors import GatewayError, InvalidRequest
+from proxy.hashing import sha256_hex
 
 HEADER = "Idempotency-Key"
 MAX_KEY_CHARS = 255
@@ -112,7 +113,7 @@ def slot_of(key_id: str, idem_key: str) -> str:
 
 def fingerprint(body: dict[str, Any]) -> str:
     """sha256 of the canonical body (keys sorted): the same request, however its JSON was spelled."""
-    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return sha256_hex(orjson.dumps(body, option=orjson.OPT_SORT_KEYS))
 
 
 def conflict(idem_key: str, found: Record, fp: str, stream: bool) -> GatewayError | None:

@@ -13,12 +13,12 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.hashing import sha256_hex
 from proxy.privacy.policy import Decision
 from proxy.snapshot.privacy import PrivacyPolicy
 
@@ -32,17 +32,7 @@ def canonical_json(messages: Any) -> bytes:
 
 def prompt_hash(messages: Any, canonical: Canonical = canonical_json) -> str:
     """SHA-256 (hex) of the canonical JSON of ``messages``."""
-    raw = canonical(messages)
-    digest = hashlib.sha256()
-    view = memoryview(raw)
-    for i in range(0, len(raw), _GIL_HELD_CHUNK):
-        digest.update(view[i:i + _GIL_HELD_CHUNK])
-    return digest.hexdigest()
-
-
-# hashlib lets the GIL go for a buffer of 2,048 bytes or more; on the event loop that hands it to a busy
-# thread (event-log writer, archiver) for up to the switch interval (5 ms). Shorter updates keep it.
-_GIL_HELD_CHUNK = 2047
+    return sha256_hex(canonical(messages))
 
 
 @dataclass(frozen=True, slots=True)

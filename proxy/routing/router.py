@@ -27,6 +27,7 @@ from typing import Iterable, Mapping
 import orjson
 
 from proxy.errors import GatewayError, InvalidRequest, PermissionDenied, UnsupportedParameter, UpstreamUnavailable
+from proxy.hashing import held_update
 from proxy.routing.state import RoutingState
 from proxy.snapshot import Alias, Deployment, Snapshot
 
@@ -283,13 +284,6 @@ def sticky_key(session: str | None, body: dict) -> str | None:
         return "u:" + user
     prefix = orjson.dumps([body.get("tools"), body.get("messages")])[:PREFIX_CHARS]
     if len(prefix) >= PREFIX_CHARS:
-        digest = hashlib.blake2b(digest_size=16)
-        for i in range(0, PREFIX_CHARS, _GIL_HELD_CHUNK):
-            digest.update(prefix[i:i + _GIL_HELD_CHUNK])
-        return "p:" + digest.hexdigest()
+        return "p:" + held_update(hashlib.blake2b(digest_size=16), prefix).hexdigest()
     return None
 
-
-# hashlib lets the GIL go for a buffer of 2,048 bytes or more; on the event loop that hands it to a busy
-# thread (event-log writer, archiver) for up to the switch interval (5 ms). Shorter updates keep it.
-_GIL_HELD_CHUNK = 2047

@@ -1,5 +1,5 @@
-"""proxy/privacy's logic stays pure: the stdlib, python-stdnum, phonenumbers, the snapshot's values and its own
-modules only. Its shell (``classify.py``: the request's classification, handed to the stages after it) may also
+"""proxy/privacy's logic stays pure: the stdlib, python-stdnum, phonenumbers, the snapshot's values, the
+GIL-keeping hash (``proxy.hashing``, pure) and its own modules only. Its shell (``classify.py``: the request's classification, handed to the stages after it) may also
 raise the gateway's errors, read the routing chain it gates and encode JSON."""
 
 from __future__ import annotations
@@ -23,6 +23,6 @@ def test_imports_point_nowhere_else():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             for name in names:
                 top = name.split(".")[0]
-                ok = (top in sys.stdlib_module_names or top in ALLOWED or name.startswith(("proxy.privacy", "proxy.snapshot"))
+                ok = (top in sys.stdlib_module_names or top in ALLOWED or name.startswith(("proxy.privacy", "proxy.snapshot", "proxy.hashing"))
                       or (path.name == SHELL and name.startswith(SHELL_ALLOWED)))
                 assert ok, f"{path.name} imports {name}"
