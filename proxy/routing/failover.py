@@ -113,23 +113,35 @@ class Attempts(Generic[T]):
         attempt was made yet and every candidate left was short only of provider capacity (its mirror spent, its
         fleet full), the candidates are asked again, after a growing pause, until ``capacity_wait_s`` has
         passed: capacity comes back by the second (a mirror refills, a stream ends), and a request that waits a
-        moment is better served than refused."""
-        pause, began = CAPACITY_STEP_S, None
-        while True:
-            dep = await self._cleared()
-            if dep is not None or self.tried > 0 or not self.short:
-                if began is not None:
-                    self.meter.waited(self.clock() - began, dep is not None)
-                return dep
-            left = min(self.capacity_until, self.deadline) - self.clock()
-            if left <= 0:
-                if began is not None:
-                    self.meter.waited(self.clock() - began, False)
-                return None
-            began = self.clock() if began is None else began
-            await asyncio.sleep(min(pause, left))
-            pause = min(pause * 2, CAPACITY_STEP_MAX_S)
-            self.queue, self.short = self.short, []
+        moment is better served than refused. Teams waiting on the alias take the capacity in turn
+        (``proxy.routing.fair_wait``)."""
+        pause, began, room = CAPACITY_STEP_S, 0.0, None
+        team = self.plan.needs.team or ""
+        try:
+            while True:
+                if room is None or room.may_try(team):  # a team served more than another waiting one yields
+                    if room is not None:
+                        self.queue, self.short = self.short, []  # ask the short candidates again
+                    dep = await self._cleared()
+                    if dep is not None or self.tried > 0 or not self.short:
+                        if room is not None:
+                            self.meter.waited(self.clock() - began, dep is not None)
+                            room.leave(team, dep is not None)
+                            room = None
+                        return dep
+                left = min(self.capacity_until, self.deadline) - self.clock()
+                if left <= 0:
+                    if room is not None:
+                        self.meter.waited(self.clock() - began, False)
+                    return None
+                if room is None:
+                    room, began = self.state.wait_room(self.alias.name), self.clock()
+                    room.join(team)
+                await room.pause(min(pause, left))
+                pause = min(pause * 2, CAPACITY_STEP_MAX_S)
+        finally:
+            if room is not None:
+                room.leave(team, False)
 
     async def _cleared(self) -> Deployment | None:
         while self._more():

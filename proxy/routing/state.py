@@ -16,6 +16,7 @@ from typing import Callable
 
 from proxy.outcomes import NEUTRAL, OK, RATE_LIMITED
 from proxy.routing.breaker import Breaker
+from proxy.routing.fair_wait import WaitRoom
 from proxy.routing.health import Health
 from proxy.routing.retry_budget import RetryBudget
 from proxy.snapshot import Alias, Deployment
@@ -33,6 +34,13 @@ class RoutingState:
     budgets: dict[str, RetryBudget] = field(default_factory=dict)
     headroom: dict[str, tuple[float, float]] = field(default_factory=dict)  # (read at, weight factor), see chain.py
     transitions: deque = field(default_factory=lambda: deque(maxlen=100))  # (time, deployment, state)
+    waits: dict[str, WaitRoom] = field(default_factory=dict)  # alias -> its requests waiting for capacity
+
+    def wait_room(self, alias: str) -> WaitRoom:
+        room = self.waits.get(alias)
+        if room is None:
+            room = self.waits[alias] = WaitRoom()
+        return room
 
     def breaker(self, dep: Deployment) -> Breaker:
         b = self.breakers.get(dep.id)
