@@ -1,0 +1,168 @@
+"""Memory under a long steady load: ``python -m tests.bench.soak`` (``make bench-soak``).
+
+One gateway (embedded) in front of the simulator, offered an open-loop Poisson load for ``--minutes`` (30) at
+``--rate`` requests a second (default: 60% of ``--knee``, the knee ``make bench-overload`` reports on this
+machine), a mix of what makes a gateway keep things: plain chat requests with prompts never seen before (60%),
+streams (20%), exact-cache hits of a few hot prompts (10%) and idempotent retries, the same
+``Idempotency-Key`` sent twice (10%). Every ``--sample-s`` (10 s) it reads the gateway process's resident set
+(``/proc/<pid>/status``: VmRSS). The bar (issue 35): RSS at the end within 10% of RSS after the first
+``--warm-minutes`` (5). It prints the samples' summary and the verdict, and writes ``--json``.
+
+Latency is reported too (p50/p99 from the scheduled send time), and every error is counted: a soak that loses
+requests is not a soak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+import aiohttp
+import orjson
+
+from tests.bench.gateway.open_loop import schedule
+from tests.bench.gateway.targets import new_session
+from tests.harness import generous_limits, running_stack
+
+HOT_PROMPTS = 20  # the exact-cache hits cycle over these
+
+
+def soak_config(tree: dict) -> None:
+    generous_limits(tree)
+    tree["aliases"].append({"name": "chat-soak-cached", "kind": "chat", "deployments": ["sim-openai-mumbai"],
+                            "cache": {"exact": True}})
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def _request(kind: str, i: int, rng: random.Random) -> tuple[dict, dict]:
+    """(body, extra headers) of the ``i``-th request of ``kind``."""
+    text = f"soak request {i} {rng.random():.12f}: summarise the ticket in one line"
+    if kind == "cached":
+        return {"model": "chat-soak-cached", "messages": [{"role": "user", "content": f"hot prompt {i % HOT_PROMPTS}"}],
+                "max_completion_tokens": 8, "temperature": 0}, {}
+    body = {"model": "chat-openai", "messages": [{"role": "user", "content": text}], "max_completion_tokens": 16}
+    if kind == "stream":
+        return body | {"stream": True, "stream_options": {"include_usage": True}}, {}
+    if kind == "idempotent":
+        return body, {"Idempotency-Key": f"soak-{i}"}
+    return body, {}
+
+
+async def _one(session: aiohttp.ClientSession, url: str, key: str, kind: str, i: int, rng: random.Random) -> int:
+    body, extra = _request(kind, i, rng)
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json", **extra}
+    payload = orjson.dumps(body)
+    for _ in range(2 if kind == "idempotent" else 1):  # the retry: the same key, the same body
+        async with session.post(url, data=payload, headers=headers) as resp:
+            await resp.read()
+            if resp.status != 200:
+                return resp.status
+    return 200
+
+
+def kind_of(rng: random.Random) -> str:
+    r = rng.random()
+    return "plain" if r < 0.6 else "stream" if r < 0.8 else "cached" if r < 0.9 else "idempotent"
+
+
+async def soak(gateway_url: str, key: str, pid: int, *, rate: float, minutes: float, warm_minutes: float,
+               sample_s: float, out=print) -> dict:
+    rng = random.Random(35)
+    url = gateway_url + "/v1/chat/completions"
+    offsets = schedule(rate, minutes * 60, seed=35)
+    samples: list[tuple[float, int]] = []
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    session = new_session()
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    tasks: set[asyncio.Task] = set()
+
+    async def fire(i: int, at: float, kind: str) -> None:
+        try:
+            status = await _one(session, url, key, kind, i, rng)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            status = type(exc).__name__  # type: ignore[assignment]
+        if status != 200:
+            errors[str(status)] = errors.get(str(status), 0) + 1
+        latencies.append(loop.time() - at)
+
+    async def sampler() -> None:
+        while True:
+            samples.append((loop.time() - start, rss_kb(pid)))
+            await asyncio.sleep(sample_s)
+
+    watch = asyncio.create_task(sampler())
+    try:
+        for i, offset in enumerate(offsets):
+            at = start + offset
+            delay = at - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            task = asyncio.create_task(fire(i, at, kind_of(rng)))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        await asyncio.gather(*tasks)
+        samples.append((loop.time() - start, rss_kb(pid)))
+    finally:
+        watch.cancel()
+        await session.close()
+    return summary(samples, latencies, errors, len(offsets), rate, minutes, warm_minutes, out)
+
+
+def summary(samples: list[tuple[float, int]], latencies: list[float], errors: dict[str, int], offered: int,
+            rate: float, minutes: float, warm_minutes: float, out=print) -> dict:
+    warm = next((kb for t, kb in samples if t >= warm_minutes * 60), samples[-1][1])
+    end, peak = samples[-1][1], max(kb for _, kb in samples)
+    ordered = sorted(latencies)
+
+    def pct(p: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000, 2) if ordered else 0.0
+
+    growth = (end - warm) / warm
+    report = {"rate": rate, "minutes": minutes, "offered": offered, "errors": errors, "p50_ms": pct(0.5),
+              "p99_ms": pct(0.99), "rss_first_kb": samples[0][1], "rss_warm_kb": warm, "rss_end_kb": end,
+              "rss_peak_kb": peak, "growth_after_warm": round(growth, 4), "within_10pct": abs(growth) <= 0.10,
+              "samples": samples}
+    out(f"soak: {offered} requests at {rate:g}/s over {minutes:g} min, errors {sum(errors.values())} {errors or ''}")
+    out(f"  latency from the scheduled send: p50 {report['p50_ms']} ms, p99 {report['p99_ms']} ms")
+    out(f"  gateway RSS: {samples[0][1] / 1024:.0f} MB at start, {warm / 1024:.0f} MB after {warm_minutes:g} min, "
+        f"{end / 1024:.0f} MB at the end (peak {peak / 1024:.0f} MB): {growth * 100:+.1f}% after the warm-up "
+        f"({'within' if report['within_10pct'] else 'NOT within'} 10%)")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.bench.soak", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--knee", type=float, default=400.0, help="the knee (req/s) make bench-overload measured here")
+    ap.add_argument("--rate", type=float, help="requests a second (default: 60%% of --knee)")
+    ap.add_argument("--minutes", type=float, default=30.0)
+    ap.add_argument("--warm-minutes", type=float, default=5.0)
+    ap.add_argument("--sample-s", type=float, default=10.0)
+    ap.add_argument("--json", default="var/bench/soak.json")
+    args = ap.parse_args(argv)
+    rate = args.rate or 0.6 * args.knee
+    with tempfile.TemporaryDirectory(prefix="farebox-soak-") as tmp:
+        with running_stack(Path(tmp), aliases="chat-openai,chat-soak-cached", mutate=soak_config) as stack:
+            report = asyncio.run(soak(stack.gateway_url, stack.key, stack.gateway.pid, rate=rate,
+                                      minutes=args.minutes, warm_minutes=args.warm_minutes, sample_s=args.sample_s))
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"figures written to {out}")
+    return 0 if not report["errors"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
