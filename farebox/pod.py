@@ -92,7 +92,7 @@ def build_runtime(settings: Settings, secrets: Secrets, pod: PodState, *, record
     c = settings.cache
     return Runtime(pod=pod, secrets=secrets, options=options_of(settings), recorder=recorder, budgets=budgets,
                    limits=limits, upstream=UpstreamClient(secrets), control=control, rng=random.Random(),
-                   idempotency=idempotency or MemoryIdempotency(),
+                   idempotency=idempotency or MemoryIdempotency(max_bytes=settings.idempotency_memory_bytes),
                    cache=cache or MemoryCache(max_entries=c.max_entries, max_bytes=c.max_bytes),
                    vectors=vectors or MemoryVectors(max_entries=c.semantic_max_entries, max_bytes=c.semantic_max_bytes,
                                                     max_per_namespace=c.semantic_max_per_namespace),

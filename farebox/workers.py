@@ -192,7 +192,8 @@ async def run_owner(settings: Settings, count: int) -> None:
     processor = LocalProcessor(tz, limits.limit_for, limits.soft_pct_for, limits.currency,
                                lease_policy(settings), settings.distributed.request_retention_s)
     archiver = embedded_archiver(settings, lambda: events.last_offset)
-    calls = idempotency_handlers(MemoryIdempotency())  # one store: a retry may reach another process
+    calls = idempotency_handlers(MemoryIdempotency(max_bytes=settings.idempotency_memory_bytes))  # one store: a
+    # retry may reach another process
     calls["owner.stats"] = functools.partial(owner_stats, limits, processor, archiver)
     hub = LocalHub(socket_path(settings), events, processor, on_durable=runner.acknowledged,
                    sweep_interval_s=min(settings.sweep_interval_s, 1.0), handlers=calls)

@@ -11,6 +11,8 @@ import time
 from collections import OrderedDict
 from typing import Callable
 
+from proxy.body import kept
+
 
 class MemoryCache:
     __slots__ = ("max_entries", "max_bytes", "clock", "_items", "_bytes")
@@ -42,7 +44,7 @@ class MemoryCache:
             return
         if key in self._items:
             self._drop(key)
-        self._items[key] = (self.clock() + ttl_s, value)
+        self._items[key] = (self.clock() + ttl_s, kept(value))
         self._bytes += len(value)
         while len(self._items) > self.max_entries or self._bytes > self.max_bytes:
             self._drop(next(iter(self._items)))

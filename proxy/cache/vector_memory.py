@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Callable, TypeVar
 
+from proxy.body import kept
 from proxy.cache.port import Match
 from proxy.cache.similarity import best_match, is_hit
 
@@ -98,7 +99,7 @@ class MemoryVectors:
         return Match(score, item.value)
 
     async def add(self, namespace: str, vector: array, value: bytes, ttl_s: float) -> None:
-        item = _Item(namespace, self.clock() + ttl_s, vector, value)
+        item = _Item(namespace, self.clock() + ttl_s, vector, kept(value))
         if ttl_s <= 0 or item.size > self.max_bytes:
             return
         i = next(self._ids)

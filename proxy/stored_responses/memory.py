@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from proxy.body import kept
 from proxy.stored_responses.port import StoredResponse
 
 
@@ -18,7 +19,7 @@ class MemoryResponses:
         self.bytes = 0
 
     async def put(self, record: StoredResponse) -> None:
-        raw = record.dumps()
+        raw = kept(record.dumps())
         await self.delete(record.id)
         if len(raw) > self.max_bytes:
             return

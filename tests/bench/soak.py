@@ -71,13 +71,33 @@ async def _one(session: aiohttp.ClientSession, url: str, key: str, kind: str, i:
     return 200
 
 
-def kind_of(rng: random.Random) -> str:
+MIX = {"plain": 0.6, "stream": 0.2, "cached": 0.1, "idempotent": 0.1}
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    """``plain=6,stream=2,cached=1,idempotent=1`` -> shares adding up to 1 (to see which part of the mix keeps
+    memory, run one part alone)."""
+    mix = {}
+    for part in text.split(","):
+        name, _, weight = part.partition("=")
+        if name not in MIX or not weight:
+            raise SystemExit(f"--mix: parts are {', '.join(MIX)} with a weight each, like plain=6,stream=2")
+        mix[name] = float(weight)
+    total = sum(mix.values())
+    return {k: v / total for k, v in mix.items()}
+
+
+def kind_of(rng: random.Random, mix: dict[str, float] = MIX) -> str:
     r = rng.random()
-    return "plain" if r < 0.6 else "stream" if r < 0.8 else "cached" if r < 0.9 else "idempotent"
+    for kind, share in mix.items():
+        if r < share:
+            return kind
+        r -= share
+    return next(iter(mix))
 
 
 async def soak(gateway_url: str, key: str, pid: int, *, rate: float, minutes: float, warm_minutes: float,
-               sample_s: float, out=print) -> dict:
+               sample_s: float, mix: dict[str, float] = MIX, out=print) -> dict:
     rng = random.Random(35)
     url = gateway_url + "/v1/chat/completions"
     offsets = schedule(rate, minutes * 60, seed=35)
@@ -110,7 +130,7 @@ async def soak(gateway_url: str, key: str, pid: int, *, rate: float, minutes: fl
             delay = at - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            task = asyncio.create_task(fire(i, at, kind_of(rng)))
+            task = asyncio.create_task(fire(i, at, kind_of(rng, mix)))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         await asyncio.gather(*tasks)
@@ -150,13 +170,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--warm-minutes", type=float, default=5.0)
     ap.add_argument("--sample-s", type=float, default=10.0)
+    ap.add_argument("--mix", default="plain=6,stream=2,cached=1,idempotent=1")
     ap.add_argument("--json", default="var/bench/soak.json")
     args = ap.parse_args(argv)
     rate = args.rate or 0.6 * args.knee
     with tempfile.TemporaryDirectory(prefix="farebox-soak-") as tmp:
         with running_stack(Path(tmp), aliases="chat-openai,chat-soak-cached", mutate=soak_config) as stack:
             report = asyncio.run(soak(stack.gateway_url, stack.key, stack.gateway.pid, rate=rate,
-                                      minutes=args.minutes, warm_minutes=args.warm_minutes, sample_s=args.sample_s))
+                                      minutes=args.minutes, warm_minutes=args.warm_minutes, sample_s=args.sample_s,
+                                      mix=parse_mix(args.mix)))
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))

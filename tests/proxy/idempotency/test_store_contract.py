@@ -89,8 +89,14 @@ class TestIdempotencyStoreContract:
 
 async def test_the_memory_store_evicts_the_oldest_answers_past_its_byte_cap_never_a_pending_claim() -> None:
     from proxy.idempotency import MemoryIdempotency
+    from proxy.idempotency.memory import ENTRY_OVERHEAD
 
-    store = MemoryIdempotency(max_bytes=2 * len(ANSWER.body))
+    def size(slot: str, record: Record) -> int:  # what the store counts: the record's bytes, its key, the entry
+        return len(record.dumps()) + len(slot) + ENTRY_OVERHEAD
+
+    # room for the held claim and two answers (each answer about the size of the last): the third evicts the first
+    store = MemoryIdempotency(max_bytes=size("held", pending("req_p")) + 2 * size("s0", Record("req_0", "fp1",
+                                                                                                "done", ANSWER)))
     await store.claim("held", pending("req_p"), 60)
     for i in range(3):
         await store.claim(f"s{i}", pending(f"req_{i}"), 60)
