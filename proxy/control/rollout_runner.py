@@ -36,6 +36,7 @@ from proxy.control.rollout import ArmStats, Decision, Rollout, advanced, baselin
 
 log = logging.getLogger("farebox.rollout")
 ACTOR = "farebox-rollout"  # who the audit log names for the steps taken by thresholds
+QUIET_FAILURES = 5  # consecutive failed ticks before the runner says so
 
 
 class RolloutRunner:
@@ -58,17 +59,18 @@ class RolloutRunner:
         arms.setdefault(arm, ArmStats()).record(status, latency_s * 1000, cost_micro)
 
     async def run(self) -> None:
-        failing = False
+        failures = 0
         while True:
             try:
                 await self.tick()
-                if failing:
+                if failures >= QUIET_FAILURES:
                     log.info("config rollouts followed again")
-                failing = False
-            except Exception:  # the database down, or a bug: the pod keeps serving what it has (said once)
-                if not failing:
-                    log.exception("config rollout tick failed; retrying every %g s", self.interval_s)
-                failing = True
+                failures = 0
+            except Exception:  # the database down, or a bug: the pod keeps serving what it has
+                failures += 1
+                if failures == QUIET_FAILURES:  # said once, and only when it lasts (a busy SQLite file is not news)
+                    log.exception("config rollout ticks failing for %d s; retrying every %g s",
+                                  int(failures * self.interval_s), self.interval_s)
             await asyncio.sleep(self.interval_s)
 
     async def prepare(self, version: int, doc: dict[str, Any]) -> None:
