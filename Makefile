@@ -83,7 +83,7 @@ bench-overload: install
 	$(BIN)/python -m tests.bench.overload $(BENCH_ARGS)
 
 ## Memory under 30 minutes of steady load at 60% of the knee (streams, cache hits, idempotent retries mixed in):
-## gateway RSS at the end against RSS after the first 5 minutes (issue 35's bar: within 10%).
+## gateway RSS at the end against RSS after the first 5 minutes (the bar: within 10%).
 bench-soak: install
 	$(BIN)/python -m tests.bench.soak $(BENCH_ARGS)
 

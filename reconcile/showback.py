@@ -196,18 +196,9 @@ def with_idle(result: Result, dims: Sequence[str], idle: Sequence[Mapping[str, A
     many (0 on every other row); the other figures 0 or NULL."""
     if not idle:
         return result
-    columns = (*result.columns, "idle_hours")
-    rows = [(*row, 0) for row in result.rows]
-    currency = result.dicts()[0].get("currency") if result.rows else None
-    for entry in idle:
-        row: dict[str, Any] = dict.fromkeys(result.columns)
-        row.update({c: 0 for c in result.columns if c.endswith(("_micro", "_tokens")) and not c.startswith("budget_")})
-        row.update(requests=0, closed=0, served=0, fallbacks=0, currency=currency,
-                   fleet_micro=entry["idle_micro"])
-        if "deployment" in dims:
-            row["deployment"] = entry["deployment"]
-        rows.append((*(row[c] for c in result.columns), entry["idle_hours"]))
-    return Result(columns, rows)
+    return _with_rows(result, {"idle_hours": 0}, [
+        ({"fleet_micro": e["idle_micro"], **_dims(dims, deployment=e["deployment"])}, {"idle_hours": e["idle_hours"]})
+        for e in idle])
 
 
 def with_reserved(result: Result, dims: Sequence[str], reserved: Sequence[Mapping[str, Any]]) -> Result:
@@ -216,18 +207,28 @@ def with_reserved(result: Result, dims: Sequence[str], reserved: Sequence[Mappin
     reserved and used, and ``utilisation_pct`` (``reconcile.reserved``); those columns 0 or NULL elsewhere."""
     if not reserved:
         return result
-    extra = ("reserved_micro", "reserved_hours", "used_hours", "utilisation_pct")
-    rows = [(*row, 0, 0, 0, None) for row in result.rows]
+    extra = {"reserved_micro": 0, "reserved_hours": 0, "used_hours": 0, "utilisation_pct": None}
+    return _with_rows(result, extra, [(_dims(dims, team=e["team"], deployment=e["deployment"]),
+                                       {c: e[c] for c in extra}) for e in reserved])
+
+
+def _dims(dims: Sequence[str], **values: Any) -> dict[str, Any]:
+    """The dimensions among ``values`` that the rows are grouped by."""
+    return {k: v for k, v in values.items() if k in dims}
+
+
+def _with_rows(result: Result, extra: Mapping[str, Any],
+               added: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> Result:
+    """``result`` with the columns ``extra`` (their values on its rows) and the rows ``added``: (the figures
+    and dimensions they set, their ``extra`` values); every other figure 0, every other dimension NULL."""
     currency = result.dicts()[0].get("currency") if result.rows else None
-    for entry in reserved:
+    rows = [(*row, *extra.values()) for row in result.rows]
+    for figures, extras in added:
         row: dict[str, Any] = dict.fromkeys(result.columns)
         row.update({c: 0 for c in result.columns if c.endswith(("_micro", "_tokens", "_hours"))
                     and not c.startswith("budget_")})
-        row.update(requests=0, closed=0, served=0, fallbacks=0, currency=currency)
-        for dim, value in (("team", entry["team"]), ("deployment", entry["deployment"])):
-            if dim in dims:
-                row[dim] = value
-        rows.append((*(row[c] for c in result.columns), *(entry[c] for c in extra)))
+        row.update(requests=0, closed=0, served=0, fallbacks=0, currency=currency, **figures)
+        rows.append((*(row[c] for c in result.columns), *(extras[c] for c in extra)))
     return Result((*result.columns, *extra), rows)
 
 

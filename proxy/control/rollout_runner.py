@@ -80,8 +80,7 @@ class RolloutRunner:
         if got is None or got[0].state not in ("armed", "running", "paused") or version <= got[0].baseline:
             return
         r = got[0]
-        snap = await asyncio.to_thread(lambda: compile_document(
-            baseline_document(doc, self.db.document(r.baseline)), r.baseline))
+        snap = await asyncio.to_thread(self._baseline_snapshot, r.baseline, doc)
         self._compiled = ((r.baseline, version), snap)
         self.pod.baseline, self.pod.rollout = snap, r
 
@@ -157,14 +156,14 @@ class RolloutRunner:
             self.metrics.rollout_pct.set(0)
             return
         if self._compiled is None or self._compiled[0] != (r.baseline, head):
-            snap = await asyncio.to_thread(self._baseline_snapshot, r.baseline, head)
+            snap = await asyncio.to_thread(lambda: self._baseline_snapshot(r.baseline, self.db.document(head)))
             self._compiled = ((r.baseline, head), snap)
         pod.baseline, pod.rollout = self._compiled[1], r
         self.metrics.rollout_pct.set(0 if r.state == "rolled_back" else r.pct)
 
-    def _baseline_snapshot(self, baseline: int, head: int) -> Any:
-        doc = baseline_document(self.db.document(head), self.db.document(baseline))
-        return compile_document(doc, baseline)
+    def _baseline_snapshot(self, baseline: int, head: dict[str, Any]) -> Any:
+        """The snapshot the requests outside the slice are served: ``head`` with the baseline's routing."""
+        return compile_document(baseline_document(head, self.db.document(baseline)), baseline)
 
     async def flush(self) -> None:
         pending, self.pending = self.pending, {}

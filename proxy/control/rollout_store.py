@@ -27,6 +27,13 @@ from proxy.control.rollout import OPEN, ArmStats, Rollout, Thresholds
 ARMS = ("candidate", "baseline")
 
 
+def thresholds_record(t: Thresholds) -> dict[str, Any]:
+    """A rollout's thresholds as the database keeps them (decimals as strings)."""
+    return {"min_requests": t.min_requests, "max_error_pct_points": str(t.max_error_pct_points),
+            "max_429_pct_points": str(t.max_429_pct_points), "max_p95_ratio": str(t.max_p95_ratio),
+            "min_p95_delta_ms": t.min_p95_delta_ms, "max_cost_ratio": str(t.max_cost_ratio)}
+
+
 def rollout_of(row: RolloutRow) -> Rollout:
     t = row.thresholds
     thresholds = Thresholds(int(t["min_requests"]), Decimal(t["max_error_pct_points"]),
@@ -82,10 +89,7 @@ def start(db: ConfigDB, actor: str, body: Any) -> dict[str, Any]:
             raise ControlConflict(f"Rollout {open_one.id} is {open_one.state}; finish, roll back or wait for it "
                                   "before starting another.")
         row = RolloutRow(baseline=head[0], candidate=None, stages=list(stages), stage=0, window_s=window,
-                         thresholds={"min_requests": t.min_requests, "max_error_pct_points": str(t.max_error_pct_points),
-                                     "max_429_pct_points": str(t.max_429_pct_points),
-                                     "max_p95_ratio": str(t.max_p95_ratio), "min_p95_delta_ms": t.min_p95_delta_ms,
-                                     "max_cost_ratio": str(t.max_cost_ratio)},
+                         thresholds=thresholds_record(t),
                          pods=list(pods), state="armed", stage_since=None, reason=None, created_at=now,
                          created_by=actor, updated_at=now)
         s.add(row)

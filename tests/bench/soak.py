@@ -5,7 +5,7 @@ One gateway (embedded) in front of the simulator, offered an open-loop Poisson l
 machine), a mix of what makes a gateway keep things: plain chat requests with prompts never seen before (60%),
 streams (20%), exact-cache hits of a few hot prompts (10%) and idempotent retries, the same
 ``Idempotency-Key`` sent twice (10%). Every ``--sample-s`` (10 s) it reads the gateway process's resident set
-(``/proc/<pid>/status``: VmRSS). The bar (issue 35): RSS at the end within 10% of RSS after the first
+(``/proc/<pid>/status``: VmRSS). The bar: RSS at the end within 10% of RSS after the first
 ``--warm-minutes`` (5). It prints the samples' summary and the verdict, and writes ``--json``.
 
 Latency is reported too (p50/p99 from the scheduled send time), and every error is counted: a soak that loses
