@@ -101,6 +101,7 @@ class BatchSettings:
     claim_s: int = 60  # how long a claim lasts unrenewed (a killed process's lines are free again after it)
     reserve_pct: int = 20  # of each provider-limit mirror that batch requests leave to interactive ones
     cpu_ceiling: float = 0.3  # a gateway process busier than this share of a core takes no batch line
+    provider_poll_s: float = 30.0  # how often a batch sent to a provider's batch API is asked about
 
 
 def batch_settings(r: Reader, state_dir: Path, shared_url: str | None) -> BatchSettings:
@@ -110,7 +111,8 @@ def batch_settings(r: Reader, state_dir: Path, shared_url: str | None) -> BatchS
         or f"sqlite:///{(state_dir / 'batches.sqlite').resolve()}",
         max_file_bytes=r.int("max_file_bytes", d.max_file_bytes, 1024), max_lines=r.int("max_lines", d.max_lines, 1),
         concurrency=r.int("concurrency", d.concurrency, 1), claim_s=r.int("claim_s", d.claim_s, 3),
-        reserve_pct=r.int("reserve_pct", d.reserve_pct, 0), cpu_ceiling=r.number("cpu_ceiling", d.cpu_ceiling, 0.05))
+        reserve_pct=r.int("reserve_pct", d.reserve_pct, 0), cpu_ceiling=r.number("cpu_ceiling", d.cpu_ceiling, 0.05),
+        provider_poll_s=r.number("provider_poll_s", d.provider_poll_s, 0.05))
     if out.reserve_pct > 90:
         r.problems.add(r.at("reserve_pct"), f"is {out.reserve_pct}; at most 90 (batch work needs some capacity)")
     r.reject_unknown()

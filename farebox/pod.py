@@ -37,6 +37,7 @@ from pricing.book import FxTable, PriceBook
 from proxy.admission.budget_port import BudgetPort
 from proxy.api.app import Tracer, create_app
 from proxy.batches.canary import LEVEL, Canary, probes
+from proxy.batches.provider_run import ProviderRuns
 from proxy.batches.runner import Runner
 from proxy.batches.sql_store import SqlBatches
 from proxy.bodylog import BodyLog, BodyStore, TeamCipher
@@ -77,7 +78,7 @@ def options_of(settings: Settings) -> ProxyOptions:
         stored_responses_max_bytes=settings.stored_responses.max_record_bytes,
         batch_max_file_bytes=settings.batches.max_file_bytes, batch_max_lines=settings.batches.max_lines,
         batch_reserve_pct=settings.batches.reserve_pct, batch_cpu_ceiling=settings.batches.cpu_ceiling,
-        canary_team=settings.canary.team,
+        canary_team=settings.canary.team, provider_batches=settings.mode != "distributed",
     )
 
 
@@ -145,8 +146,11 @@ async def batch_runner_ctx(app: web.Application, runtime: Runtime, settings: Set
         m.batch_queued.set(queued)
         m.batch_running.set(running)
 
-    runner = Runner(runtime.batches, str(internal_socket()), f"{settings.pod_id}:{os.getpid()}",
-                    concurrency=b.concurrency, claim_s=b.claim_s,
+    runner_id = f"{settings.pod_id}:{os.getpid()}"
+    provider = ProviderRuns(runtime.batches, runner_id, lambda: runtime.upstream.session, runtime,  # type: ignore[arg-type]
+                            poll_s=b.provider_poll_s) if runtime.options.provider_batches else None
+    runner = Runner(runtime.batches, str(internal_socket()), runner_id,
+                    concurrency=b.concurrency, claim_s=b.claim_s, provider=provider,
                     observe=lambda outcome: (m.shadow_legs.labels(outcome.removeprefix("shadow_"))
                                              if outcome.startswith("shadow_") else m.batch_lines.labels(outcome)).inc(),
                     gauges=gauges)

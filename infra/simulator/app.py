@@ -5,7 +5,8 @@ Model endpoints: ``POST /v1/chat/completions``, ``POST /v1/embeddings``
 counters ``POST /v1/responses/input_tokens`` and ``POST /v1/messages/count_tokens``; Azure OpenAI
 (``/openai/deployments/{d}/chat/completions``, ``/openai/v1/chat/completions``), Bedrock
 (``/model/{id}/converse``, ``…/converse-stream``, SigV4-checked), Gemini (``/v1beta/models/{m}:generateContent``,
-``:streamGenerateContent``) and Vertex AI (``/v1/projects/{p}/locations/{l}/publishers/google/models/…``, with
+``:streamGenerateContent``), the batch APIs (OpenAI's Files and Batches, Anthropic's Message Batches:
+``infra.simulator.batches``) and Vertex AI (``/v1/projects/{p}/locations/{l}/publishers/google/models/…``, with
 its OAuth ``POST /token``). Provider invoice:
 ``GET /v1/usage/export?account=A&date=YYYY-MM-DD[&format=csv]`` (both filters
 optional). Test control: ``GET /_sim/health``, ``GET /_sim/stats``,
@@ -27,6 +28,7 @@ import sys
 import orjson
 from aiohttp import web
 
+from infra.simulator.batches import add_routes as add_batch_routes
 from infra.simulator.config import ConfigError, SimulatorConfig
 from infra.simulator.export_drift import apply_drift
 from infra.simulator.google_token import token
@@ -165,6 +167,7 @@ def create_app(config: SimulatorConfig) -> web.Application:
     app.router.add_post("/v1/projects/{project}/locations/{location}/publishers/google/models/{target:[^/]+}",
                         handle_gemini)
     app.router.add_post("/token", token)
+    add_batch_routes(app)
     app.router.add_get("/v1/usage/export", usage_export)
     app.router.add_get("/_sim/health", health)
     app.router.add_get("/_sim/stats", stats)

@@ -63,6 +63,7 @@ class ModelProfile:
     # answers carry the provider's x-ratelimit-* (anthropic-ratelimit-*) headers; past it, a 429
     rpm: int = 0
     tpm: int = 0  # input tokens + the output cap asked for, as Azure and OpenAI count a request
+    batch_line_ms: float = 5  # how long one line of a provider batch takes (lines run one after another)
     faults: FaultProfile = field(default_factory=FaultProfile)
 
     def to_dict(self) -> dict[str, Any]:
@@ -142,6 +143,7 @@ _PROFILE_RULES: dict[str, tuple[str, float]] = {
     "embedding_dims": ("int", 1),
     "rpm": ("int", 0),
     "tpm": ("int", 0),
+    "batch_line_ms": ("number", 0),
 }
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
+from infra.simulator.batch_store import Batches
 from infra.simulator.billing import BillingLedger
 from infra.simulator.config import ModelProfile, SimulatorConfig, parse_profile_update
 from infra.simulator.export_drift import AccountDrift, parse_drift_update
@@ -34,6 +35,7 @@ class SimState:
         self.prompt_cache = PromptCache()  # Anthropic cache_control prefixes
         self.google_tokens: dict[str, str] = {}  # OAuth access token the /token endpoint issued -> account
         self.quotas = Quotas()  # the provider's per-minute quota per account and model (profiles' rpm, tpm)
+        self.batches = Batches()  # the batch APIs' files and batches
 
     def profile(self, model: str) -> ModelProfile:
         prof = self.overrides.get(model)
@@ -80,6 +82,7 @@ class SimState:
         self.received.reset()
         self.prompt_cache.clear()
         self.quotas.reset()
+        self.batches.reset()
 
 
 STATE = web.AppKey("farebox_simulator_state", SimState)

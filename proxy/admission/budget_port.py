@@ -55,6 +55,8 @@ class BudgetAsk:
     learned_micro: int | None = None  # the hold at the output this key and alias really use (None: hold_micro)
     key_id: str = ""
     max_wait_s: float = 0.0  # how long the request may wait for holds in flight to settle
+    cap_micro: int | None = None  # what the per-request cap is held to (None: hold_micro; a provider batch's
+    # whole-batch hold gives its dearest line: the cap is per request, and each line is one)
 
 
 @dataclass(slots=True)  # built per request: plain slots, no frozen-init cost
@@ -135,7 +137,7 @@ def max_wait_s(header: str | None, default_s: float, ceiling_s: float) -> float:
 def check_cost_cap(snapshot: Snapshot, ask: BudgetAsk) -> None:
     """The per-request cap (denial of wallet): a 400 naming max_completion_tokens."""
     cap = snapshot.budgets.per_request_cap_micro
-    if not exceeds_cost_cap(ask.hold_micro, cap):
+    if not exceeds_cost_cap(ask.hold_micro if ask.cap_micro is None else ask.cap_micro, cap):
         return
     assert cap is not None
     ccy = snapshot.currency

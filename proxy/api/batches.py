@@ -5,23 +5,30 @@ Creating a batch reads its input file (``proxy.batches.lines``) and checks every
 shape, the endpoint, and that each line's ``model`` is an alias the key may use for that endpoint. A bad file
 gives a batch that is ``failed`` at once with every problem in ``errors`` (OpenAI's behaviour), never a batch
 half run. A good one is ``in_progress`` and the gateway's runners (``proxy.batches.runner``) feed its lines
-through the request path as the key that created it. Reading a batch never bills: only its lines' requests
+through the request path as the key that created it; or, for an alias with ``batch_via: provider``
+(``proxy.batches.provider_plan``), it is admitted whole against its budgets (a 429 ``budget_exhausted`` when
+its worst case does not fit: nothing is kept) and sent to the provider's batch API (``provider_run``). Reading a batch never bills: only its lines' requests
 do, each once. A batch is its team's (another team's id is a 404). Errors are OpenAI-shaped.
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from aiohttp import web
 
 from proxy.admission.auth import allowed_alias
+from proxy.admission.budget_port import BudgetAsk
 from proxy.api.files import page_limit, store_of, visible_batch, visible_file
+from proxy.batches import provider_money as money
 from proxy.batches.lines import ENDPOINTS, Line, Problem, read_lines
 from proxy.batches.objects import WINDOWS, batch_object, list_object, new_batch_id
+from proxy.batches.provider_plan import chosen, plan
 from proxy.batches.records import CANCELLABLE, BatchRecord
 from proxy.body import parse_json_object
 from proxy.errors import GatewayError, InvalidRequest
+from proxy.metering.settlement import scopes_of
 from proxy.runtime import RUNTIME, Runtime
 from proxy.snapshot import KeyRecord, Snapshot
 
@@ -54,18 +61,59 @@ async def create_batch(request: web.Request) -> web.Response:
                              code="invalid_value")
     content = await store.file_content(source.id) or b""
     lines, problems = read_lines(content, endpoint, rt.options.batch_max_lines)
+    snap = rt.pod.snapshot
     if not problems:
-        problems = unusable_models(rt.pod.snapshot, key, lines, KIND[endpoint])
+        problems = unusable_models(snap, key, lines, KIND[endpoint])
     now = int(rt.clock())
+    batch_id, provider = new_batch_id(), None
+    alias = None if problems else chosen(snap, key, endpoint, lines, rt.options.provider_batches)
+    if alias is not None:  # sent whole to the provider's batch API (``proxy.batches.provider_run``)
+        planned = plan(snap, key, alias, lines, rt.estimator, datetime.fromtimestamp(now, timezone.utc))
+        if isinstance(planned, list):
+            problems = planned
+        else:
+            provider = money.block(snap, key, scopes_of(key, None), alias.name, planned.deployment,
+                                   planned.price_version, planned.estimates, planned.hold_micro,
+                                   planned.dearest_micro)
     times = {"failed_at": now} if problems else {"in_progress_at": now}
-    record = BatchRecord(new_batch_id(), key.team, key.key_id, endpoint, source.id, window,
+    record = BatchRecord(batch_id, key.team, key.key_id, endpoint, source.id, window,
                          "failed" if problems else "in_progress", now, now + WINDOWS[window], metadata,
-                         [p.to_dict() for p in problems], times)
-    await store.create_batch(record, [] if problems else lines)
+                         [p.to_dict() for p in problems], times, provider=None if problems else provider)
+    if record.provider is not None:
+        await _admit_whole(rt, key, record, snap)
+    try:
+        await store.create_batch(record, [] if problems else lines)
+    except Exception:
+        if record.provider is not None:  # nothing was kept: the hold goes back at once
+            rt.recorder.emit(money.settled(record.id, record.provider, [], "failed", datetime.now(timezone.utc)))
+        raise
     rt.pod.wake_batches()
     created = await store.get_batch(record.id)
     assert created is not None
     return web.json_response(batch_object(created))
+
+
+async def _admit_whole(rt: Runtime, key: KeyRecord, record: BatchRecord, snap: Snapshot) -> None:
+    """Admit a provider batch as a whole against every budget its lines touch: a hold for the sum of their worst
+    cases (``proxy.batches.provider_money``), or the caller's 429 in this API's shape; nothing is kept when
+    refused. The hold is recorded in the same turn as it is funded (the ``BudgetPort`` contract)."""
+    b = record.provider
+    assert b is not None
+    ests = b["estimates"]
+    ask = BudgetAsk(request_id=record.id, scopes=b["scopes"], hold_micro=b["hold_micro"],
+                    est_input=sum(e[0] for e in ests), max_output=sum(e[1] for e in ests), now_s=rt.clock(),
+                    key_id=key.key_id, cap_micro=b["dearest_micro"])
+    funding = await rt.budgets.admit(snap, ask)
+    if funding.hold_micro is not None:
+        b["hold_micro"] = funding.hold_micro
+    event = money.admitted(record.id, b, key, snap, rt.options.pod_id, WINDOWS[record.completion_window],
+                           datetime.fromtimestamp(rt.clock(), timezone.utc))
+    if not rt.recorder.emit(event):
+        rt.budgets.release(record.id)
+        raise GatewayError("The event log cannot record the batch's admission right now; retry shortly.",
+                           status=503, code="event_log_unavailable", headers={"Retry-After": "1"})
+    for notice in funding.events:
+        rt.recorder.emit(notice)
 
 
 def unusable_models(snap: Snapshot, key: KeyRecord, lines: list[Line], kind: str) -> list[Problem]:

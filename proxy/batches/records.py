@@ -69,6 +69,9 @@ class BatchRecord:
     output_file_id: str | None = None
     error_file_id: str | None = None
     counts: Counts = Counts()
+    # a batch sent whole to a provider's batch API (``proxy.batches.provider_run``): its deployment, hold and
+    # progress (``phase``, the provider's id); None: its lines run through the gateway
+    provider: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,3 +186,28 @@ class BatchStore(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class ProviderBatchStore(Protocol):
+    """What ``proxy.batches.provider_run`` asks of the store for batches a provider runs (their lines are
+    ``provider``: never claimed by a runner, done only when the provider's results are kept)."""
+
+    async def provider_batches(self) -> list[BatchRecord]:
+        """Active batches with a ``provider`` block, oldest first."""
+        ...
+
+    async def set_provider(self, batch_id: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
+        """Replace the batch's ``provider`` block if it is still ``old`` (compare and set): False when another
+        process moved it first."""
+        ...
+
+    async def batch_lines(self, batch_id: str) -> list[tuple[int, str, bytes]]:
+        """(number, custom_id, body) of every line, in order."""
+        ...
+
+    async def end_provider(self, batch_id: str, final: str, answers: Sequence[tuple[int, bool, bytes, str, int]],
+                           now: int, new_file_id: Callable[[], str],
+                           unrun: Callable[[str, str], bytes]) -> BatchRecord | None:
+        """In one transaction: keep each answered line's (number, ok, output line, request id, cost), end the
+        batch at ``final`` and write its files; None (nothing changed) when it had ended already."""
+        ...

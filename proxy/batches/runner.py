@@ -86,7 +86,8 @@ class Runner:
     def __init__(self, store: BatchStore, socket_path: str, runner_id: str, *, concurrency: int = 2,
                  claim_s: int = 60, poll_s: float = 1.0, clock: Callable[[], float] = time.time,
                  observe: Callable[[str], None] = lambda outcome: None,
-                 gauges: Callable[[int, int], None] = lambda queued, running: None) -> None:
+                 gauges: Callable[[int, int], None] = lambda queued, running: None,
+                 provider: Any = None) -> None:
         self.store, self.socket_path, self.runner_id = store, socket_path, runner_id
         self.concurrency, self.claim_s, self.poll_s, self.clock = concurrency, claim_s, poll_s, clock
         self.observe, self.gauges = observe, gauges  # a line's outcome; (queued, running) every few seconds
@@ -101,8 +102,11 @@ class Runner:
         self.shadows: set[asyncio.Task[None]] = set()  # shadow legs in flight (``send_shadow``)
         self.writer: asyncio.Task[None] | None = None
         self.session: aiohttp.ClientSession | None = None
+        self.provider = provider  # the batches a provider runs (``proxy.batches.provider_run.ProviderRuns``)
+        self.provider_due = True  # a batch was created or cancelled: the provider batches are looked at now
 
     def wake(self) -> None:
+        self.provider_due = True
         self.woken.set()
 
     async def run(self) -> None:
@@ -126,6 +130,9 @@ class Runner:
         if now >= self.counted + 5:
             self.gauges(await self.store.queued(), len(self.tasks))
             self.counted = now
+        if self.provider is not None and not self.stopping:
+            due, self.provider_due = self.provider_due, False
+            await self.provider.tick(force=due)
         for ended in await self.store.finish(now, new_file_id, unrun_line):
             log.info("batch %s %s: %d completed, %d failed", ended.id, ended.status, ended.counts.completed,
                      ended.counts.failed)

@@ -17,13 +17,14 @@ from typing import Any, Callable, Sequence
 import orjson
 import sqlalchemy as sa
 
-from proxy.batches.lines import ENDPOINTS as FILE_ENDPOINTS
 from proxy.batches.lines import Line
 from proxy.batches.records import ACTIVE, Answer, BatchRecord, Claimed, Counts, FileRecord, round_robin
+from proxy.batches.sql_end import end_batch, file_row
+from proxy.batches.sql_provider import ProviderRows
 from proxy.batches.tables import BATCHES, FILES, LINES, META
 
 
-class SqlBatches:
+class SqlBatches(ProviderRows):
     def __init__(self, url: str) -> None:
         sqlite = url.startswith("sqlite")
         self.engine = sa.create_engine(url, future=True, connect_args={"timeout": 30} if sqlite else {})
@@ -41,7 +42,7 @@ class SqlBatches:
 
     def _put_file(self, r: FileRecord, content: bytes) -> None:
         with self.engine.begin() as conn:
-            conn.execute(FILES.insert(), [_file_row(r, content)])
+            conn.execute(FILES.insert(), [file_row(r, content)])
 
     def _get_file(self, file_id: str) -> FileRecord | None:
         with self.reader.connect() as conn:
@@ -80,11 +81,12 @@ class SqlBatches:
                 "input_file_id": r.input_file_id, "completion_window": r.completion_window, "status": r.status,
                 "created_at": r.created_at, "expires_at": r.expires_at, "output_file_id": None,
                 "error_file_id": None, "doc": orjson.dumps({"metadata": r.metadata, "errors": r.errors,
-                                                            "times": r.times})}])
+                                                            "times": r.times, "provider": r.provider})}])
+            state = "provider" if r.provider is not None else "pending"  # a provider's lines are never claimed
             for start in range(0, len(lines), 1000):
                 conn.execute(LINES.insert(), [
                     {"batch_id": r.id, "number": ln.number, "custom_id": ln.custom_id, "body": ln.body,
-                     "state": "pending", "not_before": 0, "claims": 0, "generation": 0} for ln in lines[start:start + 1000]])
+                     "state": state, "not_before": 0, "claims": 0, "generation": 0} for ln in lines[start:start + 1000]])
 
     def _get(self, batch_id: str) -> BatchRecord | None:
         with self.reader.connect() as conn:
@@ -219,8 +221,8 @@ class SqlBatches:
              unrun: Callable[[str, str], bytes]) -> bool:
         with self.engine.begin() as conn:
             row = conn.execute(sa.select(BATCHES).where(BATCHES.c.id == batch_id).with_for_update()).first()
-            if row is None or row.status != status:
-                return False  # another runner ended it (or it was cancelled) meanwhile
+            if row is None or row.status != status or orjson.loads(row.doc).get("provider") is not None:
+                return False  # another runner ended it (or it was cancelled) meanwhile; a provider's ends by its run
             states = dict(conn.execute(sa.select(LINES.c.state, sa.func.count()).where(LINES.c.batch_id == batch_id)
                                        .group_by(LINES.c.state)).all())
             in_flight = conn.scalar(sa.select(sa.func.count()).where(
@@ -233,30 +235,7 @@ class SqlBatches:
                 final = "expired"
             else:
                 return False
-            ok_lines, error_lines = [], []
-            for number, custom_id, body, ok, result in conn.execute(
-                    sa.select(LINES.c.number, LINES.c.custom_id, LINES.c.body, LINES.c.ok, LINES.c.result)
-                    .where(LINES.c.batch_id == batch_id).order_by(LINES.c.number)):
-                if result is not None:
-                    (ok_lines if ok else error_lines).append(bytes(result))
-                elif final == "expired":
-                    error_lines.append(unrun(final, custom_id))
-            if final == "expired":
-                conn.execute(LINES.update().where(LINES.c.batch_id == batch_id, LINES.c.state != "done")
-                             .values(state="done", ok=False, claimed_until=None))
-            doc = orjson.loads(row.doc)
-            doc["times"][f"{final}_at"] = now
-            values: dict[str, Any] = {"status": final, "doc": orjson.dumps(doc)}
-            for column, lines, purpose in (("output_file_id", ok_lines, "batch_output"),
-                                           ("error_file_id", error_lines, "batch_output")):
-                if lines and row.endpoint in FILE_ENDPOINTS:  # (a message batch's results are read from its lines)
-                    content = b"\n".join(lines) + b"\n"
-                    file_id = new_file_id()
-                    name = f"{batch_id}_{'output' if column == 'output_file_id' else 'error'}.jsonl"
-                    conn.execute(FILES.insert(), [_file_row(FileRecord(file_id, row.team, row.key_id, purpose, name,
-                                                                       len(content), now), content)])
-                    values[column] = file_id
-            conn.execute(BATCHES.update().where(BATCHES.c.id == batch_id).values(**values))
+            end_batch(conn, row, final, now, new_file_id, unrun)
         return True
 
     def _queued(self) -> int:
@@ -336,11 +315,6 @@ _FILE_COLS = (FILES.c.id, FILES.c.team, FILES.c.key_id, FILES.c.purpose, FILES.c
               FILES.c.created_at, FILES.c.expires_at)
 
 
-def _file_row(r: FileRecord, content: bytes) -> dict[str, Any]:
-    return {"id": r.id, "team": r.team, "key_id": r.key_id, "purpose": r.purpose, "filename": r.filename,
-            "bytes": r.bytes, "created_at": r.created_at, "expires_at": r.expires_at, "content": content}
-
-
 def _counts(conn: sa.Connection, ids: list[str]) -> dict[str, Counts]:
     if not ids:
         return {}
@@ -362,7 +336,7 @@ def _batch(row: Any, counts: Counts) -> BatchRecord:
     doc = orjson.loads(row.doc)
     return BatchRecord(row.id, row.team, row.key_id, row.endpoint, row.input_file_id, row.completion_window,
                        row.status, row.created_at, row.expires_at, doc["metadata"], doc["errors"], doc["times"],
-                       row.output_file_id, row.error_file_id, counts)
+                       row.output_file_id, row.error_file_id, counts, doc.get("provider"))
 
 
 def _wal(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]

@@ -306,11 +306,17 @@ def _aliases(root: Reader, deployments: Mapping[str, Deployment]) -> dict[str, A
             semantic=semantic,
             content_filter_failover=r.bool("content_filter_failover", False),
             batch_service_tier=r.str("batch_service_tier", None),
+            batch_via=r.str("batch_via", "gateway") or "gateway",
             split=read_split(r) if r.data.get("split") is not None else None,
             shadow=read_shadow(r) if r.data.get("shadow") is not None else None,
         )
         if alias.batch_service_tier is not None and not SERVICE_TIER.match(alias.batch_service_tier):
             r.problems.add(r.at("batch_service_tier"), "must be a service tier's name (lower case: flex, priority)")
+        if alias.batch_via not in ("gateway", "provider"):
+            r.problems.add(r.at("batch_via"), "must be gateway or provider")
+        elif alias.batch_via == "provider" and alias.kind != "chat":
+            r.problems.add(r.at("batch_via"), "provider batches run chat requests only; an embeddings alias's "
+                                              "batches run through the gateway")
         t.reject_unknown()
         rb.reject_unknown()
         hedge.reject_unknown()

@@ -154,6 +154,10 @@ class Alias:
     # batch-class requests to an OpenAI-dialect deployment ask for this service tier (``flex``: OpenAI's
     # batch-priced synchronous tier) when the caller named none; None: as sent
     batch_service_tier: str | None = None
+    # how a batch of this alias's requests runs: ``gateway`` (its lines through the request path at batch
+    # priority) or ``provider`` (sent whole to the first deployment with a batch API: OpenAI's Batch API,
+    # Anthropic's Message Batches; ``proxy.batches.provider_run``)
+    batch_via: str = "gateway"
     split: Split | None = None  # sticky variants: the request is served by one of these aliases instead
     shadow: Shadow | None = None  # a share of its requests also sent to a candidate, paid by the platform
 

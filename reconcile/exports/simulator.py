@@ -5,7 +5,8 @@ CSV: a header line then one line per row. A row is ``account``, ``date``
 (``YYYY-MM-DD``, UTC), ``model``, ``requests`` and one count per token type.
 The simulator already splits input the way farebox does (``input`` is
 uncached), so its five types map one to one; any other count column (an
-injected token type) is kept by its own name as an unpriced type.
+injected token type) is kept by its own name as an unpriced type. ``service_tier`` (optional text, ``batch`` for
+a provider batch's lines) makes a group of its own, as the providers' reports grouped by tier do.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from reconcile.exports.rows import ExportParseError, UsageRow, UsageSums, arr, count, load_json, obj, text
 
 _KEYS = ("account", "date", "model", "requests")
+_TIER = "service_tier"
 
 
 def parse_simulator_export(raw: bytes | str | Mapping[str, Any], provider: str = "simulator") -> list[UsageRow]:
@@ -55,6 +57,8 @@ def parse_simulator_csv(raw: bytes | str, provider: str = "simulator") -> list[U
 def _csv_value(key: str, value: str, where: str) -> Any:
     if key in ("account", "date", "model"):
         return value
+    if key == _TIER:
+        return value or None
     if not value.isdigit():
         raise ExportParseError(f"{where}.{key}", f"must be a non-negative integer, got {value!r}")
     return int(value)
@@ -66,11 +70,14 @@ def _rows(records: Sequence[Mapping[str, Any]], places: Sequence[str], provider:
         account = text(record, "account", where)
         model = text(record, "model", where)
         day = _day(record.get("date"), f"{where}.date")
+        tier = record.get(_TIER)
+        if tier is not None and (not isinstance(tier, str) or not tier):
+            raise ExportParseError(f"{where}.{_TIER}", f"must be a non-empty string, got {tier!r}")
         sums = by_account.setdefault(account, UsageSums(provider, account))
-        sums.add_requests(day, model, count(record, "requests", where))
+        sums.add_requests(day, model, count(record, "requests", where), tier)
         for key in record:
-            if key not in _KEYS:
-                sums.add(day, model, key, count(record, key, where))
+            if key not in _KEYS and key != _TIER:
+                sums.add(day, model, key, count(record, key, where), tier)
     return [row for account in sorted(by_account) for row in by_account[account].rows()]
 
 
