@@ -12,7 +12,8 @@ Columns, in file order:
 
 Values that hold for every row: ChargeCategory ``Usage`` (a correction is
 ``Usage`` with ChargeClass ``Correction``), ChargeFrequency ``Usage-Based``,
-PricingCategory ``Standard``, ServiceCategory ``AI and Machine Learning``,
+PricingCategory ``Standard`` (``Other`` for tokens served by a provider's batch API, ``x_service_tier`` ``batch``:
+a price of its own, neither on demand nor committed nor dynamic; FOCUS 1.2 names no batch category), ServiceCategory ``AI and Machine Learning``,
 ServiceSubcategory ``Generative AI``, ConsumedUnit ``Tokens``, PricingUnit
 ``1000000 Tokens`` (the price book prices per million tokens). Provider,
 publisher and invoice issuer are the deployment's provider. BillingAccountId is
@@ -73,6 +74,7 @@ CONSUMED_UNIT = "Tokens"
 PRICING_UNIT = "1000000 Tokens"
 TOKENS_PER_PRICING_UNIT = Decimal(1_000_000)
 CORRECTION = "Correction"
+BATCH_TIER = "batch"  # the tier of a provider batch's lines (``proxy.batches.provider_money``)
 
 FOCUS_COLUMNS = (
     "AvailabilityZone", "BilledCost", "BillingAccountId", "BillingAccountName", "BillingAccountType",
@@ -228,7 +230,7 @@ def focus_row(line: ChargeLine, billing_currency: str, invoice: str | None = Non
         "EffectiveCost": billed,
         "ListCost": list_cost,
         "ListUnitPrice": line.unit_price,
-        "PricingCategory": "Standard",
+        "PricingCategory": "Other" if line.service_tier == BATCH_TIER else "Standard",
         "PricingCurrency": line.pricing_currency,
         "PricingCurrencyContractedUnitPrice": line.pricing_unit_price,
         "PricingCurrencyEffectiveCost": pricing_cost,

@@ -203,3 +203,23 @@ def test_a_provider_batch_beyond_its_budget_is_refused_before_anything_is_sent(s
         assert _wait(client, fits.id).status == "completed"
     sent = [e for e in _sim(stack, "/_sim/requests?n=20")["data"] if e["seq"] > seen and e["path"] == "/v1/batches"]
     assert len(sent) == 1  # only the batch that fits reached the provider
+
+
+def test_reconciliation_matches_the_providers_batch_group(stack: Stack) -> None:
+    """The simulator's export bills provider batch lines as a ``batch`` group of their own; farebox's attempts of
+    those lines carry the batch tier, so the day reconciles with nothing flagged, batch rows matched."""
+    import subprocess
+    import sys
+    from datetime import datetime, timezone
+
+    from tests.harness import ROOT
+
+    out = subprocess.run([sys.executable, "-m", "farebox", "reconcile", "--config", str(stack.config), "--date",
+                          datetime.now(timezone.utc).date().isoformat(), "--format", "json", "--account",
+                          "acct-retail"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    batch = [r for r in report["rows"] if r.get("tier") == "batch" and r["measure"] == "tokens"]
+    assert batch and report["flagged"] == 0
+    output = [r for r in batch if r["token_type"] == "output"]
+    assert output and all(r["provider_figure"] == r["ours"] != "0" for r in output)
