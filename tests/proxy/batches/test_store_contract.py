@@ -155,3 +155,46 @@ async def test_answers_are_kept_many_at_once_and_a_passed_claim_is_not(store: Sq
     assert await store.done_many(answers, "a") == 2
     got = await store.get_batch(record.id)
     assert got is not None and (got.counts.completed, got.counts.cost_micro) == (2, 14)
+
+
+def _provider_batch(store: SqlBatches, n: int) -> tuple[BatchRecord, list]:
+    record, lines = _batch(store, n)
+    block = {"phase": "new", "deployment": "sim-openai", "hold_micro": 1000}
+    return BatchRecord(**{**{f: getattr(record, f) for f in record.__slots__}, "provider": block}), lines  # type: ignore[attr-defined]
+
+
+async def test_a_provider_batchs_lines_are_never_claimed_and_it_ends_only_by_its_run(store: SqlBatches) -> None:
+    record, lines = _provider_batch(store, 5)
+    await store.create_batch(record, lines)
+    now = int(time.time())
+    assert not [c for c in await store.claim("r", now, now + 60, 50) if c.batch_id == record.id]
+    assert record.id in [b.id for b in await store.provider_batches()]
+    await store.cancel(record.id, now)
+    await store.finish(now + 100_000, new_file_id, unrun_line)  # past its window and cancelling: not the runner's
+    assert (await store.get_batch(record.id)).status == "cancelling"  # type: ignore[union-attr]
+    assert [n for n, _, _ in await store.batch_lines(record.id)] == [1, 2, 3, 4, 5]
+
+
+async def test_a_provider_block_moves_by_compare_and_set(store: SqlBatches) -> None:
+    record, lines = _provider_batch(store, 1)
+    await store.create_batch(record, lines)
+    old = record.provider
+    assert old is not None
+    sending = {**old, "phase": "submitting", "by": "a"}
+    assert await store.set_provider(record.id, old, sending) is True
+    assert await store.set_provider(record.id, old, {**old, "phase": "submitting", "by": "b"}) is False  # b lost
+    assert (await store.get_batch(record.id)).provider == sending  # type: ignore[union-attr]
+
+
+async def test_a_provider_batch_ends_once_with_its_results_and_files(store: SqlBatches) -> None:
+    record, lines = _provider_batch(store, 4)
+    await store.create_batch(record, lines)
+    now = int(time.time())
+    answers = [(1, True, b'{"custom_id":"c1"}', "r-1", 30), (2, False, b'{"custom_id":"c2"}', "r-2", 0),
+               (3, True, b'{"custom_id":"c3"}', "r-3", 12)]
+    ended = await store.end_provider(record.id, "cancelled", answers, now, new_file_id, unrun_line)
+    assert ended is not None and ended.status == "cancelled"
+    assert (ended.counts.completed, ended.counts.failed, ended.counts.cost_micro) == (2, 2, 42)  # line 4 never ran
+    assert await store.file_content(ended.output_file_id) == b'{"custom_id":"c1"}\n{"custom_id":"c3"}\n'  # type: ignore[arg-type]
+    assert await store.end_provider(record.id, "completed", answers, now, new_file_id, unrun_line) is None
+    assert record.id not in [b.id for b in await store.provider_batches()]

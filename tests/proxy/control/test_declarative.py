@@ -62,6 +62,8 @@ def test_every_problem_reported_at_once(tree: dict) -> None:
     bad["teams"].append({"name": "x", "business_unit": "unknown-bu"})
     bad["fx"][0]["month"] = "Nov 2026"
     bad["aliases"][0]["batch_service_tier"] = "Flex Tier"
+    bad["aliases"][0]["batch_via"] = "carrier-pigeon"
+    bad["aliases"][1]["batch_via"] = "provider"  # an embeddings alias
     snap, problems = compile_or_problems(bad)
     assert snap is None
     joined = "\n".join(problems)
@@ -75,6 +77,8 @@ def test_every_problem_reported_at_once(tree: dict) -> None:
         "teams[2].business_unit: unknown business unit",
         "fx[0].month: must be YYYY-MM",
         "aliases[0].batch_service_tier: must be a service tier's name",
+        "aliases[0].batch_via: must be gateway or provider",
+        "aliases[1].batch_via: provider batches run chat requests only",
     ):
         assert fragment in joined, (fragment, joined)
 
