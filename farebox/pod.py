@@ -78,7 +78,7 @@ def options_of(settings: Settings) -> ProxyOptions:
         stored_responses_max_bytes=settings.stored_responses.max_record_bytes,
         batch_max_file_bytes=settings.batches.max_file_bytes, batch_max_lines=settings.batches.max_lines,
         batch_reserve_pct=settings.batches.reserve_pct, batch_cpu_ceiling=settings.batches.cpu_ceiling,
-        canary_team=settings.canary.team, provider_batches=settings.mode != "distributed",
+        canary_team=settings.canary.team,
     )
 
 

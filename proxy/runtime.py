@@ -65,8 +65,9 @@ class ProxyOptions:
     batch_reserve_pct: int = 20  # of each provider-limit mirror, kept for interactive requests
     canary_team: str = "platform"  # who pays for the synthetic canary's probes (``proxy.batches.canary``)
     batch_cpu_ceiling: float = 0.3  # a process busier than this share of a core takes no batch line
-    # whether batches of ``batch_via: provider`` aliases may go to a provider's batch API: their whole-batch hold
-    # lives a day in the ledger (distributed pods fund holds from leases a pod returns when it stops: off there)
+    # whether batches of ``batch_via: provider`` aliases may go to a provider's batch API (whole-batch holds that
+    # live a day: in distributed mode funded from a lease like any hold, which the ledger keeps held past the
+    # lease until its own TTL, settled by whichever pod reads the results)
     provider_batches: bool = True
     auth_failures_per_minute: int = 30  # failed authentications per source before 429s (0: no throttling)
     metrics_token: str | None = field(default=None, repr=False)  # GET /metrics asks for it as a bearer token

@@ -55,6 +55,7 @@ class BudgetAsk:
     learned_micro: int | None = None  # the hold at the output this key and alias really use (None: hold_micro)
     key_id: str = ""
     max_wait_s: float = 0.0  # how long the request may wait for holds in flight to settle
+    hold_ttl_s: int | None = None  # how long the hold lives unsettled (None: the pod's ``hold_ttl_s``)
     cap_micro: int | None = None  # what the per-request cap is held to (None: hold_micro; a provider batch's
     # whole-batch hold gives its dearest line: the cap is per request, and each line is one)
 

@@ -42,8 +42,8 @@ class LeaseBudgets:
         check_cost_cap(snapshot, ask)
         limited = [s for s, lim in limits_for(snapshot, ask.scopes).items() if lim.limit_micro is not None]
         period = budget_period(snapshot, ask.now_s)
-        leases = await self.wallets.admit(ask.request_id, limited, ask.hold_micro, self.hold_ttl_s, period,
-                                          ask.max_wait_s)
+        leases = await self.wallets.admit(ask.request_id, limited, ask.hold_micro, ask.hold_ttl_s or self.hold_ttl_s,
+                                          period, ask.max_wait_s)
         soft = self.wallets.states.any_past_soft(snapshot, limited, period, asyncio.get_running_loop().time())
         return Funding(leases, [], None, soft)
 

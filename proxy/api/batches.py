@@ -102,12 +102,13 @@ async def _admit_whole(rt: Runtime, key: KeyRecord, record: BatchRecord, snap: S
     ests = b["estimates"]
     ask = BudgetAsk(request_id=record.id, scopes=b["scopes"], hold_micro=b["hold_micro"],
                     est_input=sum(e[0] for e in ests), max_output=sum(e[1] for e in ests), now_s=rt.clock(),
-                    key_id=key.key_id, cap_micro=b["dearest_micro"])
+                    key_id=key.key_id, cap_micro=b["dearest_micro"],
+                    hold_ttl_s=money.hold_ttl_s(WINDOWS[record.completion_window]))
     funding = await rt.budgets.admit(snap, ask)
     if funding.hold_micro is not None:
         b["hold_micro"] = funding.hold_micro
     event = money.admitted(record.id, b, key, snap, rt.options.pod_id, WINDOWS[record.completion_window],
-                           datetime.fromtimestamp(rt.clock(), timezone.utc))
+                           funding.leases, datetime.fromtimestamp(rt.clock(), timezone.utc))
     if not rt.recorder.emit(event):
         rt.budgets.release(record.id)
         raise GatewayError("The event log cannot record the batch's admission right now; retry shortly.",

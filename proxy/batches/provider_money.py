@@ -46,16 +46,21 @@ def block(snapshot: Snapshot, key: KeyRecord, scopes: list[str], alias: str, dep
             "currency": snapshot.currency, "hold_micro": hold_micro, "dearest_micro": dearest_micro, "estimates": [list(e) for e in estimates]}
 
 
+def hold_ttl_s(window_s: int) -> int:
+    return window_s + HOLD_MARGIN_S
+
+
 def admitted(batch_id: str, b: dict[str, Any], key: KeyRecord, snapshot: Snapshot, pod: str, window_s: int,
-             now: datetime) -> RequestAdmitted:
-    """The batch's ``request.admitted``: its hold on every scope, tagged with the batch."""
+             leases: dict[str, str], now: datetime) -> RequestAdmitted:
+    """The batch's ``request.admitted``: its hold on every scope (``leases``: what funds it, distributed mode),
+    tagged with the batch."""
     ests = b["estimates"]
     return RequestAdmitted(
         time=now, request_id=batch_id, team=key.team, key_id=key.key_id, business_unit=key.business_unit or "",
         app=key.app, run_id=None, alias=b["alias"], data_class=key.data_class_ceiling,
         est_input_tokens=sum(e[0] for e in ests), max_output_tokens=sum(e[1] for e in ests),
         holds=dict.fromkeys(b["scopes"], b["hold_micro"]), currency=b["currency"], price_version=b["price_version"],
-        pod=pod, hold_ttl_s=window_s + HOLD_MARGIN_S, stream=False, leases={},
+        pod=pod, hold_ttl_s=hold_ttl_s(window_s), stream=False, leases=leases,
         cost_centre=snapshot.cost_centre_of(key.team, key.app), tags={"fb.batch": batch_id, "fb.priority": "batch",
                                                                       "fb.batch_via": "provider"})
 

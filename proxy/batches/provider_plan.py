@@ -1,8 +1,7 @@
 """Whether a new batch goes to a provider's batch API, to which deployment, and what it may cost. Pure.
 
 A batch goes to a provider when it calls ``/v1/chat/completions``, every line names one alias, that alias says
-``batch_via: provider``, the mode can hold money for a day (``ProxyOptions.provider_batches``: not distributed
-pods, whose holds live in leases a pod returns when it stops), and one of the alias's deployments both has a
+``batch_via: provider`` (and ``ProxyOptions.provider_batches`` lets it), and one of the alias's deployments both has a
 batch API (``proxy.upstream.batch_api``) and may take the key's requests: it receives the key's data-class
 ceiling (lines are not scanned one by one on this path, so the deployment must accept the most sensitive class
 the key may send), sits in the key's regions, is among the key's deployments, is not another team's provisioned
