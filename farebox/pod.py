@@ -151,6 +151,7 @@ async def batch_runner_ctx(app: web.Application, runtime: Runtime, settings: Set
                             poll_s=b.provider_poll_s) if runtime.options.provider_batches else None
     runner = Runner(runtime.batches, str(internal_socket()), runner_id,
                     concurrency=b.concurrency, claim_s=b.claim_s, provider=provider,
+                    may_claim=lambda: not runtime.pod.shedder.busy_for_batch(runtime.options.batch_cpu_ceiling),
                     observe=lambda outcome: (m.shadow_legs.labels(outcome.removeprefix("shadow_"))
                                              if outcome.startswith("shadow_") else m.batch_lines.labels(outcome)).inc(),
                     gauges=gauges)

@@ -92,6 +92,8 @@ class PodState:
 
     current: Snapshot  # the head: what every request is served unless a config canary keeps it on the baseline
     in_flight: int = 0  # model requests being served now
+    interactive: int = 0  # ... of them, interactive ones (not batch lines, shadow legs or canaries)
+    interactive_idle: asyncio.Event = field(default_factory=asyncio.Event)  # set while ``interactive`` is 0
     draining: bool = False  # SIGTERM seen: refuse new requests
     drain_expired: bool = False  # drain deadline passed: end the streams still open
     watches: set[Watch] = field(default_factory=set)  # open client watches, checked by one poller
@@ -111,6 +113,18 @@ class PodState:
     @property
     def snapshot(self) -> Snapshot:
         return SERVED.get() or self.current
+
+    async def batch_turn(self, max_wait_s: float) -> bool:
+        """Wait (up to ``max_wait_s``) until no interactive request is being served in this process: batch work
+        starts in the gaps between interactive requests, never beside one. False: none came."""
+        if self.interactive == 0:
+            return True
+        self.interactive_idle.clear()
+        try:
+            await asyncio.wait_for(self.interactive_idle.wait(), max_wait_s)
+        except TimeoutError:
+            return self.interactive == 0
+        return True
 
     def swap(self, snapshot: Snapshot) -> None:
         self.current = snapshot

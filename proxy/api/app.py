@@ -231,8 +231,9 @@ async def protection_middleware(request: web.Request, handler: Handler) -> web.S
         return error_response(GatewayError("This gateway pod is shutting down; retry on another.", status=503,
                                            code="server_shutting_down", headers={"Retry-After": "1", "Connection": "close"}),
                               anthropic=anthropic_surface(request))
-    if (TOKEN_HEADER in request.headers and CANARY_HEADER not in request.headers
-            and rt.pod.shedder.busy_for_batch(rt.options.batch_cpu_ceiling)):  # batch lines and shadow legs wait
+    batch_work = TOKEN_HEADER in request.headers and CANARY_HEADER not in request.headers  # lines, shadow legs
+    if batch_work and (rt.pod.shedder.busy_for_batch(rt.options.batch_cpu_ceiling)
+                       or not await rt.pod.batch_turn(BATCH_TURN_S)):  # they wait for a gap in interactive work
         return error_response(GatewayError("This gateway process is busy; batch work waits.", status=503,
                                            code="server_busy", headers={"Retry-After": "1", "retry-after-ms": "100"}))
     if not rt.pod.shedder.admit():
@@ -247,15 +248,23 @@ async def protection_middleware(request: web.Request, handler: Handler) -> web.S
                                            status=503, code="server_overloaded", headers={"Retry-After": "1"}),
                               anthropic=anthropic_surface(request))
     rt.pod.in_flight += 1
+    pod = rt.pod
+    if not batch_work:
+        pod.interactive += 1
     try:
         return await handler(request)
     finally:
-        rt.pod.in_flight -= 1
+        pod.in_flight -= 1
+        if not batch_work:
+            pod.interactive -= 1
+            if pod.interactive == 0:
+                pod.interactive_idle.set()
         if rt.pod.in_flight == 0 and rt.pod.draining:
             request.app[DRAINED].set()
 
 
 DRAINED = web.AppKey("drained", asyncio.Event)
+BATCH_TURN_S = 0.25  # how long a batch line waits at the door for a gap in interactive work before 503 server_busy
 LOAD_SAMPLER = web.AppKey("load_sampler", asyncio.Task)
 
 

@@ -181,6 +181,10 @@ class BatchStore(Protocol):
         ended."""
         ...
 
+    async def running(self, batch_ids: set[str]) -> set[str]:
+        """Those of ``batch_ids`` still ``in_progress``."""
+        ...
+
     async def queued(self) -> int:
         """Lines of batches in progress not yet done (waiting or in flight)."""
         ...

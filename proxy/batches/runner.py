@@ -10,8 +10,9 @@ door's overload protection in front of it.
 What the answer means for the line (``outcome``): a 2xx goes to the output file; the gateway saying "not now"
 (429 or 503 that the caller may retry: the key's rate limits, ``batch_paused``, the door's overload, a provider
 at capacity, the pod draining) gives the line back to run later (it does not count as a run), and a 503 (the
-process is busy: its door keeps batch lines out past ``batches.cpu_ceiling`` of a core) pauses the runner for
-the ``Retry-After``; a connection failure to the own socket the same; any other answer is the line's final
+process is busy: its door keeps batch lines out past ``batches.cpu_ceiling`` of a core, and lets one in only in
+a gap between interactive requests) pauses the runner for the ``Retry-After``; the runner asks the door's reading
+(``may_claim``) before it claims lines at all, so a busy process takes none; a connection failure to the own socket the same; any other answer is the line's final
 error, in the error file. A refused budget is final (``x-should-retry: false``).
 
 The internal request carries a per-process token (``Runner.token``) that the gateway checks before it takes
@@ -25,6 +26,7 @@ import logging
 import re
 import secrets
 import time
+from collections import deque
 from typing import Any, Callable
 
 import aiohttp
@@ -37,6 +39,10 @@ from proxy.batches.records import Answer, BatchStore, Claimed
 log = logging.getLogger("farebox.batches")
 
 WRITE_DELAY_S = 0.05  # answers gathered this long are kept in one transaction
+FINISH_EVERY_S = 5  # batches past their window are looked for this often (ended ones as their lines are answered)
+RECHECK_S = 0.5  # lines claimed ahead are checked against their batch's status this often
+PREFETCH = 8  # lines claimed per slot in one claim: the store's work per line is a fraction of a claim
+BUSY_PAUSE_S = 0.1  # the process is busy (``may_claim``): look again this much later
 TOKEN_HEADER = "x-fb-batch-token"
 KEY_HEADER = "x-fb-batch-key"
 BATCH_HEADER = "x-fb-batch-id"
@@ -87,7 +93,7 @@ class Runner:
                  claim_s: int = 60, poll_s: float = 1.0, clock: Callable[[], float] = time.time,
                  observe: Callable[[str], None] = lambda outcome: None,
                  gauges: Callable[[int, int], None] = lambda queued, running: None,
-                 provider: Any = None) -> None:
+                 provider: Any = None, may_claim: Callable[[], bool] = lambda: True) -> None:
         self.store, self.socket_path, self.runner_id = store, socket_path, runner_id
         self.concurrency, self.claim_s, self.poll_s, self.clock = concurrency, claim_s, poll_s, clock
         self.observe, self.gauges = observe, gauges  # a line's outcome; (queued, running) every few seconds
@@ -95,6 +101,8 @@ class Runner:
         self.token = secrets.token_urlsafe(32)
         self.woken = asyncio.Event()
         self.tasks: dict[asyncio.Task[None], Claimed] = {}  # the lines in flight
+        self.ready: deque[Claimed] = deque()  # lines claimed ahead (``PREFETCH``), not yet sent
+        self.checked = 0.0  # when the batches of ``ready`` were last known to run
         self.stopping = False
         self.renewed = 0.0  # when the claims in flight were last renewed
         self.paused_until = 0.0  # the gateway said "not now": no new line before this
@@ -102,11 +110,14 @@ class Runner:
         self.shadows: set[asyncio.Task[None]] = set()  # shadow legs in flight (``send_shadow``)
         self.writer: asyncio.Task[None] | None = None
         self.session: aiohttp.ClientSession | None = None
+        self.may_claim = may_claim  # this process's door would let a batch line in (asked before claiming one)
         self.provider = provider  # the batches a provider runs (``proxy.batches.provider_run.ProviderRuns``)
         self.provider_due = True  # a batch was created or cancelled: the provider batches are looked at now
+        self.finish_due = True  # lines were answered or a batch cancelled: batches that can end are ended now
+        self.finished = 0.0  # when batches that could end were last looked for (also their windows: every few s)
 
     def wake(self) -> None:
-        self.provider_due = True
+        self.provider_due = self.finish_due = True
         self.woken.set()
 
     async def run(self) -> None:
@@ -124,8 +135,8 @@ class Runner:
 
     async def _round(self) -> None:
         now = int(self.clock())
-        if now >= self.renewed + self.claim_s / 3:  # the heartbeat: keep the lines in flight ours
-            await self.store.renew(list(self.tasks.values()), self.runner_id, now + self.claim_s)
+        if now >= self.renewed + self.claim_s / 3:  # the heartbeat: keep the lines in flight and claimed ahead ours
+            await self.store.renew([*self.tasks.values(), *self.ready], self.runner_id, now + self.claim_s)
             self.renewed = now
         if now >= self.counted + 5:
             self.gauges(await self.store.queued(), len(self.tasks))
@@ -133,18 +144,31 @@ class Runner:
         if self.provider is not None and not self.stopping:
             due, self.provider_due = self.provider_due, False
             await self.provider.tick(force=due)
-        for ended in await self.store.finish(now, new_file_id, unrun_line):
-            log.info("batch %s %s: %d completed, %d failed", ended.id, ended.status, ended.counts.completed,
-                     ended.counts.failed)
+        if self.finish_due or now >= self.finished + FINISH_EVERY_S:  # lines answered, a cancel, or the time
+            self.finish_due, self.finished = False, now
+            await self._finish(now)
         free = self.concurrency - len(self.tasks) if self.clock() >= self.paused_until else 0
-        claimed = await self.store.claim(self.runner_id, now, now + self.claim_s, free) if free > 0 else []
-        self.renewed = self.renewed if self.tasks else now
-        for line in claimed:
+        if free > 0 and not self.may_claim():  # busy: claim nothing (a claim given back is two writes for nothing)
+            self.paused_until, free = self.clock() + BUSY_PAUSE_S, 0
+        claimed: list[Claimed] = []
+        if free > len(self.ready):  # claim several turns ahead: one transaction for many lines
+            claimed = await self.store.claim(self.runner_id, now, now + self.claim_s,
+                                             self.concurrency * PREFETCH - len(self.ready))
+            if not self.tasks and not self.ready:
+                self.renewed = now
+            self.ready.extend(claimed)
+            self.checked = self.clock()
+        elif free > 0 and self.ready and self.clock() >= self.checked + RECHECK_S:
+            await self._drop_stopped()
+        for _ in range(min(free, len(self.ready))):
+            line = self.ready.popleft()
             task = asyncio.get_running_loop().create_task(self._line(line), name=f"batch-line-{line.batch_id}")
             self.tasks[task] = line
             task.add_done_callback(self._ended)
         if claimed and len(self.tasks) < self.concurrency:
             return  # more may be waiting: claim again at once
+        if self.ready and len(self.tasks) < self.concurrency and self.clock() >= self.paused_until:
+            return  # lines claimed ahead and a free slot: start them now
         self.woken.clear()
         try:
             wait = min(self.poll_s, self.claim_s / 3)
@@ -153,6 +177,20 @@ class Runner:
             await asyncio.wait_for(self.woken.wait(), wait)
         except TimeoutError:
             pass
+
+    async def _drop_stopped(self) -> None:
+        """Give back the lines claimed ahead whose batch stopped (cancelled, expired) since: a line not started
+        when its batch is cancelled does not run (one started within ``RECHECK_S`` of the cancel may)."""
+        self.checked = self.clock()
+        running = await self.store.running({line.batch_id for line in self.ready})
+        for line in [x for x in self.ready if x.batch_id not in running]:
+            self.ready.remove(line)
+            await self.store.release(line, self.runner_id, int(self.clock()))
+
+    async def _finish(self, now: int) -> None:
+        for ended in await self.store.finish(now, new_file_id, unrun_line):
+            log.info("batch %s %s: %d completed, %d failed", ended.id, ended.status, ended.counts.completed,
+                     ended.counts.failed)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         self.tasks.pop(task, None)
@@ -205,6 +243,7 @@ class Runner:
         while self.answered:
             answers, self.answered = self.answered, []
             kept = await self.store.done_many(answers, self.runner_id)
+            self.finish_due = True
             if kept < len(answers):
                 log.warning("%d batch lines answered after their claims passed to another runner", len(answers) - kept)
 
@@ -239,9 +278,12 @@ class Runner:
             return resp.status, await resp.read()
 
     async def stop(self, timeout_s: float) -> None:
-        """Claim nothing more; let the lines in flight finish (up to ``timeout_s``) and keep their answers."""
+        """Claim nothing more, give back the lines claimed ahead; let the lines in flight finish (up to
+        ``timeout_s``) and keep their answers."""
         self.stopping = True
         self.woken.set()
+        while self.ready:
+            await self.store.release(self.ready.popleft(), self.runner_id, int(self.clock()))
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=timeout_s)
         if self.writer is not None:

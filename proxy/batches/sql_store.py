@@ -3,9 +3,10 @@ URL: what distributed pods share), through SQLAlchemy Core, blocking calls on a 
 
 Tables: ``fb_files`` (metadata and content), ``fb_batches`` (one row per batch; ``doc`` keeps metadata, errors
 and times as JSON), ``fb_batch_lines`` (one row per input line: its request, its state, its output line).
-Claims are one ``UPDATE`` whose ``WHERE`` re-checks the line's state, so on PostgreSQL two runners racing for a
-row see the first one's claim (row lock, then the re-check) and on SQLite writers are serialised: a line is
-never held by two runners. A batch ends in one transaction that moves its status (conditionally: the first to
+A claim selects runnable lines and updates them in one transaction that holds them: on PostgreSQL the rows are
+locked as they are read (``FOR UPDATE SKIP LOCKED``: a racing runner takes other lines), on SQLite the
+transaction holds the write lock from its start (``BEGIN IMMEDIATE``): a line is never held by two runners. One
+``UPDATE`` per batch claims all its lines taken at once. A batch ends in one transaction that moves its status (conditionally: the first to
 end it wins) and writes its output and error files.
 """
 
@@ -152,20 +153,21 @@ class SqlBatches(ProviderRows):
             offered: dict[str, list[Any]] = {}
             for team, batch_ids in teams.items():  # each team's runnable lines, its oldest batch first
                 offered[team] = list(conn.execute(
-                    sa.select(LINES.c.batch_id, LINES.c.number, BATCHES.c.key_id, BATCHES.c.endpoint)
+                    sa.select(LINES.c.batch_id, LINES.c.number, LINES.c.custom_id, LINES.c.body, LINES.c.claims,
+                              LINES.c.generation, BATCHES.c.key_id, BATCHES.c.endpoint)
                     .join(BATCHES, BATCHES.c.id == LINES.c.batch_id)
                     .where(runnable, LINES.c.batch_id.in_(batch_ids))
                     .order_by(BATCHES.c.created_at, LINES.c.batch_id, LINES.c.number).limit(limit)
                     .with_for_update(of=LINES, skip_locked=True)))  # PostgreSQL: racing runners take other lines
-            got: list[Claimed] = []
-            for batch_id, number, key_id, endpoint in round_robin(offered, limit):
-                where = sa.and_(LINES.c.batch_id == batch_id, LINES.c.number == number, runnable)
-                if conn.execute(LINES.update().where(where).values(
-                        state="claimed", runner=runner, claimed_until=until, claims=LINES.c.claims + 1)).rowcount:
-                    row = conn.execute(sa.select(LINES.c.custom_id, LINES.c.body, LINES.c.claims, LINES.c.generation)
-                                       .where(LINES.c.batch_id == batch_id, LINES.c.number == number)).one()
-                    got.append(Claimed(batch_id, number, row.custom_id, bytes(row.body), row.claims, key_id, endpoint,
-                                       row.generation))
+            picked = round_robin(offered, limit)
+            by_batch: dict[str, list[int]] = {}
+            for row in picked:
+                by_batch.setdefault(row.batch_id, []).append(row.number)
+            for batch_id, numbers in by_batch.items():  # the rows are ours: locked (PostgreSQL) or the lock held
+                conn.execute(LINES.update().where(LINES.c.batch_id == batch_id, LINES.c.number.in_(numbers))
+                             .values(state="claimed", runner=runner, claimed_until=until, claims=LINES.c.claims + 1))
+            got = [Claimed(row.batch_id, row.number, row.custom_id, bytes(row.body), row.claims + 1, row.key_id,
+                           row.endpoint, row.generation) for row in picked]
         return got
 
     def _done(self, line: Claimed, runner: str, ok: bool, result: bytes, request_id: str | None,
@@ -244,7 +246,15 @@ class SqlBatches(ProviderRows):
                 BATCHES, BATCHES.c.id == LINES.c.batch_id).where(
                 LINES.c.state != "done", BATCHES.c.status == "in_progress")) or 0)
 
+    def _running(self, batch_ids: set[str]) -> set[str]:
+        with self.reader.connect() as conn:
+            return set(conn.scalars(sa.select(BATCHES.c.id).where(BATCHES.c.id.in_(sorted(batch_ids)),
+                                                                  BATCHES.c.status == "in_progress")))
+
     # async port
+
+    async def running(self, batch_ids: set[str]) -> set[str]:
+        return await asyncio.to_thread(self._running, batch_ids) if batch_ids else set()
 
     async def queued(self) -> int:
         return await asyncio.to_thread(self._queued)
