@@ -80,20 +80,15 @@ async def create_batch(request: web.Request) -> web.Response:
                          "failed" if problems else "in_progress", now, now + WINDOWS[window], metadata,
                          [p.to_dict() for p in problems], times, provider=None if problems else provider)
     if record.provider is not None:
-        await _admit_whole(rt, key, record, snap)
-    try:
-        await store.create_batch(record, [] if problems else lines)
-    except Exception:
-        if record.provider is not None:  # nothing was kept: the hold goes back at once
-            rt.recorder.emit(money.settled(record.id, record.provider, [], "failed", datetime.now(timezone.utc)))
-        raise
+        await admit_whole(rt, key, record, snap)
+    await keep_batch(rt, record, [] if problems else lines)
     rt.pod.wake_batches()
     created = await store.get_batch(record.id)
     assert created is not None
     return web.json_response(batch_object(created))
 
 
-async def _admit_whole(rt: Runtime, key: KeyRecord, record: BatchRecord, snap: Snapshot) -> None:
+async def admit_whole(rt: Runtime, key: KeyRecord, record: BatchRecord, snap: Snapshot) -> None:
     """Admit a provider batch as a whole against every budget its lines touch: a hold for the sum of their worst
     cases (``proxy.batches.provider_money``), or the caller's 429 in this API's shape; nothing is kept when
     refused. The hold is recorded in the same turn as it is funded (the ``BudgetPort`` contract)."""
@@ -115,6 +110,16 @@ async def _admit_whole(rt: Runtime, key: KeyRecord, record: BatchRecord, snap: S
                            status=503, code="event_log_unavailable", headers={"Retry-After": "1"})
     for notice in funding.events:
         rt.recorder.emit(notice)
+
+
+async def keep_batch(rt: Runtime, record: BatchRecord, lines: list[Line]) -> None:
+    """Keep the new batch; a provider batch the store could not keep gives its whole hold back at once."""
+    try:
+        await store_of(rt).create_batch(record, lines)
+    except Exception:
+        if record.provider is not None:
+            rt.recorder.emit(money.settled(record.id, record.provider, [], "failed", datetime.now(timezone.utc)))
+        raise
 
 
 def unusable_models(snap: Snapshot, key: KeyRecord, lines: list[Line], kind: str) -> list[Problem]:

@@ -37,9 +37,11 @@ HOLD_MARGIN_S = 3600  # the hold outlives the window by this much: results are r
 
 
 def block(snapshot: Snapshot, key: KeyRecord, scopes: list[str], alias: str, dep: Deployment, price_version: int,
-          estimates: list[tuple[int, int]], hold_micro: int, dearest_micro: int) -> dict[str, Any]:
-    """A new provider batch's ``provider`` block (``phase: new``: not yet sent)."""
-    return {"phase": "new", "deployment": dep.id, "dialect": dep.dialect, "alias": alias,
+          estimates: list[tuple[int, int]], hold_micro: int, dearest_micro: int, native: bool = False
+          ) -> dict[str, Any]:
+    """A new provider batch's ``provider`` block (``phase: new``: not yet sent; ``native``: Messages requests sent
+    and answered as they are)."""
+    return {"phase": "new", "deployment": dep.id, "dialect": dep.dialect, "alias": alias, "native": native,
             "where": {"provider": dep.provider, "account": dep.account, "model": dep.model, "region": dep.region,
                       "project": dep.project},
             "team": key.team, "key_id": key.key_id, "scopes": scopes, "price_version": price_version,
@@ -123,10 +125,16 @@ def output_line(batch_id: str, number: int, custom_id: str, alias: str, ok: bool
     """The line as farebox's output (or error) file has it: OpenAI's batch output line, the answer stamped with
     the line's request id and the alias, and its ``x_farebox`` cost."""
     rid = f"{batch_id}-{number}"
-    if ok and isinstance(answer, dict):
+    if ok and isinstance(answer, dict) and b.get("native"):  # Anthropic's Message as it came, ours where it says
+        answer = {**answer, "id": rid, "model": alias, "x_farebox": _x_farebox(rid, cost_micro, b)}
+    elif ok and isinstance(answer, dict):
         answer = {"id": rid, "object": "chat.completion", "created": created, "model": alias, **answer,
-                  "x_farebox": {"request_id": rid, "deployment": b["deployment"], "cost": str(to_decimal(cost_micro)),
-                                "cost_micro": cost_micro, "currency": b["currency"],
-                                "price_version": b["price_version"], "service_tier": TIER}}
+                  "x_farebox": _x_farebox(rid, cost_micro, b)}
     return orjson.dumps({"id": f"batch_req_{batch_id.removeprefix('batch_')}_{number}", "custom_id": custom_id,
                          "response": {"status_code": status, "request_id": rid, "body": answer}, "error": None})
+
+
+def _x_farebox(rid: str, cost_micro: int, b: dict[str, Any]) -> dict[str, Any]:
+    return {"request_id": rid, "deployment": b["deployment"], "cost": str(to_decimal(cost_micro)),
+            "cost_micro": cost_micro, "currency": b["currency"], "price_version": b["price_version"],
+            "service_tier": TIER}

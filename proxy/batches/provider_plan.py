@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Callable
 
 import orjson
 
@@ -42,11 +43,16 @@ class ProviderPlan:
     dearest_micro: int  # the dearest line's worst case (the per-request cap applies to each line)
 
 
-def target(snapshot: Snapshot, key: KeyRecord, alias: Alias) -> Deployment | None:
-    """The deployment that runs the alias's provider batches for ``key`` (module docstring); None: none can."""
+NATIVE_ENDPOINT = "/v1/messages"  # a Message Batch of the Anthropic surface: sent as it is, to Anthropic only
+
+
+def target(snapshot: Snapshot, key: KeyRecord, alias: Alias, native: bool = False) -> Deployment | None:
+    """The deployment that runs the alias's provider batches for ``key`` (module docstring); None: none can.
+    ``native``: the lines are Anthropic Messages requests, which only an Anthropic deployment takes as they are."""
     for dep_id in alias.deployments:
         dep = snapshot.deployments.get(dep_id)
-        if (dep is not None and has_batch_api(dep) and may_receive(dep, key.data_class_ceiling)
+        if (dep is not None and has_batch_api(dep) and (not native or dep.dialect == "anthropic")
+                and may_receive(dep, key.data_class_ceiling)
                 and (not key.regions or dep.region in key.regions)
                 and (not key.deployments or dep.id in key.deployments)
                 and dep.provisioned_team in (None, key.team)):
@@ -56,18 +62,23 @@ def target(snapshot: Snapshot, key: KeyRecord, alias: Alias) -> Deployment | Non
 
 def chosen(snapshot: Snapshot, key: KeyRecord, endpoint: str, lines: list[Line], allowed: bool) -> Alias | None:
     """The alias whose deployment runs this batch at the provider, or None: it runs through the gateway."""
-    if not allowed or endpoint != "/v1/chat/completions" or not lines:
+    if not allowed or endpoint not in ("/v1/chat/completions", NATIVE_ENDPOINT) or not lines:
         return None
     names = {line.model for line in lines}
     alias = snapshot.aliases.get(next(iter(names))) if len(names) == 1 else None
     if alias is None or alias.batch_via != "provider" or alias.split is not None:
         return None
-    return alias if target(snapshot, key, alias) is not None else None
+    return alias if target(snapshot, key, alias, endpoint == NATIVE_ENDPOINT) is not None else None
+
+
+Native = Callable[[dict], tuple[dict, int | None]]
+"""A native line's check (raising ``GatewayError``): its body in chat form (for the estimate) and its output cap."""
 
 
 def plan(snapshot: Snapshot, key: KeyRecord, alias: Alias, lines: list[Line], estimator: Estimator,
-         at: datetime) -> ProviderPlan | list[Problem]:
-    dep = target(snapshot, key, alias)
+         at: datetime, native: Native | None = None) -> ProviderPlan | list[Problem]:
+    """``native``: the lines are Messages requests, checked by it and sent as they are (``NATIVE_ENDPOINT``)."""
+    dep = target(snapshot, key, alias, native is not None)
     assert dep is not None  # (``chosen`` checked)
     dialect = get_dialect(dep.dialect)
     estimates: list[tuple[int, int]] = []
@@ -76,10 +87,14 @@ def plan(snapshot: Snapshot, key: KeyRecord, alias: Alias, lines: list[Line], es
     for line in lines:
         body = orjson.loads(line.body)
         try:
-            asked = body.get("max_completion_tokens", body.get("max_tokens"))
+            if native is not None:
+                body, asked = native(body)
+            else:
+                asked = body.get("max_completion_tokens", body.get("max_tokens"))
             cap = output_cap(alias, asked if isinstance(asked, int) and not isinstance(asked, bool) else None)
-            dialect.validate(body, dep)
-            dialect.chat_request(body, dep, None, max_output_tokens=cap)  # translates (sent as it is at submission)
+            if native is None:
+                dialect.validate(body, dep)
+                dialect.chat_request(body, dep, None, max_output_tokens=cap)  # translates (again at submission)
             est = chat_input_estimates(estimator, body, key.key_id, [dep])[dep.id].tokens
             worst = hold(snapshot, [dep], est, cap, at, tier=TIER)
         except GatewayError as exc:

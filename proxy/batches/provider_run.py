@@ -39,6 +39,7 @@ from proxy.batches.records import BatchRecord, ProviderBatchStore
 from proxy.errors import GatewayError
 from proxy.upstream import batch_api
 from proxy.upstream.dialects import get_dialect
+from proxy.upstream.passthrough import NativeMessages
 
 log = logging.getLogger("farebox.batches")
 STALE_S = 120  # a step left this long by a process is taken over by another
@@ -113,9 +114,8 @@ class ProviderRuns:
         if p["phase"] == "submitting":  # a process died sending it: did the provider get it?
             found = await batch_api.find(self.session(), dep, secret, batch.id)
         if found is None:
-            dialect = get_dialect(p["dialect"])  # each line as the deployment takes it, at its cap of creation
-            numbers = [(n, orjson.loads(dialect.chat_request(orjson.loads(body), dep, None,
-                                                             max_output_tokens=est[1]).body))
+            numbers = [(n, orjson.loads(_translator(p, body).chat_request(orjson.loads(body), dep, None,
+                                                                          max_output_tokens=est[1]).body))
                        for (n, _, body), est in zip(await self.store.batch_lines(batch.id), p["estimates"])]
             try:
                 found = await batch_api.submit(self.session(), dep, secret, numbers, batch.id)
@@ -130,7 +130,7 @@ class ProviderRuns:
         lines = {n: (custom_id, orjson.loads(body)) for n, custom_id, body in await self.store.batch_lines(batch.id)}
         results = (await batch_api.results(self.session(), dep, secret, p["provider_id"], set(lines))
                    if p.get("provider_id") else [])
-        dialect = get_dialect(p["dialect"])
+        dialect = _translator(p, b"{}")
         at = datetime.fromtimestamp(self.clock(), timezone.utc)
         snapshot = self.rt.snapshot
         numbers = sorted(lines)
@@ -138,16 +138,16 @@ class ProviderRuns:
         attempts: list[RequestAttempted] = []
         answers: list[tuple[int, bool, bytes, str, int]] = []
         for r in sorted(results, key=lambda r: r.number):
-            ok, status, answer, reported = r.ok, r.status, r.body, None
+            ok, status, answer, reported, chat = r.ok, r.status, r.body, None, None
             if ok:
                 try:
                     parsed = dialect.parse_chat(answer if isinstance(answer, dict) else {})
-                    answer, reported = parsed.body, parsed.usage
+                    answer, reported, chat = parsed.native if p.get("native") else parsed.body, parsed.usage, parsed.body
                 except GatewayError as exc:  # an error inside a 200, or an answer without its parts
                     ok, status, answer = False, exc.status, {"error": {"message": exc.message, "code": exc.code}}
             if ok:
                 est = estimates[r.number]
-                usage = money.line_usage(reported, est, answer, dep.context_window + est[1])
+                usage = money.line_usage(reported, est, chat, dep.context_window + est[1])
                 cost = money.cost(snapshot, p, usage, at)
                 attempts.append(money.attempted(batch.id, p, r.number, True, status, usage, cost, at))
             else:
@@ -165,3 +165,11 @@ class ProviderRuns:
         if ended is not None:
             log.info("batch %s %s at deployment %s: %d lines ran, cost %d micro", batch.id, ended.status, dep.id,
                      len(attempts), settled.cost_micro)
+
+
+def _translator(p: dict[str, Any], body: bytes) -> Any:
+    """How a line goes to the deployment and its answer comes back: its dialect's translation, or, for Messages
+    requests of the Anthropic surface, as they are (``NativeMessages``)."""
+    if p.get("native"):
+        return NativeMessages(orjson.loads(body), None)
+    return get_dialect(p["dialect"])

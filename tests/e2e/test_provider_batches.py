@@ -223,3 +223,34 @@ def test_reconciliation_matches_the_providers_batch_group(stack: Stack) -> None:
     assert batch and report["flagged"] == 0
     output = [r for r in batch if r["token_type"] == "output"]
     assert output and all(r["provider_figure"] == r["ours"] != "0" for r in output)
+
+
+def test_an_anthropic_message_batch_goes_to_anthropic_as_it_is(stack: Stack) -> None:
+    """The Anthropic surface's Message Batch on a ``batch_via: provider`` alias of an Anthropic deployment: sent
+    as it is to the provider's Message Batches, its results the provider's own Messages (the alias as model, the
+    line's request id), admitted whole and billed once per line at the batch price."""
+    import anthropic
+
+    seen = max([e["seq"] for e in _sim(stack, "/_sim/requests?n=1")["data"]], default=0)
+    requests = [{"custom_id": f"q-{i}", "params": {"model": "chat-anthropic-pb", "max_tokens": 32,
+                                                   "system": "Be brief.",
+                                                   "messages": [{"role": "user", "content": f"Summarise note {i}."}]}}
+                for i in range(30)]
+    with anthropic.Anthropic(base_url=stack.gateway_url, api_key=stack.key, max_retries=0) as claude:
+        batch = claude.messages.batches.create(requests=requests)
+        deadline = time.monotonic() + 60
+        while batch.processing_status != "ended" and time.monotonic() < deadline:
+            time.sleep(0.2)
+            batch = claude.messages.batches.retrieve(batch.id)
+        assert batch.processing_status == "ended" and batch.request_counts.succeeded == 30
+        results = {r.custom_id: r.result for r in claude.messages.batches.results(batch.id)}
+    assert sorted(results) == sorted(f"q-{i}" for i in range(30))
+    assert all(r.type == "succeeded" and r.message.model == "chat-anthropic-pb" and r.message.content[0].text
+               for r in results.values())
+    sent = [e for e in _sim(stack, "/_sim/requests?n=50")["data"] if e["seq"] > seen]
+    assert [e["path"] for e in sent] == ["/v1/messages/batches"] and sent[0]["body"] == {"requests": 30}
+    events = _mine(stack, batch.id)
+    assert len(events[RequestAdmitted]) == 1 and len(events[RequestSettled]) == 1
+    attempts = events[RequestAttempted]
+    assert sorted(a.attempt for a in attempts) == list(range(1, 31))
+    assert all(a.cost_micro == _by_hand("sim-anthropic-mumbai", a.usage) > 0 for a in attempts)

@@ -4,7 +4,9 @@
 
 The same batches as the OpenAI Batch API's (``proxy.batches``; ``msgbatch_`` ids, endpoint ``/v1/messages``):
 created with the requests inline, each line run by the gateways' batch runners through ``POST /v1/messages``
-as the key that created the batch (admitted, metered, billed once, at batch priority). What differs is the
+as the key that created the batch (admitted, metered, billed once, at batch priority); or, for an alias with
+``batch_via: provider`` and an Anthropic deployment, admitted whole and sent as it is to Anthropic's Message
+Batches, its results the provider's own Messages (``proxy.batches.provider_run``). What differs is the
 shape: a ``message_batch`` object (``processing_status`` in_progress | canceling | ended, ``request_counts``
 by result), and results as Anthropic's JSONL (``{"custom_id", "result": {"type": "succeeded", "message"}}``,
 ``errored`` with the error, ``canceled``, ``expired``), read from the lines' stored answers. Errors are
@@ -13,6 +15,7 @@ Anthropic-shaped (every ``/v1/messages`` path is). A batch is its team's (anothe
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import secrets
 from datetime import datetime, timezone
@@ -21,13 +24,17 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from proxy.api.batches import KIND, unusable_models
+from proxy.api.batches import KIND, admit_whole, keep_batch, unusable_models
 from proxy.api.files import store_of, visible_batch
+from proxy.api.messages.request import to_chat, validate_messages
+from proxy.batches import provider_money as money
 from proxy.batches.lines import Line
 from proxy.batches.objects import WINDOWS
+from proxy.batches.provider_plan import chosen, plan
 from proxy.batches.records import BatchRecord
 from proxy.body import parse_json_object
 from proxy.errors import GatewayError, InvalidRequest
+from proxy.metering.settlement import scopes_of
 from proxy.runtime import RUNTIME, Runtime
 
 ENDPOINT = "/v1/messages"
@@ -54,6 +61,12 @@ def batch_object(r: BatchRecord, base: str) -> dict[str, Any]:
         "expires_at": _iso(r.expires_at), "archived_at": None, "cancel_initiated_at": _iso(t.get("cancelling_at")),
         "results_url": f"{base}/v1/messages/batches/{r.id}/results" if ended else None,
     }
+
+
+def _native(params: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+    """A Messages line as its own request would be checked; its chat form (for the estimate) and output cap."""
+    validate_messages(params)
+    return to_chat(params), params.get("max_tokens")
 
 
 def _lines(body: dict[str, Any], max_lines: int) -> list[Line]:
@@ -86,7 +99,8 @@ def _lines(body: dict[str, Any], max_lines: int) -> list[Line]:
 
 async def create_batch(request: web.Request) -> web.Response:
     rt = request.app[RUNTIME]
-    store, key = store_of(rt), request["key"]
+    store_of(rt)  # (a 404 when the Files and Batches API is off)
+    key = request["key"]
     body = parse_json_object(await request.read())
     lines = _lines(body, rt.options.batch_max_lines)
     problems = unusable_models(rt.pod.snapshot, key, lines, KIND[ENDPOINT])
@@ -96,7 +110,18 @@ async def create_batch(request: web.Request) -> web.Response:
     now = int(rt.clock())
     record = BatchRecord(f"msgbatch_{secrets.token_hex(12)}", key.team, key.key_id, ENDPOINT, "", "24h",
                          "in_progress", now, now + WINDOWS["24h"], {}, [], {"in_progress_at": now})
-    await store.create_batch(record, lines)
+    snap = rt.pod.snapshot
+    alias = chosen(snap, key, ENDPOINT, lines, rt.options.provider_batches)
+    if alias is not None:  # sent as it is to Anthropic's Message Batches, admitted whole (``proxy.batches.provider_run``)
+        planned = plan(snap, key, alias, lines, rt.estimator, datetime.fromtimestamp(now, timezone.utc), _native)
+        if isinstance(planned, list):
+            first = planned[0]
+            raise InvalidRequest(first.message, param=f"requests.{(first.line or 1) - 1}.params")
+        record = dataclasses.replace(record, provider=money.block(
+            snap, key, scopes_of(key, None), alias.name, planned.deployment, planned.price_version, planned.estimates,
+            planned.hold_micro, planned.dearest_micro, native=True))
+        await admit_whole(rt, key, record, snap)
+    await keep_batch(rt, record, lines)
     rt.pod.wake_batches()
     return await _answer(rt, request, record.id)
 
