@@ -34,7 +34,9 @@ def _view(record: Any, currency: str) -> dict[str, Any]:
     from proxy.batches.objects import batch_object
 
     return {**batch_object(record), "team": record.team, "key_id": record.key_id,
-            "cost": format_money(record.counts.cost_micro, currency)}
+            "via": "provider" if record.provider is not None else "gateway",
+            "cost": format_money(record.counts.cost_micro, currency),
+            "saved": format_money(record.counts.list_micro - record.counts.cost_micro, currency)}
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -44,12 +46,13 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([_view(b, currency) for b in found], indent=2))
         return 0
-    print(f"{'batch':<32} {'team':<16} {'status':<11} {'done':>13} {'failed':>7} {'cost':>14}  created")
+    print(f"{'batch':<32} {'team':<16} {'status':<11} {'done':>13} {'failed':>7} {'cost':>14} {'saved':>12}  created")
     for b in found:
         c = b.counts
         created = time.strftime("%Y-%m-%d %H:%M", time.gmtime(b.created_at))
         print(f"{b.id:<32} {b.team:<16} {b.status:<11} {f'{c.completed + c.failed}/{c.total}':>13} {c.failed:>7} "
-              f"{format_money(c.cost_micro, currency):>14}  {created}Z")
+              f"{format_money(c.cost_micro, currency):>14} {format_money(c.list_micro - c.cost_micro, currency):>12}  "
+              f"{created}Z")
     return 0
 
 

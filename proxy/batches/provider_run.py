@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -136,7 +137,7 @@ class ProviderRuns:
         numbers = sorted(lines)
         estimates = dict(zip(numbers, (tuple(e) for e in p["estimates"])))
         attempts: list[RequestAttempted] = []
-        answers: list[tuple[int, bool, bytes, str, int]] = []
+        answers: list[tuple[int, bool, bytes, str, int, int]] = []
         for r in sorted(results, key=lambda r: r.number):
             ok, status, answer, reported, chat = r.ok, r.status, r.body, None, None
             if ok:
@@ -149,12 +150,14 @@ class ProviderRuns:
                 est = estimates[r.number]
                 usage = money.line_usage(reported, est, chat, dep.context_window + est[1])
                 cost = money.cost(snapshot, p, usage, at)
+                listed = money.cost(snapshot, p, replace(usage, service_tier=None), at)  # the savings' measure
                 attempts.append(money.attempted(batch.id, p, r.number, True, status, usage, cost, at))
             else:
-                cost = 0
+                cost = listed = 0
             custom_id = lines[r.number][0]
             answers.append((r.number, ok, money.output_line(batch.id, r.number, custom_id, p["alias"], ok, status,
-                                                            answer, cost, p, now), f"{batch.id}-{r.number}", cost))
+                                                            answer, cost, p, now), f"{batch.id}-{r.number}", cost,
+                            listed))
         recorder = self.rt.recorder
         for event in attempts:
             recorder.emit(event)

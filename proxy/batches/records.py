@@ -50,6 +50,7 @@ class Counts:
     completed: int = 0  # lines answered 2xx
     failed: int = 0  # lines answered with an error, or never run before the window passed
     cost_micro: int = 0  # what the lines that ran cost, as their answers said (the events are the record)
+    list_micro: int = 0  # ... and what they would have cost at the standard price (list - cost: the savings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +113,7 @@ class Answer:
     result: bytes
     request_id: str | None
     cost_micro: int | None = None
+    list_micro: int | None = None  # at the standard price, when the answer says it differs
 
 
 class BatchStore(Protocol):
@@ -209,9 +211,10 @@ class ProviderBatchStore(Protocol):
         """(number, custom_id, body) of every line, in order."""
         ...
 
-    async def end_provider(self, batch_id: str, final: str, answers: Sequence[tuple[int, bool, bytes, str, int]],
+    async def end_provider(self, batch_id: str, final: str, answers: Sequence[tuple[int, bool, bytes, str, int, int]],
                            now: int, new_file_id: Callable[[], str],
                            unrun: Callable[[str, str], bytes]) -> BatchRecord | None:
-        """In one transaction: keep each answered line's (number, ok, output line, request id, cost), end the
+        """In one transaction: keep each answered line's (number, ok, output line, request id, cost, cost at the
+        standard price), end the
         batch at ``final`` and write its files; None (nothing changed) when it had ended already."""
         ...

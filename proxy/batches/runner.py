@@ -232,7 +232,7 @@ class Runner:
         except orjson.JSONDecodeError:
             body = raw.decode("utf-8", "replace")
         self.answered.append(Answer(line, verdict == "ok", output_line(line.custom_id, status, request_id, body),
-                                    request_id, _cost(body)))
+                                    request_id, _cost(body), _cost(body, "list_cost_micro")))
         if self.writer is None or self.writer.done():
             self.writer = asyncio.get_running_loop().create_task(self._write(WRITE_DELAY_S), name="batch-writer")
 
@@ -291,8 +291,9 @@ class Runner:
         await self._write(0)
 
 
-def _cost(body: object) -> int | None:
-    """What the answer's ``x_farebox`` block says the request cost (micro-units), if it says."""
+def _cost(body: object, field: str = "cost_micro") -> int | None:
+    """What the answer's ``x_farebox`` block says the request cost (micro-units; ``list_cost_micro``: at the
+    standard price, said when a tier made it differ), if it says."""
     block = body.get("x_farebox") if isinstance(body, dict) else None
-    cost = block.get("cost_micro") if isinstance(block, dict) else None
+    cost = block.get(field) if isinstance(block, dict) else None
     return cost if isinstance(cost, int) and not isinstance(cost, bool) else None

@@ -50,17 +50,18 @@ class ProviderRows:
                 sa.select(LINES.c.number, LINES.c.custom_id, LINES.c.body).where(LINES.c.batch_id == batch_id)
                 .order_by(LINES.c.number))]
 
-    def _end_provider(self, batch_id: str, final: str, answers: Sequence[tuple[int, bool, bytes, str, int]],
+    def _end_provider(self, batch_id: str, final: str, answers: Sequence[tuple[int, bool, bytes, str, int, int]],
                       now: int, new_file_id: Callable[[], str],
                       unrun: Callable[[str, str], bytes]) -> BatchRecord | None:
         with self.engine.begin() as conn:
             row = conn.execute(sa.select(BATCHES).where(BATCHES.c.id == batch_id).with_for_update()).first()
             if row is None or row.status not in ACTIVE:
                 return None
-            for number, ok, result, request_id, cost in answers:
+            for number, ok, result, request_id, cost, listed in answers:
                 conn.execute(LINES.update().where(LINES.c.batch_id == batch_id, LINES.c.number == number,
                                                   LINES.c.state == "provider")
-                             .values(state="done", ok=ok, result=result, request_id=request_id, cost_micro=cost))
+                             .values(state="done", ok=ok, result=result, request_id=request_id, cost_micro=cost,
+                                     list_micro=listed))
             end_batch(conn, row, final, now, new_file_id, unrun)
         return self._get(batch_id)
 
@@ -73,7 +74,7 @@ class ProviderRows:
     async def batch_lines(self, batch_id: str) -> list[tuple[int, str, bytes]]:
         return await asyncio.to_thread(self._batch_lines, batch_id)
 
-    async def end_provider(self, batch_id: str, final: str, answers: Sequence[tuple[int, bool, bytes, str, int]],
+    async def end_provider(self, batch_id: str, final: str, answers: Sequence[tuple[int, bool, bytes, str, int, int]],
                            now: int, new_file_id: Callable[[], str],
                            unrun: Callable[[str, str], bytes]) -> BatchRecord | None:
         return await asyncio.to_thread(self._end_provider, batch_id, final, answers, now, new_file_id, unrun)

@@ -22,7 +22,7 @@ from proxy.batches.lines import Line
 from proxy.batches.records import ACTIVE, Answer, BatchRecord, Claimed, Counts, FileRecord, round_robin
 from proxy.batches.sql_end import end_batch, file_row
 from proxy.batches.sql_provider import ProviderRows
-from proxy.batches.tables import BATCHES, FILES, LINES, META
+from proxy.batches.tables import BATCHES, FILES, LINES, META, added_columns
 
 
 class SqlBatches(ProviderRows):
@@ -38,6 +38,7 @@ class SqlBatches(ProviderRows):
             META.create_all(self.engine)
         except (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError):
             META.create_all(self.engine)  # another process created them between check and create
+        added_columns(self.engine)
 
     # files
 
@@ -185,7 +186,8 @@ class SqlBatches(ProviderRows):
                 kept += conn.execute(LINES.update().where(
                     LINES.c.batch_id == a.line.batch_id, LINES.c.number == a.line.number, LINES.c.state == "claimed",
                     LINES.c.runner == runner).values(state="done", ok=a.ok, result=a.result, request_id=a.request_id,
-                                                     claimed_until=None, cost_micro=a.cost_micro)).rowcount
+                                                     claimed_until=None, cost_micro=a.cost_micro,
+                                                     list_micro=a.list_micro)).rowcount
         return kept
 
     def _renew(self, lines: Sequence[Claimed], runner: str, until: int) -> None:
@@ -329,12 +331,14 @@ def _counts(conn: sa.Connection, ids: list[str]) -> dict[str, Counts]:
     if not ids:
         return {}
     out: dict[str, list[int]] = {}
-    for batch_id, ok, n, cost in conn.execute(
-            sa.select(LINES.c.batch_id, LINES.c.ok, sa.func.count(), sa.func.sum(LINES.c.cost_micro))
+    for batch_id, ok, n, cost, listed in conn.execute(
+            sa.select(LINES.c.batch_id, LINES.c.ok, sa.func.count(), sa.func.sum(LINES.c.cost_micro),
+                      sa.func.sum(sa.func.coalesce(LINES.c.list_micro, LINES.c.cost_micro)))
             .where(LINES.c.batch_id.in_(ids)).group_by(LINES.c.batch_id, LINES.c.ok)):
-        c = out.setdefault(batch_id, [0, 0, 0, 0])
+        c = out.setdefault(batch_id, [0, 0, 0, 0, 0])
         c[0] += n
         c[3] += int(cost or 0)
+        c[4] += int(listed or 0)
         if ok is True:
             c[1] += n
         elif ok is False:

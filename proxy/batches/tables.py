@@ -3,7 +3,9 @@
 ``fb_files`` keeps metadata and content; ``fb_batches`` one row per batch (``doc``: metadata, errors and times
 as JSON); ``fb_batch_lines`` one row per input line: its request, its state (pending | claimed | done), who
 holds it until when, how many times it was claimed and given back (``generation``: part of its request id), its
-output line and what it cost. Created when the store opens (its own database, like the stored responses').
+output line and what it cost (and would have cost at the standard price: the batch's savings). Created when the
+store opens (its own database, like the stored responses'); a column added since is added to an older file then
+(``added_columns``).
 """
 
 from __future__ import annotations
@@ -54,5 +56,17 @@ LINES = sa.Table(
     sa.Column("result", sa.LargeBinary),  # the output-file line (None: never ran, the window passed)
     sa.Column("request_id", sa.String(96)),
     sa.Column("cost_micro", sa.BigInteger),  # what the line's request cost, as its answer said (None: not said)
+    sa.Column("list_micro", sa.BigInteger),  # ... and at the standard price (None: the same as cost_micro)
     sa.Index("fb_batch_lines_state", "state", "batch_id"),
 )
+
+
+def added_columns(engine: sa.Engine) -> None:
+    """Columns added to the tables since a store could have been created: added to an older store as it opens."""
+    have = {c["name"] for c in sa.inspect(engine).get_columns("fb_batch_lines")}
+    if "list_micro" not in have:
+        with engine.begin() as conn:
+            try:
+                conn.exec_driver_sql("ALTER TABLE fb_batch_lines ADD COLUMN list_micro BIGINT")
+            except (sa.exc.OperationalError, sa.exc.ProgrammingError):  # another process added it meanwhile
+                pass

@@ -16,7 +16,7 @@ hold is ``overrun``, recorded in ``request.settled``, never hidden.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -90,6 +90,7 @@ class Tab:
     attempts: int = 0
     total_usage: TokenUsage = field(default_factory=TokenUsage)
     total_cost: int = 0
+    list_cost: int = 0  # what its attempts would have cost at their deployments' standard prices (batch savings)
     path: list[dict] = field(default_factory=list)  # deployment and outcome of each attempt, in order
     settled: bool = False
     cost_centre: str | None = None  # the app's, else the team's (``Snapshot.cost_centre_of``)
@@ -132,6 +133,7 @@ class AttemptRecord:
     cost: int
     outcome: str
     code: str | None
+    list_cost: int  # the same usage at the deployment's standard price (= cost unless a tier was served)
 
 
 def attempt_record(tab: Tab, dep: Deployment, usage: TokenUsage, error: BaseException | None, *,
@@ -150,7 +152,9 @@ def attempt_record(tab: Tab, dep: Deployment, usage: TokenUsage, error: BaseExce
         cost_micro=cost, currency=tab.snapshot.currency, price_version=tab.plan.price_version, error_code=code,
         usage_received=usage.received if usage.source == "provider_invalid" else None, project=dep.project,
     )
-    return AttemptRecord(event, cost, outcome, code)
+    listed = cost if usage.service_tier is None else cost_of(tab.snapshot, tab.plan.price_version, dep,
+                                                             replace(usage, service_tier=None), now)
+    return AttemptRecord(event, cost, outcome, code, listed)
 
 
 def count(tab: Tab, record: AttemptRecord) -> None:
@@ -158,6 +162,7 @@ def count(tab: Tab, record: AttemptRecord) -> None:
     tab.attempts += 1
     tab.total_usage = add_usage(tab.total_usage, record.event.usage)
     tab.total_cost += record.cost
+    tab.list_cost += record.list_cost
     tab.path.append({"deployment": record.event.deployment, "outcome": record.outcome, "code": record.code})
 
 
@@ -196,6 +201,8 @@ def x_farebox(tab: Tab, dep: Deployment) -> dict:
         "price_version": tab.plan.price_version if tab.plan else None,
         "usage_source": tab.total_usage.source,
         "path": list(tab.path),
+        # served at a cheaper (or dearer) tier than standard: what the standard price would have been
+        **({"list_cost_micro": tab.list_cost} if tab.list_cost != tab.total_cost else {}),
     }
 
 

@@ -108,6 +108,7 @@ def test_a_batch_of_200_lines_runs_and_bills_each_line_once(client: openai.OpenA
         seen = json.loads(resp.read())
     assert seen["team"] == "platform" and seen["request_counts"]["completed"] == 200
     assert seen["x_farebox"]["cost_micro"] == sum(e.cost_micro for e in settled.values())
+    assert seen["x_farebox"]["via"] == "gateway" and seen["x_farebox"]["saved_micro"] > 0  # flex against standard
     code, out = _cli("batches", "list", "--config", str(stack.config), "--team", "platform", "--json")
     assert code == 0 and [b for b in json.loads(out) if b["id"] == batch.id][0]["status"] == "completed"
     assert _cli("batches", "show", "batch_nope", "--config", str(stack.config))[0] == 2

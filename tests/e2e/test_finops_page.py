@@ -302,6 +302,8 @@ def test_page_shows_the_usage_apis_numbers_drills_down_and_downloads_csv(env: En
     assert _cell(page, "batches", "platform", "lines_done").inner_text() == "5"  # the one batch, its five lines
     assert _cell(page, "batches", "platform", "cost_micro").get_attribute("data-micro") == str(
         sum(b["x_farebox"]["cost_micro"] for b in batches))
+    saved = sum(b["x_farebox"]["saved_micro"] for b in batches)  # chat-openai asks the flex tier for batch work
+    assert saved > 0 and _cell(page, "batches", "platform", "saved_micro").get_attribute("data-micro") == str(saved)
     for row in api["team"]["data"]:
         assert _cell(page, "teams-budget", row["team"], "spend_micro").get_attribute("data-micro") == row["spend_micro"]
     assert _cell(page, "teams-budget", "platform", "settled_micro").get_attribute("data-micro") == str(

@@ -26,6 +26,8 @@ INR_PER_USD = 88
 # the batch tier per 1M tokens (input, cached input, output) of each deployment, from examples/farebox.yaml
 BATCH_PRICE = {"sim-openai-mumbai": (Decimal("1.00"), Decimal("0.10"), Decimal("5.00")),
                "sim-anthropic-mumbai": (Decimal("1.50"), Decimal("0.15"), Decimal("7.50"))}
+STANDARD_PRICE = {"sim-openai-mumbai": (Decimal("2.00"), Decimal("0.20"), Decimal("10.00")),
+                  "sim-anthropic-mumbai": (Decimal("3.00"), Decimal("0.30"), Decimal("15.00"))}
 ENDED = ("completed", "failed", "expired", "cancelled")
 
 
@@ -83,8 +85,8 @@ def _mine(stack: Stack, batch_id: str) -> dict[type, list]:
     return out
 
 
-def _by_hand(deployment: str, usage) -> int:
-    price = BATCH_PRICE[deployment]
+def _by_hand(deployment: str, usage, book: dict = BATCH_PRICE) -> int:
+    price = book[deployment]
     usd = (usage.input * price[0] + usage.cached_input * price[1] + (usage.output + usage.reasoning) * price[2]) \
         / 1_000_000
     return int((usd * INR_PER_USD * 1_000_000).to_integral_value(rounding="ROUND_CEILING"))
@@ -93,14 +95,17 @@ def _by_hand(deployment: str, usage) -> int:
 _TOKENS: dict[str, str] = {}
 
 
-def _held(stack: Stack) -> dict:
+def _admin(stack: Stack, path: str) -> dict:
     token = _TOKENS.get(str(stack.config))
     if token is None:
         token = _TOKENS[str(stack.config)] = admin_token(stack.config, "fin-pb", "finance", live_at=stack.gateway_url)
-    request = urllib.request.Request(stack.gateway_url + "/admin/v1/budgets/team:platform",
-                                     headers={"Authorization": f"Bearer {token}"})
+    request = urllib.request.Request(stack.gateway_url + path, headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(request) as resp:
         return json.loads(resp.read())
+
+
+def _held(stack: Stack) -> dict:
+    return _admin(stack, "/admin/v1/budgets/team:platform")
 
 
 @pytest.mark.parametrize("model,deployment", [("chat-openai-pb", "sim-openai-mumbai"),
@@ -131,6 +136,10 @@ def test_a_provider_batch_is_admitted_whole_and_bills_each_line_once_at_the_batc
     assert settled.hold_released == admitted[0].holds and settled.overrun_micro == 0
     by_line = {x["custom_id"]: x["response"]["body"]["x_farebox"]["cost_micro"] for x in lines}
     assert sum(by_line.values()) == settled.cost_micro
+    seen = _admin(stack, f"/admin/v1/batches/{batch.id}")["x_farebox"]  # what the batch price saved, by hand
+    assert seen["via"] == "provider" and seen["cost_micro"] == settled.cost_micro
+    assert seen["saved_micro"] == sum(_by_hand(deployment, a.usage, STANDARD_PRICE) - a.cost_micro
+                                      for a in attempts) > 0
 
     for _ in range(2):  # reading it again bills nothing
         assert client.batches.retrieve(batch.id).status == "completed"

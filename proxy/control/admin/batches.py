@@ -5,7 +5,8 @@
     POST /admin/v1/batches/{id}/cancel        admin (audited)
 
 Each batch as the Batch API shows it to its team, plus ``team``, ``key_id`` and ``x_farebox``: what its lines
-cost so far (the sum of what their answers said; the ``request.*`` events tagged ``fb.batch`` are the
+cost so far, what they would have cost at the deployments' standard (interactive) prices and the difference
+(``saved_micro``: the batch price's savings), and ``via`` (``gateway`` or ``provider``: who ran it) (the sum of what their answers said; the ``request.*`` events tagged ``fb.batch`` are the
 record finance reconciles) in the budget currency. A cancel is the same as the team's own: lines not started
 never run, lines in flight finish and are kept.
 """
@@ -35,6 +36,9 @@ def _store(rt: Runtime) -> BatchStore:
 def admin_view(rt: Runtime, record: BatchRecord) -> dict[str, Any]:
     return {**batch_object(record), "team": record.team, "key_id": record.key_id,
             "x_farebox": {"cost": str(to_decimal(record.counts.cost_micro)), "cost_micro": record.counts.cost_micro,
+                          "list_cost_micro": record.counts.list_micro,
+                          "saved_micro": record.counts.list_micro - record.counts.cost_micro,
+                          "via": "provider" if record.provider is not None else "gateway",
                           "currency": rt.snapshot.currency}}
 
 

@@ -190,11 +190,24 @@ async def test_a_provider_batch_ends_once_with_its_results_and_files(store: SqlB
     record, lines = _provider_batch(store, 4)
     await store.create_batch(record, lines)
     now = int(time.time())
-    answers = [(1, True, b'{"custom_id":"c1"}', "r-1", 30), (2, False, b'{"custom_id":"c2"}', "r-2", 0),
-               (3, True, b'{"custom_id":"c3"}', "r-3", 12)]
+    answers = [(1, True, b'{"custom_id":"c1"}', "r-1", 30, 60), (2, False, b'{"custom_id":"c2"}', "r-2", 0, 0),
+               (3, True, b'{"custom_id":"c3"}', "r-3", 12, 24)]
     ended = await store.end_provider(record.id, "cancelled", answers, now, new_file_id, unrun_line)
     assert ended is not None and ended.status == "cancelled"
     assert (ended.counts.completed, ended.counts.failed, ended.counts.cost_micro) == (2, 2, 42)  # line 4 never ran
+    assert ended.counts.list_micro == 84  # at the standard price
     assert await store.file_content(ended.output_file_id) == b'{"custom_id":"c1"}\n{"custom_id":"c3"}\n'  # type: ignore[arg-type]
     assert await store.end_provider(record.id, "completed", answers, now, new_file_id, unrun_line) is None
     assert record.id not in [b.id for b in await store.provider_batches()]
+
+
+def test_a_store_made_before_the_savings_column_gets_it_as_it_opens(tmp_path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    SqlBatches(f"sqlite:///{path}")
+    with sqlite3.connect(path) as db:  # as a store of the version before made it
+        db.execute("ALTER TABLE fb_batch_lines DROP COLUMN list_micro")
+    SqlBatches(f"sqlite:///{path}")
+    with sqlite3.connect(path) as db:
+        assert "list_micro" in [row[1] for row in db.execute("PRAGMA table_info(fb_batch_lines)")]

@@ -117,18 +117,21 @@ async function door() {
   $("door-title").textContent = `Gateway door (pod ${d.pod}, process ${d.pid})`;
 }
 
-// Batches per team (GET /admin/v1/batches): running and finished, lines done and failed, what they cost so far.
+// Batches per team (GET /admin/v1/batches): running and finished, lines done and failed, what they cost so far
+// and what the batch price saved against the deployments' standard (interactive) prices.
 async function batches() {
   const rows = {};
   for (const b of (await api("/admin/v1/batches?limit=1000")).data) {
     const t = rows[b.team] ||= { team: b.team, running: 0, finished: 0, lines_done: 0, lines_failed: 0,
-      cost_micro: 0n };
+      cost_micro: 0n, saved_micro: 0n };
     if (b.status === "in_progress" || b.status === "cancelling") t.running += 1; else t.finished += 1;
     t.lines_done += b.request_counts.completed;
     t.lines_failed += b.request_counts.failed;
     t.cost_micro += BigInt(b.x_farebox.cost_micro);
+    t.saved_micro += BigInt(b.x_farebox.saved_micro);
   }
-  const data = Object.values(rows).map((t) => ({ ...t, cost_micro: t.cost_micro.toString() }));
+  const data = Object.values(rows).map((t) => ({ ...t, cost_micro: t.cost_micro.toString(),
+    saved_micro: t.saved_micro.toString() }));
   renderTable($("batches-table"), [
     { key: "team", label: "Team", kind: "text" },
     { key: "running", label: "Running", kind: "int" },
@@ -136,6 +139,7 @@ async function batches() {
     { key: "lines_done", label: "Lines done", kind: "int" },
     { key: "lines_failed", label: "Lines failed", kind: "int" },
     { key: "cost_micro", label: "Cost so far", kind: "money" },
+    { key: "saved_micro", label: "Saved against interactive prices", kind: "money" },
   ], data, { caption: "Batches by team (the latest 1,000)", currency, name: "batches" });
 }
 
