@@ -42,7 +42,9 @@ _ERR_TYPES = {
 
 
 def api_key(headers: Mapping[str, str]) -> str | None:
-    return headers.get("x-api-key") or None
+    """``x-api-key``, or the ``Authorization: Bearer`` the current SDKs send the same key as."""
+    bearer = headers.get("authorization", "")
+    return headers.get("x-api-key") or (bearer[7:].strip() if bearer[:7].lower() == "bearer " else "") or None
 
 
 def check_headers(headers: Mapping[str, str]) -> None:

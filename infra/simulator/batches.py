@@ -193,7 +193,7 @@ async def cancel_openai_batch(request: web.Request) -> web.Response:
 # Anthropic: message batches
 
 
-def _anthropic_batch(b: SimBatch) -> dict[str, Any]:
+def _anthropic_batch(b: SimBatch, request: web.Request) -> dict[str, Any]:
     status = {"cancelling": "canceling", "in_progress": "in_progress"}.get(b.status, "ended")
     ok = sum(1 for _, good, _ in b.results if good)
     counts = {"processing": len(b.lines) - len(b.results) if status != "ended" else 0, "succeeded": ok,
@@ -206,7 +206,8 @@ def _anthropic_batch(b: SimBatch) -> dict[str, Any]:
             "ended_at": iso(b.times.get("completed") or b.times.get("cancelled") or b.times.get("expired")),
             "created_at": iso(b.created_at), "expires_at": iso(b.expires_at),
             "cancel_initiated_at": iso(b.times.get("cancelling")), "archived_at": None,
-            "results_url": f"/v1/messages/batches/{b.id}/results" if status == "ended" else None}
+            "results_url": f"{request.scheme}://{request.host}/v1/messages/batches/{b.id}/results"
+            if status == "ended" else None}
 
 
 async def create_anthropic_batch(request: web.Request) -> web.Response:
@@ -225,7 +226,7 @@ async def create_anthropic_batch(request: web.Request) -> web.Response:
     batch = SimBatch(f"msgbatch_sim{uuid.uuid4().hex[:20]}", account, anthropic_wire, lines, now,
                      now + _window(request))
     _start(request.app, request.app[STATE], batch)
-    return _json(_anthropic_batch(batch))
+    return _json(_anthropic_batch(batch, request))
 
 
 async def get_anthropic_batch(request: web.Request) -> web.Response:
@@ -235,7 +236,7 @@ async def get_anthropic_batch(request: web.Request) -> web.Response:
     batch = _own_batch(request, account)
     if batch is None or batch.wire is not anthropic_wire:
         return _error(anthropic_wire, 404, "not_found", "No such message batch.")
-    return _json(_anthropic_batch(batch))
+    return _json(_anthropic_batch(batch, request))
 
 
 async def cancel_anthropic_batch(request: web.Request) -> web.Response:
@@ -246,7 +247,7 @@ async def cancel_anthropic_batch(request: web.Request) -> web.Response:
     if batch is None or batch.wire is not anthropic_wire:
         return _error(anthropic_wire, 404, "not_found", "No such message batch.")
     _cancel(batch)
-    return _json(_anthropic_batch(batch))
+    return _json(_anthropic_batch(batch, request))
 
 
 async def anthropic_results(request: web.Request) -> web.Response:

@@ -24,6 +24,7 @@ expires, charged in full, the conservative choice recorded in ``hold.expired``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import replace
@@ -159,10 +160,12 @@ class ProviderRuns:
                                                             answer, cost, p, now), f"{batch.id}-{r.number}", cost,
                             listed))
         recorder = self.rt.recorder
-        for event in attempts:
-            recorder.emit(event)
+        appended = [recorder.appended(event) for event in attempts]
+        if any(fut is None for fut in appended):  # the log refused: the next process to take the step tries again
+            raise batch_api.BatchAPIError("the event log refused the batch's line events")
         settled = money.settled(batch.id, p, attempts, p["final"], at)
-        await recorder.record(settled)  # durable before the store says the batch ended
+        await recorder.record(settled)  # every event durable before the store says the batch ended
+        await asyncio.gather(*[fut for fut in appended if fut is not None])
         self.rt.budgets.settle(batch.id, dict(settled.cost_by_scope))
         ended = await self.store.end_provider(batch.id, p["final"], answers, now, new_file_id, unrun_line)
         if ended is not None:
