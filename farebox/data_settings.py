@@ -26,14 +26,17 @@ pods whose config database is PostgreSQL default to its URL, so every pod sees e
 of its own by URL to keep batch content out of config backups)::
 
     batches: {url: sqlite:///var/batches.sqlite, max_file_bytes: 209715200, max_lines: 50000, concurrency: 2,
-              claim_s: 60, reserve_pct: 20, cpu_ceiling: 0.3}
+              claim_s: 60, reserve_pct: 20, cpu_ceiling: 0.3, cpu_ceiling_beside: 0.12, provider_poll_s: 30}
 
 ``concurrency`` is how many batch lines each gateway process runs at once; ``claim_s`` how long a process
 holds a line it took without renewing it (it renews every third of that while the line runs): a process killed
 mid-line has its lines taken again by another, or by itself restarted, within ``claim_s``. ``reserve_pct`` is the
 share of each deployment's provider-limit mirrors that batch requests leave for interactive ones
 (``proxy.admission.priority``); ``cpu_ceiling`` the share of one core past which a gateway process takes no
-batch line (its door answers the runner "busy": interactive requests keep the rest of the core).
+batch line (its door answers the runner "busy": interactive requests keep the rest of the core), and
+``cpu_ceiling_beside`` that share while interactive requests come (one in the last second): a batch beside
+interactive traffic takes what is left below it, and the rest of ``cpu_ceiling`` once the traffic stops.
+``provider_poll_s``: how often a batch sent to a provider's batch API is asked about.
 
 ``canary:`` (the synthetic canary, ``proxy.batches.canary``: a tiny request to every deployment, paid by
 ``team``, off by default)::
@@ -100,7 +103,8 @@ class BatchSettings:
     concurrency: int = 2  # lines each gateway process runs at once
     claim_s: int = 60  # how long a claim lasts unrenewed (a killed process's lines are free again after it)
     reserve_pct: int = 20  # of each provider-limit mirror that batch requests leave to interactive ones
-    cpu_ceiling: float = 0.3  # a gateway process busier than this share of a core takes no batch line
+    cpu_ceiling: float = 0.3  # a gateway process busier than this share of a core takes no batch line ...
+    cpu_ceiling_beside: float = 0.12  # ... or than this share while interactive requests come (the last second)
     provider_poll_s: float = 30.0  # how often a batch sent to a provider's batch API is asked about
 
 
@@ -112,7 +116,11 @@ def batch_settings(r: Reader, state_dir: Path, shared_url: str | None) -> BatchS
         max_file_bytes=r.int("max_file_bytes", d.max_file_bytes, 1024), max_lines=r.int("max_lines", d.max_lines, 1),
         concurrency=r.int("concurrency", d.concurrency, 1), claim_s=r.int("claim_s", d.claim_s, 3),
         reserve_pct=r.int("reserve_pct", d.reserve_pct, 0), cpu_ceiling=r.number("cpu_ceiling", d.cpu_ceiling, 0.05),
-        provider_poll_s=r.number("provider_poll_s", d.provider_poll_s, 0.05))
+        provider_poll_s=r.number("provider_poll_s", d.provider_poll_s, 0.05),
+        cpu_ceiling_beside=r.number("cpu_ceiling_beside", d.cpu_ceiling_beside, 0.01))
+    if out.cpu_ceiling_beside > out.cpu_ceiling:
+        r.problems.add(r.at("cpu_ceiling_beside"), f"is {out.cpu_ceiling_beside:g}; at most cpu_ceiling "
+                                                   f"({out.cpu_ceiling:g}): batch work takes less beside interactive")
     if out.reserve_pct > 90:
         r.problems.add(r.at("reserve_pct"), f"is {out.reserve_pct}; at most 90 (batch work needs some capacity)")
     r.reject_unknown()

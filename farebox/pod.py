@@ -78,6 +78,7 @@ def options_of(settings: Settings) -> ProxyOptions:
         stored_responses_max_bytes=settings.stored_responses.max_record_bytes,
         batch_max_file_bytes=settings.batches.max_file_bytes, batch_max_lines=settings.batches.max_lines,
         batch_reserve_pct=settings.batches.reserve_pct, batch_cpu_ceiling=settings.batches.cpu_ceiling,
+        batch_cpu_ceiling_beside=settings.batches.cpu_ceiling_beside,
         canary_team=settings.canary.team,
     )
 
@@ -151,7 +152,7 @@ async def batch_runner_ctx(app: web.Application, runtime: Runtime, settings: Set
                             poll_s=b.provider_poll_s) if runtime.options.provider_batches else None
     runner = Runner(runtime.batches, str(internal_socket()), runner_id,
                     concurrency=b.concurrency, claim_s=b.claim_s, provider=provider,
-                    may_claim=lambda: not runtime.pod.shedder.busy_for_batch(runtime.options.batch_cpu_ceiling),
+                    may_claim=lambda: not runtime.pod.shedder.busy_for_batch(runtime.pod.batch_ceiling(runtime.options)),
                     observe=lambda outcome: (m.shadow_legs.labels(outcome.removeprefix("shadow_"))
                                              if outcome.startswith("shadow_") else m.batch_lines.labels(outcome)).inc(),
                     gauges=gauges)

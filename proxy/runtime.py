@@ -64,7 +64,8 @@ class ProxyOptions:
     batch_max_lines: int = 50_000  # requests in one batch
     batch_reserve_pct: int = 20  # of each provider-limit mirror, kept for interactive requests
     canary_team: str = "platform"  # who pays for the synthetic canary's probes (``proxy.batches.canary``)
-    batch_cpu_ceiling: float = 0.3  # a process busier than this share of a core takes no batch line
+    batch_cpu_ceiling: float = 0.3  # a process busier than this share of a core takes no batch line ...
+    batch_cpu_ceiling_beside: float = 0.12  # ... or than this share while it serves interactive requests
     # whether batches of ``batch_via: provider`` aliases may go to a provider's batch API (whole-batch holds that
     # live a day: in distributed mode funded from a lease like any hold, which the ledger keeps held past the
     # lease until its own TTL, settled by whichever pod reads the results)
@@ -81,6 +82,8 @@ class Watch(Protocol):
     def check(self) -> bool: ...
 
 
+INTERACTIVE_RECENT_S = 1.0  # interactive traffic is "present" this long after its last request came
+
 # A request outside a config canary's slice is served the baseline's snapshot: set for its task by the gateway
 # middleware (``proxy.api.app``), read through ``PodState.snapshot`` everywhere the request path looks.
 SERVED: ContextVar[Snapshot | None] = ContextVar("farebox_served_snapshot", default=None)
@@ -94,6 +97,7 @@ class PodState:
     in_flight: int = 0  # model requests being served now
     interactive: int = 0  # ... of them, interactive ones (not batch lines, shadow legs or canaries)
     interactive_idle: asyncio.Event = field(default_factory=asyncio.Event)  # set while ``interactive`` is 0
+    interactive_at: float = -1e9  # when the last interactive request came (``time.monotonic``)
     draining: bool = False  # SIGTERM seen: refuse new requests
     drain_expired: bool = False  # drain deadline passed: end the streams still open
     watches: set[Watch] = field(default_factory=set)  # open client watches, checked by one poller
@@ -113,6 +117,12 @@ class PodState:
     @property
     def snapshot(self) -> Snapshot:
         return SERVED.get() or self.current
+
+    def batch_ceiling(self, options: "ProxyOptions") -> float:
+        """The share of a core past which this process takes no batch work: ``batch_cpu_ceiling_beside`` while
+        interactive requests come (one in the last ``INTERACTIVE_RECENT_S``), else ``batch_cpu_ceiling``."""
+        beside = time.monotonic() - self.interactive_at < INTERACTIVE_RECENT_S
+        return options.batch_cpu_ceiling_beside if beside else options.batch_cpu_ceiling
 
     async def batch_turn(self, max_wait_s: float) -> bool:
         """Wait (up to ``max_wait_s``) until no interactive request is being served in this process: batch work

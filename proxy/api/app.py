@@ -232,7 +232,7 @@ async def protection_middleware(request: web.Request, handler: Handler) -> web.S
                                            code="server_shutting_down", headers={"Retry-After": "1", "Connection": "close"}),
                               anthropic=anthropic_surface(request))
     batch_work = TOKEN_HEADER in request.headers and CANARY_HEADER not in request.headers  # lines, shadow legs
-    if batch_work and (rt.pod.shedder.busy_for_batch(rt.options.batch_cpu_ceiling)
+    if batch_work and (rt.pod.shedder.busy_for_batch(rt.pod.batch_ceiling(rt.options))
                        or not await rt.pod.batch_turn(BATCH_TURN_S)):  # they wait for a gap in interactive work
         return error_response(GatewayError("This gateway process is busy; batch work waits.", status=503,
                                            code="server_busy", headers={"Retry-After": "1", "retry-after-ms": "100"}))
@@ -251,6 +251,7 @@ async def protection_middleware(request: web.Request, handler: Handler) -> web.S
     pod = rt.pod
     if not batch_work:
         pod.interactive += 1
+        pod.interactive_at = time.monotonic()
     try:
         return await handler(request)
     finally:

@@ -113,11 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=OUT_JSON)
     ap.add_argument("--concurrency", type=int, default=None, help="batches.concurrency (default: the gateway's)")
     ap.add_argument("--cpu-ceiling", type=float, default=None, help="batches.cpu_ceiling (default: the gateway's)")
+    ap.add_argument("--cpu-ceiling-beside", type=float, default=None,
+                    help="batches.cpu_ceiling_beside (default: the gateway's)")
     args = ap.parse_args(argv)
     import uvloop
 
-    batches = {k: v for k, v in (("concurrency", args.concurrency), ("cpu_ceiling", args.cpu_ceiling))
-               if v is not None}
+    batches = {k: v for k, v in (("concurrency", args.concurrency), ("cpu_ceiling", args.cpu_ceiling),
+                                 ("cpu_ceiling_beside", args.cpu_ceiling_beside)) if v is not None}
     build_loadgen()
     runs = []
     for n in range(args.runs):
