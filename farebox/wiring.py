@@ -12,7 +12,6 @@ import functools
 import gc
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import AsyncIterator
 from zoneinfo import ZoneInfo
@@ -133,18 +132,11 @@ def _ready(line: str, _aiohttp_banner: str) -> None:
     print(line, flush=True)
 
 
-GIL_SWITCH_S = 0.001
-
-
 def serve(settings: Settings, secrets: Secrets | None = None, *, gateway_of: Path | None = None,
           processes: int = 1) -> None:
     """One gateway process: embedded, a distributed pod, or (``gateway_of``: the owner's socket) one of
     ``farebox serve --workers N``'s ``processes``, sharing the port with its siblings."""
     configure_logging(settings.observability.logging)
-    # A thread that holds the GIL (the event log's writer, a store's SQLAlchemy work on ``to_thread``) keeps the
-    # event loop waiting until it lets go or the interpreter makes it, after the switch interval (5 ms by
-    # default): a request that arrives then waits that long. 1 ms bounds that wait at a small cost to the threads.
-    sys.setswitchinterval(GIL_SWITCH_S)
     loop = new_loop()
     ready = (
         f"farebox serving on http://{settings.host}:{settings.port} "
