@@ -37,7 +37,7 @@ from proxy.api.messages.response import error_body as messages_error_body
 from proxy.api.messages.response import error_status as messages_error_status
 from proxy.api.responses import handler as responses_handler
 from proxy.batches.canary import CANARY_HEADER
-from proxy.batches.runner import TOKEN_HEADER
+from proxy.batches.runner import BATCH_HEADER, TOKEN_HEADER
 from proxy.errors import AuthenticationFailed, GatewayError, NotFound, PayloadTooLarge, client_headers
 from proxy.observe.access_log import ACCESS, INFO, log_access
 from proxy.observe.metrics import CONTENT_TYPE_LATEST
@@ -232,8 +232,10 @@ async def protection_middleware(request: web.Request, handler: Handler) -> web.S
                                            code="server_shutting_down", headers={"Retry-After": "1", "Connection": "close"}),
                               anthropic=anthropic_surface(request))
     batch_work = TOKEN_HEADER in request.headers and CANARY_HEADER not in request.headers  # lines, shadow legs
-    if batch_work and (rt.pod.shedder.busy_for_batch(rt.pod.batch_ceiling(rt.options))
-                       or not await rt.pod.batch_turn(BATCH_TURN_S)):  # they wait for a gap in interactive work
+    line = batch_work and BATCH_HEADER in request.headers  # a batch line: it waits for a gap in interactive work
+    if batch_work and (rt.pod.shedder.busy_for_batch(rt.pod.batch_ceiling(rt.options) if line
+                                                     else rt.options.batch_cpu_ceiling)
+                       or (line and not await rt.pod.batch_turn(BATCH_TURN_S))):
         return error_response(GatewayError("This gateway process is busy; batch work waits.", status=503,
                                            code="server_busy", headers={"Retry-After": "1", "retry-after-ms": "100"}))
     if not rt.pod.shedder.admit():
