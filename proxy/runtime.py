@@ -82,6 +82,7 @@ class Watch(Protocol):
     def check(self) -> bool: ...
 
 
+BATCH_TURN_S = 0.25  # how long a batch line waits at the door for a gap in interactive work before 503 server_busy
 INTERACTIVE_RECENT_S = 1.0  # interactive traffic is "present" this long after its last request came
 
 # A request outside a config canary's slice is served the baseline's snapshot: set for its task by the gateway
@@ -118,13 +119,14 @@ class PodState:
     def snapshot(self) -> Snapshot:
         return SERVED.get() or self.current
 
-    def batch_ceiling(self, options: "ProxyOptions") -> float:
-        """The share of a core past which this process takes no batch work: ``batch_cpu_ceiling_beside`` while
-        interactive requests come (one in the last ``INTERACTIVE_RECENT_S``), else ``batch_cpu_ceiling``."""
-        beside = time.monotonic() - self.interactive_at < INTERACTIVE_RECENT_S
+    def batch_ceiling(self, options: "ProxyOptions", line: bool = True) -> float:
+        """The share of a core past which this process takes no batch work: for a batch line
+        ``batch_cpu_ceiling_beside`` while interactive requests come (one in the last ``INTERACTIVE_RECENT_S``),
+        else (and for shadow legs) ``batch_cpu_ceiling``."""
+        beside = line and time.monotonic() - self.interactive_at < INTERACTIVE_RECENT_S
         return options.batch_cpu_ceiling_beside if beside else options.batch_cpu_ceiling
 
-    async def batch_turn(self, max_wait_s: float) -> bool:
+    async def batch_turn(self, max_wait_s: float = BATCH_TURN_S) -> bool:
         """Wait (up to ``max_wait_s``) until no interactive request is being served in this process: batch work
         starts in the gaps between interactive requests, never beside one. False: none came."""
         if self.interactive == 0:

@@ -233,9 +233,8 @@ async def protection_middleware(request: web.Request, handler: Handler) -> web.S
                               anthropic=anthropic_surface(request))
     batch_work = TOKEN_HEADER in request.headers and CANARY_HEADER not in request.headers  # lines, shadow legs
     line = batch_work and BATCH_HEADER in request.headers  # a batch line: it waits for a gap in interactive work
-    if batch_work and (rt.pod.shedder.busy_for_batch(rt.pod.batch_ceiling(rt.options) if line
-                                                     else rt.options.batch_cpu_ceiling)
-                       or (line and not await rt.pod.batch_turn(BATCH_TURN_S))):
+    if batch_work and (rt.pod.shedder.busy_for_batch(rt.pod.batch_ceiling(rt.options, line))
+                       or (line and not await rt.pod.batch_turn())):
         return error_response(GatewayError("This gateway process is busy; batch work waits.", status=503,
                                            code="server_busy", headers={"Retry-After": "1", "retry-after-ms": "100"}))
     if not rt.pod.shedder.admit():
@@ -267,7 +266,6 @@ async def protection_middleware(request: web.Request, handler: Handler) -> web.S
 
 
 DRAINED = web.AppKey("drained", asyncio.Event)
-BATCH_TURN_S = 0.25  # how long a batch line waits at the door for a gap in interactive work before 503 server_busy
 LOAD_SAMPLER = web.AppKey("load_sampler", asyncio.Task)
 
 
