@@ -38,6 +38,7 @@ from proxy.admission.budget_port import BudgetPort
 from proxy.api.app import Tracer, create_app
 from proxy.batches.canary import LEVEL, Canary, probes
 from proxy.batches.provider_run import ProviderRuns
+from proxy.batches.reserve_run import Releases
 from proxy.batches.runner import Runner
 from proxy.batches.sql_store import SqlBatches
 from proxy.bodylog import BodyLog, BodyStore, TeamCipher
@@ -155,7 +156,7 @@ async def batch_runner_ctx(app: web.Application, runtime: Runtime, settings: Set
                     may_claim=lambda: not runtime.pod.shedder.busy_for_batch(runtime.pod.batch_ceiling(runtime.options)),
                     observe=lambda outcome: (m.shadow_legs.labels(outcome.removeprefix("shadow_"))
                                              if outcome.startswith("shadow_") else m.batch_lines.labels(outcome)).inc(),
-                    gauges=gauges)
+                    gauges=gauges, release_holds=Releases(runtime, runtime.batches))
     runtime.pod.batch_token, runtime.pod.wake_batches = runner.token, runner.wake
     runtime.pod.send_shadow = runner.send_shadow
     task = asyncio.get_running_loop().create_task(runner.run(), name="batch-runner")

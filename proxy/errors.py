@@ -30,6 +30,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# On a batch line's refusal decided before its admission (nothing recorded under its request id): the batch
+# runner runs the line again under the same id, with the hold its batch took for it (``proxy.batches.reserve``).
+NOT_ADMITTED_HEADER = "x-fb-batch-unused"
+
 
 class GatewayError(Exception):
     status = 500

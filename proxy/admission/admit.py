@@ -35,7 +35,7 @@ from proxy.admission.budget_port import BudgetAsk, BudgetPort, Funding
 from proxy.admission.plan import hold
 from proxy.admission.ratelimit import deployment_draws, limit_headers, refusal, request_draws
 from proxy.admission.spend_rate import spend_draws
-from proxy.errors import BudgetRefused, EventLogUnavailable, GatewayError
+from proxy.errors import NOT_ADMITTED_HEADER, BudgetRefused, EventLogUnavailable, GatewayError
 from proxy.limits import Buckets
 from proxy.limits.draws import items, refund
 from proxy.limits.settler import LimitSettler
@@ -112,8 +112,15 @@ async def _admit(rt: AdmitPorts, meter: Meter, cands: Sequence[Deployment], est_
     if draws:
         res = await rt.limits.reserve(items(draws), rt.now_us())
         if not res.ok:
-            raise refusal(draws, res, est_input, max_output)
+            exc = refusal(draws, res, est_input, max_output)
+            if meter.held is not None or "fb.batch" in tab.tags:  # a batch line: nothing recorded, it keeps its id
+                exc.headers[NOT_ADMITTED_HEADER] = "1"
+            raise exc
         headers.update(limit_headers(draws, res))
+    if meter.held is not None:  # a batch line held when its batch was admitted whole (``proxy.batches.reserve``)
+        meter.draws = draws
+        meter.admitted(plan, Funding({}, [], None, False, meter.held), recorded=True)
+        return Admitted(plan, headers)
     learned_out = rt.outputs.output_tokens(tab.key.key_id, tab.alias.name, max_output)
     learned = plan.hold_micro if learned_out >= max_output else hold(
         snap, cands, est_input, learned_out, datetime.fromtimestamp(now_s, timezone.utc), tier).hold_micro

@@ -19,6 +19,10 @@ The contract every adapter keeps:
 * ``settle`` replaces the hold by the actual charge per scope; ``release``
   gives an admitted hold back uncharged when ``request.admitted`` could not be
   recorded. Both are synchronous and idempotent.
+* ``handed_over`` says a hold funded under one request id was recorded as the
+  holds of others (a batch admitted whole: ``proxy.batches.reserve``): the
+  port forgets that id's books and gives no money back (the other requests
+  settle it, wherever they run).
 * ``state`` is a scope's balance for the admin API, read where the adapter's
   mode keeps it (the in-process ledger, or the worker's projection); it may
   await, and is never on the request path.
@@ -90,6 +94,8 @@ class BudgetPort(Protocol):
     def settle(self, request_id: str, charges: Mapping[str, int]) -> None: ...
 
     def release(self, request_id: str) -> None: ...
+
+    def handed_over(self, request_id: str) -> None: ...
 
     async def state(self, snapshot: Snapshot, scope: str, period: str | None, now_s: float) -> ScopeState | None:
         """The scope's balance in ``period`` (None: the current one); None: no balance is readable here (501)."""

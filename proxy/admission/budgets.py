@@ -205,6 +205,10 @@ class LedgerBudgets:
         """The money moves when ``request.settled`` folds (``fold``); here only the in-flight books."""
         self._closed(request_id, None)
 
+    def handed_over(self, request_id: str) -> None:
+        """The hold was recorded under other request ids (a batch's lines): forget this id's books."""
+        self._closed(request_id, None)
+
     def release(self, request_id: str) -> None:
         """An admission the log refused was never folded, so nothing is held; forget its books."""
         self._closed(request_id, None)

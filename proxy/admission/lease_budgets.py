@@ -53,6 +53,10 @@ class LeaseBudgets:
     def release(self, request_id: str) -> None:
         self.wallets.settle(request_id, {})  # charged nothing: the whole hold goes back to its leases
 
+    def handed_over(self, request_id: str) -> None:
+        """The hold stays funded from its leases: the ledger holds it as the other requests' (a batch's lines),
+        which settle it wherever they run; this pod never re-spends it."""
+
     async def state(self, snapshot: Snapshot, scope: str, period: str | None, now_s: float) -> ScopeState | None:
         if self.read_scope is None:
             return None

@@ -37,7 +37,7 @@ from proxy.api.messages.response import error_body as messages_error_body
 from proxy.api.messages.response import error_status as messages_error_status
 from proxy.api.responses import handler as responses_handler
 from proxy.batches.canary import CANARY_HEADER
-from proxy.batches.runner import BATCH_HEADER, TOKEN_HEADER
+from proxy.batches.runner import BATCH_HEADER, TOKEN_HEADER, UNUSED_HEADER
 from proxy.errors import AuthenticationFailed, GatewayError, NotFound, PayloadTooLarge, client_headers
 from proxy.observe.access_log import ACCESS, INFO, log_access
 from proxy.observe.metrics import CONTENT_TYPE_LATEST
@@ -218,35 +218,34 @@ async def _ended(request: web.Request, exc: GatewayError, anthropic: bool = Fals
 @web.middleware
 async def protection_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Pod protection: a fast 503 + Retry-After past the measured admission rate (``proxy.overload``), at the
-    in-flight cap, or while the pod is draining.
-
-    Runs before authentication and body parsing, so a full pod sheds load for
-    almost nothing. Counts model requests only (``/v1/``); admin and health pass.
-    """
+    in-flight cap, or while the pod is draining. Runs before authentication and body parsing, so a full pod sheds
+    load for almost nothing. Counts model requests only (``/v1/``); admin and health pass."""
     if not request.path.startswith(MODEL_PREFIX):
         return await handler(request)
     rt = request.app[RUNTIME]
     cap = rt.options.max_in_flight
-    if rt.pod.draining:
-        return error_response(GatewayError("This gateway pod is shutting down; retry on another.", status=503,
-                                           code="server_shutting_down", headers={"Retry-After": "1", "Connection": "close"}),
-                              anthropic=anthropic_surface(request))
     batch_work = TOKEN_HEADER in request.headers and CANARY_HEADER not in request.headers  # lines, shadow legs
     line = batch_work and BATCH_HEADER in request.headers  # a batch line: it waits for a gap in interactive work
+    unused = {UNUSED_HEADER: "1"} if line else {}  # turned away here: the line runs again under its id
+    if rt.pod.draining:
+        return error_response(GatewayError("This gateway pod is shutting down; retry on another.", status=503,
+                                           code="server_shutting_down",
+                                           headers={"Retry-After": "1", "Connection": "close", **unused}),
+                              anthropic=anthropic_surface(request))
     if batch_work and (rt.pod.shedder.busy_for_batch(rt.pod.batch_ceiling(rt.options, line))
                        or (line and not await rt.pod.batch_turn())):
-        return error_response(GatewayError("This gateway process is busy; batch work waits.", status=503,
-                                           code="server_busy", headers={"Retry-After": "1", "retry-after-ms": "100"}))
+        return error_response(GatewayError("This gateway process is busy; batch work waits.", status=503, code="server_busy",
+                                           headers={"Retry-After": "1", "retry-after-ms": "100", **unused}))
     if not rt.pod.shedder.admit():
         rt.metrics.refused_capacity.inc()
         return error_response(GatewayError("This gateway pod is at the request rate it can serve; retry shortly.",
-                                           status=503, code="server_overloaded",
-                                           headers={"Retry-After": str(rt.pod.shedder.retry_after_s())}),
+                                           status=503, code="server_overloaded", headers={
+                                               "Retry-After": str(rt.pod.shedder.retry_after_s()), **unused}),
                               anthropic=anthropic_surface(request))
     if cap and rt.pod.in_flight >= cap:
         rt.metrics.refused_in_flight.inc()
         return error_response(GatewayError(f"This gateway pod is at its limit of {cap} requests in flight; retry shortly.",
-                                           status=503, code="server_overloaded", headers={"Retry-After": "1"}),
+                                           status=503, code="server_overloaded", headers={"Retry-After": "1", **unused}),
                               anthropic=anthropic_surface(request))
     rt.pod.in_flight += 1
     pod = rt.pod

@@ -4,8 +4,9 @@
 Creating a batch reads its input file (``proxy.batches.lines``) and checks every line before anything runs: the
 shape, the endpoint, and that each line's ``model`` is an alias the key may use for that endpoint. A bad file
 gives a batch that is ``failed`` at once with every problem in ``errors`` (OpenAI's behaviour), never a batch
-half run. A good one is ``in_progress`` and the gateway's runners (``proxy.batches.runner``) feed its lines
-through the request path as the key that created it; or, for an alias with ``batch_via: provider``
+half run. A good one is admitted whole (every line's hold taken now, ``proxy.batches.reserve``: a 429 when the
+budgets cannot hold it, nothing kept), is ``in_progress``, and the gateway's runners (``proxy.batches.runner``)
+feed its lines through the request path as the key that created it; or, for an alias with ``batch_via: provider``
 (``proxy.batches.provider_plan``), it is admitted whole against its budgets (a 429 ``budget_exhausted`` when
 its worst case does not fit: nothing is kept) and sent to the provider's batch API (``provider_run``). Reading a batch never bills: only its lines' requests
 do, each once. A batch is its team's (another team's id is a 404). Errors are OpenAI-shaped.
@@ -26,6 +27,7 @@ from proxy.batches.lines import ENDPOINTS, Line, Problem, read_lines
 from proxy.batches.objects import WINDOWS, batch_object, list_object, new_batch_id
 from proxy.batches.provider_plan import chosen, plan
 from proxy.batches.records import CANCELLABLE, BatchRecord
+from proxy.batches.reserve_run import admit_lines, give_back
 from proxy.body import parse_json_object
 from proxy.errors import GatewayError, InvalidRequest
 from proxy.metering.settlement import scopes_of
@@ -81,6 +83,8 @@ async def create_batch(request: web.Request) -> web.Response:
                          [p.to_dict() for p in problems], times, provider=None if problems else provider)
     if record.provider is not None:
         await admit_whole(rt, key, record, snap)
+    elif not problems:  # the gateway runs it: every line held now (``proxy.batches.reserve``)
+        record, lines = await admit_lines(rt, key, record, snap, lines, WINDOWS[window])
     await keep_batch(rt, record, [] if problems else lines)
     rt.pod.wake_batches()
     created = await store.get_batch(record.id)
@@ -113,12 +117,14 @@ async def admit_whole(rt: Runtime, key: KeyRecord, record: BatchRecord, snap: Sn
 
 
 async def keep_batch(rt: Runtime, record: BatchRecord, lines: list[Line]) -> None:
-    """Keep the new batch; a provider batch the store could not keep gives its whole hold back at once."""
+    """Keep the new batch; a batch the store could not keep gives back at once what it held."""
     try:
         await store_of(rt).create_batch(record, lines)
     except Exception:
         if record.provider is not None:
             rt.recorder.emit(money.settled(record.id, record.provider, [], "failed", datetime.now(timezone.utc)))
+        if record.reserved is not None:
+            give_back(rt, record.id, record.reserved, [(ln.number, ln.held) for ln in lines if ln.held is not None])
         raise
 
 

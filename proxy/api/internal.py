@@ -21,7 +21,7 @@ from aiohttp import web
 
 from proxy.admission.auth import authenticate_batch_line, usable
 from proxy.batches.canary import CANARY_HEADER
-from proxy.batches.runner import BATCH_HEADER, KEY_HEADER, LINE_HEADER, LINE_ID, SHADOW_HEADER
+from proxy.batches.runner import BATCH_HEADER, HELD_HEADER, KEY_HEADER, LINE_HEADER, LINE_ID, SHADOW_HEADER
 from proxy.errors import AuthenticationFailed
 from proxy.runtime import Runtime
 from proxy.snapshot import KeyRecord
@@ -62,4 +62,7 @@ def internal_caller(rt: Runtime, request: web.Request, token: str) -> KeyRecord:
     if not LINE_ID.fullmatch(line_id):
         raise AuthenticationFailed("A batch line needs its request id.", code="invalid_batch_token")
     request["request_id"] = line_id  # the line's own: a line run again after a crash is billed once
+    held = request.headers.get(HELD_HEADER)
+    if held is not None and held.isascii() and held.isdigit():
+        request["held_micro"] = int(held)  # its batch was admitted whole: this run has its hold
     return authenticate_batch_line(rt.snapshot, request.headers.get(KEY_HEADER), rt.clock())

@@ -27,7 +27,7 @@ from proxy.admission.budget_port import max_wait_s
 from proxy.admission.plan import chat_input_estimates
 from proxy.admission.priority import BATCH, clear_batch, request_class
 from proxy.api.tags import BATCH_TAG, CANARY_TAG, HEADER, PRIORITY_TAG, SHADOW_TAG, VARIANT_TAG, parse_tags
-from proxy.errors import GatewayError
+from proxy.errors import NOT_ADMITTED_HEADER, GatewayError
 from proxy.limits.draws import Draw
 from proxy.metering.meter import Meter, open_meter
 from proxy.privacy.classify import classify_chat
@@ -61,6 +61,7 @@ def meter_for(rt: Runtime, snap: Snapshot, request: web.Request, key: KeyRecord,
         tags=tags, trace=request.get("trace"),
         max_wait_s=max_wait_s(request.headers.get("x-fb-max-wait-ms"), rt.options.budget_wait_s,
                               rt.options.budget_wait_max_s), **tab)
+    meter.held = request.get("held_micro")  # a batch line whose batch was admitted whole: its hold
     request["meter"] = meter  # the access line reads the settled request from it
     return meter
 
@@ -92,6 +93,8 @@ async def outbound(rt: Runtime, request: web.Request, snap: Snapshot, alias: Ali
                                        max_output, rt.now_us(), rt.options.batch_reserve_pct)
     except GatewayError as exc:
         rt.metrics.refusals.labels(exc.code or "batch_paused").inc()
+        if request.get("batch_id") is not None:
+            exc.headers[NOT_ADMITTED_HEADER] = "1"  # before admission: the line keeps its id (and its batch's hold)
         raise
     if (body is not None and alias.batch_service_tier in asked_tiers(dep)
             and body.get("service_tier") is None):

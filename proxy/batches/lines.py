@@ -25,6 +25,7 @@ class Line:
     custom_id: str
     model: str  # the alias the line asks for
     body: bytes  # the request body as sent to the endpoint (JSON)
+    held: int | None = None  # its hold, taken when its batch was admitted whole (``proxy.batches.reserve``)
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,6 +73,9 @@ class BatchRecord:
     # a batch sent whole to a provider's batch API (``proxy.batches.provider_run``): its deployment, hold and
     # progress (``phase``, the provider's id); None: its lines run through the gateway
     provider: dict[str, Any] | None = None
+    # a batch the gateway runs, admitted whole (``proxy.batches.reserve``): who and what its lines' holds are on,
+    # and once it ended, ``release``: [[line, hold], ...] of the lines that never ran; None: lines admitted one by one
+    reserved: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,7 @@ class Claimed:
     key_id: str = ""  # the batch's key: the line runs under its budgets and limits
     endpoint: str = ""
     generation: int = 0  # how many times it was given back (``release``): part of its request id
+    held: int | None = None  # its hold, taken with its batch (``proxy.batches.reserve``): its first run uses it
 
 
 def round_robin(offered: dict[str, list[T]], limit: int) -> list[T]:
@@ -169,10 +173,11 @@ class BatchStore(Protocol):
         a dead one's are taken again within ``claim_s``)."""
         ...
 
-    async def release(self, line: Claimed, runner: str, not_before: int) -> None:
+    async def release(self, line: Claimed, runner: str, not_before: int, used: bool = True) -> None:
         """Give the line back to be run again from ``not_before`` (the gateway said "not now"; nothing was served).
-        Its ``generation`` goes up, so its next run has a request id of its own: the refused run may have been
-        admitted and settled at nothing, and the next one must be charged, not taken for a repeat of it."""
+        ``used``: the refused run was admitted (and settled at nothing): its ``generation`` goes up, so the next
+        run has a request id of its own and is charged, not taken for a repeat of it. A run turned away before
+        admission (or never sent) keeps its id, and the hold its batch took for it."""
         ...
 
     async def finish(self, now: int, new_file_id: Callable[[], str],
@@ -181,6 +186,14 @@ class BatchStore(Protocol):
         (``completed``), ``cancelling`` with no line in flight (``cancelled``), past its window with no line in
         flight (``expired``; ``unrun(final, custom_id)`` is the error line of a line that never ran). The batches
         ended."""
+        ...
+
+    async def releasing(self) -> list[BatchRecord]:
+        """Ended batches admitted whole whose unrun lines' holds are not yet released (``reserved["release"]``)."""
+        ...
+
+    async def released(self, batch_id: str) -> None:
+        """The batch's unrun lines' holds are released (their events durable): no longer ``releasing``."""
         ...
 
     async def running(self, batch_ids: set[str]) -> set[str]:

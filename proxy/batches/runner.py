@@ -7,13 +7,19 @@ admitted, rate-limited, routed, metered and settled exactly as an interactive re
 and charges on the key's budgets, one ``request.*`` event trail per line tagged ``fb.batch=<batch id>``, and the
 door's overload protection in front of it.
 
+A line's first run carries the hold its batch took for it at creation (``x-fb-batch-held``:
+``proxy.batches.reserve``), which the gateway uses instead of asking the budget again.
+
 What the answer means for the line (``outcome``): a 2xx goes to the output file; the gateway saying "not now"
 (429 or 503 that the caller may retry: the key's rate limits, ``batch_paused``, the door's overload, a provider
-at capacity, the pod draining) gives the line back to run later (it does not count as a run), and a 503 (the
-process is busy: its door keeps batch lines out past ``batches.cpu_ceiling`` of a core, and lets one in only in
-a gap between interactive requests) pauses the runner for the ``Retry-After``; the runner asks the door's reading
-(``may_claim``) before it claims lines at all, so a busy process takes none; a connection failure to the own socket the same; any other answer is the line's final
-error, in the error file. A refused budget is final (``x-should-retry: false``).
+at capacity, the pod draining) gives the line back to run later (it does not count as a run): under the same
+request id (and hold) when the gateway turned it away before admitting it (``x-fb-batch-unused``), else under the
+next generation of its id. A 503 (the process is busy: its door keeps batch lines out past
+``batches.cpu_ceiling`` of a core, and lets one in only in a gap between interactive requests) pauses the runner
+for the ``Retry-After``; the runner asks the door's reading (``may_claim``) before it claims lines at all, so a
+busy process takes none; a connection failure to the own socket the same (the line keeps its id). Any other
+answer is the line's final error, in the error file. A refused budget is final (``x-should-retry: false``). When
+a batch admitted whole ends, the runner gives back what its unrun lines held (``release_holds``).
 
 The internal request carries a per-process token (``Runner.token``) that the gateway checks before it takes
 ``x-fb-batch-key`` as the caller; the token never leaves the process.
@@ -27,7 +33,7 @@ import re
 import secrets
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import aiohttp
 import orjson
@@ -35,6 +41,7 @@ import orjson
 from proxy.batches.canary import CANARY_HEADER
 from proxy.batches.objects import new_file_id, output_line, unrun_line
 from proxy.batches.records import Answer, BatchStore, Claimed
+from proxy.errors import NOT_ADMITTED_HEADER
 
 log = logging.getLogger("farebox.batches")
 
@@ -47,6 +54,8 @@ TOKEN_HEADER = "x-fb-batch-token"
 KEY_HEADER = "x-fb-batch-key"
 BATCH_HEADER = "x-fb-batch-id"
 LINE_HEADER = "x-fb-batch-request"  # the line's request id: ``line_request_id``
+HELD_HEADER = "x-fb-batch-held"  # the hold its batch took for it (``proxy.batches.reserve``): the run uses it
+UNUSED_HEADER = NOT_ADMITTED_HEADER  # the gateway's answer: turned away before admission, nothing recorded
 SHADOW_HEADER = "x-fb-shadow-of"  # a shadow leg: the alias whose request it copies (``proxy.api.internal``)
 MAX_SHADOWS = 16  # shadow legs in flight per process; past it a leg is dropped (shadows go first under pressure)
 LINE_ID = re.compile(r"(msg)?batch_[0-9a-f]{24}-[0-9]{1,6}(\.[0-9]{1,6})?")
@@ -93,7 +102,8 @@ class Runner:
                  claim_s: int = 60, poll_s: float = 1.0, clock: Callable[[], float] = time.time,
                  observe: Callable[[str], None] = lambda outcome: None,
                  gauges: Callable[[int, int], None] = lambda queued, running: None,
-                 provider: Any = None, may_claim: Callable[[], bool] = lambda: True) -> None:
+                 provider: Any = None, may_claim: Callable[[], bool] = lambda: True,
+                 release_holds: Callable[[], Awaitable[None]] | None = None) -> None:
         self.store, self.socket_path, self.runner_id = store, socket_path, runner_id
         self.concurrency, self.claim_s, self.poll_s, self.clock = concurrency, claim_s, poll_s, clock
         self.observe, self.gauges = observe, gauges  # a line's outcome; (queued, running) every few seconds
@@ -112,6 +122,7 @@ class Runner:
         self.session: aiohttp.ClientSession | None = None
         self.may_claim = may_claim  # this process's door would let a batch line in (asked before claiming one)
         self.provider = provider  # the batches a provider runs (``proxy.batches.provider_run.ProviderRuns``)
+        self.release_holds = release_holds  # ended batches' unrun lines' holds given back (``reserve_run``)
         self.provider_due = True  # a batch was created or cancelled: the provider batches are looked at now
         self.finish_due = True  # lines were answered or a batch cancelled: batches that can end are ended now
         self.finished = 0.0  # when batches that could end were last looked for (also their windows: every few s)
@@ -147,6 +158,8 @@ class Runner:
         if self.finish_due or now >= self.finished + FINISH_EVERY_S:  # lines answered, a cancel, or the time
             self.finish_due, self.finished = False, now
             await self._finish(now)
+            if self.release_holds is not None:
+                await self.release_holds()
         free = self.concurrency - len(self.tasks) if self.clock() >= self.paused_until else 0
         if free > 0 and not self.may_claim():  # busy: claim nothing (a claim given back is two writes for nothing)
             self.paused_until, free = self.clock() + BUSY_PAUSE_S, 0
@@ -185,7 +198,7 @@ class Runner:
         running = await self.store.running({line.batch_id for line in self.ready})
         for line in [x for x in self.ready if x.batch_id not in running]:
             self.ready.remove(line)
-            await self.store.release(line, self.runner_id, int(self.clock()))
+            await self.store.release(line, self.runner_id, int(self.clock()), used=False)
 
     async def _finish(self, now: int) -> None:
         for ended in await self.store.finish(now, new_file_id, unrun_line):
@@ -206,6 +219,8 @@ class Runner:
         assert self.session is not None
         rid = line_request_id(line.batch_id, line.number, line.generation)
         headers = self._internal({KEY_HEADER: line.key_id, BATCH_HEADER: line.batch_id, LINE_HEADER: rid})
+        if line.held is not None and line.generation == 0:  # its batch was admitted whole: this run has its hold
+            headers[HELD_HEADER] = str(line.held)
         try:
             async with self.session.post(f"http://farebox{line.endpoint}", data=line.body, headers=headers) as resp:
                 raw = await resp.read()
@@ -214,7 +229,7 @@ class Runner:
         except (aiohttp.ClientError, OSError) as exc:
             log.warning("batch line %s/%d not sent (%s); it runs again later", line.batch_id, line.number,
                         type(exc).__name__)
-            await self.store.release(line, self.runner_id, int(self.clock()) + 1)
+            await self.store.release(line, self.runner_id, int(self.clock()) + 1, used=False)  # (a repeat: same id)
             self.observe("later")
             return
         verdict = outcome(status, got)
@@ -225,7 +240,7 @@ class Runner:
                 wait = 0
             else:
                 wait = retry_after_s(got)
-            await self.store.release(line, self.runner_id, int(self.clock()) + wait)
+            await self.store.release(line, self.runner_id, int(self.clock()) + wait, used=got.get(UNUSED_HEADER) != "1")
             return
         try:
             body = orjson.loads(raw)
@@ -283,7 +298,7 @@ class Runner:
         self.stopping = True
         self.woken.set()
         while self.ready:
-            await self.store.release(self.ready.popleft(), self.runner_id, int(self.clock()))
+            await self.store.release(self.ready.popleft(), self.runner_id, int(self.clock()), used=False)
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=timeout_s)
         if self.writer is not None:

@@ -20,12 +20,13 @@ import sqlalchemy as sa
 
 from proxy.batches.lines import Line
 from proxy.batches.records import ACTIVE, Answer, BatchRecord, Claimed, Counts, FileRecord, round_robin
+from proxy.batches.release_rows import ReservedRows
 from proxy.batches.sql_end import end_batch, file_row
 from proxy.batches.sql_provider import ProviderRows
 from proxy.batches.tables import BATCHES, FILES, LINES, META, added_columns
 
 
-class SqlBatches(ProviderRows):
+class SqlBatches(ProviderRows, ReservedRows):
     def __init__(self, url: str) -> None:
         sqlite = url.startswith("sqlite")
         self.engine = sa.create_engine(url, future=True, connect_args={"timeout": 30} if sqlite else {})
@@ -83,12 +84,14 @@ class SqlBatches(ProviderRows):
                 "input_file_id": r.input_file_id, "completion_window": r.completion_window, "status": r.status,
                 "created_at": r.created_at, "expires_at": r.expires_at, "output_file_id": None,
                 "error_file_id": None, "doc": orjson.dumps({"metadata": r.metadata, "errors": r.errors,
-                                                            "times": r.times, "provider": r.provider})}])
+                                                            "times": r.times, "provider": r.provider,
+                                                            "reserved": r.reserved})}])
             state = "provider" if r.provider is not None else "pending"  # a provider's lines are never claimed
             for start in range(0, len(lines), 1000):
                 conn.execute(LINES.insert(), [
                     {"batch_id": r.id, "number": ln.number, "custom_id": ln.custom_id, "body": ln.body,
-                     "state": state, "not_before": 0, "claims": 0, "generation": 0} for ln in lines[start:start + 1000]])
+                     "state": state, "not_before": 0, "claims": 0, "generation": 0, "held_micro": ln.held}
+                    for ln in lines[start:start + 1000]])
 
     def _get(self, batch_id: str) -> BatchRecord | None:
         with self.reader.connect() as conn:
@@ -155,7 +158,7 @@ class SqlBatches(ProviderRows):
             for team, batch_ids in teams.items():  # each team's runnable lines, its oldest batch first
                 offered[team] = list(conn.execute(
                     sa.select(LINES.c.batch_id, LINES.c.number, LINES.c.custom_id, LINES.c.body, LINES.c.claims,
-                              LINES.c.generation, BATCHES.c.key_id, BATCHES.c.endpoint)
+                              LINES.c.generation, BATCHES.c.key_id, BATCHES.c.endpoint, LINES.c.held_micro)
                     .join(BATCHES, BATCHES.c.id == LINES.c.batch_id)
                     .where(runnable, LINES.c.batch_id.in_(batch_ids))
                     .order_by(BATCHES.c.created_at, LINES.c.batch_id, LINES.c.number).limit(limit)
@@ -168,7 +171,7 @@ class SqlBatches(ProviderRows):
                 conn.execute(LINES.update().where(LINES.c.batch_id == batch_id, LINES.c.number.in_(numbers))
                              .values(state="claimed", runner=runner, claimed_until=until, claims=LINES.c.claims + 1))
             got = [Claimed(row.batch_id, row.number, row.custom_id, bytes(row.body), row.claims + 1, row.key_id,
-                           row.endpoint, row.generation) for row in picked]
+                           row.endpoint, row.generation, row.held_micro) for row in picked]
         return got
 
     def _done(self, line: Claimed, runner: str, ok: bool, result: bytes, request_id: str | None,
@@ -197,13 +200,13 @@ class SqlBatches(ProviderRows):
                     LINES.c.batch_id == line.batch_id, LINES.c.number == line.number, LINES.c.state == "claimed",
                     LINES.c.runner == runner).values(claimed_until=until))
 
-    def _release(self, line: Claimed, runner: str, not_before: int) -> None:
+    def _release(self, line: Claimed, runner: str, not_before: int, used: bool) -> None:
         with self.engine.begin() as conn:
             conn.execute(LINES.update().where(
                 LINES.c.batch_id == line.batch_id, LINES.c.number == line.number, LINES.c.state == "claimed",
                 LINES.c.runner == runner).values(state="pending", runner=None, claimed_until=None,
                                                  not_before=not_before, claims=LINES.c.claims - 1,
-                                                 generation=LINES.c.generation + 1))
+                                                 generation=LINES.c.generation + (1 if used else 0)))
 
     # ending
 
@@ -239,7 +242,9 @@ class SqlBatches(ProviderRows):
                 final = "expired"
             else:
                 return False
+            held = self._unrun(conn, batch_id)
             end_batch(conn, row, final, now, new_file_id, unrun)
+            self._mark_release(conn, batch_id, held)
         return True
 
     def _queued(self) -> int:
@@ -310,8 +315,8 @@ class SqlBatches(ProviderRows):
         if lines:
             await asyncio.to_thread(self._renew, lines, runner, until)
 
-    async def release(self, line: Claimed, runner: str, not_before: int) -> None:
-        await asyncio.to_thread(self._release, line, runner, not_before)
+    async def release(self, line: Claimed, runner: str, not_before: int, used: bool = True) -> None:
+        await asyncio.to_thread(self._release, line, runner, not_before, used)
 
     async def finish(self, now: int, new_file_id: Callable[[], str],
                      unrun: Callable[[str, str], bytes]) -> list[BatchRecord]:
@@ -350,7 +355,8 @@ def _batch(row: Any, counts: Counts) -> BatchRecord:
     doc = orjson.loads(row.doc)
     return BatchRecord(row.id, row.team, row.key_id, row.endpoint, row.input_file_id, row.completion_window,
                        row.status, row.created_at, row.expires_at, doc["metadata"], doc["errors"], doc["times"],
-                       row.output_file_id, row.error_file_id, counts, doc.get("provider"))
+                       row.output_file_id, row.error_file_id, counts, doc.get("provider"),
+                       doc.get("reserved"))
 
 
 def _wal(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]

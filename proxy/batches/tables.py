@@ -39,6 +39,7 @@ BATCHES = sa.Table(
     sa.Column("output_file_id", sa.String(64)),
     sa.Column("error_file_id", sa.String(64)),
     sa.Column("doc", sa.LargeBinary, nullable=False),  # {"metadata", "errors", "times"}
+    sa.Column("releasing", sa.Boolean),  # ended with unrun lines' holds not yet released (``proxy.batches.reserve``)
 )
 LINES = sa.Table(
     "fb_batch_lines", META,
@@ -57,16 +58,19 @@ LINES = sa.Table(
     sa.Column("request_id", sa.String(96)),
     sa.Column("cost_micro", sa.BigInteger),  # what the line's request cost, as its answer said (None: not said)
     sa.Column("list_micro", sa.BigInteger),  # ... and at the standard price (None: the same as cost_micro)
+    sa.Column("held_micro", sa.BigInteger),  # its hold, taken when the batch was admitted (None: not held)
     sa.Index("fb_batch_lines_state", "state", "batch_id"),
 )
 
 
 def added_columns(engine: sa.Engine) -> None:
     """Columns added to the tables since a store could have been created: added to an older store as it opens."""
-    have = {c["name"] for c in sa.inspect(engine).get_columns("fb_batch_lines")}
-    if "list_micro" not in have:
+    for table, column, kind in (("fb_batch_lines", "list_micro", "BIGINT"), ("fb_batch_lines", "held_micro", "BIGINT"),
+                                ("fb_batches", "releasing", "BOOLEAN")):
+        if column in {c["name"] for c in sa.inspect(engine).get_columns(table)}:
+            continue
         with engine.begin() as conn:
             try:
-                conn.exec_driver_sql("ALTER TABLE fb_batch_lines ADD COLUMN list_micro BIGINT")
+                conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
             except (sa.exc.OperationalError, sa.exc.ProgrammingError):  # another process added it meanwhile
                 pass

@@ -101,7 +101,7 @@ DURABLE_WAIT_S = 5.0
 
 class Meter:
     __slots__ = ("rt", "tab", "started", "draws", "dep_draws", "estimates", "max_wait_s", "upstream_s", "ttft_s",
-                 "trace", "final", "settled_fut")
+                 "trace", "final", "settled_fut", "held")
 
     def __init__(self, rt: MeterPorts, tab: Tab, *, estimates: dict[str, Estimate] | None = None,
                  max_wait_s: float | None = None, trace: Any = None) -> None:
@@ -118,17 +118,21 @@ class Meter:
         self.trace = trace  # the request's ``proxy.observe.tracing.RequestTrace`` when tracing is on
         self.final: tuple[int, Deployment | None] | None = None  # (status, deployment) once settled
         self.settled_fut: asyncio.Future[int] | None = None  # the settlement's append, durable when done
+        self.held: int | None = None  # a batch line held when its batch was admitted whole (``proxy.batches.reserve``)
 
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self.rt.clock(), timezone.utc)
 
-    def admitted(self, plan: Plan, funding: Funded) -> bool:
-        """Record ``request.admitted`` and the funding's notices; False when the log refused the admission."""
+    def admitted(self, plan: Plan, funding: Funded, recorded: bool = False) -> bool:
+        """Record ``request.admitted`` and the funding's notices; False when the log refused the admission.
+        ``recorded``: it was recorded already (a batch line's, with its batch): the tab takes it as its own."""
         tab, options = self.tab, self.rt.options
         if funding.hold_micro is not None and funding.hold_micro != plan.hold_micro:
             plan = dataclasses.replace(plan, hold_micro=funding.hold_micro)  # right-sized
         event = admitted_event(tab, plan, funding.leases, options.pod_id, options.hold_ttl_s, self._now())
         tab.plan, tab.holds, tab.leases = plan, event.holds, funding.leases
+        if recorded:
+            return True
         if not self.rt.recorder.emit(event):
             tab.plan = None  # nothing was admitted: there is nothing to settle
             return False

@@ -189,8 +189,18 @@ def test_a_batch_cancelled_midway_keeps_and_bills_what_ran_and_runs_nothing_more
         assert len(lines) == ran
         time.sleep(1.5)  # nothing more runs after the batch is cancelled
         events = _by_batch(read_events(slow_stack.events_path), batch.id)
-        assert len(events[RequestAdmitted]) == len(events[RequestSettled]) == ran  # no hold left open
+        # admitted whole: every line held at creation; what ran settled at its cost, the rest released at nothing
+        assert len(events[RequestAdmitted]) == len(events[RequestSettled]) == 200  # no hold left open
+        charged = [e for e in events[RequestSettled] if e.attempts]
+        released = [e for e in events[RequestSettled] if not e.attempts]
+        assert len(charged) == ran and all(e.cost_micro > 0 for e in charged)
+        assert len(released) == 200 - ran
+        assert all(e.cost_micro == 0 and e.final_status == 499 for e in released)
         assert client.batches.retrieve(batch.id).request_counts.completed == ran
+    token = admin_token(slow_stack.config, "fin-cancel", "finance", live_at=slow_stack.gateway_url)
+    with urllib.request.urlopen(urllib.request.Request(slow_stack.gateway_url + "/admin/v1/budgets/team:platform",
+                                                       headers={"Authorization": f"Bearer {token}"})) as resp:
+        assert json.loads(resp.read())["held_micro"] == 0  # the unrun lines' holds are back
 
 
 def test_a_gateway_killed_mid_batch_resumes_and_no_line_runs_or_bills_twice(slow_stack: Stack) -> None:
@@ -235,8 +245,9 @@ def test_the_gateway_processes_of_serve_workers_share_a_batch(tmp_path_factory: 
             assert done.status == "completed" and done.request_counts.completed == 60
             lines = client.files.content(done.output_file_id).text.splitlines()
             assert sorted(json.loads(x)["custom_id"] for x in lines) == sorted(f"line-{i}" for i in range(60))
-        pods = {e.pod for e in _by_batch(read_events(st.events_path), batch.id)[RequestAdmitted]}
-        assert len(pods) == 2  # both gateway processes ran lines
+        with sqlite3.connect(st.folder / "batches.sqlite") as db:
+            runners = {r for (r,) in db.execute("SELECT runner FROM fb_batch_lines WHERE batch_id = ?", (batch.id,))}
+        assert len(runners) == 2  # both gateway processes ran lines
 
 
 def test_batch_lines_leave_interactive_requests_their_reserve_of_a_tight_limit(

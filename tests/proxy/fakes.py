@@ -95,6 +95,9 @@ class ScriptedBudgets:
     def release(self, request_id: str) -> None:
         self.released.append(request_id)
 
+    def handed_over(self, request_id: str) -> None:
+        self.released.append(request_id)
+
     async def state(self, snapshot: Snapshot, scope: str, period: str | None, now_s: float) -> ScopeState | None:
         return None
 

@@ -32,6 +32,7 @@ from proxy.batches.lines import Line
 from proxy.batches.objects import WINDOWS
 from proxy.batches.provider_plan import chosen, plan
 from proxy.batches.records import BatchRecord
+from proxy.batches.reserve_run import admit_lines
 from proxy.body import parse_json_object
 from proxy.errors import GatewayError, InvalidRequest
 from proxy.metering.settlement import scopes_of
@@ -121,6 +122,8 @@ async def create_batch(request: web.Request) -> web.Response:
             snap, key, scopes_of(key, None), alias.name, planned.deployment, planned.price_version, planned.estimates,
             planned.hold_micro, planned.dearest_micro, native=True))
         await admit_whole(rt, key, record, snap)
+    else:  # the gateway runs it: every line held now (``proxy.batches.reserve``)
+        record, lines = await admit_lines(rt, key, record, snap, lines, WINDOWS["24h"], _native)
     await keep_batch(rt, record, lines)
     rt.pod.wake_batches()
     return await _answer(rt, request, record.id)

@@ -4,6 +4,7 @@ runner at a time, even racing; a runner whose claim passed on cannot record; a b
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import time
 
@@ -201,13 +202,63 @@ async def test_a_provider_batch_ends_once_with_its_results_and_files(store: SqlB
     assert record.id not in [b.id for b in await store.provider_batches()]
 
 
-def test_a_store_made_before_the_savings_column_gets_it_as_it_opens(tmp_path) -> None:
+def test_a_store_made_before_the_savings_and_hold_columns_gets_them_as_it_opens(tmp_path) -> None:
     import sqlite3
 
     path = tmp_path / "old.sqlite"
     SqlBatches(f"sqlite:///{path}")
     with sqlite3.connect(path) as db:  # as a store of the version before made it
         db.execute("ALTER TABLE fb_batch_lines DROP COLUMN list_micro")
+        db.execute("ALTER TABLE fb_batch_lines DROP COLUMN held_micro")
+        db.execute("ALTER TABLE fb_batches DROP COLUMN releasing")
     SqlBatches(f"sqlite:///{path}")
     with sqlite3.connect(path) as db:
-        assert "list_micro" in [row[1] for row in db.execute("PRAGMA table_info(fb_batch_lines)")]
+        columns = [row[1] for row in db.execute("PRAGMA table_info(fb_batch_lines)")]
+        assert "list_micro" in columns and "held_micro" in columns
+        assert "releasing" in [row[1] for row in db.execute("PRAGMA table_info(fb_batches)")]
+
+
+def _held_batch(store: SqlBatches, n: int, **kw: int) -> tuple[BatchRecord, list]:
+    record, lines = _batch(store, n, **kw)
+    reserved = {"team": store.team, "key_id": "fb-key-1", "scopes": ["team:" + store.team], "currency": "INR",  # type: ignore[attr-defined]
+                "price_version": 1, "hold_ttl_s": 172_800, "release": None}
+    return (dataclasses.replace(record, reserved=reserved),
+            [dataclasses.replace(ln, held=1000 * ln.number) for ln in lines])
+
+
+async def test_a_held_lines_first_run_has_its_hold_and_a_run_turned_away_unused_keeps_its_id(store: SqlBatches) -> None:
+    record, lines = _held_batch(store, 2)
+    await store.create_batch(record, lines)
+    now = int(time.time())
+    got = sorted((c for c in await store.claim("a", now, now + 60, 50) if c.batch_id == record.id),
+                 key=lambda c: c.number)
+    assert [(c.number, c.held, c.generation) for c in got] == [(1, 1000, 0), (2, 2000, 0)]
+    await store.release(got[0], "a", now, used=False)  # turned away before admission: same id, same hold
+    await store.release(got[1], "a", now)  # admitted, then "not now": its next run is a request of its own
+    again = {c.number: c for c in await store.claim("a", now, now + 60, 50) if c.batch_id == record.id}
+    assert (again[1].generation, again[2].generation) == (0, 1)
+    assert (await store.get_batch(record.id)).reserved["scopes"] == ["team:" + store.team]  # type: ignore[union-attr,attr-defined]
+
+
+async def test_an_ended_held_batch_lists_its_unrun_lines_holds_until_they_are_released(store: SqlBatches) -> None:
+    record, lines = _held_batch(store, 4)
+    await store.create_batch(record, lines)
+    now = int(time.time())
+    claimed = {c.number: c for c in await store.claim("a", now, now + 60, 2) if c.batch_id == record.id}
+    ran, given_back = claimed[1], claimed[2]
+    await store.done(ran, "a", True, b'{"ran":1}', f"{record.id}-1")
+    await store.release(given_back, "a", now)  # used: its first id's hold was settled by that run
+    await store.cancel(record.id, now)
+    (ended,) = [b for b in await store.finish(now, new_file_id, unrun_line) if b.id == record.id]
+    assert ended.status == "cancelled" and ended.reserved["release"] == [[3, 3000], [4, 4000]]  # type: ignore[index]
+    assert record.id in [b.id for b in await store.releasing()]
+    await store.released(record.id)
+    assert record.id not in [b.id for b in await store.releasing()]
+
+
+async def test_a_batch_admitted_line_by_line_has_nothing_to_release(store: SqlBatches) -> None:
+    record, lines = _batch(store, 2)
+    await store.create_batch(record, lines)
+    await store.cancel(record.id, int(time.time()))
+    (ended,) = [b for b in await store.finish(int(time.time()), new_file_id, unrun_line) if b.id == record.id]
+    assert ended.reserved is None and record.id not in [b.id for b in await store.releasing()]
