@@ -256,6 +256,17 @@ async def test_an_ended_held_batch_lists_its_unrun_lines_holds_until_they_are_re
     assert record.id not in [b.id for b in await store.releasing()]
 
 
+async def test_an_expired_held_batch_releases_its_unrun_lines_but_not_one_a_dead_runner_held(
+        store: SqlBatches) -> None:
+    now = int(time.time())
+    record, lines = _held_batch(store, 3, now=now - 100, window_s=90)
+    await store.create_batch(record, lines)
+    (dead,) = [c for c in await store.claim("gone", now - 50, now - 40, 1) if c.batch_id == record.id]
+    (ended,) = [b for b in await store.finish(now, new_file_id, unrun_line) if b.id == record.id]
+    assert ended.status == "expired" and dead.number == 1
+    assert ended.reserved["release"] == [[2, 2000], [3, 3000]]  # type: ignore[index]  # line 1 may have been served
+
+
 async def test_a_batch_admitted_line_by_line_has_nothing_to_release(store: SqlBatches) -> None:
     record, lines = _batch(store, 2)
     await store.create_batch(record, lines)
