@@ -51,6 +51,7 @@ from proxy.control.follow import SnapshotFollower
 from proxy.control.problems import ConfigError
 from proxy.control.rollout_runner import RolloutRunner
 from proxy.idempotency import IdempotencyStore, MemoryIdempotency
+from proxy.idempotency.sqlite_store import SqliteIdempotency
 from proxy.limits import Buckets
 from proxy.metering.recorder import Recorder
 from proxy.ports import Append, ControlStore, Rerater, RerateRefused
@@ -84,6 +85,14 @@ def options_of(settings: Settings) -> ProxyOptions:
     )
 
 
+def local_idempotency(settings: Settings) -> IdempotencyStore:
+    """One machine's idempotency store (``server.idempotency_store``): on disk under ``state_dir``, or in memory."""
+    s = settings.idempotency_store
+    if s.store == "memory":
+        return MemoryIdempotency(max_bytes=s.memory_bytes)
+    return SqliteIdempotency(settings.state_dir / "idempotency.sqlite", max_bytes=s.disk_bytes)
+
+
 def build_runtime(settings: Settings, secrets: Secrets, pod: PodState, *, recorder: Recorder, budgets: BudgetPort,
                   limits: Buckets, control: ControlStore | None,
                   idempotency: IdempotencyStore | None = None, cache: CachePort | None = None,
@@ -95,7 +104,7 @@ def build_runtime(settings: Settings, secrets: Secrets, pod: PodState, *, record
     c = settings.cache
     return Runtime(pod=pod, secrets=secrets, options=options_of(settings), recorder=recorder, budgets=budgets,
                    limits=limits, upstream=UpstreamClient(secrets), control=control, rng=random.Random(),
-                   idempotency=idempotency or MemoryIdempotency(max_bytes=settings.idempotency_memory_bytes),
+                   idempotency=idempotency or local_idempotency(settings),
                    cache=cache or MemoryCache(max_entries=c.max_entries, max_bytes=c.max_bytes),
                    vectors=vectors or MemoryVectors(max_entries=c.semantic_max_entries, max_bytes=c.semantic_max_bytes,
                                                     max_per_namespace=c.semantic_max_per_namespace),

@@ -1,4 +1,4 @@
-"""``server.overload``: the gateway's admission at the rate it measures it can serve (``proxy.overload``).
+"""``server.overload``, and where one machine keeps its idempotency records; ``server.overload``: the gateway's admission at the rate it measures it can serve (``proxy.overload``).
 
 ::
 
@@ -14,8 +14,31 @@ loop's lag and admits at the rate that keeps them under these targets.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from proxy.control.problems import Reader
 from proxy.overload import OverloadSettings
+
+STORES = ("disk", "memory")
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyStoreSettings:
+    """Where one machine keeps its ``Idempotency-Key`` records (embedded mode and ``serve --workers``; distributed
+    pods share Redis): ``disk`` (``state_dir/idempotency.sqlite``: memory stays flat, answers survive a restart;
+    ``server.idempotency_disk_bytes``) or ``memory`` (``server.idempotency_memory_bytes``)."""
+
+    store: str = "disk"
+    disk_bytes: int = 1024 * 1024 * 1024
+    memory_bytes: int = 64 * 1024 * 1024
+
+
+def idempotency_store_settings(server: Reader) -> IdempotencyStoreSettings:
+    """From the ``server`` section's flat keys ``idempotency_store``, ``idempotency_disk_bytes``,
+    ``idempotency_memory_bytes``."""
+    d = IdempotencyStoreSettings()
+    return IdempotencyStoreSettings(server.str("idempotency_store", d.store, choices=STORES), server.int("idempotency_disk_bytes", d.disk_bytes, 1024 * 1024),
+                                    server.int("idempotency_memory_bytes", d.memory_bytes, 1024 * 1024))
 
 
 def overload_settings(r: Reader) -> OverloadSettings:

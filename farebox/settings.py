@@ -33,7 +33,7 @@ from farebox.data_settings import (
     canary_settings,
     stored_responses_settings,
 )
-from farebox.server_settings import overload_settings
+from farebox.server_settings import IdempotencyStoreSettings, idempotency_store_settings, overload_settings
 from farebox.settings_observe import OBSERVABILITY_SECTIONS, ObservabilitySettings, parse_observability
 from pricing.errors import PricingError
 from proxy.admission.wallet import WalletPolicy
@@ -126,7 +126,7 @@ class Settings:
     control_db_url: str = "sqlite://"
     idempotency_ttl_s: int = 86_400  # an Idempotency-Key's answer is replayed this long
     idempotency_max_answer_bytes: int = 1024 * 1024  # larger answers are not stored
-    idempotency_memory_bytes: int = 64 * 1024 * 1024  # the in-process store's bound (embedded, --workers)
+    idempotency_store: IdempotencyStoreSettings = IdempotencyStoreSettings()  # embedded, --workers: disk or memory
     budget_wait_s: float = 20.0  # how long a request waits for in-flight holds to settle (x-fb-max-wait-ms: its own)
     budget_wait_max_s: float = 30.0  # the ceiling a caller's x-fb-max-wait-ms may ask for
     poll_interval_s: float = 0.2
@@ -197,7 +197,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     drain_timeout = server.number("drain_timeout_s", 25.0, 0)
     idem_ttl = server.int("idempotency_ttl_s", 86_400, 1)
     idem_max = server.int("idempotency_max_answer_bytes", 1024 * 1024, 0)
-    idem_memory = server.int("idempotency_memory_bytes", 64 * 1024 * 1024, 1024 * 1024)
+    idem_store = idempotency_store_settings(server)
     auth_failures = server.int("auth_failures_per_minute", 30, 0)  # per source address; 0: no throttling
     metrics_token_env = server.str("metrics_token_env", None)  # GET /metrics needs this bearer token when set
     metrics_token = env.get(metrics_token_env) if metrics_token_env else None
@@ -302,7 +302,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         drain_timeout_s=drain_timeout,
         idempotency_ttl_s=idem_ttl,
         idempotency_max_answer_bytes=idem_max,
-        idempotency_memory_bytes=idem_memory,
+        idempotency_store=idem_store,
         budget_wait_s=budget_wait,
         budget_wait_max_s=budget_wait_max,
         event_log_path=log_path,

@@ -41,10 +41,10 @@ from prometheus_client.multiprocess import mark_process_dead
 from farebox.archiver import embedded_archiver
 from farebox.budget_limits import Limits, lease_policy
 from farebox.observe import alerts_ctx, expiring_keys
+from farebox.pod import local_idempotency
 from farebox.settings import Settings
 from ledger.local_processor import LocalProcessor
 from ledger.periods import period_of
-from proxy.idempotency import MemoryIdempotency
 from proxy.idempotency.owner import handlers as idempotency_handlers
 from streams.archive.service import EmbeddedArchiver, embedded_archive_ctx
 from streams.checkpoints import CheckpointStore
@@ -192,7 +192,7 @@ async def run_owner(settings: Settings, count: int) -> None:
     processor = LocalProcessor(tz, limits.limit_for, limits.soft_pct_for, limits.currency,
                                lease_policy(settings), settings.distributed.request_retention_s)
     archiver = embedded_archiver(settings, lambda: events.last_offset)
-    calls = idempotency_handlers(MemoryIdempotency(max_bytes=settings.idempotency_memory_bytes))  # one store: a
+    calls = idempotency_handlers(local_idempotency(settings))  # one store: a
     # retry may reach another process
     calls["owner.stats"] = functools.partial(owner_stats, limits, processor, archiver)
     hub = LocalHub(socket_path(settings), events, processor, on_durable=runner.acknowledged,

@@ -37,7 +37,7 @@ import orjson
 from ledger.events import RequestAttempted
 from proxy.batches import provider_money as money
 from proxy.batches.objects import new_file_id, unrun_line
-from proxy.batches.records import BatchRecord, ProviderBatchStore
+from proxy.batches.records import BatchRecord, ProviderBatchStore, ProviderLine
 from proxy.errors import GatewayError
 from proxy.upstream import batch_api
 from proxy.upstream.dialects import get_dialect
@@ -138,7 +138,7 @@ class ProviderRuns:
         numbers = sorted(lines)
         estimates = dict(zip(numbers, (tuple(e) for e in p["estimates"])))
         attempts: list[RequestAttempted] = []
-        answers: list[tuple[int, bool, bytes, str, int, int]] = []
+        answers: list[ProviderLine] = []
         for r in sorted(results, key=lambda r: r.number):
             ok, status, answer, reported, chat = r.ok, r.status, r.body, None, None
             if ok:
@@ -156,9 +156,9 @@ class ProviderRuns:
             else:
                 cost = listed = 0
             custom_id = lines[r.number][0]
-            answers.append((r.number, ok, money.output_line(batch.id, r.number, custom_id, p["alias"], ok, status,
-                                                            answer, cost, p, now), f"{batch.id}-{r.number}", cost,
-                            listed))
+            answers.append(ProviderLine(r.number, ok, money.output_line(batch.id, r.number, custom_id, p["alias"], ok,
+                                                                        status, answer, cost, p, now),
+                                        f"{batch.id}-{r.number}", cost, listed))
         recorder = self.rt.recorder
         appended = [recorder.appended(event) for event in attempts]
         if any(fut is None for fut in appended):  # the log refused: the next process to take the step tries again

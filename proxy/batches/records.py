@@ -120,6 +120,18 @@ class Answer:
     list_micro: int | None = None  # at the standard price, when the answer says it differs
 
 
+@dataclass(frozen=True, slots=True)
+class ProviderLine:
+    """A line a provider's batch ran, to keep: its output-file line, request id and what it cost."""
+
+    number: int
+    ok: bool
+    result: bytes
+    request_id: str
+    cost_micro: int
+    list_micro: int  # at the standard price (the savings' measure)
+
+
 class BatchStore(Protocol):
     async def put_file(self, record: FileRecord, content: bytes) -> None: ...
 
@@ -224,10 +236,8 @@ class ProviderBatchStore(Protocol):
         """(number, custom_id, body) of every line, in order."""
         ...
 
-    async def end_provider(self, batch_id: str, final: str, answers: Sequence[tuple[int, bool, bytes, str, int, int]],
-                           now: int, new_file_id: Callable[[], str],
-                           unrun: Callable[[str, str], bytes]) -> BatchRecord | None:
-        """In one transaction: keep each answered line's (number, ok, output line, request id, cost, cost at the
-        standard price), end the
-        batch at ``final`` and write its files; None (nothing changed) when it had ended already."""
+    async def end_provider(self, batch_id: str, final: str, answers: Sequence[ProviderLine], now: int,
+                           new_file_id: Callable[[], str], unrun: Callable[[str, str], bytes]) -> BatchRecord | None:
+        """In one transaction: keep each answered line, end the batch at ``final`` and write its files; None
+        (nothing changed) when it had ended already."""
         ...

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 import orjson
 import sqlalchemy as sa
 
-from proxy.batches.records import ACTIVE, BatchRecord
+from proxy.batches.records import ACTIVE, BatchRecord, ProviderLine
 from proxy.batches.sql_end import end_batch
 from proxy.batches.tables import BATCHES, LINES
 
@@ -50,18 +50,18 @@ class ProviderRows:
                 sa.select(LINES.c.number, LINES.c.custom_id, LINES.c.body).where(LINES.c.batch_id == batch_id)
                 .order_by(LINES.c.number))]
 
-    def _end_provider(self, batch_id: str, final: str, answers: Sequence[tuple[int, bool, bytes, str, int, int]],
-                      now: int, new_file_id: Callable[[], str],
+    def _end_provider(self, batch_id: str, final: str, answers: Sequence[ProviderLine], now: int,
+                      new_file_id: Callable[[], str],
                       unrun: Callable[[str, str], bytes]) -> BatchRecord | None:
         with self.engine.begin() as conn:
             row = conn.execute(sa.select(BATCHES).where(BATCHES.c.id == batch_id).with_for_update()).first()
             if row is None or row.status not in ACTIVE:
                 return None
-            for number, ok, result, request_id, cost, listed in answers:
-                conn.execute(LINES.update().where(LINES.c.batch_id == batch_id, LINES.c.number == number,
+            for a in answers:
+                conn.execute(LINES.update().where(LINES.c.batch_id == batch_id, LINES.c.number == a.number,
                                                   LINES.c.state == "provider")
-                             .values(state="done", ok=ok, result=result, request_id=request_id, cost_micro=cost,
-                                     list_micro=listed))
+                             .values(state="done", ok=a.ok, result=a.result, request_id=a.request_id,
+                                     cost_micro=a.cost_micro, list_micro=a.list_micro))
             end_batch(conn, row, final, now, new_file_id, unrun)
         return self._get(batch_id)
 
@@ -74,7 +74,7 @@ class ProviderRows:
     async def batch_lines(self, batch_id: str) -> list[tuple[int, str, bytes]]:
         return await asyncio.to_thread(self._batch_lines, batch_id)
 
-    async def end_provider(self, batch_id: str, final: str, answers: Sequence[tuple[int, bool, bytes, str, int, int]],
-                           now: int, new_file_id: Callable[[], str],
+    async def end_provider(self, batch_id: str, final: str, answers: Sequence[ProviderLine], now: int,
+                           new_file_id: Callable[[], str],
                            unrun: Callable[[str, str], bytes]) -> BatchRecord | None:
         return await asyncio.to_thread(self._end_provider, batch_id, final, answers, now, new_file_id, unrun)

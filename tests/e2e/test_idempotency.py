@@ -174,3 +174,25 @@ def test_a_stream_retried_with_the_same_key_is_linked_to_the_first(stack: Stack,
     time.sleep(0.3)
     admitted = {e.request_id: e for e in read_events(stack.events_path) if isinstance(e, RequestAdmitted)}
     assert admitted[ids[0]].retry_of is None and admitted[ids[1]].retry_of == ids[0]
+
+
+def test_an_answer_is_replayed_after_the_gateway_is_killed_and_started_again(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The records live on disk (``server.idempotency_store: disk``, the default): a client retrying across a
+    gateway's restart gets the stored answer, billed once."""
+    from tests.harness import running_stack
+
+    with running_stack(tmp_path_factory.mktemp("idem-restart"), aliases="chat-openai") as st:
+        key = f"restart-{time.time_ns()}"
+        with openai.OpenAI(base_url=st.gateway_url + "/v1", api_key=st.key, max_retries=0) as client:
+            first = client.chat.completions.with_raw_response.create(
+                model="chat-openai", messages=MSGS, max_completion_tokens=10, extra_headers={"Idempotency-Key": key})
+            st.restart_gateway(kill=True)
+            again = client.chat.completions.with_raw_response.create(
+                model="chat-openai", messages=MSGS, max_completion_tokens=10, extra_headers={"Idempotency-Key": key})
+        assert again.headers.get("x-fb-idempotent-replay") == "true"
+        assert again.parse().id == first.parse().id and again.parse().choices[0].message.content == \
+            first.parse().choices[0].message.content
+        settled = [e for e in read_events(st.events_path) if isinstance(e, RequestSettled)]
+        assert len(settled) == 1  # billed once
+        assert (st.folder / "idempotency.sqlite").exists()

@@ -13,7 +13,7 @@ import pytest
 
 from proxy.batches.lines import Line
 from proxy.batches.objects import new_batch_id, new_file_id, unrun_line
-from proxy.batches.records import Answer, BatchRecord, FileRecord
+from proxy.batches.records import Answer, BatchRecord, FileRecord, ProviderLine
 from proxy.batches.sql_store import SqlBatches
 
 
@@ -191,8 +191,9 @@ async def test_a_provider_batch_ends_once_with_its_results_and_files(store: SqlB
     record, lines = _provider_batch(store, 4)
     await store.create_batch(record, lines)
     now = int(time.time())
-    answers = [(1, True, b'{"custom_id":"c1"}', "r-1", 30, 60), (2, False, b'{"custom_id":"c2"}', "r-2", 0, 0),
-               (3, True, b'{"custom_id":"c3"}', "r-3", 12, 24)]
+    answers = [ProviderLine(1, True, b'{"custom_id":"c1"}', "r-1", 30, 60),
+               ProviderLine(2, False, b'{"custom_id":"c2"}', "r-2", 0, 0),
+               ProviderLine(3, True, b'{"custom_id":"c3"}', "r-3", 12, 24)]
     ended = await store.end_provider(record.id, "cancelled", answers, now, new_file_id, unrun_line)
     assert ended is not None and ended.status == "cancelled"
     assert (ended.counts.completed, ended.counts.failed, ended.counts.cost_micro) == (2, 2, 42)  # line 4 never ran

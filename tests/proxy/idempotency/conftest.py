@@ -1,4 +1,4 @@
-"""One ``store`` fixture per adapter for the idempotency contract suite; Redis is a real redis-server, the
+"""One ``store`` fixture per adapter for the idempotency contract suite (SQLite: a file in the test's folder); Redis is a real redis-server, the
 owner's store (``serve --workers N``) a real hub over a real socket."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from ledger.local_processor import LocalProcessor
 from proxy.idempotency import IdempotencyStore, MemoryIdempotency
 from proxy.idempotency.owner import OwnerIdempotency, handlers
 from proxy.idempotency.redis_store import RedisIdempotency
+from proxy.idempotency.sqlite_store import SqliteIdempotency
 from streams.local.hub import LocalHub
 from streams.local.log import LocalEventLog
 from streams.sqlite_log import SqliteEventLog
@@ -28,12 +29,14 @@ def idem_redis() -> Iterator[RedisServer]:
     server.cleanup()
 
 
-@pytest.fixture(params=["memory", "redis", "owner"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "owner"])
 async def store(request, tmp_path) -> AsyncIterator[IdempotencyStore]:
     hub = None
     adapter: IdempotencyStore
     if request.param == "memory":
         adapter = MemoryIdempotency()
+    elif request.param == "sqlite":
+        adapter = SqliteIdempotency(tmp_path / "idempotency.sqlite")
     elif request.param == "owner":  # `serve --workers N`: the owner's store, over its socket
         hub = LocalHub(tmp_path / "owner.sock", SqliteEventLog.open(tmp_path / "events.sqlite"),
                        LocalProcessor(ZoneInfo("UTC"), lambda s: None, lambda s: 80, lambda: "INR", LeasePolicy()),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 
 from proxy.idempotency import IdempotencyStore, Record, StoredAnswer
 
@@ -104,3 +105,43 @@ async def test_the_memory_store_evicts_the_oldest_answers_past_its_byte_cap_neve
     assert (await store.claim("s0", pending("req_x"), 60)).fresh  # the oldest answer went
     assert not (await store.claim("s2", pending("req_y"), 60)).fresh
     assert (await store.claim("held", pending("req_z"), 60)).record.request_id == "req_p"
+
+
+async def test_the_disk_store_evicts_the_oldest_answers_past_its_byte_cap_never_a_pending_claim(tmp_path) -> None:
+    from proxy.idempotency.sqlite_store import ROW_OVERHEAD, SqliteIdempotency
+
+    def size(slot: str, record: Record) -> int:  # what the store counts: the record's bytes, its key, the row
+        return len(record.dumps()) + len(slot) + ROW_OVERHEAD
+
+    store = SqliteIdempotency(tmp_path / "idem.sqlite", max_bytes=size("held", pending("req_p")) + 2 * size(
+        "s0", Record("req_0", "fp1", "done", ANSWER)))
+    await store.claim("held", pending("req_p"), 60)
+    for i in range(3):
+        await store.claim(f"s{i}", pending(f"req_{i}"), 60)
+        await store.complete(f"s{i}", Record(f"req_{i}", "fp1", "done", ANSWER), 60)
+    assert (await store.claim("s0", pending("req_x"), 60)).fresh  # the oldest answer went
+    assert not (await store.claim("s2", pending("req_y"), 60)).fresh
+    assert (await store.claim("held", pending("req_z"), 60)).record.request_id == "req_p"
+    await store.close()
+
+
+async def test_the_disk_store_keeps_its_answers_across_a_restart_until_their_ttl(tmp_path) -> None:
+    from proxy.idempotency.sqlite_store import SqliteIdempotency
+
+    now = [1_800_000_000.0]
+    first = SqliteIdempotency(tmp_path / "idem.sqlite", clock=lambda: now[0])
+    await first.claim("k:kept", pending("req_1"), 60)
+    await first.complete("k:kept", Record("req_1", "fp1", "done", ANSWER), 3600)
+    await first.claim("k:short", pending("req_2"), 30)
+    await first.close()
+    again = SqliteIdempotency(tmp_path / "idem.sqlite", clock=lambda: now[0])  # the gateway restarted
+    assert (await again.claim("k:kept", pending("req_3"), 60)).record.answer == ANSWER  # replayed, billed once
+    now[0] += 60
+    assert (await again.claim("k:short", pending("req_4"), 60)).fresh  # a claim's TTL passed meanwhile
+    for i in range(20):
+        await again.claim(f"k:{i}", pending(f"r{i}"), 1)
+    now[0] += 10
+    await again._run(again._sweep)  # (every 1,024 writes) drops what expired and recounts the rows' size
+    with sqlite3.connect(tmp_path / "idem.sqlite") as db:
+        assert sorted(s for (s,) in db.execute("SELECT slot FROM fb_idempotency")) == ["k:kept", "k:short"]
+    await again.close()
