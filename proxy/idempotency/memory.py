@@ -19,13 +19,13 @@ import time
 from collections.abc import Callable
 
 from proxy.body import kept
-from proxy.idempotency.port import Claim, Record
+from proxy.idempotency.port import Claim, Record, SlotRules
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 ENTRY_OVERHEAD = 160  # a dict entry, its tuple, the expiry float and the bytes object's header
 
 
-class MemoryIdempotency:
+class MemoryIdempotency(SlotRules):
     def __init__(self, clock: Callable[[], float] = time.monotonic, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.clock = clock
         self.max_bytes = max_bytes
@@ -75,23 +75,13 @@ class MemoryIdempotency:
             self._drop(s)
 
     async def claim(self, slot: str, record: Record, ttl_s: float) -> Claim:
-        found = self._get(slot)
-        if found is not None:
-            return Claim(False, found)
-        self._put(slot, record, ttl_s)
-        return Claim(True, record)
+        return self._claim(slot, record, ttl_s)
 
     async def complete(self, slot: str, done: Record, ttl_s: float) -> bool:
-        found = self._get(slot)
-        if found is None or found.request_id != done.request_id or found.state != "pending":
-            return False
-        self._put(slot, done, ttl_s)
-        return True
+        return self._complete(slot, done, ttl_s)
 
     async def release(self, slot: str, request_id: str) -> None:
-        found = self._get(slot)
-        if found is not None and found.request_id == request_id:
-            self._drop(slot)
+        self._release(slot, request_id)
 
     async def close(self) -> None:
         self._slots.clear()

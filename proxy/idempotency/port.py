@@ -88,6 +88,36 @@ class IdempotencyStore(Protocol):
     async def close(self) -> None: ...
 
 
+class SlotRules:
+    """The contract's rules over one slot, for a store whose ``_get``/``_put``/``_drop`` run with nothing else
+    between them (one process's map, one thread's connection): ``_claim``, ``_complete``, ``_release``."""
+
+    def _get(self, slot: str) -> Record | None: ...  # the live record (None: none, or expired)
+
+    def _put(self, slot: str, record: Record, ttl_s: float) -> None: ...
+
+    def _drop(self, slot: str) -> None: ...
+
+    def _claim(self, slot: str, record: Record, ttl_s: float) -> Claim:
+        found = self._get(slot)
+        if found is not None:
+            return Claim(False, found)
+        self._put(slot, record, ttl_s)
+        return Claim(True, record)
+
+    def _complete(self, slot: str, done: Record, ttl_s: float) -> bool:
+        found = self._get(slot)
+        if found is None or found.request_id != done.request_id or found.state != "pending":
+            return False
+        self._put(slot, done, ttl_s)
+        return True
+
+    def _release(self, slot: str, request_id: str) -> None:
+        found = self._get(slot)
+        if found is not None and found.request_id == request_id:
+            self._drop(slot)
+
+
 class IdempotencyConflict(GatewayError):
     """The client's own repeat clashes with the slot (409 in progress, 422 reused with another body)."""
 

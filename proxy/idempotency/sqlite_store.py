@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from proxy.idempotency.port import Claim, Record
+from proxy.idempotency.port import Claim, Record, SlotRules
 
 DEFAULT_MAX_BYTES = 1024 * 1024 * 1024
 ROW_OVERHEAD = 64  # the row's slot key, expiry, flags and b-tree cell, roughly
@@ -42,7 +42,7 @@ CREATE INDEX IF NOT EXISTS fb_idempotency_evict ON fb_idempotency (answered, seq
 """
 
 
-class SqliteIdempotency:
+class SqliteIdempotency(SlotRules):
     def __init__(self, path: str | Path, max_bytes: int = DEFAULT_MAX_BYTES,
                  clock: Callable[[], float] = time.time) -> None:
         self.path, self.max_bytes, self.clock = Path(path), max_bytes, clock
@@ -103,25 +103,6 @@ class SqliteIdempotency:
             victims.append(slot)
             over -= size + len(slot) + ROW_OVERHEAD
         for slot in victims:
-            self._drop(slot)
-
-    def _claim(self, slot: str, record: Record, ttl_s: float) -> Claim:
-        found = self._get(slot)
-        if found is not None:
-            return Claim(False, found)
-        self._put(slot, record, ttl_s)
-        return Claim(True, record)
-
-    def _complete(self, slot: str, done: Record, ttl_s: float) -> bool:
-        found = self._get(slot)
-        if found is None or found.request_id != done.request_id or found.state != "pending":
-            return False
-        self._put(slot, done, ttl_s)
-        return True
-
-    def _release(self, slot: str, request_id: str) -> None:
-        found = self._get(slot)
-        if found is not None and found.request_id == request_id:
             self._drop(slot)
 
     # --- the port ------------------------------------------------------------------------------
