@@ -28,13 +28,17 @@ What each event does (``apply`` returns False when it changed nothing):
   the distributed mode).
 
 Idempotence without remembering every event id: a request is *open* (its
-hold is in ``_holds``) or *closed* (its id is in ``_closed[period]``). An admit
-of an open or closed request, and a settle/expire of a closed or unknown one,
-change nothing. The memory bound: closed ids are kept per hold period until
-``prune(before)`` forgets the periods before ``before`` (call it at each new
-month with the previous month, so only two months of ids are held); after
-that, admits dated before the pruned horizon are refused as stale, so a
-late duplicate cannot reopen a forgotten request.
+hold is in ``_holds``) or *closed* (its id is in ``_closed``,
+``ledger.closed_ids``). An admit of an open or closed request, and a
+settle/expire of a closed or unknown one, change nothing. The memory bound:
+closed ids are kept per hold period until ``prune(before)`` forgets the
+periods before ``before`` (call it at each new month with the previous month,
+so only two months of ids are held); after that, admits dated before the
+pruned horizon are refused as stale, so a late duplicate cannot reopen a
+forgotten request. A ledger folding a log that is its own idempotence (the
+embedded gateway's) keeps closed ids for a window instead
+(``Ledger(tz, closed_keep_s=...)``, ``keep_closed_for``): flat memory
+however long it runs.
 
 Balances are kept per (scope, period); ``run:`` scopes use a single
 pseudo-period for the whole run (``ledger.periods.balance_period``), so a
@@ -52,6 +56,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
 
+from ledger.closed_ids import ClosedIds
 from ledger.codec import format_time, parse_time
 from ledger.errors import CheckpointError, CodecError
 from ledger.events import (
@@ -64,7 +69,9 @@ from ledger.events import (
 )
 from ledger.periods import RUN_PERIOD, balance_period, period_of, previous_period
 
-CHECKPOINT_FORMAT = 2  # 2: ``corrected`` per balance and the correction ids (format 1 is read as none)
+# 2: ``corrected`` per balance and the correction ids (format 1 is read as none); 3: closed ids may be kept for a
+# window (``closed_keep_s``, ``closed_by_minute``; formats 1 and 2 are read as the month mode)
+CHECKPOINT_FORMAT = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,13 +134,13 @@ _EMPTY = ScopeBalance()
 class Ledger:
     """Scope balances and open holds; ``apply`` events in log order."""
 
-    def __init__(self, tz: ZoneInfo) -> None:
+    def __init__(self, tz: ZoneInfo, closed_keep_s: int | None = None) -> None:
         if not getattr(tz, "key", None):
             raise ValueError("the ledger needs a named zone (ZoneInfo('Asia/Kolkata')), to record in checkpoints")
         self.tz = tz
         self._totals: dict[tuple[str, str], _Totals] = {}
         self._holds: dict[str, Hold] = {}
-        self._closed: dict[str, set[str]] = {}  # hold period -> closed request ids
+        self._closed = ClosedIds(closed_keep_s)
         self._soft: set[tuple[str, str]] = set()  # (scope, balance period) with a threshold notice
         self._corrections: dict[str, set[str]] = {}  # admission period -> applied correction ids
         self._horizon = ""  # months before this were pruned
@@ -152,8 +159,7 @@ class Ledger:
         period = period_of(event.time, self.tz)
         if period < self._horizon:
             return False  # stale: its period was pruned, we cannot tell whether it closed
-        closed = self._closed.get(period)
-        if closed is not None and request_id in closed:
+        if self._closed.has(request_id, period):
             return False
         self._holds[request_id] = Hold(
             request_id, period, event.holds, event.time, event.hold_ttl_s, event.team, event.currency
@@ -165,12 +171,12 @@ class Ledger:
         return True
 
     def _settle(self, event: RequestSettled) -> bool:
-        return self._close(event.request_id, event.cost_by_scope)
+        return self._close(event.request_id, event.cost_by_scope, event.time)
 
     def _expire(self, event: HoldExpired) -> bool:
-        return self._close(event.request_id, event.charged)
+        return self._close(event.request_id, event.charged, event.time)
 
-    def _close(self, request_id: str, charges: Mapping[str, int]) -> bool:
+    def _close(self, request_id: str, charges: Mapping[str, int], at: datetime) -> bool:
         hold = self._holds.pop(request_id, None)
         if hold is None:
             return False  # already closed, or never admitted here
@@ -184,7 +190,7 @@ class Ledger:
             if cost > held:
                 totals.overrun += cost - held
         if hold.period >= self._horizon:
-            self._closed.setdefault(hold.period, set()).add(request_id)
+            self._closed.add(request_id, hold.period, at)
         return True
 
     def _correct(self, event: RatingCorrected) -> bool:
@@ -251,7 +257,17 @@ class Ledger:
         return sorted((h for h in self._holds.values() if h.expires_at <= now), key=_hold_order)
 
     def is_closed(self, request_id: str, period: str) -> bool:
-        return request_id in self._closed.get(period, ())
+        return self._closed.has(request_id, period)
+
+    def keep_closed_for(self, keep_s: int, now: datetime) -> None:
+        """Keep closed ids for ``keep_s`` seconds from now on (see ``ledger.closed_ids``: only for a log that is
+        its own idempotence); the ids kept so far count as closed at ``now``."""
+        self._closed.keep_for(keep_s, now)
+
+    @property
+    def closed_count(self) -> int:
+        """How many closed ids are remembered (the memory the window bounds)."""
+        return len(self._closed)
 
     @property
     def horizon(self) -> str:
@@ -286,8 +302,7 @@ class Ledger:
         }
         for key in [k for k, t in self._totals.items() if t.touched < before_period and k not in in_use]:
             del self._totals[key]
-        for period in [p for p in self._closed if p < before_period]:
-            del self._closed[period]
+        self._closed.prune(before_period)
         for period in [p for p in self._corrections if p < before_period]:
             del self._corrections[period]
         self._soft = {mark for mark in self._soft if _still_needed(mark, self._totals, before_period)}
@@ -308,7 +323,7 @@ class Ledger:
                 [h.request_id, h.period, dict(h.amounts), format_time(h.admitted_at), h.ttl_s, h.team, h.currency]
                 for h in self.open_holds()
             ],
-            "closed": {period: sorted(ids) for period, ids in sorted(self._closed.items())},
+            **self._closed.state(),
             "soft": sorted([scope, bp] for scope, bp in self._soft),
             "corrections": {period: sorted(ids) for period, ids in sorted(self._corrections.items()) if ids},
         }
@@ -321,7 +336,7 @@ class Ledger:
             state = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
             raise CheckpointError(f"checkpoint is not valid JSON: {exc}") from None
-        if not isinstance(state, dict) or state.get("format") not in (1, CHECKPOINT_FORMAT):
+        if not isinstance(state, dict) or state.get("format") not in (1, 2, CHECKPOINT_FORMAT):
             version = state.get("format") if isinstance(state, dict) else None
             raise CheckpointError(f"checkpoint format {version!r}; this build reads 1 to {CHECKPOINT_FORMAT}")
         try:
@@ -333,7 +348,7 @@ class Ledger:
                 ledger._holds[request_id] = Hold(
                     request_id, period, MappingProxyType(amounts), parse_time(at), ttl_s, team, currency
                 )
-            ledger._closed = {period: set(ids) for period, ids in state["closed"].items()}
+            ledger._closed = ClosedIds.from_state(state)
             ledger._soft = {(scope, bp) for scope, bp in state["soft"]}
             ledger._corrections = {period: set(ids) for period, ids in state.get("corrections", {}).items()}
         except (KeyError, TypeError, ValueError, CodecError, ZoneInfoNotFoundError) as exc:

@@ -108,10 +108,14 @@ class CheckpointStore:
 
 
 async def rebuild(
-    log_: EventLog, store: CheckpointStore, tz: ZoneInfo, *, page: int = PAGE
+    log_: EventLog, store: CheckpointStore, tz: ZoneInfo, *, page: int = PAGE, closed_keep_s: int | None = None
 ) -> tuple[Ledger, int]:
-    """The ledger at the end of the log: the newest usable checkpoint plus the events after it."""
+    """The ledger at the end of the log: the newest usable checkpoint plus the events after it; with
+    ``closed_keep_s`` its closed ids are kept for that window (``ledger.closed_ids``), a checkpoint from before
+    the window included."""
     ledger, offset = await _from_checkpoint(log_, store, tz)
+    if closed_keep_s is not None:
+        ledger.keep_closed_for(closed_keep_s, datetime.now(timezone.utc))
     while True:
         batch = await log_.read(after=offset, limit=page)
         if not batch:

@@ -34,6 +34,10 @@ from streams.eventlog import EventLog
 
 log = logging.getLogger("farebox.streams")
 
+# How long the embedded ledgers remember a closed request id (``ledger.closed_ids``): the log is its own
+# idempotence, so this only has to cover a catch-up's re-application of the gateway's own events (seconds).
+CLOSED_KEEP_S = 600
+
 
 class EmbeddedLedgerRunner:
     def __init__(
@@ -46,6 +50,7 @@ class EmbeddedLedgerRunner:
         every_seconds: float = 300.0,
         follow_interval_s: float = 2.0,
         page: int = 10_000,
+        closed_keep_s: int = CLOSED_KEEP_S,
     ) -> None:
         self.events = events
         self.store = store
@@ -54,6 +59,7 @@ class EmbeddedLedgerRunner:
         self.every_seconds = every_seconds
         self.follow_interval_s = follow_interval_s
         self.page = page
+        self.closed_keep_s = closed_keep_s
         self.follower: Ledger | None = None
         self.offset = 0
         self.checkpointer: Checkpointer | None = None
@@ -61,7 +67,8 @@ class EmbeddedLedgerRunner:
 
     async def start(self) -> Ledger:
         """Rebuild from the latest checkpoint; returns the live ledger for admission."""
-        self.follower, self.offset = await rebuild(self.events, self.store, self.tz, page=self.page)
+        self.follower, self.offset = await rebuild(self.events, self.store, self.tz, page=self.page,
+                                                    closed_keep_s=self.closed_keep_s)
         self.checkpointer = Checkpointer(
             self.store, every_events=self.every_events, every_seconds=self.every_seconds, start_offset=self.offset
         )

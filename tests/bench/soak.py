@@ -17,9 +17,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
+import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import aiohttp
@@ -27,6 +30,7 @@ import orjson
 
 from tests.bench.gateway.open_loop import schedule
 from tests.bench.gateway.targets import new_session
+from tests.bench.heap_wrap import growth
 from tests.harness import generous_limits, running_stack
 
 HOT_PROMPTS = 20  # the exact-cache hits cycle over these
@@ -97,7 +101,7 @@ def kind_of(rng: random.Random, mix: dict[str, float] = MIX) -> str:
 
 
 async def soak(gateway_url: str, key: str, pid: int, *, rate: float, minutes: float, warm_minutes: float,
-               sample_s: float, mix: dict[str, float] = MIX, out=print) -> dict:
+               sample_s: float, mix: dict[str, float] = MIX, heap: Path | None = None, out=print) -> dict:
     rng = random.Random(35)
     url = gateway_url + "/v1/chat/completions"
     offsets = schedule(rate, minutes * 60, seed=35)
@@ -119,8 +123,12 @@ async def soak(gateway_url: str, key: str, pid: int, *, rate: float, minutes: fl
         latencies.append(loop.time() - at)
 
     async def sampler() -> None:
+        snapped = False
         while True:
             samples.append((loop.time() - start, rss_kb(pid)))
+            if heap is not None and not snapped and loop.time() - start >= warm_minutes * 60:
+                os.kill(pid, signal.SIGUSR2)  # tracing starts: after the warm-up
+                snapped = True
             await asyncio.sleep(sample_s)
 
     watch = asyncio.create_task(sampler())
@@ -135,6 +143,8 @@ async def soak(gateway_url: str, key: str, pid: int, *, rate: float, minutes: fl
             task.add_done_callback(tasks.discard)
         await asyncio.gather(*tasks)
         samples.append((loop.time() - start, rss_kb(pid)))
+        if heap is not None:
+            os.kill(pid, signal.SIGUSR2)  # kept.snap: what is still alive of it at the end
     finally:
         watch.cancel()
         await session.close()
@@ -163,6 +173,18 @@ def summary(samples: list[tuple[float, int]], latencies: list[float], errors: di
     return report
 
 
+def _await_snapshot(path: Path, timeout_s: float = 300.0) -> None:
+    """A snapshot of a large heap takes a while to write: wait until its size stops changing."""
+    deadline, last = time.monotonic() + timeout_s, -1
+    while time.monotonic() < deadline:
+        size = path.stat().st_size if path.exists() else -1
+        if size > 0 and size == last:
+            return
+        last = size
+        time.sleep(2.0)
+    raise SystemExit(f"no heap snapshot at {path} after {timeout_s:g} s")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.bench.soak", description=__doc__.split("\n\n")[0])
     ap.add_argument("--knee", type=float, default=400.0, help="the knee (req/s) make bench-overload measured here")
@@ -172,13 +194,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-s", type=float, default=10.0)
     ap.add_argument("--mix", default="plain=6,stream=2,cached=1,idempotent=1")
     ap.add_argument("--json", default="var/bench/soak.json")
+    ap.add_argument("--heap", type=Path, help="trace the gateway's allocations (tracemalloc; slows it: not for the "
+                                               "figures) and print what grew after the warm-up; snapshots go here")
     args = ap.parse_args(argv)
     rate = args.rate or 0.6 * args.knee
+    wrap = ("tests.bench.heap_wrap", str(args.heap.resolve())) if args.heap else ()
     with tempfile.TemporaryDirectory(prefix="farebox-soak-") as tmp:
-        with running_stack(Path(tmp), aliases="chat-openai,chat-soak-cached", mutate=soak_config) as stack:
+        with running_stack(Path(tmp), aliases="chat-openai,chat-soak-cached", mutate=soak_config,
+                           gateway_wrap=wrap) as stack:
             report = asyncio.run(soak(stack.gateway_url, stack.key, stack.gateway.pid, rate=rate,
                                       minutes=args.minutes, warm_minutes=args.warm_minutes, sample_s=args.sample_s,
-                                      mix=parse_mix(args.mix)))
+                                      mix=parse_mix(args.mix), heap=args.heap))
+            if args.heap:
+                _await_snapshot(args.heap / "kept.snap")
+    if args.heap:
+        print("what the gateway kept between the warm-up and the end, by where it was allocated:")
+        growth(args.heap / "kept.snap")
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
