@@ -15,6 +15,14 @@ from ledger.envelope import Event, check_usage, freeze_scope_map, non_empty, non
 from ledger.errors import InvalidEvent
 from ledger.usage import TokenUsage
 
+# The tags farebox sets itself on a request's events (the caller's own may not start with ``fb.``)
+BATCH_TAG = "fb.batch"  # the batch a line belongs to
+PRIORITY_TAG = "fb.priority"  # "batch" for a request of the batch class
+RESERVED_TAG = "fb.reserved"  # "1" on a batch line's hold, taken when its batch was admitted whole
+VARIANT_TAG = "fb.variant"  # the variant of the alias's split that served the request
+SHADOW_TAG = "fb.shadow"  # a shadow leg: the alias whose request it copies
+CANARY_TAG = "fb.canary"  # a synthetic-canary probe: the deployment it checks
+
 CACHE_KINDS = ("exact", "semantic")  # which response cache answered a hit
 ATTEMPT_OUTCOMES = frozenset(
     {"ok", "rate_limited", "unavailable", "rejected", "timeout", "client_closed", "interrupted", "auth_failed", "error"}

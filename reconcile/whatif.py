@@ -48,13 +48,13 @@ from ledger.errors import CodecError
 from ledger.events import Event, HoldExpired, RequestAdmitted, RequestSettled
 from ledger.periods import period_of
 from ledger.refusals import RequestRefused
+from ledger.request_events import VARIANT_TAG
 from reconcile.errors import ReconcileError
 from streams.archive.read import ArchiveError, archive_files, read_archive
 
 Attempt = RequestAdmitted | RequestRefused
 
 
-VARIANT_TAG = "fb.variant"  # a split variant, as the gateway tags every event of the request
 
 
 class WhatIfError(ReconcileError):

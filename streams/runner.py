@@ -13,11 +13,14 @@ events it folds are the very objects the gateway recorded, in offset order,
 with no read-back; a periodic ``catch_up`` read is the safety net, and the way
 events another process appended (``farebox rerate --apply``'s corrections)
 arrive: ``catch_up`` folds them into the follower and the live ledger both.
-Re-applying the gateway's own events to the live ledger there (those whose
-acknowledgement came past such a hole) changes nothing: the fold is
-idempotent (ledger invariant 2). Both
-are the same pure fold over the same events, so they agree once every append
-is acknowledged; ``caught_up_equal()`` checks that in tests.
+The gateway's own events acknowledged past such a hole are already in the
+live ledger: ``acknowledged`` notes their offsets and ``catch_up`` folds them
+into the follower only. One read back before its acknowledgement arrived is
+applied to the live ledger again and changes nothing (the fold is idempotent,
+ledger invariant 2: its closed id is kept for ``CLOSED_KEEP_S``, far longer
+than that race lasts). Both are the same pure fold over the same events, so
+they agree once every append is acknowledged; ``caught_up_equal()`` checks
+that in tests.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ from streams.eventlog import EventLog
 log = logging.getLogger("farebox.streams")
 
 # How long the embedded ledgers remember a closed request id (``ledger.closed_ids``): the log is its own
-# idempotence, so this only has to cover a catch-up's re-application of the gateway's own events (seconds).
-CLOSED_KEEP_S = 600
+# idempotence and a catch-up does not re-apply what this process recorded (``acknowledged`` notes it), so the
+# window only covers a read that overtakes an acknowledgement (milliseconds; the follow interval is 2 s).
+CLOSED_KEEP_S = 120
 
 
 class EmbeddedLedgerRunner:
@@ -62,6 +66,7 @@ class EmbeddedLedgerRunner:
         self.closed_keep_s = closed_keep_s
         self.follower: Ledger | None = None
         self.offset = 0
+        self._own: set[int] = set()  # offsets of our own events acknowledged past a hole: already in the live ledger
         self.checkpointer: Checkpointer | None = None
         self.live: Ledger | None = None
 
@@ -86,7 +91,11 @@ class EmbeddedLedgerRunner:
         offset order; folding past it here would checkpoint an offset beyond an
         event the follower never saw.
         """
-        if self.follower is None or offset != self.offset + 1:
+        if self.follower is None:
+            return
+        if offset != self.offset + 1:
+            if offset > self.offset:
+                self._own.add(offset)  # catch_up folds it into the follower, not again into the live ledger
             return
         self.follower.apply(event)
         self.offset = offset
@@ -100,7 +109,9 @@ class EmbeddedLedgerRunner:
                 if offset <= self.offset:  # folded by ``acknowledged`` while we were reading
                     continue
                 self.follower.apply(event)
-                if self.live is not None:  # what another process appended; a no-op for our own events
+                if offset in self._own:
+                    self._own.discard(offset)
+                elif self.live is not None:  # what another process appended (or ours, read before its ack)
                     self.live.apply(event)
                 self.offset = offset
                 folded += 1

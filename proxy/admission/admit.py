@@ -30,6 +30,7 @@ from typing import Callable, Protocol, Sequence
 
 from ledger.output_sketch import OutputLearner
 from ledger.refusals import REFUSAL_CODES
+from ledger.request_events import BATCH_TAG
 from pricing.money import to_decimal
 from proxy.admission.budget_port import BudgetAsk, BudgetPort, Funding
 from proxy.admission.plan import hold
@@ -113,7 +114,7 @@ async def _admit(rt: AdmitPorts, meter: Meter, cands: Sequence[Deployment], est_
         res = await rt.limits.reserve(items(draws), rt.now_us())
         if not res.ok:
             exc = refusal(draws, res, est_input, max_output)
-            if meter.held is not None or "fb.batch" in tab.tags:  # a batch line: nothing recorded, it keeps its id
+            if meter.held is not None or BATCH_TAG in tab.tags:  # a batch line: nothing recorded, it keeps its id
                 exc.headers[NOT_ADMITTED_HEADER] = "1"
             raise exc
         headers.update(limit_headers(draws, res))

@@ -22,11 +22,12 @@ from typing import Any, Callable
 
 from aiohttp import web
 
+from ledger.request_events import BATCH_TAG, CANARY_TAG, PRIORITY_TAG, SHADOW_TAG, VARIANT_TAG
 from proxy.admission.auth import allowed_alias
 from proxy.admission.budget_port import max_wait_s
 from proxy.admission.plan import chat_input_estimates
 from proxy.admission.priority import BATCH, clear_batch, request_class
-from proxy.api.tags import BATCH_TAG, CANARY_TAG, HEADER, PRIORITY_TAG, SHADOW_TAG, VARIANT_TAG, parse_tags
+from proxy.api.tags import HEADER, parse_tags
 from proxy.errors import NOT_ADMITTED_HEADER, GatewayError
 from proxy.limits.draws import Draw
 from proxy.metering.meter import Meter, open_meter

@@ -26,11 +26,6 @@ from proxy.errors import InvalidRequest
 
 HEADER = "x-fb-tags"
 RESERVED = "fb."  # farebox's own tags
-BATCH_TAG = "fb.batch"
-PRIORITY_TAG = "fb.priority"  # "batch" for a request of the batch class
-VARIANT_TAG = "fb.variant"  # the variant of the alias's split that served the request
-SHADOW_TAG = "fb.shadow"  # a shadow leg: the alias whose request it copies
-CANARY_TAG = "fb.canary"  # a synthetic-canary probe: the deployment it checks
 MAX_TAGS = 10
 MAX_KEY = 64
 MAX_VALUE = 128

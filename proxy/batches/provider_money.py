@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from ledger.events import RequestAdmitted, RequestAttempted, RequestSettled
+from ledger.request_events import BATCH_TAG, PRIORITY_TAG
 from ledger.usage import TokenUsage
 from pricing.money import to_decimal
 from pricing.rating import rate
@@ -63,7 +64,7 @@ def admitted(batch_id: str, b: dict[str, Any], key: KeyRecord, snapshot: Snapsho
         est_input_tokens=sum(e[0] for e in ests), max_output_tokens=sum(e[1] for e in ests),
         holds=dict.fromkeys(b["scopes"], b["hold_micro"]), currency=b["currency"], price_version=b["price_version"],
         pod=pod, hold_ttl_s=hold_ttl_s(window_s), stream=False, leases=leases,
-        cost_centre=snapshot.cost_centre_of(key.team, key.app), tags={"fb.batch": batch_id, "fb.priority": "batch",
+        cost_centre=snapshot.cost_centre_of(key.team, key.app), tags={BATCH_TAG: batch_id, PRIORITY_TAG: "batch",
                                                                       "fb.batch_via": "provider"})
 
 

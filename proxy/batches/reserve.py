@@ -33,6 +33,7 @@ import orjson
 
 from ledger.admission import exceeds_cost_cap
 from ledger.events import RequestAdmitted, RequestSettled
+from ledger.request_events import BATCH_TAG, PRIORITY_TAG, RESERVED_TAG
 from ledger.usage import TokenUsage
 from pricing.calibration import Estimator
 from proxy.admission.plan import chat_input_estimates, embeddings_input_estimate, hold, output_cap
@@ -137,7 +138,7 @@ def admitted(batch_id: str, line: Line, held: int, estimate: tuple[int, int], r:
         data_class=key.data_class_ceiling, est_input_tokens=estimate[0], max_output_tokens=estimate[1], holds=dict.fromkeys(r["scopes"], held), currency=r["currency"],
         price_version=r["price_version"], pod=pod, hold_ttl_s=r["hold_ttl_s"], stream=False, leases=leases,
         cost_centre=snapshot.cost_centre_of(key.team, key.app),
-        tags={"fb.batch": batch_id, "fb.priority": "batch", "fb.reserved": "1"}, api=api)
+        tags={BATCH_TAG: batch_id, PRIORITY_TAG: "batch", RESERVED_TAG: "1"}, api=api)
 
 
 def released(batch_id: str, number: int, held: int, r: dict[str, Any], now: datetime) -> RequestSettled:
