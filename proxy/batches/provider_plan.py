@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable
 
 import orjson
 
 from pricing.calibration import Estimator
-from proxy.admission.plan import chat_input_estimates, hold, output_cap
+from proxy.admission.plan import chat_input_estimates, hold
 from proxy.batches.lines import Line, Problem
+from proxy.batches.reserve import Native, line_cap
 from proxy.errors import GatewayError
 from proxy.routing.router import may_receive
 from proxy.snapshot import Alias, Deployment, KeyRecord, Snapshot
@@ -71,10 +71,6 @@ def chosen(snapshot: Snapshot, key: KeyRecord, endpoint: str, lines: list[Line],
     return alias if target(snapshot, key, alias, endpoint == NATIVE_ENDPOINT) is not None else None
 
 
-Native = Callable[[dict], tuple[dict, int | None]]
-"""A native line's check (raising ``GatewayError``): its body in chat form (for the estimate) and its output cap."""
-
-
 def plan(snapshot: Snapshot, key: KeyRecord, alias: Alias, lines: list[Line], estimator: Estimator,
          at: datetime, native: Native | None = None) -> ProviderPlan | list[Problem]:
     """``native``: the lines are Messages requests, checked by it and sent as they are (``NATIVE_ENDPOINT``)."""
@@ -87,11 +83,7 @@ def plan(snapshot: Snapshot, key: KeyRecord, alias: Alias, lines: list[Line], es
     for line in lines:
         body = orjson.loads(line.body)
         try:
-            if native is not None:
-                body, asked = native(body)
-            else:
-                asked = body.get("max_completion_tokens", body.get("max_tokens"))
-            cap = output_cap(alias, asked if isinstance(asked, int) and not isinstance(asked, bool) else None)
+            body, cap = line_cap(body, alias, native)
             if native is None:
                 dialect.validate(body, dep)
                 dialect.chat_request(body, dep, None, max_output_tokens=cap)  # translates (again at submission)

@@ -109,13 +109,19 @@ def _estimate(body: Any, endpoint: str, alias: Alias, key: KeyRecord, deps: list
         raw = body.get("input")
         texts = [raw] if isinstance(raw, str) else [t if isinstance(t, str) else " " * 4 * len(t) for t in raw]
         return embeddings_input_estimate(texts), 0
+    body, cap = line_cap(body, alias, native)
+    estimates = chat_input_estimates(estimator, body, key.key_id, deps)
+    return max(e.tokens for e in estimates.values()), cap
+
+
+def line_cap(body: Any, alias: Alias, native: Native | None) -> tuple[Any, int]:
+    """A chat or Messages line's body in chat form and its output cap (the alias's cap over what it asks);
+    ``native`` raises ``GatewayError`` for a Messages line it refuses."""
     if native is not None:
         body, asked = native(body)
     else:
         asked = body.get("max_completion_tokens", body.get("max_tokens"))
-    cap = output_cap(alias, asked if isinstance(asked, int) and not isinstance(asked, bool) else None)
-    estimates = chat_input_estimates(estimator, body, key.key_id, deps)
-    return max(e.tokens for e in estimates.values()), cap
+    return body, output_cap(alias, asked if isinstance(asked, int) and not isinstance(asked, bool) else None)
 
 
 def line_id(batch_id: str, number: int) -> str:
