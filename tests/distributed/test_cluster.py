@@ -85,7 +85,9 @@ def test_three_pods_one_worker_money_exact_and_replay_equals_live(tmp_path, redi
             return rows if quiet else False
 
         try:
-            rows = wait_until(settled_and_quiet, 60, what="all holds settled and all leases returned")
+            # the worker folds what the pods flushed; on a box loaded by the rest of the suite (CI once saw every
+            # event in Kafka and the worker's rows still behind at 60 s) that takes far longer than alone
+            rows = wait_until(settled_and_quiet, 150, what="all holds settled and all leases returned")
         except AssertionError as exc:  # say what the projection still shows, what reached Kafka, who said what
             raise AssertionError(f"{exc}\nlast rows: {seen}\n{_lease_story(cluster)}") from None
 
