@@ -44,7 +44,9 @@ def test_memory_and_redis_agree(redis_server, specs, ops, amount_scale):
 
     async def run() -> None:
         memory = MemoryBuckets()
-        shared = redis_buckets(redis_server, key_prefix=f"eq:{uuid.uuid4().hex[:8]}:")
+        # a generous connect timeout: each example opens new connections, and on a loaded CI box
+        # one took more than the 1 s default (this test is about the semantics, not the timeouts)
+        shared = redis_buckets(redis_server, key_prefix=f"eq:{uuid.uuid4().hex[:8]}:", socket_timeout_s=10.0)
         try:
             now = T0
             for kind, picks, refund, step in ops:
