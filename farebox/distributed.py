@@ -44,6 +44,7 @@ from proxy.limits.redis_buckets import RedisBuckets
 from proxy.metering.recorder import Recorder
 from proxy.observe.metrics import Metrics
 from proxy.routing.breaker_sync import sync_ctx as breaker_sync_ctx
+from proxy.routing.wait_sync import sync_ctx as wait_sync_ctx
 from proxy.runtime import PodState
 from proxy.snapshot import Secrets, Snapshot
 from proxy.stored_responses.redis_store import RedisResponses
@@ -135,6 +136,8 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
     if d.share_breakers:  # shared circuit breakers (proxy/routing/breaker_sync.py)
         app.cleanup_ctx.append(breaker_sync_ctx(d.redis_url, runtime.routing, lambda: pod.snapshot.deployments,
                                                 settings.pod_id, d.breaker_probe_grace_s))
+    if d.share_wait_rooms:  # teams waiting for capacity take it in turn across pods (proxy/routing/wait_sync.py)
+        app.cleanup_ctx.append(wait_sync_ctx(d.redis_url, runtime.routing, settings.pod_id))
     return app
 
 

@@ -76,6 +76,7 @@ class DistributedSettings:
     emergency_micro: int = 0  # per scope and pod, spent when Kafka is down and the leases are gone
     config_db_poll_s: float = 5.0  # pods follow the config topic; the database is polled this often as fallback
     share_breakers: bool = True  # circuit-breaker opens/closes shared between pods through Redis
+    share_wait_rooms: bool = True  # teams waiting for capacity take it in turn across pods, through Redis
     breaker_probe_grace_s: float = 2.0  # another pod's open ends this much later here: its opener probes first
     worker_stall_s: float = 60.0  # a worker whose table recovery reads nothing this long exits (75) for a restart
     request_retention_s: int = 6 * 3600  # the worker forgets closed requests this long after (ledger/retention.py)
@@ -255,6 +256,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
         emergency_micro=d.int("emergency_micro", dflt.emergency_micro, 0),
         config_db_poll_s=d.number("config_db_poll_s", dflt.config_db_poll_s, 0.01),
         share_breakers=d.bool("share_breakers", dflt.share_breakers),
+        share_wait_rooms=d.bool("share_wait_rooms", dflt.share_wait_rooms),
         breaker_probe_grace_s=d.number("breaker_probe_grace_s", dflt.breaker_probe_grace_s, 0),
         request_retention_s=d.int("request_retention_s", dflt.request_retention_s, 60),
         worker_stall_s=d.number("worker_stall_s", dflt.worker_stall_s, 0),

@@ -34,8 +34,8 @@ from proxy.routing.state import RoutingState
 from proxy.snapshot import Deployment
 
 T = TypeVar("T")
-CAPACITY_STEP_S = 0.025  # the first pause before asking short candidates again; doubling ...
-CAPACITY_STEP_MAX_S = 0.2  # ... up to this
+CAPACITY_STEP_S = 0.025  # the waiter whose turn it is asks its short candidates again this often
+CAPACITY_STEP_MAX_S = 0.2  # the others look again at least this often (the room wakes them when it changes)
 
 
 
@@ -115,33 +115,40 @@ class Attempts(Generic[T]):
         passed: capacity comes back by the second (a mirror refills, a stream ends), and a request that waits a
         moment is better served than refused. Teams waiting on the alias take the capacity in turn
         (``proxy.routing.fair_wait``)."""
-        pause, began, room = CAPACITY_STEP_S, 0.0, None
+        began, room, ticket = 0.0, None, (0.0, 0)
         team = self.plan.needs.team or ""
+        waiting = self.state.waits.get(self.alias.name)
+        if self.tried == 0 and waiting is not None and waiting.busy():  # no jumping the queue
+            room, began = waiting, self.clock()
+            ticket = room.join(team)
+        paused = False
         try:
             while True:
-                if room is None or room.may_try(team):  # a team served more than another waiting one yields
-                    if room is not None:
+                if room is None or room.may_try(team, ticket):  # only the waiter whose turn it is asks
+                    if self.short:
                         self.queue, self.short = self.short, []  # ask the short candidates again
                     dep = await self._cleared()
                     if dep is not None or self.tried > 0 or not self.short:
                         if room is not None:
-                            self.meter.waited(self.clock() - began, dep is not None)
-                            room.leave(team, dep is not None)
+                            if paused:
+                                self.meter.waited(self.clock() - began, dep is not None)
+                            room.leave(team, ticket, dep is not None)
                             room = None
                         return dep
                 left = min(self.capacity_until, self.deadline) - self.clock()
                 if left <= 0:
-                    if room is not None:
+                    if paused:
                         self.meter.waited(self.clock() - began, False)
                     return None
                 if room is None:
                     room, began = self.state.wait_room(self.alias.name), self.clock()
-                    room.join(team)
-                await room.pause(min(pause, left))
-                pause = min(pause * 2, CAPACITY_STEP_MAX_S)
+                    ticket = room.join(team)
+                # whose turn it is asks again soon; the others sleep until the room changes (or the longer pause)
+                await room.pause(min(CAPACITY_STEP_S if room.may_try(team, ticket) else CAPACITY_STEP_MAX_S, left))
+                paused = True
         finally:
             if room is not None:
-                room.leave(team, False)
+                room.leave(team, ticket, False)
 
     async def _cleared(self) -> Deployment | None:
         while self._more():

@@ -16,7 +16,7 @@ from typing import Callable
 
 from proxy.outcomes import NEUTRAL, OK, RATE_LIMITED
 from proxy.routing.breaker import Breaker
-from proxy.routing.fair_wait import WaitRoom
+from proxy.routing.fair_wait import Remote, WaitRoom
 from proxy.routing.health import Health
 from proxy.routing.retry_budget import RetryBudget
 from proxy.snapshot import Alias, Deployment
@@ -35,11 +35,15 @@ class RoutingState:
     headroom: dict[str, tuple[float, float]] = field(default_factory=dict)  # (read at, weight factor), see chain.py
     transitions: deque = field(default_factory=lambda: deque(maxlen=100))  # (time, deployment, state)
     waits: dict[str, WaitRoom] = field(default_factory=dict)  # alias -> its requests waiting for capacity
+    # alias -> the other pods' waiting teams (distributed mode: proxy.routing.wait_sync keeps it)
+    remote_waits: dict[str, Remote] = field(default_factory=dict)
+    wait_changed: Callable[[], None] = lambda: None  # a waiter joined or left a room (wait_sync publishes it)
 
     def wait_room(self, alias: str) -> WaitRoom:
         room = self.waits.get(alias)
         if room is None:
-            room = self.waits[alias] = WaitRoom()
+            room = self.waits[alias] = WaitRoom(changed=lambda: self.wait_changed())
+            room.remote = self.remote_waits.get(alias, {})
         return room
 
     def breaker(self, dep: Deployment) -> Breaker:

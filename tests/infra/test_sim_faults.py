@@ -77,7 +77,9 @@ async def test_hang_ends_when_client_gives_up(sim):
     await asyncio.sleep(0.05)
     st = (await (await sim.get("/_sim/stats")).json())["models"]["gpt-sim"]
     assert st["outcomes"] == {"hang": 1} and st["closed_by_client"] == 1 and st["open_streams"] == 0
-    assert 140 <= st["last_client_close_delays_ms"][0] < 1000
+    # the client's 150 ms ran from before it connected; the simulator counts from the request's arrival, which
+    # on a loaded box comes tens of ms later (CI saw 135.8 ms). The hang itself never ends it: the TimeoutError.
+    assert 50 <= st["last_client_close_delays_ms"][0] < 1000
     assert (await (await sim.get("/v1/usage/export")).json())["data"] == []
 
 
