@@ -30,10 +30,11 @@ from typing import Callable, Protocol, Sequence
 
 from ledger.output_sketch import OutputLearner
 from ledger.refusals import REFUSAL_CODES
-from ledger.request_events import BATCH_TAG
+from ledger.request_events import BATCH_TAG, PRIORITY_TAG
 from pricing.money import to_decimal
 from proxy.admission.budget_port import BudgetAsk, BudgetPort, Funding
 from proxy.admission.plan import hold
+from proxy.admission.priority import BATCH
 from proxy.admission.ratelimit import deployment_draws, limit_headers, refusal, request_draws
 from proxy.admission.spend_rate import spend_draws
 from proxy.errors import NOT_ADMITTED_HEADER, BudgetRefused, EventLogUnavailable, GatewayError
@@ -180,4 +181,4 @@ def tries(rt: AdmitPorts, meter: Meter) -> Tries:
     """After admission: what routing's attempt loop is handed for this request (its meter, ``clear_deployment``)."""
     assert meter.tab.plan is not None
     return Tries(meter, functools.partial(clear_deployment, rt, meter), rt.routing, rt.rng,
-                 meter.tab.plan.est_input_tokens)
+                 meter.tab.plan.est_input_tokens, queued=meter.tab.tags.get(PRIORITY_TAG) != BATCH)

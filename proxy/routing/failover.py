@@ -61,6 +61,7 @@ class Tries:
     state: RoutingState
     rng: random.Random
     est_input: int  # what a cancelled attempt is metered with
+    queued: bool = True  # waits its turn in the alias's room while others wait (a batch request: cleared already)
 
 
 class Attempts(Generic[T]):
@@ -111,14 +112,14 @@ class Attempts(Generic[T]):
     async def _next(self) -> Deployment | None:
         """The next candidate cleared to be called (breaker, 429 pause, mirror, retry budget), or None. When no
         attempt was made yet and every candidate left was short only of provider capacity (its mirror spent, its
-        fleet full), the candidates are asked again, after a growing pause, until ``capacity_wait_s`` has
-        passed: capacity comes back by the second (a mirror refills, a stream ends), and a request that waits a
-        moment is better served than refused. Teams waiting on the alias take the capacity in turn
-        (``proxy.routing.fair_wait``)."""
+        fleet full), the request waits in the alias's room and asks again on its turn, until ``capacity_wait_s``
+        has passed: capacity comes back by the second (a mirror refills, a stream ends), and a request that waits
+        a moment is better served than refused. Teams waiting on the alias take the capacity in turn, and while
+        anybody waits a new request joins them rather than asking first (``proxy.routing.fair_wait``)."""
         began, room, ticket = 0.0, None, (0.0, 0)
         team = self.plan.needs.team or ""
         waiting = self.state.waits.get(self.alias.name)
-        if self.tried == 0 and waiting is not None and waiting.busy():  # no jumping the queue
+        if self.tries.queued and self.tried == 0 and waiting is not None and waiting.busy():  # no queue jumping
             room, began = waiting, self.clock()
             ticket = room.join(team)
         paused = False

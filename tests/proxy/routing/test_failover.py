@@ -183,3 +183,22 @@ async def test_a_cancelled_attempt_is_metered_with_the_estimated_input() -> None
     with pytest.raises(asyncio.CancelledError):
         await task
     assert tape.seen == [(OPENAI, "client_gone", 42)]
+
+
+async def test_while_others_wait_a_new_request_waits_its_turn_and_a_batch_request_does_not() -> None:
+    """Another team waits on the alias: a new interactive request joins the room instead of asking first (it asks
+    once the other is served); a batch request, whose capacity was taken before it was admitted, goes at once."""
+    cands, chain, tries, tape, asked = setup(capacity_wait_s=2.0)
+    room = tries.state.wait_room(chain.alias.name)
+    other = room.join("another-team")
+    attempt, calls = answers({OPENAI: "ok", ANTHROPIC: "never"})
+    mine = asyncio.create_task(first_answer(cands, chain, tries, attempt, streaming=False))
+    await asyncio.sleep(0.1)
+    assert not mine.done() and asked == [] and room.waiting.keys() == {"another-team", ""}
+    batch = dataclasses.replace(tries, queued=False)
+    dep, answer, _ = await first_answer(cands, chain, batch, attempt, streaming=False)
+    assert (dep.id, answer, asked) == (OPENAI, "ok", [OPENAI])
+    room.leave("another-team", other, served=True)  # its turn came and went: now the new request's
+    dep, answer, _ = await asyncio.wait_for(mine, 1.0)
+    assert (dep.id, answer, asked) == (OPENAI, "ok", [OPENAI, OPENAI]) and not room.waiting
+    assert tape.waits and tape.waits[-1][1]  # it paused: a wait, served
