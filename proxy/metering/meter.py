@@ -186,6 +186,10 @@ class Meter:
         """The request waited for provider capacity (``proxy.routing.failover``): the wait, by outcome."""
         self.rt.metrics.capacity_wait_seconds.labels("served" if served else "refused").observe(seconds)
 
+    def in_room(self, alias: str, delta: int) -> None:
+        """The request joined or left the alias's capacity wait room: the waiting gauge."""
+        self.rt.metrics.capacity_waiting.labels(alias).inc(delta)
+
     def x_farebox(self, dep: Deployment) -> dict:
         return x_farebox(self.tab, dep)
 

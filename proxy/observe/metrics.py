@@ -81,6 +81,10 @@ class Metrics:
             "how long they waited for it, by outcome (served: a deployment cleared; refused: 429 after the wait).",
             ["outcome"], registry=r, buckets=(0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
         )
+        self.capacity_waiting = Gauge(
+            "farebox_capacity_waiting", "Interactive requests waiting for provider capacity now, by alias (the wait "
+            "room's depth; batch lines queue in the batch store: farebox_batch_lines_queued).", ["alias"],
+            registry=r, multiprocess_mode="livesum")
         self.lease_round_trip_seconds = Histogram(
             "farebox_lease_round_trip_seconds", "Distributed mode: from asking for a budget lease to its grant.",
             registry=r, buckets=(0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),

@@ -48,6 +48,9 @@ class AttemptMeter(Protocol):
     def waited(self, seconds: float, served: bool) -> None:
         """The request waited ``seconds`` for provider capacity; ``served``: a deployment then cleared."""
 
+    def in_room(self, alias: str, delta: int) -> None:
+        """The request joined (+1) or left (-1) the alias's wait room."""
+
 
 Clear = Callable[[Deployment], Awaitable[GatewayError | None]]
 
@@ -122,6 +125,7 @@ class Attempts(Generic[T]):
         if self.tries.queued and self.tried == 0 and waiting is not None and waiting.busy():  # no queue jumping
             room, began = waiting, self.clock()
             ticket = room.join(team)
+            self.meter.in_room(self.alias.name, 1)
         paused = False
         try:
             while True:
@@ -134,6 +138,7 @@ class Attempts(Generic[T]):
                             if paused:
                                 self.meter.waited(self.clock() - began, dep is not None)
                             room.leave(team, ticket, dep is not None)
+                            self.meter.in_room(self.alias.name, -1)
                             room = None
                         return dep
                 left = min(self.capacity_until, self.deadline) - self.clock()
@@ -144,12 +149,14 @@ class Attempts(Generic[T]):
                 if room is None:
                     room, began = self.state.wait_room(self.alias.name), self.clock()
                     ticket = room.join(team)
+                    self.meter.in_room(self.alias.name, 1)
                 # whose turn it is asks again soon; the others sleep until the room changes (or the longer pause)
                 await room.pause(min(CAPACITY_STEP_S if room.may_try(team, ticket) else CAPACITY_STEP_MAX_S, left))
                 paused = True
         finally:
             if room is not None:
                 room.leave(team, ticket, False)
+                self.meter.in_room(self.alias.name, -1)
 
     async def _cleared(self) -> Deployment | None:
         while self._more():

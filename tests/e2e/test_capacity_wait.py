@@ -55,6 +55,7 @@ def test_a_spent_mirror_is_waited_for_a_bounded_time(stack: Stack) -> None:
             _ask(client, "chat-tight-now")  # the refill went to the request that waited
     metrics = httpx.get(stack.gateway_url + "/metrics", timeout=10).text
     assert 'farebox_capacity_wait_seconds_count{outcome="served"} 1.0' in metrics
+    assert 'farebox_capacity_waiting{alias="chat-tight-wait"} 0.0' in metrics  # it was in the room, and left
 
 
 def fleet(tree: dict) -> None:

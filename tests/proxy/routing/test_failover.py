@@ -32,6 +32,7 @@ class Tape:
     seen: list[tuple[str, str | None, int]] = field(default_factory=list)
 
     waits: list[tuple[float, bool]] = field(default_factory=list)
+    in_rooms: dict[str, int] = field(default_factory=dict)  # alias -> requests in its wait room now
 
     def attempted(self, dep, *, started, usage, error=None, ttft_s=None, status=None) -> int:  # type: ignore[no-untyped-def]
         self.seen.append((dep.id, getattr(error, "code", None), (usage or TokenUsage()).input))
@@ -39,6 +40,9 @@ class Tape:
 
     def waited(self, seconds: float, served: bool) -> None:
         self.waits.append((seconds, served))
+
+    def in_room(self, alias: str, delta: int) -> None:
+        self.in_rooms[alias] = self.in_rooms.get(alias, 0) + delta
 
 
 def setup(max_attempts: int = 3, cleared: dict[str, GatewayError | None] | None = None,  # type: ignore[no-untyped-def]
@@ -195,10 +199,12 @@ async def test_while_others_wait_a_new_request_waits_its_turn_and_a_batch_reques
     mine = asyncio.create_task(first_answer(cands, chain, tries, attempt, streaming=False))
     await asyncio.sleep(0.1)
     assert not mine.done() and asked == [] and room.waiting.keys() == {"another-team", ""}
+    assert tape.in_rooms == {chain.alias.name: 1}  # the gauge: the new request is in the room
     batch = dataclasses.replace(tries, queued=False)
     dep, answer, _ = await first_answer(cands, chain, batch, attempt, streaming=False)
     assert (dep.id, answer, asked) == (OPENAI, "ok", [OPENAI])
     room.leave("another-team", other, served=True)  # its turn came and went: now the new request's
     dep, answer, _ = await asyncio.wait_for(mine, 1.0)
     assert (dep.id, answer, asked) == (OPENAI, "ok", [OPENAI, OPENAI]) and not room.waiting
+    assert tape.in_rooms == {chain.alias.name: 0}
     assert tape.waits and tape.waits[-1][1]  # it paused: a wait, served
