@@ -72,7 +72,7 @@ async def distributed_gateway_app(settings: Settings, secrets: Secrets | None = 
                            scope_topic=d.scope_topic, config_topic=d.config_topic,
                            spool_after_s=d.spool_after_s, client_id=f"farebox-{settings.pod_id}")
     recorder = Recorder(events, Metrics())  # the worker projects the ledger; this pod keeps none
-    limits = RedisBuckets.from_url(d.redis_url, pods=d.pods)
+    limits = RedisBuckets.from_url(d.redis_url, pods=d.pods, timeout_s=d.limits_timeout_ms / 1000)
     idempotency = RedisIdempotency.from_url(d.redis_url)  # Idempotency-Key records shared by every pod
     cache = RedisCache.from_url(d.redis_url)  # the response cache, shared by every pod
     vectors = RedisVectors.from_url(d.redis_url, max_per_namespace=settings.cache.semantic_max_per_namespace)
