@@ -10,6 +10,7 @@ from typing import Iterator
 import pytest
 
 from tests.bench import gateway as bench
+from tests.bench.gateway.relay_floor import floor_rows
 from tests.harness import Stack, generous_limits, running_stack
 
 pytestmark = pytest.mark.e2e
@@ -63,6 +64,11 @@ async def test_open_loop_ladder_and_report(stack: Stack) -> None:
     report = {"closed_loop": {}, "open_loop": ladder}
     assert any("knee" in line for line in bench.summary_lines(report))
     assert bench.rate_line(bench.RateRow(40.0, row["direct"], row["gateway"]))
+    lines: list[str] = []
+    [floor] = await floor_rows(stack, direct, [40.0], 0.5, "poisson", {40.0: 1000.0}, lines.append)
+    assert floor["floor"]["errors"] == 0 and floor["floor"]["ok"] > 0, floor  # the relay answered every request
+    _numbers(floor, "floor_cpu_us_per_req", "gateway_over_floor")
+    assert any("bare aiohttp relay" in line for line in lines) and lines[-1].split()[0] == "40"
 
 
 async def test_surfaces_section_measures_each_api_on_both_dialects(stack: Stack) -> None:
@@ -116,7 +122,8 @@ def test_cpu_meter_sums_a_group_and_charges_a_pid_born_during_the_level() -> Non
 
 def test_workers_arm_tiny(tmp_path: Path) -> None:
     """The --workers 2 arm end to end at tiny counts: every process found, none restarted, the table printed."""
-    plan = bench.Plan(levels={1: 6}, rates=[40.0], seconds_per_rate=0.5, anthropic=False)
+    plan = bench.Plan(levels={1: 6}, rates=[40.0], seconds_per_rate=0.5, anthropic=False, surfaces=False,
+                      dialects=False)  # as the bench runs its arm
     arm = bench.run_workers_arm(tmp_path / "workers", plan, 2, generous_limits, None)
     checks = arm["checks"]
     assert set(checks["pids_at_start"]) == {"owner", "gateway 1", "gateway 2"}, checks

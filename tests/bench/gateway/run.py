@@ -23,6 +23,7 @@ from tests.bench.gateway import pyspy
 from tests.bench.gateway.closed_loop import closed_loop, compare_closed, warm
 from tests.bench.gateway.dialects import compare_dialects, dialect_errors, dialect_summary
 from tests.bench.gateway.open_loop import ADDED_P99_BUDGET_MS, rate_ladder
+from tests.bench.gateway.relay_floor import floor_rows
 from tests.bench.gateway.report import arm_figures, arms_table, closed_table, rate_header, rate_line, summary_lines
 from tests.bench.gateway.stats import CpuMeter, added, thread_cpu
 from tests.bench.gateway.surfaces import compare_surfaces, surface_errors, surface_summary
@@ -46,6 +47,7 @@ class Plan:
     surfaces: bool = True  # the surfaces section: chat vs Responses vs Messages on the same alias
     dialects: bool = True  # the dialects section: chat through OpenAI, Azure, Bedrock and Gemini deployments
     responses_store: bool = True  # the Responses requests' store (false: nothing kept, the write's cost out)
+    floor: bool = True  # after the ladder, the same rates against a bare aiohttp relay (relay_floor.py)
 
 
 FULL = Plan(levels={1: 600, 10: 2400, 100: 3000},
@@ -115,6 +117,9 @@ async def run_bench(stack: Stack, plan: Plan, out: Callable[[str], None] = print
         out("  (ach = achieved completions/s; lag99 = p99 of how late the client fired vs the schedule: if it grows,"
             " the client is the limit)")
         report["open_loop"] = ladder
+        if plan.floor and processes is None:
+            ran = {r["rate_rps"]: r["gateway"].get("gateway_cpu_us_per_req") for r in ladder["rows"] if r["gateway"]}
+            report["floor"] = await floor_rows(stack, direct, list(ran), plan.seconds_per_rate, plan.arrivals, ran, out)
         if processes is None:
             report["gateway_thread_cpu_s"] = thread_cpu(stack.gateway.pid)
             out(f"  gateway process CPU over the whole run, by thread: {report['gateway_thread_cpu_s']}"
