@@ -5,7 +5,7 @@ Redis, so the rule that teams take it in turn (``proxy.routing.fair_wait``) must
 otherwise a team's fifty requests spread over three pods take three turns to another team's one. Requests
 never talk to Redis here: they read their room in memory; one background loop per pod does the rest.
 
-* Every ``interval_s`` (50 ms), and at once when a waiter joins or leaves here, the loop reads the other pods' entries; their sum, per alias and team, becomes
+* Every ``interval_s`` (50 ms), and when a waiter joins or leaves here (at most every 10 ms), the loop reads the other pods' entries; their sum, per alias and team, becomes
   each room's ``remote`` view (``WaitRoom.set_remote``, which wakes the waiters when it changed). It reads while
   nobody waits here too, so a request that starts waiting joins with a view at most that old: a team new to
   the episode starts level with the least served anywhere, not ahead of them. While requests wait here, it
@@ -37,6 +37,7 @@ from proxy.routing.state import RoutingState
 log = logging.getLogger("farebox.routing")
 
 PREFIX = "fb:wait:"
+MIN_GAP_S = 0.01  # at most 100 syncs a second per pod however fast waiters come and go
 View = dict[str, Remote]  # alias -> team -> (requests waiting, turns taken, oldest wait's start)
 
 
@@ -141,8 +142,9 @@ class WaitSync:
                 if not self._redis_ok:
                     log.info("wait rooms: Redis reachable again; teams wait in turn across pods")
                     self._redis_ok = True
+                await asyncio.sleep(MIN_GAP_S)  # joins and leaves in a burst are told together
                 try:
-                    await asyncio.wait_for(self._kicked.wait(), self.interval_s)
+                    await asyncio.wait_for(self._kicked.wait(), max(self.interval_s - MIN_GAP_S, 0.0))
                 except TimeoutError:
                     pass
             except Exception as exc:  # noqa: BLE001 - Redis down or slow: each pod's room is fair on its own
