@@ -5,8 +5,8 @@ fleet with one sequence (its slot counted in Redis, so one for both pods). One t
 three through each pod; another keeps one going through pod 1. With a room per pod, pod 0's waiters (all of
 the big team) race pod 1's for every freed slot and the lone team gets its turns only among pod 1's: about a
 quarter of the slots or less (8 of 56 in one run). With the rooms shared through Redis
-(``proxy.routing.wait_sync``) the teams take the slot in turn: 21-22 of 53 in two runs (not half: a lone request
-sent again joins level with the big team, and a tie goes to the older waiter).
+(``proxy.routing.wait_sync``) the teams take the slot in turn: 20-22 of 51-52 in three runs (not half: a lone
+request sent again joins level with the big team, and a tie goes to the older waiter).
 """
 
 from __future__ import annotations
