@@ -119,11 +119,22 @@ def new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+# A request holds a few hundred container objects while in flight, so at the default threshold (700) the
+# collector's youngest generation ran every few requests under load and found almost nothing (what requests
+# allocate is freed by reference counting when they end): 510 collections and 0.47 s in 20 s at 300 req/s,
+# 2-3% of the gateway's CPU. At 20,000 it ran once in those 20 s (9 ms in all, the longest 7 ms). Cyclic
+# garbage (a cancelled task's exception and frames) waits a little longer for its collection: at most
+# 20,000 objects' worth.
+GC_THRESHOLDS = (20_000, 10, 10)
+
+
 def tune_gc() -> None:
     """Once serving: keep start-up objects (snapshot, ledger rebuilt from the log, tokenizers) out of
-    every later collection, so a full collection scans only what requests allocated since."""
+    every later collection, so a full collection scans only what requests allocated since; collect the
+    youngest generation every ``GC_THRESHOLDS[0]`` net allocations, not every 700."""
     gc.collect()
     gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def _ready(line: str, _aiohttp_banner: str) -> None:

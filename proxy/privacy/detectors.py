@@ -8,7 +8,8 @@ Invariants:
   then a digit, an upper-case letter or one of ``@ _ - + (``, and where the
   text opens as some group's match must (``_LEAD_HINT``). Prose, lower-case
   or with short numbers, is skipped by one search in C instead of an
-  alternation tried at each character.
+  alternation tried at each character; ASCII text finds those places from a
+  map of its characters' classes, read backwards (``_ascii_starts``).
 - ``name@x`` shares one group (``at``): a dotted domain with a TLD makes an
   email, a bare handle (``name@okaxis``) a UPI id.
 - Numbers share one candidate group (``num``): a run of digits is a card (13-19
@@ -59,18 +60,57 @@ PATTERN = re.compile(
 # (prose's "4521", "10:45" or "follow-up" are no candidate's start), so fewer starts reach PATTERN from Python:
 # an at's local part then @; a secret's literal prefix or a token's letters, separator and 24 characters; PAN
 # and IFSC's four capitals; a number's first 8 characters (8 digits at least, only [\d \-()] after a + or ().
-_LEAD_HINT = (r"(?=[a-z.%]*+[\dA-Z@_\-+(])"
-              r"(?=[A-Za-z0-9][A-Za-z0-9._%+\-]{0,255}+@"
-              r"|sk-[A-Za-z0-9_\-]{20}|gh[pousr]_|xox[abposr]-|A(?:KIA|SIA|Iza)|[A-Za-z]{2,12}[_\-][A-Za-z0-9_\-]{24}"
-              r"|[A-Z]{4}[A-Z0]"
-              r"|[+(\d][\d \-()]{7})")
+_FIRST_HINT = r"(?=[a-z.%]*+[\dA-Z@_\-+(])"
+_OPENING = (r"(?=[A-Za-z0-9][A-Za-z0-9._%+\-]{0,255}+@"
+            r"|sk-[A-Za-z0-9_\-]{20}|gh[pousr]_|xox[abposr]-|A(?:KIA|SIA|Iza)|[A-Za-z]{2,12}[_\-][A-Za-z0-9_\-]{24}"
+            r"|[A-Z]{4}[A-Z0]"
+            r"|[+(\d][\d \-()]{7})")
+_LEAD_HINT = _FIRST_HINT + _OPENING
 _AT_START = re.compile(_LEAD_HINT)
 _AFTER_BOUNDARY = re.compile(r"[^\w.%+\-@]" + _LEAD_HINT)  # match.start() + 1 is where a candidate may start
+_OPENS = re.compile(_OPENING)
+
+# ASCII text (most prompts, code, tool arguments) finds the places _FIRST_HINT holds after a boundary without
+# a regex tried at every boundary: one C pass (bytes.translate) maps each character to its class: ``a`` for
+# [a-z.%], ``H`` for a hint that is no boundary ([0-9A-Z_] are \w for ASCII; + - @ are in the look-behind's
+# class), ``(`` for the hint that is a boundary, a space for every other (boundary) character. Read backwards,
+# a start is a hint, a run of ``a`` and then a boundary or the text's beginning: ``_BACK_H`` finds those
+# opening with the literal ``H`` (a scan for one byte), ``_BACK_PAREN`` those opening with ``(``.
+_CLASS = bytearray(b" " * 256)
+for _c in b"abcdefghijklmnopqrstuvwxyz.%":
+    _CLASS[_c] = ord("a")
+for _c in b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_+-@":
+    _CLASS[_c] = ord("H")
+_CLASS[ord("(")] = ord("(")
+_CLASSES = bytes(_CLASS)
+_BACK_H = re.compile(rb"Ha*+(?=[ (]|\Z)")
+_BACK_PAREN = re.compile(rb"\(a*+(?=[ (]|\Z)")
+
+
+def _ascii_starts(text: str) -> list[int]:
+    """Where ``_FIRST_HINT`` holds at the text's start or after a boundary, in order (``text`` is ASCII)."""
+    back = text.encode("ascii").translate(_CLASSES)[::-1]
+    n = len(back)
+    starts = [n - m.end() for m in _BACK_H.finditer(back)]
+    if b"(" in back:
+        starts += [n - m.end() for m in _BACK_PAREN.finditer(back)]
+        starts.sort()
+    else:
+        starts.reverse()
+    return starts
 
 
 def candidates(text: str) -> Iterator[re.Match[str]]:
     """The matches of ``PATTERN.finditer(text)``, in order; ``PATTERN`` is tried only where one can start."""
-    match, search = PATTERN.match, _AFTER_BOUNDARY.search
+    match = PATTERN.match
+    if text.isascii():
+        opens, end = _OPENS.match, 0
+        for start in _ascii_starts(text):
+            if start >= end and opens(text, start) is not None and (m := match(text, start)) is not None:
+                yield m
+                end = m.end()  # the next candidate starts after a boundary at or after the match's last character
+        return
+    search = _AFTER_BOUNDARY.search
     pos = 0  # the next candidate starts after a boundary character at or after pos
     if _AT_START.match(text) and (m := match(text, 0)) is not None:
         yield m
