@@ -53,6 +53,12 @@ def worst_case(
     cached, cache write) or output-side type (output, reasoning), after FX, so
     the hold covers whichever deployment and token mix the request ends up with.
     """
+    return worst_case_at(input_tokens, output_tokens, top_rates(prices, fx_for))
+
+
+def top_rates(prices: Iterable[Price], fx_for: Callable[[Price], Decimal]) -> tuple[Decimal, Decimal]:
+    """``worst_case``'s highest input-side and output-side prices per million tokens over ``prices``, after FX:
+    one request's holds at several output caps (admission's worst case and learned hold) share them."""
     candidates = list(prices)
     if not candidates:
         raise ValueError("worst_case needs at least one candidate price")
@@ -62,6 +68,13 @@ def worst_case(
             _check_fx(fx)
         top_in = max(p.per_million(k) * fx for p, fx in converted for k in _INPUT_TYPES)
         top_out = max(p.per_million(k) * fx for p, fx in converted for k in _OUTPUT_TYPES)
+    return top_in, top_out
+
+
+def worst_case_at(input_tokens: int, output_tokens: int, rates: tuple[Decimal, Decimal]) -> int:
+    """``worst_case`` from ``top_rates``' prices."""
+    top_in, top_out = rates
+    with localcontext(_EXACT):
         total = (Decimal(input_tokens) * top_in + Decimal(output_tokens) * top_out) / _PER
     return round_up_micro(total)
 

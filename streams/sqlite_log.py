@@ -32,7 +32,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger.codec import decode, encode, format_time
+import orjson
+
+from ledger.codec import decode, to_dict
 from ledger.events import Event
 from streams.eventlog import EventLogClosed, EventLogFailed
 
@@ -266,9 +268,9 @@ def _encode_batch(batch: list[_Append | _Barrier]) -> tuple[list[_Row], dict[int
     refused: dict[int, BaseException] = {}
     for n, item in enumerate(batch):
         if isinstance(item, _Append):
-            event = item.event
             try:
-                rows.append((event.id, event.type, event.key, format_time(event.time), encode(event)))
+                wire = to_dict(item.event)  # its id and time as the payload holds them: built once
+                rows.append((wire["id"], wire["type"], wire["key"], wire["time"], orjson.dumps(wire)))
             except Exception as exc:  # one bad event fails its own append, not the batch or the log
                 refused[n] = exc
     return rows, refused

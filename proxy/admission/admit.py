@@ -33,7 +33,7 @@ from ledger.refusals import REFUSAL_CODES
 from ledger.request_events import BATCH_TAG, PRIORITY_TAG
 from pricing.money import to_decimal
 from proxy.admission.budget_port import BudgetAsk, BudgetPort, Funding
-from proxy.admission.plan import hold
+from proxy.admission.plan import holds
 from proxy.admission.priority import BATCH
 from proxy.admission.ratelimit import deployment_draws, limit_headers, refusal, request_draws
 from proxy.admission.spend_rate import spend_draws
@@ -108,7 +108,9 @@ async def _admit(rt: AdmitPorts, meter: Meter, cands: Sequence[Deployment], est_
     tab = meter.tab
     snap = tab.snapshot
     now_s = rt.clock()
-    plan = hold(snap, cands, est_input, max_output, datetime.fromtimestamp(now_s, timezone.utc), tier)
+    learned_out = rt.outputs.output_tokens(tab.key.key_id, tab.alias.name, max_output)
+    plan, learned_plan = holds(snap, cands, est_input, max_output, datetime.fromtimestamp(now_s, timezone.utc), tier,
+                               min(learned_out, max_output))
     draws = request_draws(snap, tab.key, est_input, max_output) + spend_draws(snap, tab.key, plan.hold_micro)
     headers: dict[str, str] = {}
     if draws:
@@ -123,9 +125,7 @@ async def _admit(rt: AdmitPorts, meter: Meter, cands: Sequence[Deployment], est_
         meter.draws = draws
         meter.admitted(plan, Funding({}, [], None, False, meter.held), recorded=True)
         return Admitted(plan, headers)
-    learned_out = rt.outputs.output_tokens(tab.key.key_id, tab.alias.name, max_output)
-    learned = plan.hold_micro if learned_out >= max_output else hold(
-        snap, cands, est_input, learned_out, datetime.fromtimestamp(now_s, timezone.utc), tier).hold_micro
+    learned = learned_plan.hold_micro
     ask = BudgetAsk(tab.request_id, tab.scopes, plan.hold_micro, est_input, max_output, now_s,
                     learned_micro=learned, key_id=tab.key.key_id, max_wait_s=meter.max_wait_s)
     try:

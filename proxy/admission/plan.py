@@ -12,7 +12,7 @@ from typing import Sequence
 
 from pricing.calibration import Estimate, Estimator
 from pricing.errors import PricingError
-from pricing.rating import worst_case
+from pricing.rating import top_rates, worst_case_at
 from pricing.tokenizer import encoding_for_model
 from pricing.tokens import estimate_tokens
 from proxy.errors import GatewayError, InvalidRequest
@@ -64,16 +64,18 @@ def hold(
 ) -> Plan:
     """The hold: the worst case over the candidates at the tier asked for (its price where a deployment has one,
     else the standard one). A provider serving a dearer tier than asked is an overrun, recorded at settlement."""
+    return holds(snapshot, candidates, est_input, max_output, at, tier)[0]
+
+
+def holds(snapshot: Snapshot, candidates: Sequence[Deployment], est_input: int, max_output: int, at: datetime,
+          tier: str | None = None, *outputs: int) -> tuple[Plan, ...]:
+    """``hold`` at ``max_output``, then at each of ``outputs`` (a learned output cap), priced once."""
     try:
         version = snapshot.price_book.in_force(at)
-        prices = [version.served(d.id, tier) for d in candidates]
-        amount = worst_case(
-            est_input,
-            max_output,
-            prices,
-            lambda p: snapshot.fx.rate(p.currency, snapshot.currency, at),
-        )
+        rates = top_rates([version.served(d.id, tier) for d in candidates],
+                          lambda p: snapshot.fx.rate(p.currency, snapshot.currency, at))
+        return tuple(Plan(est_input, out, worst_case_at(est_input, out, rates), version.version)
+                     for out in (max_output, *outputs))
     except PricingError as exc:
         # Never serve what cannot be priced: refuse before any upstream byte.
         raise GatewayError(f"This request cannot be priced: {exc}.", status=503, code="pricing_unavailable") from None
-    return Plan(est_input, max_output, amount, version.version)
