@@ -9,7 +9,7 @@ under-stated.
 
 from __future__ import annotations
 
-from decimal import ROUND_CEILING, Context, Decimal, Inexact, localcontext
+from decimal import Decimal
 
 MICRO = 1_000_000
 
@@ -20,32 +20,16 @@ def round_up_micro(amount: Decimal) -> int:
     """Ceil an exact amount in currency units (e.g. ``Decimal("0.2730816")``) to micro-units."""
     if isinstance(amount, bool) or not isinstance(amount, (Decimal, int)):
         raise TypeError(f"money must be Decimal or int, never {type(amount).__name__}: {amount!r}")
-    amount = Decimal(amount)
-    if not amount.is_finite():
+    if isinstance(amount, Decimal) and not amount.is_finite():
         raise ValueError(f"cannot round a non-finite amount: {amount}")
-    with localcontext(_exact_for(amount)):  # scaleb rounds to the context's precision: give it every digit
-        return int(amount.scaleb(6).to_integral_value(rounding=ROUND_CEILING))
+    numerator, denominator = amount.as_integer_ratio()  # exact, whatever the amount's digits
+    return -(-numerator * MICRO // denominator)
 
 
 def to_decimal(micro: int) -> Decimal:
     """Micro-units back to an exact Decimal in currency units (273082 -> 0.273082)."""
     _check_micro(micro)
-    amount = Decimal(micro)
-    with localcontext(_exact_for(amount)):
-        return amount.scaleb(-6)
-
-
-def _exact_for(amount: Decimal) -> Context:
-    """A context in which shifting ``amount``'s exponent is exact (an inexact step would raise). One per
-    precision, kept: ``localcontext`` works on a copy, so a kept context is never changed."""
-    prec = max(28, len(amount.as_tuple().digits) + 1)
-    context = _CONTEXTS.get(prec)
-    if context is None:
-        context = _CONTEXTS[prec] = Context(prec=prec, traps=[Inexact])
-    return context
-
-
-_CONTEXTS: dict[int, Context] = {}
+    return Decimal(f"{micro}E-6")  # parsed exactly: the same coefficient and exponent as Decimal(micro).scaleb(-6)
 
 
 def format_money(micro: int, currency: str) -> str:

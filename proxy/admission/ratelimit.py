@@ -18,7 +18,8 @@ import math
 
 from pricing.money import to_decimal
 from proxy.errors import RateLimited
-from proxy.limits import BucketSpec, Reservation
+from proxy.limits import Reservation
+from proxy.limits.bucket import bucket_spec
 from proxy.limits.draws import Draw, mirror_specs, sequence_spec
 from proxy.snapshot import Deployment, KeyRecord, Snapshot
 
@@ -28,14 +29,14 @@ def request_draws(snap: Snapshot, key: KeyRecord, est_input: int, max_output: in
     kid = key.key_id
     draws = []
     if limits.rpm:
-        draws.append(Draw(BucketSpec(f"key:{kid}:rpm", limits.rpm), 1, "requests", "key_requests_per_minute", "This key"))
+        draws.append(Draw(bucket_spec(f"key:{kid}:rpm", limits.rpm), 1, "requests", "key_requests_per_minute", "This key"))
     if limits.input_tpm:
-        draws.append(Draw(BucketSpec(f"key:{kid}:itpm", limits.input_tpm), est_input, "input", "key_tokens_per_minute", "This key"))
+        draws.append(Draw(bucket_spec(f"key:{kid}:itpm", limits.input_tpm), est_input, "input", "key_tokens_per_minute", "This key"))
     if limits.output_tpm:
-        draws.append(Draw(BucketSpec(f"key:{kid}:otpm", limits.output_tpm), max_output, "output", "key_tokens_per_minute", "This key"))
+        draws.append(Draw(bucket_spec(f"key:{kid}:otpm", limits.output_tpm), max_output, "output", "key_tokens_per_minute", "This key"))
     team_tpm = snap.rate_limits.team_tpm.get(key.team)
     if team_tpm:
-        draws.append(Draw(BucketSpec(f"team:{key.team}:tpm", team_tpm), est_input + max_output, "tokens",
+        draws.append(Draw(bucket_spec(f"team:{key.team}:tpm", team_tpm), est_input + max_output, "tokens",
                           "team_tokens_per_minute", f"Team {key.team}"))
     return draws
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from proxy.limits.bucket import BucketSpec, max_capacity
+from proxy.limits.bucket import bucket_spec, max_capacity
 from proxy.limits.draws import Draw
 from proxy.snapshot import KeyRecord, Snapshot
 
@@ -55,7 +55,7 @@ def spend_draws(snap: Snapshot, key: KeyRecord, hold_micro: int) -> list[Draw]:
         if not per_hour:
             continue
         q = quantum(per_hour)
-        spec = BucketSpec(f"spend:{scope}:{q}", units(per_hour, q), WINDOW_S)
+        spec = bucket_spec(f"spend:{scope}:{q}", units(per_hour, q), WINDOW_S)
         draws.append(Draw(spec, units(hold_micro, q), KIND, CODE, who, quantum=q, currency=snap.currency))
     return draws
 

@@ -26,6 +26,7 @@ Time never runs backwards for a bucket: ``t' = max(t, now_us)``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -67,6 +68,14 @@ class BucketSpec:
     def full(self) -> int:
         """The full level in milli-units."""
         return self.capacity * MILLI
+
+
+@functools.lru_cache(maxsize=8192)
+def bucket_spec(key: str, capacity: int, window_s: int = 60) -> BucketSpec:
+    """``BucketSpec(key, capacity, window_s)``, built and checked once per distinct bucket: the request path names
+    the same few buckets (its key's, its team's, its deployments') on every request. A spec that fails its
+    check is refused every time (an exception is never cached)."""
+    return BucketSpec(key, capacity, window_s)
 
 
 @dataclass(frozen=True, slots=True)

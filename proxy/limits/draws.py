@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ledger.usage import TokenUsage
-from proxy.limits.bucket import BucketSpec
+from proxy.limits.bucket import BucketSpec, bucket_spec
 from proxy.snapshot import Deployment
 
 SEQUENCE_WINDOW_S = 900
@@ -46,14 +46,14 @@ def mirror_specs(dep: Deployment, pct: int) -> list[tuple[str, BucketSpec, int]]
     for name, attr in MIRRORED:
         per_min = getattr(dep.limits, attr)
         if per_min:
-            out.append((name, BucketSpec(f"dep:{dep.id}:{name}", max(per_min * pct // 100, 1)), per_min))
+            out.append((name, bucket_spec(f"dep:{dep.id}:{name}", max(per_min * pct // 100, 1)), per_min))
     return out
 
 
 def sequence_spec(dep: Deployment) -> BucketSpec | None:
     """The bucket of ``dep``'s concurrent sequences (None: not limited)."""
     seqs = dep.limits.concurrent_sequences
-    return BucketSpec(f"dep:{dep.id}:seq", seqs, SEQUENCE_WINDOW_S) if seqs else None
+    return bucket_spec(f"dep:{dep.id}:seq", seqs, SEQUENCE_WINDOW_S) if seqs else None
 
 
 def items(draws: list[Draw]) -> list[tuple[BucketSpec, int]]:

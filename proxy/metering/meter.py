@@ -12,7 +12,6 @@ on, hand each step to the request's trace (``proxy.observe.tracing``).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -128,7 +127,7 @@ class Meter:
         ``recorded``: it was recorded already (a batch line's, with its batch): the tab takes it as its own."""
         tab, options = self.tab, self.rt.options
         if funding.hold_micro is not None and funding.hold_micro != plan.hold_micro:
-            plan = dataclasses.replace(plan, hold_micro=funding.hold_micro)  # right-sized
+            plan = Plan(plan.est_input_tokens, plan.max_output_tokens, funding.hold_micro, plan.price_version)  # right-sized
         event = admitted_event(tab, plan, funding.leases, options.pod_id, options.hold_ttl_s, self._now())
         tab.plan, tab.holds, tab.leases = plan, event.holds, funding.leases
         if recorded:
