@@ -36,6 +36,7 @@ from proxy.api.messages import handler as messages_handler
 from proxy.api.messages.response import error_body as messages_error_body
 from proxy.api.messages.response import error_status as messages_error_status
 from proxy.api.responses import handler as responses_handler
+from proxy.api.steps import ARRIVED
 from proxy.batches.canary import CANARY_HEADER
 from proxy.batches.runner import BATCH_HEADER, TOKEN_HEADER, UNUSED_HEADER
 from proxy.errors import AuthenticationFailed, GatewayError, NotFound, PayloadTooLarge, client_headers
@@ -45,7 +46,6 @@ from proxy.overload import LoadShedder
 from proxy.runtime import RUNTIME, Runtime
 
 log = logging.getLogger("farebox.proxy")
-
 OPEN_ROUTES = frozenset({"/health", "/metrics"})  # /metrics: by alias, deployment, team; its own token when set
 MODEL_PREFIX = "/v1/"  # what the in-flight cap and the drain count
 MESSAGES_PREFIX = "/v1/messages"  # the Anthropic Messages surface: Anthropic-shaped errors
@@ -140,6 +140,7 @@ async def _gateway(request: web.Request, handler: Handler) -> web.StreamResponse
     must never collide); a caller's own ``x-request-id`` is echoed back and
     recorded beside it.
     """
+    request[ARRIVED] = time.perf_counter()
     rid = new_request_id()
     client_id = request.headers.get("x-request-id")
     if client_id is not None and not _CLIENT_ID.match(client_id):

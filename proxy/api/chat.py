@@ -9,6 +9,7 @@ candidates in ``proxy/routing/``.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Callable
 
 import orjson
@@ -19,7 +20,7 @@ from pricing.tokens import estimate_tokens
 from proxy.admission.admit import admit, tries
 from proxy.admission.auth import allowed_alias
 from proxy.admission.plan import chat_input_estimates, output_cap
-from proxy.api.steps import meter_for, outbound, plan, route_headers, variant_of
+from proxy.api.steps import meter_for, outbound, plan, route_headers, server_timing, variant_of
 from proxy.api.surface import CHAT, Surface
 from proxy.api.validate import ChatCall, validate_chat
 from proxy.api.watch import ClientWatch
@@ -141,7 +142,9 @@ async def _serve(request: web.Request, rt: Runtime, call: ChatCall, retry_of: st
             raise
     if surface.settled is not None:  # what the surface keeps, handed to its store (written behind the answer)
         await surface.settled()
+    waited = time.perf_counter()
     await meter.durable()  # a non-stream answer's bytes go out once its settlement is durable
+    server_timing(response, request, meter, waited)
     return response
 
 

@@ -18,6 +18,7 @@ they take from the HTTP request for the stages after them lives here:
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 from aiohttp import web
@@ -137,6 +138,23 @@ async def counted(rt: Runtime, request: web.Request, alias_name: str, chat: dict
     body = native_body(privacy.redaction if privacy.redacts(dep) else None)
     count = await provider_count(rt.upstream, dep, body, forwarded_headers(dep, request.headers))
     return (estimate, "estimate") if count is None else (count, "provider")
+
+
+ARRIVED = "arrived"  # request key: perf_counter when the gateway took the request up (``proxy.api.app``)
+
+
+def server_timing(response: web.StreamResponse, request: web.Request, meter: Meter, durable_from: float) -> None:
+    """A whole answer's ``Server-Timing`` after admission's: ``upstream`` (its attempts' time at the provider),
+    ``durable`` (the wait for its settlement to be on disk) and ``gateway`` (the rest since the gateway took the
+    request up: its own work and its queue), in ms. A streamed answer's headers left before these were known."""
+    if response.prepared:
+        return
+    now = time.perf_counter()
+    durable = now - durable_from
+    own = max(now - request.get(ARRIVED, now) - meter.upstream_s - durable, 0.0)
+    ours = f"upstream;dur={meter.upstream_s * 1000:.3f}, durable;dur={durable * 1000:.3f}, gateway;dur={own * 1000:.3f}"
+    before = response.headers.get("server-timing")
+    response.headers["server-timing"] = f"{before}, {ours}" if before else ours
 
 
 def route_headers(meter: Meter, dep: Deployment) -> dict[str, str]:

@@ -16,6 +16,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -25,8 +26,10 @@ class SecretNotDeclared(ValueError):
     """A deployment names a secret that is not declared, or sends it to a host it was not declared for."""
 
 
+@functools.lru_cache(maxsize=1024)
 def host_of(url: str) -> tuple[str, int | None]:
-    """(lower-case host, port or None) of a URL; ("", None) when it has none."""
+    """(lower-case host, port or None) of a URL; ("", None) when it has none. Kept per URL: every attempt checks
+    its deployment's ``base_url`` (a config value) before a key may go to it."""
     try:
         parts = urlsplit(url)
         return (parts.hostname or "").lower(), parts.port

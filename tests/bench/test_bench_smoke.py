@@ -48,6 +48,19 @@ async def test_closed_loop_both_dialects_stream_and_not(stack: Stack) -> None:
             await session.close()
 
 
+async def test_a_lone_requests_phases_come_from_server_timing(stack: Stack) -> None:
+    from tests.bench.gateway.run import phases_c1
+
+    session, lines = bench.new_session(), []
+    try:
+        phases = await phases_c1(session, bench.pairs(stack, anthropic=False)["openai"][1], lines.append, requests=5)
+    finally:
+        await session.close()
+    assert list(phases) == ["admit", "upstream", "durable", "gateway"]
+    _numbers(phases, *phases)
+    assert "a lone request's time in the gateway" in lines[0]
+
+
 async def test_open_loop_ladder_and_report(stack: Stack) -> None:
     sessions = {"direct": bench.new_session(), "gateway": bench.new_session()}
     direct, gateway = bench.pairs(stack, anthropic=False)["openai"]

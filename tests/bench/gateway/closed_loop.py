@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import statistics
 import time
 
 import aiohttp
@@ -14,8 +15,9 @@ from tests.bench.gateway.targets import RequestFailed, Target, call
 
 
 async def closed_loop(session: aiohttp.ClientSession, target: Target, *, stream: bool, concurrency: int,
-                      requests: int, cpu: CpuMeter = NO_CPU) -> Level:
-    """``concurrency`` workers issue ``requests`` requests back to back; latency from send to end (or TTFT)."""
+                      requests: int, cpu: CpuMeter = NO_CPU, timing: list[str] | None = None) -> Level:
+    """``concurrency`` workers issue ``requests`` requests back to back; latency from send to end (or TTFT).
+    ``timing`` collects the answers' ``Server-Timing`` headers (``targets.call``)."""
     level = Level(target.name, stream)
     left = requests
 
@@ -26,7 +28,7 @@ async def closed_loop(session: aiohttp.ClientSession, target: Target, *, stream:
             level.requests += 1
             t0 = time.perf_counter()
             try:
-                end, first = await call(session, target, stream)
+                end, first = await call(session, target, stream, timing)
             except (RequestFailed, aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 level.fail(f"{type(exc).__name__}: {exc}")
                 continue
@@ -66,3 +68,14 @@ async def compare_closed(sessions: dict[str, aiohttp.ClientSession], direct: Tar
             acc.merge(await closed_loop(sessions[target.name], target, stream=stream, concurrency=concurrency,
                                         requests=per_round, cpu=cpu))
     return d, g
+
+
+def server_timing(headers: list[str]) -> dict[str, float]:
+    """The median of each ``Server-Timing`` metric over ``headers`` (``name;dur=ms, ...``), in ms."""
+    values: dict[str, list[float]] = {}
+    for header in headers:
+        for part in header.split(","):
+            name, sep, dur = part.strip().partition(";dur=")
+            if sep:
+                values.setdefault(name, []).append(float(dur))
+    return {name: round(statistics.median(v), 3) for name, v in values.items()}

@@ -20,14 +20,14 @@ import aiohttp
 import orjson
 
 from tests.bench.gateway import pyspy
-from tests.bench.gateway.closed_loop import closed_loop, compare_closed, warm
+from tests.bench.gateway.closed_loop import closed_loop, compare_closed, server_timing, warm
 from tests.bench.gateway.dialects import compare_dialects, dialect_errors, dialect_summary
 from tests.bench.gateway.open_loop import ADDED_P99_BUDGET_MS, rate_ladder
 from tests.bench.gateway.relay_floor import floor_rows
 from tests.bench.gateway.report import arm_figures, arms_table, closed_table, rate_header, rate_line, summary_lines
 from tests.bench.gateway.stats import CpuMeter, added, thread_cpu
 from tests.bench.gateway.surfaces import compare_surfaces, surface_errors, surface_summary
-from tests.bench.gateway.targets import PROMPT, new_session, pairs
+from tests.bench.gateway.targets import PROMPT, Target, new_session, pairs
 from tests.bench.gateway.workers_arm import arm_checks, check_lines, group_meter, processes_of, read_log
 from tests.harness import ROOT, Stack, generous_limits, running_stack
 
@@ -102,6 +102,7 @@ async def run_bench(stack: Stack, plan: Plan, out: Callable[[str], None] = print
                 title = (f"\n== closed loop, {'STREAMING: time to first content token' if stream else 'non-streaming: latency'}"
                          f" -- {dialect}: {what}")
                 out(closed_table(title, "TTFT, streams read to the end" if stream else "full response", rows))
+        report["phases_c1"] = await phases_c1(sessions["gateway"], pairs(stack, False)["openai"][1], out)
         if plan.surfaces:
             report["surfaces"] = await compare_surfaces(stack, {c: n for c, n in plan.levels.items() if c <= 10},
                                                         plan.anthropic, cpu=cpu, out=out, store=plan.responses_store)
@@ -132,6 +133,19 @@ async def run_bench(stack: Stack, plan: Plan, out: Callable[[str], None] = print
     finally:
         for s in sessions.values():
             await s.close()
+
+
+async def phases_c1(session: aiohttp.ClientSession, gateway: Target, out: Callable[[str], None],
+                    requests: int = 200) -> dict[str, float]:
+    """Where a lone request's time goes in the gateway: one at a time, the medians of its ``Server-Timing``
+    (admission, the attempt upstream, the wait for a durable settlement, the gateway's own rest)."""
+    timing: list[str] = []
+    await closed_loop(session, gateway, stream=False, concurrency=1, requests=requests, timing=timing)
+    phases = server_timing(timing)
+    out(f"\n== a lone request's time in the gateway (c=1, {requests} non-streamed, medians of Server-Timing, ms): "
+        + ", ".join(f"{name} {ms:.3f}" for name, ms in phases.items())
+        + " (gateway: its own work past admission, and its queue; upstream: the hop to the provider and back)")
+    return phases
 
 
 async def run_profile(stack: Stack, requests: int, out: Callable[[str], None] = print) -> dict:

@@ -122,8 +122,10 @@ async def event_stream(resp: aiohttp.ClientResponse) -> tuple[float, float]:
     return time.perf_counter(), first
 
 
-async def call(session: aiohttp.ClientSession, target: Target, stream: bool) -> tuple[float, float | None]:
-    """Do one request; returns (end, first-content-token time) as perf_counter values, or raises RequestFailed."""
+async def call(session: aiohttp.ClientSession, target: Target, stream: bool,
+               timing: list[str] | None = None) -> tuple[float, float | None]:
+    """Do one request; returns (end, first-content-token time) as perf_counter values, or raises RequestFailed.
+    ``timing``: a whole answer's ``Server-Timing`` header is appended to it."""
     url = URL((target.stream_url or target.url) if stream else target.url, encoded=True)  # as signed (Bedrock)
     async with session.post(url, data=target.stream_body if stream else target.body, headers=target.headers) as resp:
         if resp.status != 200:
@@ -131,6 +133,8 @@ async def call(session: aiohttp.ClientSession, target: Target, stream: bool) -> 
             raise RequestFailed(f"HTTP {resp.status}: {body[:200]!r}")
         if not stream:
             await resp.read()
+            if timing is not None:
+                timing.append(resp.headers.get("server-timing", ""))
             return time.perf_counter(), None
         if target.wire == "bedrock":
             return await event_stream(resp)

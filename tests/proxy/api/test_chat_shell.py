@@ -70,6 +70,20 @@ async def test_a_completion_is_admitted_attempted_settled_in_order(pod: Pod) -> 
     assert pod.budgets.asks[0].hold_micro == pod.log.events[0].holds["team:platform"]
 
 
+async def test_a_whole_answer_says_where_its_time_went(pod: Pod) -> None:
+    """``Server-Timing``: admission, the attempts' time upstream, the wait for a durable settlement and the
+    gateway's own rest; each a non-negative number of ms, and the parts within the whole request's time."""
+    started = time.perf_counter()
+    resp = await pod.post("/v1/chat/completions", CHAT)
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    assert resp.status == 200
+    parts = dict(part.strip().split(";dur=") for part in resp.headers["server-timing"].split(","))
+    assert list(parts) == ["admit", "upstream", "durable", "gateway"]
+    assert all(float(ms) >= 0 for ms in parts.values())
+    assert float(parts["upstream"]) > 0  # the simulator answered over HTTP
+    assert float(parts["upstream"]) + float(parts["durable"]) + float(parts["gateway"]) <= elapsed_ms
+
+
 async def test_a_stream_ends_with_the_usage_chunk_and_is_settled(pod: Pod) -> None:
     resp = await pod.post("/v1/chat/completions", {**CHAT, "stream": True, "stream_options": {"include_usage": True}})
     assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
