@@ -25,7 +25,10 @@ def fleets(tree: dict) -> None:
         {**compat, "id": dep, "model": model, "self_hosted": True, "weight": weight,
          "limits": {"concurrent_sequences": 2}}
         for (dep, model), weight in zip(FLEETS.items(), (100, 1))]
-    tree["aliases"].append({"name": "chat-fleet", "kind": "chat", "deployments": list(FLEETS), "sticky": False})
+    # a short wait for capacity: the request that finds every slot taken is refused well before the streams
+    # holding them end (their first token comes after 4 s), however slowly a loaded box starts them
+    tree["aliases"].append({"name": "chat-fleet", "kind": "chat", "deployments": list(FLEETS), "sticky": False,
+                            "timeouts": {"capacity_wait_s": 0.3}})
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +53,7 @@ def test_sequences_are_held_per_attempt_spill_over_and_come_back(stack: Stack) -
             with openai.OpenAI(base_url=stack.gateway_url + "/v1", api_key=stack.key, max_retries=0) as client:
                 with client.chat.completions.with_streaming_response.create(
                         model="chat-fleet", messages=[{"role": "user", "content": f"long answer {i}"}], stream=True,
-                        extra_headers={"x-sim-ttft-ms": "2500", "x-sim-output-tokens": "5"}) as s:
+                        extra_headers={"x-sim-ttft-ms": "4000", "x-sim-output-tokens": "5"}) as s:
                     list(s.iter_lines())
                     served.append(s.headers["x-fb-deployment"])
         except BaseException as exc:  # noqa: BLE001 - the assertion below names it
