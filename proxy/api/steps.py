@@ -146,7 +146,7 @@ ARRIVED = "arrived"  # request key: perf_counter when the gateway took the reque
 def server_timing(response: web.StreamResponse, request: web.Request, meter: Meter, durable_from: float) -> None:
     """A whole answer's ``Server-Timing`` after admission's: ``upstream`` (its attempts' time at the provider),
     ``durable`` (the wait for its settlement to be on disk) and ``gateway`` (the rest since the gateway took the
-    request up: its own work and its queue), in ms. A streamed answer's headers left before these were known."""
+    request up: its own work, admission included, and its queue), in ms. A streamed answer's headers left before these were known."""
     if response.prepared:
         return
     now = time.perf_counter()

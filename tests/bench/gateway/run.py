@@ -144,7 +144,7 @@ async def phases_c1(session: aiohttp.ClientSession, gateway: Target, out: Callab
     phases = server_timing(timing)
     out(f"\n== a lone request's time in the gateway (c=1, {requests} non-streamed, medians of Server-Timing, ms): "
         + ", ".join(f"{name} {ms:.3f}" for name, ms in phases.items())
-        + " (gateway: its own work past admission, and its queue; upstream: the hop to the provider and back)")
+        + " (gateway: its own work, admission included, and its queue; upstream: the hop to the provider and back)")
     return phases
 
 
