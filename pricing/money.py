@@ -29,7 +29,7 @@ def round_up_micro(amount: Decimal) -> int:
 def to_decimal(micro: int) -> Decimal:
     """Micro-units back to an exact Decimal in currency units (273082 -> 0.273082)."""
     _check_micro(micro)
-    return Decimal(f"{micro}E-6")  # parsed exactly: the same coefficient and exponent as Decimal(micro).scaleb(-6)
+    return Decimal(f"{micro}E-6")  # exact: coefficient ``micro``, exponent -6
 
 
 def format_money(micro: int, currency: str) -> str:

@@ -76,13 +76,11 @@ _OPENS = re.compile(_OPENING)
 # class), ``(`` for the hint that is a boundary, a space for every other (boundary) character. Read backwards,
 # a start is a hint, a run of ``a`` and then a boundary or the text's beginning: ``_BACK_H`` finds those
 # opening with the literal ``H`` (a scan for one byte), ``_BACK_PAREN`` those opening with ``(``.
-_CLASS = bytearray(b" " * 256)
-for _c in b"abcdefghijklmnopqrstuvwxyz.%":
-    _CLASS[_c] = ord("a")
-for _c in b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_+-@":
-    _CLASS[_c] = ord("H")
-_CLASS[ord("(")] = ord("(")
-_CLASSES = bytes(_CLASS)
+_CLASSES = bytes(
+    ord("a") if chr(b) in "abcdefghijklmnopqrstuvwxyz.%"
+    else ord("H") if chr(b) in "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_+-@"
+    else b if b == ord("(") else ord(" ")
+    for b in range(256))
 _BACK_H = re.compile(rb"Ha*+(?=[ (]|\Z)")
 _BACK_PAREN = re.compile(rb"\(a*+(?=[ (]|\Z)")
 
