@@ -3,7 +3,8 @@ where its CPU goes (top frames by self and by total samples).
 
 py-spy attaches to the running gateway by pid (``--nonblocking``, so sampling does not pause the
 event loop and the latency figures stay close to an unprofiled run; idle stacks are left out, so
-every sample is the process doing work). It writes py-spy's raw format (one collapsed stack and
+every sample is the process doing work). Native frames cannot be read without pausing the process,
+so ``native`` sampling drops ``--nonblocking`` (py-spy refuses the two together). It writes py-spy's raw format (one collapsed stack and
 its count per line); ``summarise`` reads that file: a frame's *self* count is the samples where it
 was the innermost frame, its *total* the samples where it was anywhere on the stack (counted once
 per stack even if it recurses).
@@ -33,7 +34,7 @@ def start(pid: int, out: Path, native: bool = False) -> subprocess.Popen:
         raise RuntimeError("py-spy is not installed (it is in the test extra: make install)")
     out.parent.mkdir(parents=True, exist_ok=True)
     args = [binary, "record", "--pid", str(pid), "--format", "raw", "--output", str(out),
-            "--rate", str(PYSPY_RATE_HZ), "--nonblocking", "--threads"]
+            "--rate", str(PYSPY_RATE_HZ), "--threads"] + ([] if native else ["--nonblocking"])
     if native:
         args.append("--native")
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -206,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--py-spy", dest="py_spy", action="store_true",
                     help=f"sample the gateway with py-spy during the whole run (raw stacks to {OUT_PYSPY}) and print "
                          "its top frames by self and total samples")
-    ap.add_argument("--py-spy-native", action="store_true", help="with --py-spy: include native (C) frames")
+    ap.add_argument("--py-spy-native", action="store_true",
+                    help="with --py-spy: include native (C) frames (py-spy must pause the gateway for each sample "
+                         "to read them: the latency figures of such a run are not comparable)")
     ap.add_argument("--json", type=Path, default=OUT_JSON, help="where to write the figures")
     ap.add_argument("--tracing", action="store_true",
                     help="run the gateway with tracing on (every span built, none exported): its cost against a "
