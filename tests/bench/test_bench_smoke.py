@@ -122,6 +122,18 @@ def test_pyspy_summary_counts_self_and_total_per_frame(tmp_path: Path) -> None:
     assert any("top" in line for line in pyspy.summary_lines(s))
 
 
+def test_perf_summary_reads_report_rows_and_folds_threads_into_main_and_the_rest() -> None:
+    from tests.bench.gateway import perf
+
+    by_lib = perf.shares("# Samples: 9K of event 'cpu-clock'\n#\n    73.61%  libpython3.11.so.1.0  \n"
+                         "    14.25%  [kernel.kallsyms]\n\n     0.10%  libm.so.6\n")
+    assert by_lib == [("libpython3.11.so.1.0", 73.61), ("[kernel.kallsyms]", 14.25), ("libm.so.6", 0.1)]
+    rows = perf.shares("    86.01%     4276:python \n    12.11%     4278:python \n     0.80%     4284:python \n")
+    assert perf.by_thread(rows, 4276) == {"main thread (event loop)": 86.0, "other threads": 12.9}
+    lines = perf.summary_lines({"rate_hz": 999, "threads": perf.by_thread(rows, 4276), "libraries": by_lib})
+    assert any("libpython3.11.so.1.0" in line for line in lines)
+
+
 def test_cpu_meter_sums_a_group_and_charges_a_pid_born_during_the_level() -> None:
     meter = bench.CpuMeter({"gateway": lambda: [1, 2]})
     before = {"client": 0.0, "gateway:1": 1.0, "gateway:2": 2.0}

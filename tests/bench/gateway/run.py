@@ -19,7 +19,7 @@ from typing import Callable
 import aiohttp
 import orjson
 
-from tests.bench.gateway import pyspy
+from tests.bench.gateway import perf, pyspy
 from tests.bench.gateway.closed_loop import closed_loop, compare_closed, server_timing, warm
 from tests.bench.gateway.dialects import compare_dialects, dialect_errors, dialect_summary
 from tests.bench.gateway.open_loop import ADDED_P99_BUDGET_MS, rate_ladder
@@ -35,6 +35,7 @@ DESCRIPTION = "What farebox adds to latency: ``python -m tests.bench.gateway`` (
 OUT_JSON = ROOT / "var" / "bench" / "gateway.json"
 OUT_PROF = ROOT / "var" / "bench" / "gateway.prof"
 OUT_PYSPY = ROOT / "var" / "bench" / "gateway-pyspy.txt"
+OUT_PERF = ROOT / "var" / "bench" / "gateway-perf.data"
 
 
 @dataclass
@@ -209,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--py-spy-native", action="store_true",
                     help="with --py-spy: include native (C) frames (py-spy must pause the gateway for each sample "
                          "to read them: the latency figures of such a run are not comparable)")
+    ap.add_argument("--perf", action="store_true",
+                    help=f"record the gateway with Linux perf during the whole run ({OUT_PERF}) and print its CPU "
+                         "by thread and by library (the interpreter, the kernel, SQLite, ...)")
     ap.add_argument("--json", type=Path, default=OUT_JSON, help="where to write the figures")
     ap.add_argument("--tracing", action="store_true",
                     help="run the gateway with tracing on (every span built, none exported): its cost against a "
@@ -261,9 +265,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
 
         started = time.monotonic()
-        profile = None
+        profile = perf_profile = None
         with running_stack(Path(tmp) / "one", mutate=mutate) as stack:
             sampler = pyspy.start(stack.gateway.pid, OUT_PYSPY, args.py_spy_native) if args.py_spy else None
+            recorder = perf.start(stack.gateway.pid, OUT_PERF) if args.perf else None
             try:
                 with asyncio.Runner(loop_factory=loop_factory) as runner:
                     report = runner.run(run_bench(stack, plan))
@@ -274,6 +279,12 @@ def main(argv: list[str] | None = None) -> int:
                         profile = pyspy.summarise(OUT_PYSPY)
                     else:
                         print(f"py-spy wrote no profile: {err[-500:]}", file=sys.stderr)
+                if recorder is not None:
+                    err = perf.finish(recorder)
+                    if OUT_PERF.exists():
+                        perf_profile = perf.summarise(OUT_PERF, stack.gateway.pid)
+                    else:
+                        print(f"perf wrote no profile: {err[-500:]}", file=sys.stderr)
             report["gateway_log"] = read_log(stack.folder / "gateway.log")
         workers = None
         if args.workers_arm > 1:
@@ -288,6 +299,11 @@ def main(argv: list[str] | None = None) -> int:
         for line in pyspy.summary_lines(profile):
             print(line)
         print(f"  raw stacks in {OUT_PYSPY} (py-spy raw format: flamegraph.pl or speedscope read it)")
+    if perf_profile is not None:
+        report["perf"] = perf_profile
+        for line in perf.summary_lines(perf_profile):
+            print(line)
+        print(f"  samples in {OUT_PERF} (perf report -i {OUT_PERF.relative_to(ROOT)} --sort sym)")
     for line in (summary_lines(report) + surface_summary(report.get("surfaces") or {})
                  + dialect_summary(report.get("dialects") or {})):
         print(line)
