@@ -72,7 +72,8 @@ test: install services agents
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 ## Added latency and TTFT against a direct-to-simulator run, at several concurrencies and rates.
-## BENCH_ARGS passes options, e.g. make bench BENCH_ARGS=--py-spy (a py-spy profile of the gateway during the run).
+## BENCH_ARGS passes options, e.g. make bench BENCH_ARGS=--py-spy (a py-spy profile of the gateway during the run) or
+## BENCH_ARGS=--perf (its CPU by thread and by library, from Linux perf).
 bench: install
 	$(BIN)/python -m tests.bench.gateway $(BENCH_ARGS)
 
