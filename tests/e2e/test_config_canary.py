@@ -98,7 +98,12 @@ def test_a_failing_candidate_is_rolled_back_and_a_healthy_one_widened(stack: Sta
     assert split.get(GOOD, 0) > 10 and split.get(BAD, 0) > 10  # both versions served at once
     done = _wait(stack, auth, rollout["id"], "rolled_back", "bad")
     assert done["state"] == "rolled_back" and "error rate" in done["reason"], done
-    assert done["figures"]["candidate"]["requests"] >= 20 and done["reverted_to"] > done["candidate"]
+    # the revert is the step's second write (a new config version, then the rollout names it): wait for it
+    deadline = time.monotonic() + 10
+    while done["reverted_to"] is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        done = _rollout(stack, auth, rollout["id"])
+    assert done["figures"]["candidate"]["requests"] >= 20 and done["reverted_to"] > done["candidate"], done
     deadline = time.monotonic() + 10
     while _alias_deployments(stack, auth) != [GOOD] and time.monotonic() < deadline:
         time.sleep(0.1)
