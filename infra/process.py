@@ -9,6 +9,7 @@ they start and how they tell they are ready; that stays in their modules.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -36,10 +37,48 @@ def apt_install(package: str, found: Callable[[], object], error: type[Exception
         raise error(f"{package} still not found after apt-get install")
 
 
+LISTEN_PORTS = 12_000  # how many ports below the ephemeral range ``free_port`` chooses among
+_RANDOM = random.SystemRandom()
+_HANDED: dict[int, None] = {}  # the ports this process chose lately (insertion order; the last 1,000)
+
+
+def ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
+    """The lowest port the kernel hands out for ``bind(0)`` and outgoing connections (Linux's default 32768)."""
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing is bound to now, for a server about to start on it.
+
+    Chosen at random below the ephemeral range, not by ``bind(0)``: a port from that range can be taken, between
+    this check and the server's bind, by any outgoing connection or ``bind(0)`` on the machine (a test run opens
+    thousands: Kafka clients, HTTP pools), and the server then fails with "address already in use". Below the
+    range only another explicit choice can collide: a port bound now is skipped, and so is one this process
+    chose lately (a stack asks for several before starting any)."""
+    low = ephemeral_low()
+    first = max(1024, low - LISTEN_PORTS)
+    if low - first < 1000:  # an unusual range leaves no room below it: the kernel's choice, as before
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    for _ in range(500):
+        port = _RANDOM.randrange(first, low)
+        if port in _HANDED:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED[port] = None
+        if len(_HANDED) > 1000:
+            del _HANDED[next(iter(_HANDED))]
+        return port
+    raise RuntimeError(f"no free loopback port in {first}-{low - 1} after 500 tries")
 
 
 def die_with_parent() -> None:
