@@ -61,7 +61,7 @@ def free_port() -> int:
     chose lately (a stack asks for several before starting any)."""
     low = ephemeral_low()
     first = max(1024, low - LISTEN_PORTS)
-    if low - first < 1000:  # an unusual range leaves no room below it: the kernel's choice, as before
+    if low - first < 1000:  # an unusual range leaves no room below it: the kernel's choice
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             return s.getsockname()[1]

@@ -13,9 +13,10 @@ and the executors' threads.
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
 from pathlib import Path
+
+from tests.bench.gateway.pyspy import finish  # noqa: F401 - SIGINT, then wait: perf writes its file as py-spy does
 
 PERF_HZ = 999
 
@@ -25,25 +26,13 @@ def perf_binary() -> str | None:
 
 
 def start(pid: int, out: Path) -> subprocess.Popen:
-    """Start ``perf record`` on every thread of ``pid`` into ``out``; stop it with ``finish``."""
+    """Start ``perf record`` on every thread of ``pid`` into ``out``; stop it with ``finish`` (shared with ``pyspy``)."""
     binary = perf_binary()
     if binary is None:
         raise RuntimeError("perf is not installed (the linux-perf package)")
     out.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen([binary, "record", "-F", str(PERF_HZ), "-p", str(pid), "-o", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-def finish(proc: subprocess.Popen, timeout: float = 30.0) -> str:
-    """Stop the recorder (SIGINT makes perf write its file) and return what it printed on stderr."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-    try:
-        _, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-    return (err or b"").decode(errors="replace")
 
 
 def shares(report: str) -> list[tuple[str, float]]:
